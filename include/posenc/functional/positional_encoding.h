@@ -1,0 +1,79 @@
+#pragma once
+
+#include <posenc/options/positional_encoding.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace posenc {
+namespace functional {
+
+namespace detail {
+/// `sinusoidal_table` with raw arguments.
+at::Tensor sinusoidal_table(
+    int64_t max_len,
+    int64_t d_model,
+    double base,
+    int64_t offset,
+    at::ScalarType dtype,
+    at::Device device);
+
+/// `positional_encoding` with raw arguments.
+at::Tensor positional_encoding(
+    const at::Tensor& x,
+    const at::Tensor& table,
+    int64_t offset,
+    bool batch_first,
+    double dropout,
+    bool training);
+} // namespace detail
+
+/// The sinusoidal encoding table of "Attention Is All You Need", shape `[max_len, d_model]`:
+///
+///   table[p, 2i]     = sin((offset + p) * base^(-2i / d_model))
+///   table[p, 2i + 1] = cos((offset + p) * base^(-2i / d_model))
+///
+/// Every value is computed in double precision and rounded once to `options.dtype()`, so a float32
+/// table is exact to float32 rounding (<= 2^-25 absolute) at any position. Any `d_model >= 1` is
+/// accepted; for an odd `d_model` the last column is a sine.
+///
+/// Example:
+/// ```
+/// namespace F = posenc::functional;
+/// auto table = F::sinusoidal_table(/*max_len=*/8, /*d_model=*/6);
+/// auto t64 = F::sinusoidal_table(8, 6, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
+/// ```
+inline at::Tensor sinusoidal_table(
+    int64_t max_len,
+    int64_t d_model,
+    const SinusoidalTableFuncOptions& options = {}) {
+  return detail::sinusoidal_table(
+      max_len, d_model, options.base(), options.offset(), options.dtype(), options.device());
+}
+
+/// Adds the positions `offset .. offset + L - 1` of `table` to `x` and applies dropout: the
+/// functional form of `PositionalEncoding::forward`.
+///
+/// `x` is `[B, L, D]` (`batch_first`) or `[L, B, D]`, of dtype float16, bfloat16, float32 or
+/// float64. `table` is `[max_len, D]` or `[1, max_len, D]` on the device of `x`. The result has the
+/// shape and dtype of `x`; the sum is formed in at least float32 (float64 if either operand is
+/// float64) and rounded once to that dtype. The gradient with respect to `x` is the identity
+/// (times the dropout mask).
+///
+/// Example:
+/// ```
+/// namespace F = posenc::functional;
+/// auto table = F::sinusoidal_table(5000, 512);
+/// auto y = F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().offset(16));
+/// ```
+inline at::Tensor positional_encoding(
+    const at::Tensor& x,
+    const at::Tensor& table,
+    const PositionalEncodingFuncOptions& options = {}) {
+  return detail::positional_encoding(
+      x, table, options.offset(), options.batch_first(), options.dropout(), options.training());
+}
+
+} // namespace functional
+} // namespace posenc

@@ -1,0 +1,21 @@
+# ctest driver for the package test: installs the posenc build tree into a fresh prefix, configures
+# and builds test/consumer against it with find_package(posenc), and runs the result.
+#
+# Inputs: POSENC_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, TORCH_PREFIX, GENERATOR.
+
+function(run_step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "package test: ${what} failed (${status})\n${out}\n${err}")
+  endif()
+  message(STATUS "${what}: ok\n${out}")
+endfunction()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+run_step("install" ${CMAKE_COMMAND} --install "${POSENC_BUILD_DIR}" --prefix "${prefix}")
+# Only the posenc prefix is given: posencConfig.cmake must find the LibTorch posenc was built with.
+run_step("configure consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
+  -G "${GENERATOR}" "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_BUILD_TYPE=Release)
+run_step("build consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+run_step("run consumer" "${WORK_DIR}/build/consumer")

@@ -1,0 +1,33 @@
+#pragma once
+
+// Small helpers shared by the test files.
+
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace posenc_test {
+
+/// Runs `fn` and returns the message of the `c10::Error` it throws (without the backtrace), or
+/// "<no error>" when it returns normally. Any other exception fails the test.
+template <typename Fn>
+std::string error_message(Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "<no error>";
+}
+
+} // namespace posenc_test
+
+/// Expects `statement` to throw a c10::Error whose message contains `substring`.
+#define EXPECT_POSENC_ERROR(statement, substring)                                         \
+  do {                                                                                    \
+    const std::string posenc_message_ = ::posenc_test::error_message([&] { statement; }); \
+    EXPECT_NE(posenc_message_.find(substring), std::string::npos)                         \
+        << "expected a c10::Error containing\n  " << (substring) << "\nbut got\n  "       \
+        << posenc_message_;                                                               \
+  } while (false)
