@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what posenc needs to build and test, on Debian 12 (as root, or with sudo).
+#
+#   scripts/setup.sh [debian] [pip]     (no argument: both)
+#
+# debian: Debian's LibTorch 1.13 (libtorch-dev, CPU only) and python3-torch for /usr/bin/python3.
+# pip:    torch==2.11.0 from PyPI in the project-local virtual environment .venv (its LibTorch is
+#         a CUDA build, so configuring against it needs the CUDA toolkit, i.e. nvcc, installed).
+# Both:   the compilers and libraries of the build (CMake, Ninja, GoogleTest, Google Benchmark,
+#         CLI11, cairo, clang for the sanitizer and fuzzing builds). Safe to run again: only what is
+#         missing is installed.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+flavours=("$@")
+[ ${#flavours[@]} -gt 0 ] || flavours=(debian pip)
+
+common=(build-essential cmake ninja-build git pkg-config libcli11-dev libgtest-dev googletest
+  libbenchmark-dev libcairo2-dev libpng-dev clang libclang-rt-14-dev valgrind python3 python3-venv)
+debian=(libtorch-dev python3-torch python3-numpy python3-pytest)
+
+packages=("${common[@]}")
+for flavour in "${flavours[@]}"; do
+  case "$flavour" in
+    debian) packages+=("${debian[@]}") ;;
+    pip) ;;
+    *) echo "setup.sh: unknown flavour '$flavour' (expected debian or pip)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+for flavour in "${flavours[@]}"; do
+  [ "$flavour" = pip ] || continue
+  venv="$root/.venv"
+  if ! "$venv/bin/python" -c "import sys, torch, numpy, pytest; sys.exit(torch.__version__.split('+')[0] != '2.11.0')" 2>/dev/null; then
+    echo "setup: creating $venv with torch==2.11.0 (about 5 GB, a few minutes)"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 numpy pytest
+  fi
+  if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "setup: warning: no CUDA toolkit (nvcc) found; pip's LibTorch is a CUDA build and CMake needs the toolkit to use it" >&2
+  fi
+done
+echo "setup: ready (${flavours[*]})"
