@@ -11,5 +11,8 @@ namespace cli {
 /// `posenc table`: prints the sinusoidal table.
 void add_table_command(CLI::App& app);
 
+/// `posenc export`: writes a PositionalEncoding as TorchScript.
+void add_export_command(CLI::App& app);
+
 } // namespace cli
 } // namespace posenc

@@ -15,12 +15,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(POSENC_VERSION));
   app.require_subcommand(1);
   posenc::cli::add_table_command(app);
+  posenc::cli::add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const c10::Error& e) {
     std::cerr << "posenc: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "posenc: " << e.what() << "\n";
     return 1;
   }
   return 0;

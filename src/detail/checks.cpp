@@ -39,7 +39,7 @@ void check_sequence_input(
       who, ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ",
       x.scalar_type(), "; embed integer token ids first, e.g. with torch::nn::Embedding");
   TORCH_CHECK(
-      x.size(2) == d_model,
+      d_model == kAnyWidth || x.size(2) == d_model,
       who, ": expected the last dimension of the input to be d_model = ", d_model, ", but got ",
       x.size(2), " (input shape ", x.sizes(), "); build the module with d_model = ", x.size(2),
       " or project the input to ", d_model, " features");

@@ -11,6 +11,9 @@
 namespace posenc {
 namespace detail {
 
+/// Passed as `d_model` to check_sequence_input when any width is accepted.
+constexpr int64_t kAnyWidth = -1;
+
 /// True for the dtypes posenc computes in: float16, bfloat16, float32 and float64.
 inline bool is_supported_float(c10::ScalarType dtype) {
   return dtype == c10::kHalf || dtype == c10::kBFloat16 || dtype == c10::kFloat ||
@@ -24,7 +27,7 @@ void check_dropout(const char* who, double p);
 void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype);
 
 /// Checks the input of a forward: defined, 3-D, one of the four float dtypes, last dimension
-/// `d_model`, on `device`.
+/// `d_model` (any width when `d_model` is kAnyWidth), on `device`.
 void check_sequence_input(
     const char* who,
     const at::Tensor& x,

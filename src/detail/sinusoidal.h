@@ -2,6 +2,8 @@
 
 // The sinusoidal formula itself, in double precision.
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 
 namespace posenc {
@@ -13,6 +15,10 @@ constexpr int64_t kMaxTableElements = int64_t{1} << 31;
 
 /// Checks the arguments that define a sinusoidal table; `who` names the caller in the messages.
 void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, double base);
+
+/// Checks a request for a table of positions `offset .. offset + max_len - 1` in `dtype`: the
+/// table arguments, a floating dtype and an offset that is >= 0 and does not overflow.
+void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base, int64_t offset, c10::ScalarType dtype);
 
 /// Writes the sinusoidal encodings of `positions[0 .. count)` into the row-major `[count, d_model]`
 /// array `out`, computing in double precision and rounding once to `T` (float or double).

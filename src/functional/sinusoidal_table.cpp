@@ -33,6 +33,15 @@ void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, do
       " elements is over posenc's limit of 2^31 elements (8 GiB in float32); lower max_len");
 }
 
+void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base, int64_t offset, c10::ScalarType dtype) {
+  check_table_arguments(who, max_len, d_model, base);
+  check_float_dtype(who, "dtype", dtype);
+  TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
+  TORCH_CHECK(
+      offset <= std::numeric_limits<int64_t>::max() - max_len,
+      who, ": offset + max_len must fit in int64, but got offset = ", offset, " and max_len = ", max_len);
+}
+
 template <typename T>
 void fill_sinusoidal_rows(
     const int64_t* positions,
@@ -78,13 +87,7 @@ at::Tensor sinusoidal_table(
     int64_t offset,
     at::ScalarType dtype,
     at::Device device) {
-  constexpr const char* who = "sinusoidal_table";
-  posenc::detail::check_table_arguments(who, max_len, d_model, base);
-  posenc::detail::check_float_dtype(who, "dtype", dtype);
-  TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
-  TORCH_CHECK(
-      offset <= std::numeric_limits<int64_t>::max() - max_len,
-      who, ": offset + max_len must fit in int64, but got offset = ", offset, " and max_len = ", max_len);
+  posenc::detail::check_table_request("sinusoidal_table", max_len, d_model, base, offset, dtype);
 
   std::vector<int64_t> positions(static_cast<size_t>(max_len));
   for (int64_t r = 0; r < max_len; ++r) {

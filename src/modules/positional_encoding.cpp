@@ -1,4 +1,5 @@
 #include <posenc/modules/positional_encoding.h>
+#include <posenc/ops.h>
 
 #include "detail/checks.h"
 #include "detail/positional_encoding.h"
@@ -64,7 +65,7 @@ torch::Tensor PositionalEncodingImpl::forward(const torch::Tensor& x, int64_t of
   const bool batch_first = options.batch_first();
   detail::check_sequence_input(kWho, x, options.d_model(), batch_first, pe.device());
   detail::check_offset(kWho, offset, x.size(batch_first ? 1 : 0), options.max_len());
-  const torch::Tensor out = detail::add_table_rows(x, pe.select(0, 0), offset, batch_first);
+  const torch::Tensor out = ops::add_position_table(x, pe, offset, batch_first);
   return detail::apply_dropout(out, options.dropout(), is_training());
 }
 

@@ -1,0 +1,105 @@
+#include <posenc/serialize.h>
+
+#include "serialize/torch_save_reader.h"
+
+#include <c10/util/Exception.h>
+#include <torch/utils.h>
+
+#include <map>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace posenc {
+
+namespace {
+
+constexpr const char* kWho = "load_state_dict";
+
+// The file's entries as name -> tensor.
+std::map<std::string, at::Tensor> read_state_dict(const std::string& path) {
+  std::map<std::string, at::Tensor> entries;
+  for (auto& entry : detail::read_torch_save_state_dict(path)) {
+    entries.emplace(std::move(entry.first), std::move(entry.second));
+  }
+  return entries;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::ostringstream out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out << (i == 0 ? "" : ", ") << "'" << names[i] << "'";
+  }
+  return out.str();
+}
+
+} // namespace
+
+void load_state_dict(torch::nn::Module& module, const std::string& path, const LoadStateDictOptions& options) {
+  const std::map<std::string, at::Tensor> entries = read_state_dict(path);
+
+  // The module's tensors, by the names Python uses.
+  std::vector<std::pair<std::string, at::Tensor>> targets;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    targets.emplace_back(item.key(), item.value());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    targets.emplace_back(item.key(), item.value());
+  }
+
+  // Check everything first, write afterwards: a failed load leaves the module as it was.
+  std::vector<std::pair<at::Tensor, at::Tensor>> assignments;
+  std::vector<std::string> missing;
+  std::map<std::string, bool> used;
+  for (const auto& target : targets) {
+    const std::string key = options.prefix() + target.first;
+    const auto found = entries.find(key);
+    if (found == entries.end()) {
+      missing.push_back(key);
+      continue;
+    }
+    used[key] = true;
+    const at::Tensor& source = found->second;
+    const at::Tensor& destination = target.second;
+    TORCH_CHECK(
+        source.sizes() == destination.sizes(),
+        kWho, ": size mismatch for '", key, "': the file has shape ", source.sizes(),
+        ", the module has ", destination.sizes(),
+        "; build the module with the options the checkpoint was saved with");
+    if (destination.is_floating_point()) {
+      TORCH_CHECK(
+          source.is_floating_point(),
+          kWho, ": dtype mismatch for '", key, "': the file has ", source.scalar_type(),
+          ", the module expects a floating dtype (it holds ", destination.scalar_type(), ")");
+      TORCH_CHECK(
+          source.numel() == 0 || source.isfinite().all().item<bool>(),
+          kWho, ": the entry '", key, "' holds NaN or infinite values; the file is corrupted");
+    } else {
+      TORCH_CHECK(
+          source.scalar_type() == destination.scalar_type(),
+          kWho, ": dtype mismatch for '", key, "': the file has ", source.scalar_type(), ", the module has ",
+          destination.scalar_type());
+    }
+    assignments.emplace_back(destination, source);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& entry : entries) {
+    const bool in_scope = entry.first.compare(0, options.prefix().size(), options.prefix()) == 0;
+    if (in_scope && used.count(entry.first) == 0) {
+      unexpected.push_back(entry.first);
+    }
+  }
+  if (options.strict()) {
+    TORCH_CHECK(missing.empty(), kWho, ": '", path, "' lacks ", join(missing),
+        "; check LoadStateDictOptions::prefix (now '", options.prefix(), "') or pass strict(false)");
+    TORCH_CHECK(unexpected.empty(), kWho, ": '", path, "' has entries the module does not: ", join(unexpected),
+        "; check LoadStateDictOptions::prefix (now '", options.prefix(), "') or pass strict(false)");
+  }
+
+  torch::NoGradGuard no_grad;
+  for (auto& assignment : assignments) {
+    assignment.first.copy_(assignment.second);
+  }
+}
+
+} // namespace posenc

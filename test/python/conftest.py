@@ -1,0 +1,63 @@
+"""Fixtures for posenc's Python tests. ctest passes the built artifacts through the environment:
+
+POSENC_LIBRARY    libposenc.so (loaded with torch.ops.load_library)
+POSENC_CLI        the posenc program
+POSENC_TEST_TOOL  the C++ side of the round-trip tests (test/tools/test_tool.cpp)
+POSENC_REPORT_DIR where measured figures are written (optional)
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+TORCH_VERSION = tuple(int(part) for part in torch.__version__.split("+")[0].split("a")[0].split(".")[:2])
+
+
+def _path(variable):
+    value = os.environ.get(variable)
+    if not value:
+        pytest.skip(f"{variable} is not set (run these tests through ctest)")
+    return value
+
+
+@pytest.fixture(scope="session")
+def posenc_ops():
+    torch.ops.load_library(_path("POSENC_LIBRARY"))
+    return torch.ops.posenc
+
+
+@pytest.fixture(scope="session")
+def posenc_cli():
+    return _path("POSENC_CLI")
+
+
+@pytest.fixture(scope="session")
+def test_tool():
+    tool = _path("POSENC_TEST_TOOL")
+
+    def run(*args, expect_failure=False):
+        result = subprocess.run([tool, *map(str, args)], capture_output=True, text=True)
+        if expect_failure:
+            assert result.returncode != 0, f"expected {args[0]} to fail:\n{result.stdout}"
+        else:
+            assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr}"
+        return result
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def report_dir():
+    directory = os.environ.get("POSENC_REPORT_DIR")
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def requires_torch(major, minor, what):
+    return pytest.mark.skipif(TORCH_VERSION < (major, minor), reason=f"{what} needs PyTorch >= {major}.{minor} (have {torch.__version__})")

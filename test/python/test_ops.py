@@ -1,0 +1,177 @@
+"""posenc's custom operators from Python: values, errors, autograd, opcheck, torch.compile,
+torch.export, and a scripted model that C++ runs."""
+
+import pytest
+import torch
+
+from conftest import requires_torch
+from reference import assert_within_bound, expected_exact, reference_table
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def test_ops_are_registered(posenc_ops):
+    for name in ["sinusoidal_table", "add_positional_encoding", "add_position_table", "add_position_table_backward"]:
+        assert hasattr(posenc_ops, name), name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sinusoidal_table(posenc_ops, dtype):
+    table = posenc_ops.sinusoidal_table(300, 33, 10000.0, 5, dtype=dtype)
+    assert table.dtype == dtype and table.shape == (300, 33)
+    exact = reference_table(300, 33, offset=5)
+    # The float64 reference uses torch's sin/cos, posenc the C library's: both are within an ulp
+    # or so, so a float64 table agrees to ~1e-15 and a rounded one to half an ulp of its dtype.
+    atol, rtol = {torch.float64: (1e-14, 0.0), torch.float32: (2.0 ** -25, 0.0),
+                  torch.bfloat16: (0.0, 2.0 ** -8), torch.float16: (2.0 ** -25, 2.0 ** -11)}[dtype]
+    assert (table.double() - exact).abs().max().item() <= atol + rtol
+    assert ((table.double() - exact).abs() <= atol + rtol * exact.abs() * 1.001 + 1e-300).all()
+
+
+def test_sinusoidal_table_on_meta_device(posenc_ops):
+    table = posenc_ops.sinusoidal_table(10, 4, device="meta")
+    assert table.is_meta and table.shape == (10, 4)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_position_table(posenc_ops, batch_first, dtype):
+    torch.manual_seed(0)
+    table = posenc_ops.sinusoidal_table(512, 32)
+    x = (torch.randn(2, 9, 32) if batch_first else torch.randn(9, 2, 32)).to(dtype)
+    y = posenc_ops.add_position_table(x, table, 100, batch_first)
+    assert y.dtype == dtype
+    assert_within_bound(y, expected_exact(x, 100, batch_first), dtype)
+    assert torch.equal(y, posenc_ops.add_position_table(x, table.unsqueeze(0), 100, batch_first))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_positional_encoding(posenc_ops, batch_first, dtype):
+    torch.manual_seed(0)
+    x = (torch.randn(2, 9, 31) if batch_first else torch.randn(9, 2, 31)).to(dtype)
+    y = posenc_ops.add_positional_encoding(x, 40000, 10000.0, batch_first)
+    assert y.dtype == dtype
+    table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    assert_within_bound(y, expected_exact(x, 40000, batch_first), dtype, table_dtype)
+
+
+def test_ops_raise_clear_errors(posenc_ops):
+    table = posenc_ops.sinusoidal_table(16, 8)
+    with pytest.raises(RuntimeError, match=r"posenc::add_position_table: positions offset \.\. offset \+ L - 1 must lie in the table"):
+        posenc_ops.add_position_table(torch.zeros(1, 5, 8), table, 12, True)
+    with pytest.raises(RuntimeError, match="expected the last dimension of the input to be d_model = 8, but got 4"):
+        posenc_ops.add_position_table(torch.zeros(1, 5, 4), table, 0, True)
+    with pytest.raises(RuntimeError, match="sinusoidal_table: d_model must be >= 1, but got 0"):
+        posenc_ops.sinusoidal_table(4, 0)
+    with pytest.raises(RuntimeError, match="posenc::add_positional_encoding: offset must be >= 0, but got -3"):
+        posenc_ops.add_positional_encoding(torch.zeros(1, 2, 4), -3)
+
+
+def test_gradcheck_add_position_table(posenc_ops):
+    x = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(10, 6, dtype=torch.float64, requires_grad=True)
+    for batch_first in (True, False):
+        assert torch.autograd.gradcheck(lambda a, t: posenc_ops.add_position_table(a, t, 3, batch_first), (x, table))
+        assert torch.autograd.gradgradcheck(lambda a, t: posenc_ops.add_position_table(a, t, 3, batch_first), (x, table))
+
+
+def test_gradcheck_add_positional_encoding(posenc_ops):
+    x = torch.randn(3, 2, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a: posenc_ops.add_positional_encoding(a, 2, 100.0, False), (x,))
+
+
+def test_table_gradient_sums_over_the_batch(posenc_ops):
+    table = torch.zeros(8, 3, requires_grad=True)
+    x = torch.randn(4, 2, 3)
+    posenc_ops.add_position_table(x, table, 5, True).sum().backward()
+    expected = torch.zeros(8, 3)
+    expected[5:7] = 4.0
+    assert torch.equal(table.grad, expected)
+
+
+def test_double_backward_of_table_gradient(posenc_ops):
+    grad = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    table = torch.zeros(9, 5, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda g: posenc_ops.add_position_table_backward(g, table, 2, True), (grad,))
+
+
+OPCHECK_CASES = [
+    ("add_position_table", lambda ops: (torch.randn(2, 5, 8), ops.sinusoidal_table(16, 8), 3, True)),
+    ("add_position_table", lambda ops: (torch.randn(5, 2, 8, dtype=torch.float64, requires_grad=True), torch.randn(1, 16, 8, dtype=torch.float64, requires_grad=True), 0, False)),
+    ("add_position_table", lambda ops: (torch.randn(2, 5, 8).to(torch.bfloat16), ops.sinusoidal_table(16, 8), 11, True)),
+    ("add_positional_encoding", lambda ops: (torch.randn(2, 5, 7, requires_grad=True), 4, 10000.0, True)),
+    ("add_position_table_backward", lambda ops: (torch.randn(2, 5, 8), ops.sinusoidal_table(16, 8), 3, True)),
+]
+
+
+@requires_torch(2, 4, "torch.library.opcheck")
+@pytest.mark.parametrize("name, make_args", OPCHECK_CASES)
+def test_opcheck(posenc_ops, name, make_args):
+    torch.library.opcheck(getattr(posenc_ops, name).default, make_args(posenc_ops))
+
+
+@requires_torch(2, 4, "torch.library.opcheck")
+def test_opcheck_table_factory(posenc_ops):
+    torch.library.opcheck(posenc_ops.sinusoidal_table.default, (12, 6), {"base": 100.0, "offset": 3, "dtype": torch.float64})
+
+
+class ModelUsingOps(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+        self.register_buffer("pe", torch.ops.posenc.sinusoidal_table(64, 16))
+
+    def forward(self, x, offset: int = 0):
+        return self.proj(torch.ops.posenc.add_position_table(x, self.pe, offset, True))
+
+
+@requires_torch(2, 1, "torch.compile")
+def test_torch_compile_fullgraph(posenc_ops):
+    torch.manual_seed(0)
+    model = ModelUsingOps().eval()
+    x = torch.randn(2, 10, 16)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x, 5), model(x, 5), atol=1e-6)
+    # Training through the compiled graph: gradients match eager.
+    x_grad = x.clone().requires_grad_()
+    twin = ModelUsingOps()
+    twin.load_state_dict(model.state_dict())
+    trained = torch.compile(twin, fullgraph=True, backend="aot_eager")
+    trained(x_grad, 2).sum().backward()
+    x_ref = x.clone().requires_grad_()
+    model(x_ref, 2).sum().backward()
+    assert torch.allclose(x_grad.grad, x_ref.grad, atol=1e-6)
+
+
+@requires_torch(2, 2, "torch.export")
+def test_torch_export(posenc_ops):
+    torch.manual_seed(0)
+    model = ModelUsingOps().eval()
+    x = torch.randn(2, 10, 16)
+    exported = torch.export.export(model, (x,), {"offset": 4})
+    assert any("posenc" in str(node.target) for node in exported.graph.nodes)
+    assert torch.allclose(exported.module()(x, offset=4), model(x, 4))
+
+
+@requires_torch(2, 2, "torch.export with dynamic shapes")
+def test_torch_export_dynamic_length(posenc_ops):
+    model = ModelUsingOps().eval()
+    length = torch.export.Dim("length", min=2, max=32)
+    exported = torch.export.export(model, (torch.randn(2, 10, 16),), dynamic_shapes={"x": {1: length}})
+    x = torch.randn(2, 20, 16)
+    assert torch.allclose(exported.module()(x), model(x))
+
+
+def test_scripted_model_runs_in_cpp(posenc_ops, test_tool, tmp_path):
+    """Python scripts a model that calls the ops and saves it; a C++ program linked with posenc
+    loads it with torch::jit::load and runs it."""
+    torch.manual_seed(0)
+    model = torch.jit.script(ModelUsingOps().eval())
+    model_path, args_path, out_path = tmp_path / "model.pt", tmp_path / "args.pt", tmp_path / "out.pt"
+    model.save(str(model_path))
+    x = torch.randn(3, 12, 16)
+    torch.save((x, 9), str(args_path))
+    test_tool("jit-run", model_path, args_path, out_path)
+    assert torch.equal(torch.load(str(out_path)), model(x, 9))

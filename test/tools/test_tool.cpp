@@ -1,0 +1,90 @@
+// posenc_test_tool: the C++ side of the Python tests (test/python). Tensors travel through files
+// written by torch.save / torch::pickle_save.
+//
+//   posenc_test_tool jit-run MODEL ARGS OUT
+//       torch::jit::load(MODEL), call forward with the tuple stored in ARGS, save the result to OUT.
+//   posenc_test_tool load-pe --d-model D --max-len M [--base B] [--prefix P] [--non-strict] FILE OUT
+//       posenc::load_state_dict a PositionalEncoding from FILE (a Python state dict), save its pe.
+//
+// On a c10::Error the message goes to stderr and the exit status is 1.
+
+#include <posenc/posenc.h>
+
+#include <torch/script.h>
+#include <torch/serialize.h>
+
+#include <CLI/CLI.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TORCH_CHECK(in.good(), "cannot open ", path);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_value(const c10::IValue& value, const std::string& path) {
+  const std::vector<char> bytes = torch::pickle_save(value);
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  TORCH_CHECK(out.good(), "cannot write ", path);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"C++ side of posenc's Python tests"};
+  app.require_subcommand(1);
+
+  std::string model_path, args_path, out_path;
+  CLI::App* jit_run = app.add_subcommand("jit-run", "Run a TorchScript file's forward on saved arguments");
+  jit_run->add_option("model", model_path)->required();
+  jit_run->add_option("args", args_path)->required();
+  jit_run->add_option("out", out_path)->required();
+  jit_run->callback([&] {
+    torch::jit::Module module = torch::jit::load(model_path);
+    module.eval();
+    const c10::IValue args = torch::pickle_load(read_bytes(args_path));
+    TORCH_CHECK(args.isTuple(), "jit-run: ARGS must hold a tuple of forward arguments");
+    std::vector<c10::IValue> inputs = args.toTupleRef().elements().vec();
+    write_value(module.forward(inputs), out_path);
+  });
+
+  int64_t d_model = 0, max_len = 0;
+  double base = 10000.0;
+  std::string prefix, checkpoint;
+  bool non_strict = false;
+  CLI::App* load_pe = app.add_subcommand("load-pe", "Load a PositionalEncoding from a Python state dict");
+  load_pe->add_option("--d-model", d_model)->required();
+  load_pe->add_option("--max-len", max_len)->required();
+  load_pe->add_option("--base", base);
+  load_pe->add_option("--prefix", prefix);
+  load_pe->add_flag("--non-strict", non_strict);
+  load_pe->add_option("file", checkpoint)->required();
+  load_pe->add_option("out", out_path)->required();
+  load_pe->callback([&] {
+    posenc::PositionalEncoding module(posenc::PositionalEncodingOptions(d_model, max_len).base(base));
+    module->pe.fill_(-7.0); // so that values not loaded are visible
+    posenc::load_state_dict(*module, checkpoint, posenc::LoadStateDictOptions().prefix(prefix).strict(!non_strict));
+    write_value(module->pe, out_path);
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const c10::Error& e) {
+    std::cerr << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
