@@ -9,18 +9,26 @@
 /// Schemas:
 ///
 ///   posenc::sinusoidal_table(int max_len, int d_model, float base=10000., int offset=0,
-///                            ScalarType? dtype=None, Device? device=None) -> Tensor
+///       str channels="interleaved", str frequencies="paper", ScalarType? dtype=None,
+///       Device? device=None) -> Tensor
+///   posenc::add_position_table(Tensor x, Tensor table, int offset=0, bool batch_first=True,
+///       Tensor? positions=None, float scale=1.) -> Tensor
+///   posenc::add_position_table_backward(Tensor grad, Tensor table, int offset, bool batch_first,
+///       Tensor? positions=None) -> Tensor
 ///   posenc::add_positional_encoding(Tensor x, int offset=0, float base=10000.,
-///                                   bool batch_first=True) -> Tensor
-///   posenc::add_position_table(Tensor x, Tensor table, int offset=0,
-///                              bool batch_first=True) -> Tensor
-///   posenc::add_position_table_backward(Tensor grad, Tensor table, int offset,
-///                                       bool batch_first) -> Tensor
+///       bool batch_first=True, Tensor? positions=None, float scale=1.,
+///       str channels="interleaved", str frequencies="paper") -> Tensor
+///   posenc::apply_rotary(Tensor x, Tensor cos, Tensor sin, int offset=0, Tensor? positions=None,
+///       bool interleaved=False, bool heads_first=False, bool inverse=False) -> Tensor
+///
+/// Positions: `offset` selects `offset .. offset + L - 1`; `positions` (int64, `[L]` or one row
+/// per sequence) selects any, with -1 marking padding (no encoding added / no rotation).
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Optional.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 
@@ -29,40 +37,66 @@ namespace ops {
 
 /// The `[max_len, d_model]` sinusoidal table for positions `offset .. offset + max_len - 1`,
 /// computed in float64 and rounded once to `dtype` (default float32) on `device` (default CPU).
+/// `channels`: "interleaved" or "concatenated"; `frequencies`: "paper" or "tensor2tensor".
 at::Tensor sinusoidal_table(
     int64_t max_len,
     int64_t d_model,
     double base = 10000.0,
     int64_t offset = 0,
+    c10::string_view channels = "interleaved",
+    c10::string_view frequencies = "paper",
     c10::optional<at::ScalarType> dtype = c10::nullopt,
     c10::optional<at::Device> device = c10::nullopt);
 
-/// `x + PE(offset .. offset + L - 1)` without a precomputed table: the rows needed are computed in
-/// float64 on the device of `x` for every call. `x` is `[B, L, D]` (`batch_first`) or `[L, B, D]`,
-/// any `D >= 1`; the result has the dtype of `x`. Differentiable with respect to `x`.
-at::Tensor add_positional_encoding(
-    const at::Tensor& x,
-    int64_t offset = 0,
-    double base = 10000.0,
-    bool batch_first = true);
-
-/// `x + table[offset : offset + L]` broadcast over the batch, in the dtype of `x` (the sum is
-/// formed in at least float32 and rounded once). `table` is `[max_len, D]` or `[1, max_len, D]`.
-/// Differentiable with respect to `x` (identity) and `table` (the batch-summed gradient lands in
-/// rows `offset .. offset + L - 1`), so a trainable table works too.
+/// `x * scale + table[positions]` broadcast over the batch, in the dtype of `x` (formed in at
+/// least float32, rounded once). `x` is `[B, L, D]` (`batch_first`) or `[L, B, D]`; `table` is
+/// `[max_len, D]` or `[1, max_len, D]`. Differentiable with respect to `x` and `table` (the
+/// batch-summed gradient lands in the rows used), so a trainable table works too.
 at::Tensor add_position_table(
     const at::Tensor& x,
     const at::Tensor& table,
     int64_t offset = 0,
-    bool batch_first = true);
+    bool batch_first = true,
+    const c10::optional<at::Tensor>& positions = c10::nullopt,
+    double scale = 1.0);
 
-/// The gradient of `add_position_table` with respect to `table`: a tensor shaped like `table`
-/// whose rows `offset .. offset + L - 1` hold `grad` summed over the batch, zeros elsewhere.
+/// The gradient of `add_position_table` with respect to `table`: shaped like `table`, holding
+/// `grad` summed into the rows it was added from (zeros elsewhere).
 at::Tensor add_position_table_backward(
     const at::Tensor& grad,
     const at::Tensor& table,
     int64_t offset,
-    bool batch_first);
+    bool batch_first,
+    const c10::optional<at::Tensor>& positions);
+
+/// `x * scale + PE(positions)` without a precomputed table: the rows needed are computed in
+/// float64 for every call (float64 rows for float64 inputs, float32 otherwise), for any position.
+/// Differentiable with respect to `x`.
+at::Tensor add_positional_encoding(
+    const at::Tensor& x,
+    int64_t offset = 0,
+    double base = 10000.0,
+    bool batch_first = true,
+    const c10::optional<at::Tensor>& positions = c10::nullopt,
+    double scale = 1.0,
+    c10::string_view channels = "interleaved",
+    c10::string_view frequencies = "paper");
+
+/// Rotary position embedding: rotates the first `R = 2 * cos.size(1)` channels of `x` (query or
+/// key heads, `[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) by the angles whose cosines
+/// and sines are the rows `positions` of `cos` and `sin` (`[max_len, R/2]`); channels past `R`
+/// pass through. Pairs are (i, i + R/2) or, with `interleaved`, (2i, 2i + 1). `inverse` rotates
+/// back. The result has the dtype of `x` (computed in at least float32). Differentiable with
+/// respect to `x`; `cos` and `sin` must not require grad.
+at::Tensor apply_rotary(
+    const at::Tensor& x,
+    const at::Tensor& cos,
+    const at::Tensor& sin,
+    int64_t offset = 0,
+    const c10::optional<at::Tensor>& positions = c10::nullopt,
+    bool interleaved = false,
+    bool heads_first = false,
+    bool inverse = false);
 
 } // namespace ops
 

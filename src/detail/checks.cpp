@@ -50,7 +50,7 @@ void check_sequence_input(
       ") or the input with x.to(", device, ")");
 }
 
-void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len) {
+void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len, const char* hint) {
   TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
   TORCH_CHECK(
       offset <= max_len - length,
@@ -58,7 +58,7 @@ void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_l
       max_len, "), but got L = ", length, " and offset = ", offset, " (offset + L = ",
       // Printed as a double so that a huge offset cannot overflow the message.
       static_cast<double>(offset) + static_cast<double>(length),
-      "); build the module with a larger max_len, or split the sequence");
+      "); build the module with a larger max_len", hint, ", or split the sequence");
 }
 
 at::Tensor table_rows(const char* who, const at::Tensor& table) {

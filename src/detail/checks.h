@@ -35,8 +35,9 @@ void check_sequence_input(
     bool batch_first,
     const c10::Device& device);
 
-/// Checks that positions `offset .. offset + length - 1` lie in a table of `max_len` rows.
-void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len);
+/// Checks that positions `offset .. offset + length - 1` lie in a table of `max_len` rows; `hint`
+/// is appended to the message's advice.
+void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len, const char* hint = "");
 
 /// Returns the `[max_len, D]` view of a table given as `[max_len, D]` or `[1, max_len, D]`.
 at::Tensor table_rows(const char* who, const at::Tensor& table);

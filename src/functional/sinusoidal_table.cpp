@@ -4,6 +4,7 @@
 #include "detail/sinusoidal.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -14,6 +15,43 @@
 
 namespace posenc {
 namespace detail {
+
+ColumnPlan column_plan(const SinusoidSpec& spec) {
+  const int64_t d = spec.d_model;
+  // Frequency k of each spacing.
+  const int64_t paper_count = (d + 1) / 2;
+  const int64_t t2t_count = d / 2;
+  const auto frequency_of = [&](int64_t k) {
+    if (spec.spacing == FrequencySpacing::kPaper) {
+      return std::pow(spec.base, -static_cast<double>(2 * k) / static_cast<double>(d));
+    }
+    return std::pow(spec.base, -static_cast<double>(k) / static_cast<double>(std::max<int64_t>(t2t_count - 1, 1)));
+  };
+  const int64_t count = spec.spacing == FrequencySpacing::kPaper ? paper_count : t2t_count;
+  // The number of sine columns: all frequencies. Cosines: as many as fit after them.
+  ColumnPlan plan;
+  plan.frequency.assign(static_cast<size_t>(d), 0.0);
+  plan.kind.assign(static_cast<size_t>(d), ColumnPlan::kZero);
+  for (int64_t c = 0; c < d; ++c) {
+    int64_t k = 0;
+    ColumnPlan::Kind kind = ColumnPlan::kZero;
+    if (spec.layout == ChannelLayout::kInterleaved) {
+      k = c / 2;
+      kind = c % 2 == 0 ? ColumnPlan::kSin : ColumnPlan::kCos;
+    } else if (c < count) {
+      k = c;
+      kind = ColumnPlan::kSin;
+    } else {
+      k = c - count;
+      kind = ColumnPlan::kCos;
+    }
+    if (k < count && (kind == ColumnPlan::kSin || k < d - count)) {
+      plan.frequency[static_cast<size_t>(c)] = frequency_of(k);
+      plan.kind[static_cast<size_t>(c)] = kind;
+    }
+  }
+  return plan;
+}
 
 void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, double base) {
   TORCH_CHECK(
@@ -42,38 +80,76 @@ void check_table_request(const char* who, int64_t max_len, int64_t d_model, doub
       who, ": offset + max_len must fit in int64, but got offset = ", offset, " and max_len = ", max_len);
 }
 
-template <typename T>
-void fill_sinusoidal_rows(
-    const int64_t* positions,
-    int64_t count,
-    int64_t d_model,
-    double base,
-    T* out) {
-  // Column c pairs with frequency index c / 2: even columns are sines, odd columns cosines, and the
-  // angular frequency of pair i is base^(-2i / d_model), computed once in double precision.
-  std::vector<double> frequency(static_cast<size_t>(d_model));
-  for (int64_t c = 0; c < d_model; ++c) {
-    const double exponent = static_cast<double>(c - c % 2) / static_cast<double>(d_model);
-    frequency[static_cast<size_t>(c)] = std::pow(base, -exponent);
+ChannelLayout parse_channel_layout(const char* who, c10::string_view text) {
+  if (text == "interleaved") {
+    return ChannelLayout::kInterleaved;
   }
+  TORCH_CHECK(text == "concatenated", who, ": channels must be \"interleaved\" or \"concatenated\", but got \"", std::string(text.data(), text.size()), "\"");
+  return ChannelLayout::kConcatenated;
+}
+
+FrequencySpacing parse_frequency_spacing(const char* who, c10::string_view text) {
+  if (text == "paper") {
+    return FrequencySpacing::kPaper;
+  }
+  TORCH_CHECK(text == "tensor2tensor", who, ": frequencies must be \"paper\" or \"tensor2tensor\", but got \"", std::string(text.data(), text.size()), "\"");
+  return FrequencySpacing::kTensor2Tensor;
+}
+
+const char* to_string(ChannelLayout layout) {
+  return layout == ChannelLayout::kInterleaved ? "interleaved" : "concatenated";
+}
+
+const char* to_string(FrequencySpacing spacing) {
+  return spacing == FrequencySpacing::kPaper ? "paper" : "tensor2tensor";
+}
+
+template <typename T>
+void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const SinusoidSpec& spec, T* out) {
+  const ColumnPlan plan = column_plan(spec);
+  const int64_t d_model = spec.d_model;
   // Each element costs a double-precision sin or cos (~20 ns), so a few thousand elements are
-  // worth a task. Every element is computed independently, so the result does not depend on how
-  // the rows are split between threads.
+  // worth a task.
   const int64_t grain = std::max<int64_t>(1, 4096 / d_model);
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const double position = static_cast<double>(positions[r]);
       T* row = out + r * d_model;
+      if (positions[r] < 0) {
+        std::fill(row, row + d_model, T(0));
+        continue;
+      }
+      const double position = static_cast<double>(positions[r]);
       for (int64_t c = 0; c < d_model; ++c) {
-        const double angle = position * frequency[static_cast<size_t>(c)];
-        row[c] = static_cast<T>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+        const double angle = position * plan.frequency[static_cast<size_t>(c)];
+        const ColumnPlan::Kind kind = plan.kind[static_cast<size_t>(c)];
+        row[c] = static_cast<T>(kind == ColumnPlan::kSin ? std::sin(angle) : kind == ColumnPlan::kCos ? std::cos(angle) : 0.0);
       }
     }
   });
 }
 
-template void fill_sinusoidal_rows<float>(const int64_t*, int64_t, int64_t, double, float*);
-template void fill_sinusoidal_rows<double>(const int64_t*, int64_t, int64_t, double, double*);
+template void fill_sinusoidal_rows<float>(const int64_t*, int64_t, const SinusoidSpec&, float*);
+template void fill_sinusoidal_rows<double>(const int64_t*, int64_t, const SinusoidSpec&, double*);
+
+at::Tensor sinusoidal_rows(const at::Tensor& positions, const SinusoidSpec& spec, c10::ScalarType dtype) {
+  const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
+  const int64_t count = cpu_positions.numel();
+  // float32 and float64 are written directly; float16 and bfloat16 are rounded from float64 (never
+  // through float32, which would round twice).
+  const bool direct = dtype == at::kFloat || dtype == at::kDouble;
+  at::Tensor rows = at::empty({count, spec.d_model}, at::TensorOptions().dtype(direct ? dtype : at::kDouble));
+  if (rows.scalar_type() == at::kFloat) {
+    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, spec, rows.data_ptr<float>());
+  } else {
+    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, spec, rows.data_ptr<double>());
+  }
+  return rows.to(positions.device(), dtype);
+}
+
+at::Tensor sinusoidal_table(int64_t max_len, int64_t offset, const SinusoidSpec& spec, c10::ScalarType dtype, c10::Device device) {
+  const at::Tensor positions = at::arange(offset, offset + max_len, at::TensorOptions().dtype(at::kLong));
+  return sinusoidal_rows(positions, spec, dtype).to(device);
+}
 
 } // namespace detail
 
@@ -85,24 +161,12 @@ at::Tensor sinusoidal_table(
     int64_t d_model,
     double base,
     int64_t offset,
+    ChannelLayout layout,
+    FrequencySpacing spacing,
     at::ScalarType dtype,
     at::Device device) {
   posenc::detail::check_table_request("sinusoidal_table", max_len, d_model, base, offset, dtype);
-
-  std::vector<int64_t> positions(static_cast<size_t>(max_len));
-  for (int64_t r = 0; r < max_len; ++r) {
-    positions[static_cast<size_t>(r)] = offset + r;
-  }
-  // float32 and float64 are written directly; float16 and bfloat16 are rounded from float64 (never
-  // through float32, which would round twice).
-  const bool direct = dtype == at::kFloat || dtype == at::kDouble;
-  at::Tensor table = at::empty({max_len, d_model}, at::TensorOptions().dtype(direct ? dtype : at::kDouble));
-  if (table.scalar_type() == at::kFloat) {
-    posenc::detail::fill_sinusoidal_rows(positions.data(), max_len, d_model, base, table.data_ptr<float>());
-  } else {
-    posenc::detail::fill_sinusoidal_rows(positions.data(), max_len, d_model, base, table.data_ptr<double>());
-  }
-  return table.to(device, dtype);
+  return posenc::detail::sinusoidal_table(max_len, offset, {d_model, base, layout, spacing}, dtype, device);
 }
 
 } // namespace detail

@@ -124,7 +124,9 @@ TEST_F(PositionalEncodingErrors, PositionsPastMaxLen) {
       module(torch::randn({2, 5, 8}), 12),
       "PositionalEncoding: positions offset .. offset + L - 1 must lie in the table, i.e. offset + L <= max_len (16), but got L = 5 and offset = 12 (offset + L = 17); build the module with a larger max_len");
   EXPECT_POSENC_ERROR(module(torch::randn({2, 17, 8})), "but got L = 17 and offset = 0 (offset + L = 17)");
-  EXPECT_POSENC_ERROR(module(torch::randn({2, 1, 8}), std::numeric_limits<int64_t>::max()), "but got L = 1 and offset = 9223372036854775807");
+  EXPECT_POSENC_ERROR(
+      module(torch::randn({2, 1, 8}), std::numeric_limits<int64_t>::max()),
+      "PositionalEncoding: offset + L must fit in int64, but got offset = 9223372036854775807 and L = 1");
   expect_unchanged();
 }
 
@@ -148,7 +150,7 @@ TEST_F(PositionalEncodingErrors, LoadCheckpointWithOtherShape) {
   torch::save(PositionalEncoding(8, 32), path);
   EXPECT_POSENC_ERROR(
       torch::load(module, path),
-      "PositionalEncoding: the checkpoint's pe has shape [1, 32, 8], but this module's is [1, 16, 8]; build the module with the d_model and max_len the checkpoint was saved with");
+      "PositionalEncoding: the checkpoint's pe has shape [1, 32, 8], but this module's is [1, 16, 8]; build the module with the options the checkpoint was saved with");
   std::remove(path.c_str());
   expect_unchanged();
 }

@@ -44,13 +44,13 @@ void write_state_dict(const std::string& path, const std::vector<std::pair<std::
 
 TEST_F(Interop, OperatorsAreRegisteredWithTheirSchemas) {
   auto& dispatcher = c10::Dispatcher::singleton();
-  for (const char* name : {"posenc::sinusoidal_table", "posenc::add_positional_encoding", "posenc::add_position_table", "posenc::add_position_table_backward"}) {
+  for (const char* name : {"posenc::sinusoidal_table", "posenc::add_positional_encoding", "posenc::add_position_table", "posenc::add_position_table_backward", "posenc::apply_rotary"}) {
     EXPECT_TRUE(dispatcher.findSchema({name, ""}).has_value()) << name;
   }
   const auto op = dispatcher.findSchemaOrThrow("posenc::add_position_table", "");
   std::ostringstream schema;
   schema << op.schema();
-  EXPECT_EQ(schema.str(), "posenc::add_position_table(Tensor x, Tensor table, int offset=0, bool batch_first=True) -> Tensor");
+  EXPECT_EQ(schema.str(), "posenc::add_position_table(Tensor x, Tensor table, int offset=0, bool batch_first=True, Tensor? positions=None, float scale=1.) -> Tensor");
 }
 
 TEST_F(Interop, DispatcherCallEqualsDirectCallAndModule) {
@@ -58,8 +58,8 @@ TEST_F(Interop, DispatcherCallEqualsDirectCallAndModule) {
   const auto x = torch::randn({10, 3, 16});
   const auto op = c10::Dispatcher::singleton()
                       .findSchemaOrThrow("posenc::add_position_table", "")
-                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool)>();
-  const auto through_handle = op.call(x, pe->pe, 5, false);
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool, const c10::optional<at::Tensor>&, double)>();
+  const auto through_handle = op.call(x, pe->pe, 5, false, c10::nullopt, 1.0);
   EXPECT_TRUE(torch::equal(through_handle, posenc::ops::add_position_table(x, pe->pe, 5, false)));
   EXPECT_TRUE(torch::equal(through_handle, pe(x, 5)));
   EXPECT_TRUE(torch::equal(posenc::ops::sinusoidal_table(64, 16), pe->pe[0]));
@@ -91,7 +91,7 @@ TEST_F(Interop, MetaTensorsGiveShapesOnly) {
   const auto y = posenc::ops::add_position_table(x, table, 3, true);
   EXPECT_TRUE(y.is_meta());
   EXPECT_EQ(y.sizes(), x.sizes());
-  const auto t = posenc::ops::sinusoidal_table(32, 8, 10000.0, 0, torch::kDouble, torch::Device(torch::kMeta));
+  const auto t = posenc::ops::sinusoidal_table(32, 8, 10000.0, 0, "interleaved", "paper", torch::kDouble, torch::Device(torch::kMeta));
   EXPECT_TRUE(t.is_meta());
   EXPECT_EQ(t.scalar_type(), torch::kDouble);
   EXPECT_POSENC_ERROR(posenc::ops::add_position_table(torch::empty({2, 8}, torch::Device(torch::kMeta)), table, 0, true), "expected a 3-D input");

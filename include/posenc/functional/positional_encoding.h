@@ -1,5 +1,6 @@
 #pragma once
 
+#include <posenc/enums.h>
 #include <posenc/options/positional_encoding.h>
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +17,8 @@ at::Tensor sinusoidal_table(
     int64_t d_model,
     double base,
     int64_t offset,
+    ChannelLayout layout,
+    FrequencySpacing spacing,
     at::ScalarType dtype,
     at::Device device);
 
@@ -24,7 +27,9 @@ at::Tensor positional_encoding(
     const at::Tensor& x,
     const at::Tensor& table,
     int64_t offset,
+    const at::Tensor& positions,
     bool batch_first,
+    double scale,
     double dropout,
     bool training);
 } // namespace detail
@@ -34,9 +39,9 @@ at::Tensor positional_encoding(
 ///   table[p, 2i]     = sin((offset + p) * base^(-2i / d_model))
 ///   table[p, 2i + 1] = cos((offset + p) * base^(-2i / d_model))
 ///
-/// Every value is computed in double precision and rounded once to `options.dtype()`, so a float32
-/// table is exact to float32 rounding (<= 2^-25 absolute) at any position. Any `d_model >= 1` is
-/// accepted; for an odd `d_model` the last column is a sine.
+/// (other arrangements and spacings with `layout` and `spacing`). Every value is computed in
+/// double precision and rounded once to `options.dtype()`, so a float32 table is exact to float32
+/// rounding (<= 2^-25 absolute) at any position. Any `d_model >= 1` is accepted.
 ///
 /// Example:
 /// ```
@@ -49,17 +54,19 @@ inline at::Tensor sinusoidal_table(
     int64_t d_model,
     const SinusoidalTableFuncOptions& options = {}) {
   return detail::sinusoidal_table(
-      max_len, d_model, options.base(), options.offset(), options.dtype(), options.device());
+      max_len, d_model, options.base(), options.offset(), options.layout(), options.spacing(),
+      options.dtype(), options.device());
 }
 
-/// Adds the positions `offset .. offset + L - 1` of `table` to `x` and applies dropout: the
-/// functional form of `PositionalEncoding::forward`.
+/// Adds rows of a position table to `x` and applies dropout: `dropout(x * scale + table[p])`
+/// for positions `p = offset .. offset + L - 1` or the explicit `positions`. The functional form
+/// of `PositionalEncoding::forward` and `LearnedPositionalEmbedding::forward`.
 ///
 /// `x` is `[B, L, D]` (`batch_first`) or `[L, B, D]`, of dtype float16, bfloat16, float32 or
-/// float64. `table` is `[max_len, D]` or `[1, max_len, D]` on the device of `x`. The result has the
-/// shape and dtype of `x`; the sum is formed in at least float32 (float64 if either operand is
-/// float64) and rounded once to that dtype. The gradient with respect to `x` is the identity
-/// (times the dropout mask).
+/// float64. `table` is `[max_len, D]` or `[1, max_len, D]` on the device of `x`; it may require
+/// grad (a learned table receives the batch-summed gradient). The result has the shape and dtype
+/// of `x`; the sum is formed in at least float32 (float64 if either operand is float64) and
+/// rounded once to that dtype.
 ///
 /// Example:
 /// ```
@@ -72,7 +79,8 @@ inline at::Tensor positional_encoding(
     const at::Tensor& table,
     const PositionalEncodingFuncOptions& options = {}) {
   return detail::positional_encoding(
-      x, table, options.offset(), options.batch_first(), options.dropout(), options.training());
+      x, table, options.offset(), options.positions(), options.batch_first(), options.scale(),
+      options.dropout(), options.training());
 }
 
 } // namespace functional

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <posenc/enums.h>
+
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace posenc {
@@ -20,19 +23,34 @@ struct PositionalEncodingOptions {
   PositionalEncodingOptions(int64_t d_model, int64_t max_len);
 
   /// Width `D` of the inputs and of every encoding vector. Any value >= 1; for an odd width the
-  /// last column is a sine.
+  /// last column is a sine (kPaper) or zero (kTensor2Tensor).
   TORCH_ARG(int64_t, d_model);
-  /// Number of positions the precomputed table `pe` holds: `forward` accepts positions
-  /// `0 .. max_len - 1`.
+  /// Number of positions the precomputed table `pe` holds: positions `0 .. max_len - 1`.
   TORCH_ARG(int64_t, max_len);
-  /// Base of the geometric progression of wavelengths: column pair `i` uses the angular frequency
-  /// `base^(-2i / d_model)`. Must be finite and > 0. Default: 10000 (the paper's value).
+  /// Base of the geometric progression of wavelengths. Must be finite and > 0. Default: 10000.
   TORCH_ARG(double, base) = 10000.0;
   /// Probability of zeroing an element of the output in training mode, in [0, 1]. Default: 0.
   TORCH_ARG(double, dropout) = 0.0;
   /// `true`: inputs are `[B, L, D]`. `false`: inputs are `[L, B, D]`, the layout that
   /// `torch::nn::TransformerEncoder` takes by default. Default: `true`.
   TORCH_ARG(bool, batch_first) = true;
+  /// Arrangement of the sine and cosine columns. Default: kInterleaved (the paper).
+  TORCH_ARG(ChannelLayout, layout) = ChannelLayout::kInterleaved;
+  /// Spacing of the frequencies. Default: kPaper. kTensor2Tensor with kConcatenated reproduces
+  /// tensor2tensor's and fairseq's tables.
+  TORCH_ARG(FrequencySpacing, spacing) = FrequencySpacing::kPaper;
+  /// Positions at or past `max_len`: an error (default) or encodings computed on the fly.
+  TORCH_ARG(BeyondMaxLen, beyond_max_len) = BeyondMaxLen::kError;
+  /// Factor the input is multiplied by before the encoding is added; the paper scales its
+  /// embeddings by sqrt(d_model) (see `scale_sqrt_d_model()`). Must be finite. Default: 1.
+  TORCH_ARG(double, scale) = 1.0;
+
+ public:
+  /// Sets `scale` to sqrt(d_model), as the paper does for its embeddings.
+  PositionalEncodingOptions& scale_sqrt_d_model() {
+    scale_ = std::sqrt(static_cast<double>(d_model_));
+    return *this;
+  }
 };
 
 namespace functional {
@@ -49,6 +67,10 @@ struct SinusoidalTableFuncOptions {
   TORCH_ARG(double, base) = 10000.0;
   /// First position of the table: row `r` holds position `offset + r`. Default: 0.
   TORCH_ARG(int64_t, offset) = 0;
+  /// Arrangement of the sine and cosine columns. Default: kInterleaved.
+  TORCH_ARG(ChannelLayout, layout) = ChannelLayout::kInterleaved;
+  /// Spacing of the frequencies. Default: kPaper.
+  TORCH_ARG(FrequencySpacing, spacing) = FrequencySpacing::kPaper;
   /// dtype of the returned table (any floating dtype). The values are computed in double precision
   /// and rounded once to this dtype. Default: float32.
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat;
@@ -56,8 +78,8 @@ struct SinusoidalTableFuncOptions {
   TORCH_ARG(torch::Device, device) = torch::kCPU;
 };
 
-/// Options for `posenc::functional::positional_encoding`, the functional form of
-/// `PositionalEncoding::forward`.
+/// Options for `posenc::functional::positional_encoding`, the functional form of the modules'
+/// forward: `dropout(x * scale + table[positions])`.
 ///
 /// Example:
 /// ```
@@ -67,8 +89,14 @@ struct SinusoidalTableFuncOptions {
 struct PositionalEncodingFuncOptions {
   /// Position of the first element along the sequence dimension. Default: 0.
   TORCH_ARG(int64_t, offset) = 0;
+  /// Explicit int64 positions, shaped like the first two dimensions of `x` (`[B, L]` or `[L, B]`)
+  /// or `[L]` for every sequence of the batch; -1 marks padding, which gets a zero vector. When
+  /// defined, `offset` must be 0. Default: undefined (positions offset .. offset + L - 1).
+  TORCH_ARG(torch::Tensor, positions) = torch::Tensor();
   /// `true`: `x` is `[B, L, D]`; `false`: `x` is `[L, B, D]`. Default: `true`.
   TORCH_ARG(bool, batch_first) = true;
+  /// Factor `x` is multiplied by before the encoding is added. Default: 1.
+  TORCH_ARG(double, scale) = 1.0;
   /// Dropout probability applied to the sum when `training` is true. Default: 0.
   TORCH_ARG(double, dropout) = 0.0;
   /// Whether dropout is active. Default: `false`.

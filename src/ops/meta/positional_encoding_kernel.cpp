@@ -1,6 +1,6 @@
 // Meta kernels: output metadata only, for fake tensors (torch.compile, torch.export) and shape
-// propagation. They read no sizes, so symbolic shapes pass through; the checks that need sizes
-// run in the real kernels.
+// propagation. They read no sizes, so symbolic shapes pass through; the checks that need sizes or
+// values run in the real kernels.
 
 #include "detail/checks.h"
 
@@ -12,27 +12,57 @@ namespace posenc {
 namespace ops {
 namespace {
 
-void check_meta_input(const char* who, const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 3, who, ": expected a 3-D input, but got a ", x.dim(), "-D tensor");
+using OptionalTensor = const c10::optional<at::Tensor>&;
+
+void check_meta_input(const char* who, const at::Tensor& x, int64_t dims) {
+  TORCH_CHECK(x.dim() == dims, who, ": expected a ", dims, "-D input, but got a ", x.dim(), "-D tensor");
   TORCH_CHECK(
       detail::is_supported_float(x.scalar_type()),
       who, ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ", x.scalar_type());
 }
 
-at::Tensor add_position_table_meta(const at::Tensor& x, const at::Tensor& table, int64_t /*offset*/, bool /*batch_first*/) {
-  check_meta_input("posenc::add_position_table", x);
-  TORCH_CHECK(table.dim() == 2 || table.dim() == 3, "posenc::add_position_table: expected the encoding table as [max_len, D] or [1, max_len, D], but got a ", table.dim(), "-D tensor");
+void check_meta_positions(const char* who, OptionalTensor positions) {
+  if (positions.has_value() && positions->defined()) {
+    TORCH_CHECK(
+        at::isIntegralType(positions->scalar_type(), /*includeBool=*/false),
+        who, ": positions must be an integer tensor (int64 or int32), but got ", positions->scalar_type());
+  }
+}
+
+at::Tensor add_position_table_meta(const at::Tensor& x, const at::Tensor& table, int64_t, bool, OptionalTensor positions, double) {
+  check_meta_input("posenc::add_position_table", x, 3);
+  check_meta_positions("posenc::add_position_table", positions);
+  TORCH_CHECK(
+      table.dim() == 2 || table.dim() == 3,
+      "posenc::add_position_table: expected the encoding table as [max_len, D] or [1, max_len, D], but got a ", table.dim(), "-D tensor");
   return at::empty_like(x);
 }
 
-at::Tensor add_position_table_backward_meta(const at::Tensor& grad, const at::Tensor& table, int64_t /*offset*/, bool /*batch_first*/) {
-  check_meta_input("posenc::add_position_table_backward", grad);
+at::Tensor add_position_table_backward_meta(const at::Tensor& grad, const at::Tensor& table, int64_t, bool, OptionalTensor positions) {
+  check_meta_input("posenc::add_position_table_backward", grad, 3);
+  check_meta_positions("posenc::add_position_table_backward", positions);
   return at::empty_like(table, at::MemoryFormat::Contiguous);
 }
 
-at::Tensor add_positional_encoding_meta(const at::Tensor& x, int64_t offset, double /*base*/, bool /*batch_first*/) {
-  check_meta_input("posenc::add_positional_encoding", x);
+at::Tensor add_positional_encoding_meta(
+    const at::Tensor& x,
+    int64_t offset,
+    double,
+    bool,
+    OptionalTensor positions,
+    double,
+    c10::string_view,
+    c10::string_view) {
+  check_meta_input("posenc::add_positional_encoding", x, 3);
+  check_meta_positions("posenc::add_positional_encoding", positions);
   TORCH_CHECK(offset >= 0, "posenc::add_positional_encoding: offset must be >= 0, but got ", offset);
+  return at::empty_like(x);
+}
+
+at::Tensor apply_rotary_meta(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t, OptionalTensor positions, bool, bool, bool) {
+  check_meta_input("posenc::apply_rotary", x, 4);
+  check_meta_positions("posenc::apply_rotary", positions);
+  TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2, "posenc::apply_rotary: cos and sin must be [max_len, R/2] tables");
   return at::empty_like(x);
 }
 
@@ -42,6 +72,7 @@ TORCH_LIBRARY_IMPL(posenc, Meta, m) {
   m.impl("add_position_table", TORCH_FN(add_position_table_meta));
   m.impl("add_position_table_backward", TORCH_FN(add_position_table_backward_meta));
   m.impl("add_positional_encoding", TORCH_FN(add_positional_encoding_meta));
+  m.impl("apply_rotary", TORCH_FN(apply_rotary_meta));
 }
 
 } // namespace ops

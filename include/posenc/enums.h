@@ -1,0 +1,71 @@
+#pragma once
+
+/// Enumerations shared by posenc's options.
+
+#include <ostream>
+
+namespace posenc {
+
+/// How the sine and cosine columns of a sinusoidal encoding are arranged.
+enum class ChannelLayout {
+  /// sin, cos, sin, cos, ... (the paper, and the usual PyTorch module): column 2i is a sine and
+  /// column 2i + 1 a cosine of frequency i. For an odd width the last column is a sine.
+  kInterleaved,
+  /// [sin ... | cos ...] (tensor2tensor, fairseq, HF Marian/BART): the first ceil(D/2) columns are
+  /// sines, the rest cosines of the same frequencies.
+  kConcatenated,
+};
+
+/// How the frequencies of a sinusoidal encoding are spaced.
+enum class FrequencySpacing {
+  /// The paper's base^(-2i / d_model), i = 0 .. ceil(d_model / 2) - 1.
+  kPaper,
+  /// tensor2tensor's get_timing_signal_1d and fairseq's SinusoidalPositionalEmbedding:
+  /// base^(-i / max(h - 1, 1)) with h = floor(d_model / 2) frequencies; for an odd width the last
+  /// column is zero.
+  kTensor2Tensor,
+};
+
+/// What a module does with positions at or past `max_len`.
+enum class BeyondMaxLen {
+  /// Raise a c10::Error that names the positions and max_len (the default).
+  kError,
+  /// Compute the encodings of those positions on the fly, in double precision, with the same
+  /// formula and rounding as the table (so the values are identical to a larger table). The
+  /// buffer never changes shape, so state dicts stay stable. Sinusoidal and rotary modules only.
+  kExtrapolate,
+};
+
+/// How rotary embeddings pair the channels they rotate.
+enum class RotaryPairing {
+  /// Channel i pairs with channel i + R/2 of the rotated part (GPT-NeoX, HF LLaMA's rotate_half).
+  kHalfSplit,
+  /// Channel 2i pairs with 2i + 1 (GPT-J, torchtune, the RoFormer paper).
+  kInterleaved,
+};
+
+/// Which positions TokenAndPositionEmbedding adds.
+enum class PositionKind {
+  /// The fixed sinusoidal encoding (PositionalEncoding).
+  kSinusoidal,
+  /// A trainable table (LearnedPositionalEmbedding).
+  kLearned,
+};
+
+inline std::ostream& operator<<(std::ostream& stream, ChannelLayout layout) {
+  return stream << (layout == ChannelLayout::kInterleaved ? "interleaved" : "concatenated");
+}
+inline std::ostream& operator<<(std::ostream& stream, FrequencySpacing spacing) {
+  return stream << (spacing == FrequencySpacing::kPaper ? "paper" : "tensor2tensor");
+}
+inline std::ostream& operator<<(std::ostream& stream, BeyondMaxLen policy) {
+  return stream << (policy == BeyondMaxLen::kError ? "error" : "extrapolate");
+}
+inline std::ostream& operator<<(std::ostream& stream, PositionKind kind) {
+  return stream << (kind == PositionKind::kSinusoidal ? "sinusoidal" : "learned");
+}
+inline std::ostream& operator<<(std::ostream& stream, RotaryPairing pairing) {
+  return stream << (pairing == RotaryPairing::kHalfSplit ? "half_split" : "interleaved");
+}
+
+} // namespace posenc

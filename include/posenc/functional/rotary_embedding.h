@@ -1,0 +1,39 @@
+#pragma once
+
+#include <posenc/options/rotary_embedding.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace posenc {
+namespace functional {
+
+/// The rotary caches: `cos` and `sin` of `position * base^(-2i / rotary_dim)` for positions
+/// `0 .. max_len - 1` and `i < rotary_dim / 2`, two `[max_len, rotary_dim / 2]` tensors computed
+/// in float64 and rounded once to `options.dtype()`.
+std::pair<at::Tensor, at::Tensor> rotary_tables(
+    int64_t max_len,
+    int64_t rotary_dim,
+    const RotaryTablesFuncOptions& options = {});
+
+/// Rotates queries or keys `x` (`[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) by the
+/// positions' angles: the functional form of `RotaryEmbedding::forward`. `cos`/`sin` come from
+/// `rotary_tables`; the first `2 * cos.size(1)` channels are rotated, the rest pass through. The
+/// result has the dtype of `x` (computed in at least float32).
+///
+/// Example:
+/// ```
+/// namespace F = posenc::functional;
+/// auto [cos, sin] = F::rotary_tables(4096, 64);
+/// auto q_rot = F::rotary_embedding(q, cos, sin, F::RotaryEmbeddingFuncOptions().offset(past));
+/// ```
+at::Tensor rotary_embedding(
+    const at::Tensor& x,
+    const at::Tensor& cos,
+    const at::Tensor& sin,
+    const RotaryEmbeddingFuncOptions& options = {});
+
+} // namespace functional
+} // namespace posenc

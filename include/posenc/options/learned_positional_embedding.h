@@ -1,0 +1,42 @@
+#pragma once
+
+#include <posenc/options/positional_encoding.h>
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace posenc {
+
+/// Options for the `LearnedPositionalEmbedding` module.
+///
+/// Example:
+/// ```
+/// posenc::LearnedPositionalEmbedding pos(
+///     posenc::LearnedPositionalEmbeddingOptions(/*d_model=*/768, /*max_len=*/512).dropout(0.1));
+/// ```
+struct LearnedPositionalEmbeddingOptions {
+  LearnedPositionalEmbeddingOptions(int64_t d_model, int64_t max_len);
+
+  /// Width `D` of the inputs and of every embedding vector (>= 1).
+  TORCH_ARG(int64_t, d_model);
+  /// Number of positions the trainable table holds: positions `0 .. max_len - 1`.
+  TORCH_ARG(int64_t, max_len);
+  /// Standard deviation of the normal initialization of the table (BERT, GPT-2). Default: 0.02.
+  TORCH_ARG(double, init_std) = 0.02;
+  /// Probability of zeroing an element of the output in training mode, in [0, 1]. Default: 0.
+  TORCH_ARG(double, dropout) = 0.0;
+  /// `true`: inputs are `[B, L, D]`; `false`: `[L, B, D]`. Default: `true`.
+  TORCH_ARG(bool, batch_first) = true;
+  /// Factor the input is multiplied by before the embedding is added. Default: 1.
+  TORCH_ARG(double, scale) = 1.0;
+};
+
+namespace functional {
+/// Options for `posenc::functional::learned_positional_embedding`: the same as for
+/// `positional_encoding` (offset or positions, layout, scale, dropout).
+using LearnedPositionalEmbeddingFuncOptions = PositionalEncodingFuncOptions;
+} // namespace functional
+
+} // namespace posenc

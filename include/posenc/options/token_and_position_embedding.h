@@ -1,0 +1,51 @@
+#pragma once
+
+#include <posenc/enums.h>
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace posenc {
+
+/// Options for the `TokenAndPositionEmbedding` module.
+///
+/// Example:
+/// ```
+/// posenc::TokenAndPositionEmbedding embed(
+///     posenc::TokenAndPositionEmbeddingOptions(/*vocab_size=*/32000, /*d_model=*/512, /*max_len=*/2048)
+///         .padding_idx(0)
+///         .dropout(0.1));
+/// ```
+struct TokenAndPositionEmbeddingOptions {
+  /// `scale` starts at sqrt(d_model), the paper's scaling of token embeddings.
+  TokenAndPositionEmbeddingOptions(int64_t vocab_size, int64_t d_model, int64_t max_len);
+
+  /// Number of token ids (rows of the token embedding).
+  TORCH_ARG(int64_t, vocab_size);
+  /// Embedding width `D`.
+  TORCH_ARG(int64_t, d_model);
+  /// Number of positions.
+  TORCH_ARG(int64_t, max_len);
+  /// Sinusoidal (fixed) or learned positions. Default: kSinusoidal.
+  TORCH_ARG(PositionKind, positions) = PositionKind::kSinusoidal;
+  /// Factor the token embeddings are multiplied by. Must be finite. Default: sqrt(d_model).
+  TORCH_ARG(double, scale);
+  /// Token id of padding: its embedding is zero and receives no gradient (as in
+  /// torch::nn::Embedding), and padding tokens get no position (positions count real tokens from
+  /// the first one, as in fairseq). Default: none.
+  TORCH_ARG(c10::optional<int64_t>, padding_idx) = c10::nullopt;
+  /// Probability of zeroing an element of the output in training mode, in [0, 1]. Default: 0.
+  TORCH_ARG(double, dropout) = 0.0;
+  /// `true`: token ids are `[B, L]` and the output `[B, L, D]`; `false`: `[L, B]` and `[L, B, D]`
+  /// (the layout of torch::nn::TransformerEncoder). Default: `true`.
+  TORCH_ARG(bool, batch_first) = true;
+  /// Base of the sinusoidal wavelengths (sinusoidal positions only). Default: 10000.
+  TORCH_ARG(double, base) = 10000.0;
+  /// Positions at or past `max_len` (sinusoidal positions only can extrapolate). Default: kError.
+  TORCH_ARG(BeyondMaxLen, beyond_max_len) = BeyondMaxLen::kError;
+};
+
+} // namespace posenc
