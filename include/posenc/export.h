@@ -3,12 +3,18 @@
 /// TorchScript export of posenc's modules.
 ///
 /// A C++ `torch::nn::Module` cannot be scripted or traced, so posenc writes the TorchScript itself:
-/// `to_torchscript` returns a `torch::jit::Module` that holds the module's tensors (for
-/// `PositionalEncoding`, the buffer `pe`) and a `forward` written in TorchScript with the module's
-/// eval-mode semantics: the same layout, offset, dtype rules and error conditions (errors are
-/// raised as TorchScript exceptions carrying the same messages). It calls only built-in operators,
-/// so the saved file loads with plain PyTorch (`torch.jit.load`) without posenc, and with
-/// `torch::jit::load` in C++.
+/// `to_torchscript` returns a `torch::jit::Module` that holds a copy of the module's tensors (the
+/// same names as in C++: `pe`, `weight`, `cos`/`sin`, `tokens.weight` + `positions.*`) and methods
+/// written in TorchScript with the module's eval-mode semantics: the same layouts, offsets,
+/// explicit positions, padding, scale, dtype rules and error conditions (raised as TorchScript
+/// exceptions carrying the same messages). Only built-in operators are called, so the saved file
+/// loads with plain PyTorch (`torch.jit.load`) without posenc, and with `torch::jit::load` in C++.
+///
+/// Methods of every exported module: `forward(x, offset: int = 0)` and
+/// `forward_positions(x, positions)`; sequence modules also `forward_padded(x, padding_mask)`.
+/// Dropout, a training-only operation, is not exported. Encodings past `max_len` under
+/// BeyondMaxLen::kExtrapolate are computed with PyTorch's float64 sin/cos, which can differ from
+/// the C++ module's in the last bit after rounding to float32.
 ///
 /// Example:
 /// ```
@@ -17,19 +23,27 @@
 /// // Python: m = torch.jit.load("pe.pt"); y = m(x, 3)
 /// ```
 
+#include <posenc/modules/learned_positional_embedding.h>
 #include <posenc/modules/positional_encoding.h>
+#include <posenc/modules/rotary_embedding.h>
+#include <posenc/modules/token_and_position_embedding.h>
 
 #include <torch/csrc/jit/api/module.h>
 
 namespace posenc {
 
-/// TorchScript version of a `PositionalEncoding`: buffer `pe` (a copy), attributes `d_model`,
-/// `max_len`, `batch_first`, and `forward(x: Tensor, offset: int = 0) -> Tensor`. Dropout, a
-/// training-only operation, is not part of the export.
+/// TorchScript version of a `PositionalEncoding`.
 torch::jit::Module to_torchscript(const PositionalEncodingImpl& module);
+/// TorchScript version of a `LearnedPositionalEmbedding`.
+torch::jit::Module to_torchscript(const LearnedPositionalEmbeddingImpl& module);
+/// TorchScript version of a `RotaryEmbedding`.
+torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module);
+/// TorchScript version of a `TokenAndPositionEmbedding` (forward takes token ids).
+torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module);
 
-/// Overload for the module holder.
-inline torch::jit::Module to_torchscript(const PositionalEncoding& module) {
+/// Overloads for the module holders.
+template <typename Impl>
+torch::jit::Module to_torchscript(const torch::nn::ModuleHolder<Impl>& module) {
   return to_torchscript(*module);
 }
 

@@ -2,8 +2,10 @@
 
 #include <posenc/export.h>
 #include <posenc/modules/positional_encoding.h>
+#include <posenc/modules/rotary_embedding.h>
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -13,19 +15,52 @@ namespace cli {
 namespace {
 
 struct ExportArgs {
+  std::string module = "sinusoidal";
   int64_t max_len = 0;
   int64_t d_model = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
   double base = 10000.0;
+  double scale = 1.0;
   bool seq_first = false;
+  bool heads_first = false;
+  bool extrapolate = false;
+  std::string layout = "interleaved";
+  std::string spacing = "paper";
+  std::string pairing = "half_split";
   std::string output;
 };
 
-void run_export(const ExportArgs& args) {
-  PositionalEncoding module(
-      PositionalEncodingOptions(args.d_model, args.max_len).base(args.base).batch_first(!args.seq_first));
-  to_torchscript(module).save(args.output);
-  std::cout << "wrote " << args.output << ": TorchScript " << *module
+template <typename Module>
+void save(const Module& module, const std::string& path) {
+  to_torchscript(module).save(path);
+  std::cout << "wrote " << path << ": TorchScript " << *module
             << "; load it with torch.jit.load (Python) or torch::jit::load (C++)\n";
+}
+
+void run_export(const ExportArgs& args) {
+  const BeyondMaxLen beyond = args.extrapolate ? BeyondMaxLen::kExtrapolate : BeyondMaxLen::kError;
+  if (args.module == "rotary") {
+    RotaryEmbeddingOptions options(args.head_dim, args.max_len);
+    options.base(args.base)
+        .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit)
+        .heads_first(args.heads_first)
+        .beyond_max_len(beyond);
+    if (args.rotary_dim > 0) {
+      options.rotary_dim(args.rotary_dim);
+    }
+    save(RotaryEmbedding(options), args.output);
+    return;
+  }
+  save(
+      PositionalEncoding(PositionalEncodingOptions(args.d_model, args.max_len)
+                             .base(args.base)
+                             .batch_first(!args.seq_first)
+                             .layout(args.layout == "concatenated" ? ChannelLayout::kConcatenated : ChannelLayout::kInterleaved)
+                             .spacing(args.spacing == "tensor2tensor" ? FrequencySpacing::kTensor2Tensor : FrequencySpacing::kPaper)
+                             .beyond_max_len(beyond)
+                             .scale(args.scale)),
+      args.output);
 }
 
 } // namespace
@@ -33,11 +68,22 @@ void run_export(const ExportArgs& args) {
 void add_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "export", "Write a PositionalEncoding as a TorchScript file that plain PyTorch can load");
+      "export", "Write a PositionalEncoding or RotaryEmbedding as a TorchScript file that plain PyTorch can load");
+  cmd->add_option("--module", args->module, "sinusoidal (PositionalEncoding) or rotary (RotaryEmbedding)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sinusoidal", "rotary"}));
   cmd->add_option("--max-len", args->max_len, "Number of positions the table holds")->required();
-  cmd->add_option("--d-model", args->d_model, "Encoding width")->required();
+  cmd->add_option("--d-model", args->d_model, "Encoding width (sinusoidal)");
+  cmd->add_option("--head-dim", args->head_dim, "Head width (rotary)");
+  cmd->add_option("--rotary-dim", args->rotary_dim, "Rotated channels per head (rotary; default: head-dim)");
   cmd->add_option("--base", args->base, "Base of the wavelength progression")->capture_default_str();
-  cmd->add_flag("--seq-first", args->seq_first, "Inputs are [L, B, D] instead of [B, L, D]");
+  cmd->add_option("--scale", args->scale, "Factor the input is multiplied by (sinusoidal)")->capture_default_str();
+  cmd->add_option("--layout", args->layout, "Channel layout (sinusoidal)")->capture_default_str()->check(CLI::IsMember({"interleaved", "concatenated"}));
+  cmd->add_option("--spacing", args->spacing, "Frequency spacing (sinusoidal)")->capture_default_str()->check(CLI::IsMember({"paper", "tensor2tensor"}));
+  cmd->add_option("--pairing", args->pairing, "Channel pairing (rotary)")->capture_default_str()->check(CLI::IsMember({"half_split", "interleaved"}));
+  cmd->add_flag("--seq-first", args->seq_first, "Inputs are [L, B, D] instead of [B, L, D] (sinusoidal)");
+  cmd->add_flag("--heads-first", args->heads_first, "Inputs are [B, H, L, Dh] instead of [B, L, H, Dh] (rotary)");
+  cmd->add_flag("--extrapolate", args->extrapolate, "Compute positions past max-len on the fly instead of raising");
   cmd->add_option("-o,--output", args->output, "Output file (.pt)")->required();
   cmd->callback([args] { run_export(*args); });
 }

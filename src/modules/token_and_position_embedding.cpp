@@ -9,12 +9,22 @@
 
 #include <cmath>
 #include <ios>
+#include <string>
 #include <tuple>
 
 namespace posenc {
 
 namespace {
 constexpr const char* kWho = "TokenAndPositionEmbedding";
+
+// register_module the first time, replace_module on a later reset().
+template <typename Holder>
+Holder put_module(torch::nn::Module& parent, const std::string& name, Holder child) {
+  if (parent.named_children().contains(name)) {
+    return parent.replace_module(name, child);
+  }
+  return parent.register_module(name, child);
+}
 } // namespace
 
 TokenAndPositionEmbeddingOptions::TokenAndPositionEmbeddingOptions(int64_t vocab_size, int64_t d_model, int64_t max_len)
@@ -60,12 +70,12 @@ void TokenAndPositionEmbeddingImpl::reset() {
                                                  .batch_first(options.batch_first())
                                                  .scale(options.scale()));
   }
-  tokens = replace_module("tokens", new_tokens);
+  tokens = put_module(*this, "tokens", new_tokens);
   if (new_sinusoidal) {
-    sinusoidal = replace_module("positions", new_sinusoidal);
+    sinusoidal = put_module(*this, "positions", new_sinusoidal);
     learned = nullptr;
   } else {
-    learned = replace_module("positions", new_learned);
+    learned = put_module(*this, "positions", new_learned);
     sinusoidal = nullptr;
   }
 }

@@ -5,7 +5,11 @@
 
 #include <torch/torch.h>
 
+#include "test_util.h"
+
 #include <gtest/gtest.h>
+
+#include <sstream>
 
 namespace {
 
@@ -91,4 +95,91 @@ TEST(TransformerIntegration, TrainingStepsReduceLoss) {
     (step == 0 ? first : last) = loss.item<double>();
   }
   EXPECT_LT(last, 0.5 * first);
+}
+
+// --- TokenAndPositionEmbedding: the block in front of the encoder ------------------------------
+
+namespace {
+
+std::string printed(const torch::nn::Module& module) {
+  std::ostringstream stream;
+  module.pretty_print(stream);
+  return stream.str();
+}
+
+} // namespace
+
+TEST(TokenAndPositionEmbedding, EqualsTokenEmbeddingTimesScalePlusEncoding) {
+  torch::manual_seed(0);
+  posenc::TokenAndPositionEmbedding embed(50, 16, 64);
+  EXPECT_DOUBLE_EQ(embed->options.scale(), 4.0);
+  const auto ids = torch::randint(0, 50, {3, 7}, torch::kLong);
+  const auto expected = embed->tokens->weight.index_select(0, ids.reshape({-1})).view({3, 7, 16}) * 4.0 +
+      posenc::functional::sinusoidal_table(7, 16, posenc::functional::SinusoidalTableFuncOptions().offset(5)).unsqueeze(0);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::allclose(embed(ids, 5), expected, 0, 1e-6));
+}
+
+TEST(TokenAndPositionEmbedding, LearnedPositionsAndGradients) {
+  torch::manual_seed(0);
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(20, 8, 10).positions(posenc::PositionKind::kLearned).scale(1.0));
+  ASSERT_TRUE(embed->learned);
+  EXPECT_FALSE(embed->sinusoidal);
+  const auto ids = torch::tensor({{1, 2, 3}}, torch::kLong);
+  embed(ids).sum().backward();
+  EXPECT_TRUE(embed->learned->weight.grad().narrow(0, 0, 3).eq(1).all().item<bool>());
+  EXPECT_EQ(embed->learned->weight.grad().narrow(0, 3, 7).abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(embed->tokens->weight.grad()[2].sum().item<double>(), 8.0);
+  const auto names = embed->named_parameters();
+  EXPECT_TRUE(names.contains("tokens.weight"));
+  EXPECT_TRUE(names.contains("positions.weight"));
+}
+
+TEST(TokenAndPositionEmbedding, PaddingGetsNeitherEmbeddingNorPosition) {
+  torch::manual_seed(0);
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(20, 8, 10).padding_idx(0).scale(1.0));
+  const auto left = torch::tensor({{0, 0, 5, 6}}, torch::kLong);
+  const auto plain = torch::tensor({{5, 6}}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto y = embed(left);
+  EXPECT_EQ(y[0].narrow(0, 0, 2).abs().sum().item<double>(), 0.0);
+  EXPECT_TRUE(torch::equal(y[0].narrow(0, 2, 2), embed(plain)[0]));
+  // A decoding step continues from the number of real tokens seen.
+  EXPECT_TRUE(torch::equal(embed(torch::tensor({{7}}, torch::kLong), 2)[0][0], embed(torch::tensor({{5, 6, 7}}, torch::kLong))[0][2]));
+}
+
+TEST(TokenAndPositionEmbedding, FeedsTransformerEncoderSequenceFirst) {
+  torch::manual_seed(0);
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 32, 64).batch_first(false).dropout(0.1));
+  torch::nn::TransformerEncoder encoder(torch::nn::TransformerEncoderOptions(
+      torch::nn::TransformerEncoderLayerOptions(32, 4).dim_feedforward(64), 2));
+  const auto ids = torch::randint(0, 30, {12, 2}, torch::kLong);  // [L, B]
+  const auto hidden = encoder(embed(ids));
+  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{12, 2, 32}));
+  hidden.sum().backward();
+  EXPECT_GT(embed->tokens->weight.grad().abs().sum().item<double>(), 0.0);
+}
+
+TEST(TokenAndPositionEmbedding, ErrorsAndPrinting) {
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).padding_idx(1));
+  EXPECT_POSENC_ERROR(embed(torch::tensor({{1, 10}}, torch::kLong)), "TokenAndPositionEmbedding: token ids must lie in [0, vocab_size) = [0, 10), but got ids from 1 to 10");
+  EXPECT_POSENC_ERROR(embed(torch::zeros({2, 3})), "TokenAndPositionEmbedding: expected integer token ids, but got Float");
+  EXPECT_POSENC_ERROR(embed(torch::zeros({3}, torch::kLong)), "expected token ids of shape [B, L] (batch_first=true), but got a 1-D tensor of shape [3]");
+  EXPECT_POSENC_ERROR(posenc::TokenAndPositionEmbedding(posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).padding_idx(10)), "padding_idx must be in [0, vocab_size) = [0, 10), but got 10");
+  EXPECT_POSENC_ERROR(
+      posenc::TokenAndPositionEmbedding(posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).positions(posenc::PositionKind::kLearned).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)),
+      "learned positions cannot extrapolate past max_len");
+  EXPECT_EQ(printed(*embed), "posenc::TokenAndPositionEmbedding(vocab_size=10, d_model=4, max_len=8, positions=sinusoidal, scale=2, padding_idx=1, dropout=0, batch_first=true)");
+}
+
+TEST(TokenAndPositionEmbedding, ExportEqualsModule) {
+  torch::manual_seed(0);
+  for (const auto kind : {posenc::PositionKind::kSinusoidal, posenc::PositionKind::kLearned}) {
+    posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(20, 8, 16).positions(kind).padding_idx(0));
+    auto exported = posenc::to_torchscript(embed);
+    const auto ids = torch::tensor({{0, 3, 4, 5}, {6, 7, 8, 0}}, torch::kLong);
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(exported.forward({ids, int64_t{2}}).toTensor(), embed(ids, 2))) << kind;
+    EXPECT_TRUE(exported.named_parameters().size() == (kind == posenc::PositionKind::kLearned ? 2u : 1u));
+  }
 }

@@ -82,3 +82,51 @@ def assert_within_bound(actual, expected, dtype, table_dtype=torch.float32):
     excess = (actual.to(torch.float64) - expected).abs() - (atol + rtol * expected.abs())
     assert excess.max().item() <= 0, (
         f"{dtype}: error exceeds atol={atol:.3g} + rtol={rtol:.3g}*|expected| by {excess.max().item():.3g}")
+
+
+def tensor2tensor_signal(length, channels, min_timescale=1.0, max_timescale=1.0e4, start_index=0):
+    """tensor2tensor's get_timing_signal_1d (also fairseq's SinusoidalPositionalEmbedding table),
+    written from its definition in float64: [sin | cos] of channels // 2 log-spaced timescales,
+    zero-padded to an odd width."""
+    position = torch.arange(start_index, start_index + length, dtype=torch.float64)
+    num_timescales = channels // 2
+    increment = math.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
+    inv_timescales = min_timescale * torch.exp(torch.arange(num_timescales, dtype=torch.float64) * -increment)
+    scaled_time = position.unsqueeze(1) * inv_timescales.unsqueeze(0)
+    signal = torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+    return torch.nn.functional.pad(signal, (0, channels % 2))
+
+
+def marian_table(length, dim):
+    """HF Marian/BART's sinusoidal table in float64: the paper's frequencies, the sines of the even
+    columns first, then the cosines of the odd ones."""
+    full = reference_table(length, dim, dtype=torch.float64)
+    return torch.cat([full[:, 0::2], full[:, 1::2]], dim=1)
+
+
+def rope_cos_sin(positions, rotary_dim, base=10000.0):
+    """cos and sin of position * base^(-2i / rotary_dim) in float64: [N, rotary_dim / 2]."""
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angle = positions.to(torch.float64).reshape(-1, 1) * inv_freq
+    return torch.cos(angle), torch.sin(angle)
+
+
+def rope_half_split(x, cos, sin, rotary_dim):
+    """HF LLaMA's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin on the first rotary_dim
+    channels, with cos/sin repeated over both halves. x [B, L, H, D]; cos/sin [L, R/2]."""
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    cos = torch.cat([cos, cos], -1)[None, :, None, :]
+    sin = torch.cat([sin, sin], -1)[None, :, None, :]
+    half = rotary_dim // 2
+    rotated_half = torch.cat([-rot[..., half:], rot[..., :half]], -1)
+    return torch.cat([rot * cos + rotated_half * sin, rest], -1)
+
+
+def rope_interleaved(x, cos, sin, rotary_dim):
+    """torchtune's RotaryPositionalEmbeddings (GPT-J pairs (2i, 2i + 1)). x [B, L, H, D]."""
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    pairs = rot.reshape(*rot.shape[:-1], rotary_dim // 2, 2)
+    cos = cos[None, :, None, :]
+    sin = sin[None, :, None, :]
+    out = torch.stack([pairs[..., 0] * cos - pairs[..., 1] * sin, pairs[..., 1] * cos + pairs[..., 0] * sin], -1)
+    return torch.cat([out.flatten(-2), rest], -1)

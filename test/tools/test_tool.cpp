@@ -5,6 +5,9 @@
 //       torch::jit::load(MODEL), call forward with the tuple stored in ARGS, save the result to OUT.
 //   posenc_test_tool load-pe --d-model D --max-len M [--base B] [--prefix P] [--non-strict] FILE OUT
 //       posenc::load_state_dict a PositionalEncoding from FILE (a Python state dict), save its pe.
+//   posenc_test_tool export-learned --d-model D --max-len M [--seed S] OUT
+//   posenc_test_tool export-token --vocab V --d-model D --max-len M [--learned] [--padding-idx P] [--seed S] OUT
+//       to_torchscript of a randomly initialized LearnedPositionalEmbedding / TokenAndPositionEmbedding.
 //
 // On a c10::Error the message goes to stderr and the exit status is 1.
 
@@ -73,6 +76,35 @@ int main(int argc, char** argv) {
     module->pe.fill_(-7.0); // so that values not loaded are visible
     posenc::load_state_dict(*module, checkpoint, posenc::LoadStateDictOptions().prefix(prefix).strict(!non_strict));
     write_value(module->pe, out_path);
+  });
+
+  int64_t seed = 0, vocab = 0, padding_idx = -1;
+  bool learned = false;
+  CLI::App* export_learned = app.add_subcommand("export-learned", "Export a LearnedPositionalEmbedding");
+  export_learned->add_option("--d-model", d_model)->required();
+  export_learned->add_option("--max-len", max_len)->required();
+  export_learned->add_option("--seed", seed);
+  export_learned->add_option("out", out_path)->required();
+  export_learned->callback([&] {
+    torch::manual_seed(seed);
+    posenc::to_torchscript(posenc::LearnedPositionalEmbedding(d_model, max_len)).save(out_path);
+  });
+  CLI::App* export_token = app.add_subcommand("export-token", "Export a TokenAndPositionEmbedding");
+  export_token->add_option("--vocab", vocab)->required();
+  export_token->add_option("--d-model", d_model)->required();
+  export_token->add_option("--max-len", max_len)->required();
+  export_token->add_option("--padding-idx", padding_idx);
+  export_token->add_flag("--learned", learned);
+  export_token->add_option("--seed", seed);
+  export_token->add_option("out", out_path)->required();
+  export_token->callback([&] {
+    torch::manual_seed(seed);
+    posenc::TokenAndPositionEmbeddingOptions options(vocab, d_model, max_len);
+    options.positions(learned ? posenc::PositionKind::kLearned : posenc::PositionKind::kSinusoidal);
+    if (padding_idx >= 0) {
+      options.padding_idx(padding_idx);
+    }
+    posenc::to_torchscript(posenc::TokenAndPositionEmbedding(options)).save(out_path);
   });
 
   try {

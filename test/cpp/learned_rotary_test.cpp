@@ -1,0 +1,290 @@
+// LearnedPositionalEmbedding and RotaryEmbedding.
+
+#include <posenc/posenc.h>
+
+#include "test_util.h"
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+namespace F = posenc::functional;
+using posenc::LearnedPositionalEmbedding;
+using posenc::LearnedPositionalEmbeddingOptions;
+using posenc::RotaryEmbedding;
+using posenc::RotaryEmbeddingOptions;
+using posenc::RotaryPairing;
+
+namespace {
+
+class Learned : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+class Rotary : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+std::string printed(const torch::nn::Module& module) {
+  std::ostringstream stream;
+  module.pretty_print(stream);
+  return stream.str();
+}
+
+// RoPE written from its definition in long double: for each pair (a, b) of rotated channels and
+// theta = position * base^(-2i/R), (a, b) -> (a cos - b sin, a sin + b cos). x: [B, L, H, Dh].
+torch::Tensor reference_rope(const torch::Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, bool interleaved, long double base = 10000.0L) {
+  const auto in = x.to(torch::kDouble).contiguous();
+  auto out = in.clone();
+  const int64_t B = x.size(0), L = x.size(1), H = x.size(2), D = x.size(3), half = rotary_dim / 2;
+  const double* src = in.data_ptr<double>();
+  double* dst = out.data_ptr<double>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t p = positions[static_cast<size_t>(l)];
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t row = ((b * L + l) * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t ia = interleaved ? 2 * i : i;
+          const int64_t ib = interleaved ? 2 * i + 1 : i + half;
+          const long double theta = static_cast<long double>(p) * std::pow(base, -static_cast<long double>(2 * i) / rotary_dim);
+          const long double a = src[row + ia], bb = src[row + ib];
+          dst[row + ia] = static_cast<double>(a * std::cos(theta) - bb * std::sin(theta));
+          dst[row + ib] = static_cast<double>(a * std::sin(theta) + bb * std::cos(theta));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> range(int64_t begin, int64_t count) {
+  std::vector<int64_t> values(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = begin + i;
+  return values;
+}
+
+double max_abs_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+} // namespace
+
+// --- LearnedPositionalEmbedding ----------------------------------------------------------------
+
+TEST_F(Learned, RegistersTrainableTableWithNormalInit) {
+  LearnedPositionalEmbedding pos(256, 512);
+  ASSERT_TRUE(pos->named_parameters().contains("weight"));
+  EXPECT_TRUE(pos->named_buffers().is_empty());
+  EXPECT_EQ(pos->weight.sizes(), (std::vector<int64_t>{512, 256}));
+  EXPECT_TRUE(pos->weight.requires_grad());
+  // 131072 draws of normal(0, 0.02): the sample std is 0.02 to within 0.3%.
+  EXPECT_NEAR(pos->weight.std().item<double>(), 0.02, 0.0005);
+  EXPECT_NEAR(pos->weight.mean().item<double>(), 0.0, 0.0005);
+}
+
+TEST_F(Learned, ForwardAddsRowsAndGradientReachesThem) {
+  LearnedPositionalEmbedding pos(LearnedPositionalEmbeddingOptions(4, 10).batch_first(false));
+  const auto x = torch::randn({3, 2, 4}, torch::requires_grad());
+  const auto y = pos(x, 5);
+  EXPECT_TRUE(torch::equal(y, x + pos->weight.narrow(0, 5, 3).unsqueeze(1)));
+  y.sum().backward();
+  auto expected = torch::zeros({10, 4});
+  expected.narrow(0, 5, 3).fill_(2.0);  // two sequences in the batch
+  EXPECT_TRUE(torch::equal(pos->weight.grad(), expected));
+  EXPECT_TRUE(torch::equal(x.grad(), torch::ones({3, 2, 4})));
+}
+
+TEST_F(Learned, PositionsAndPadding) {
+  LearnedPositionalEmbedding pos(4, 10);
+  const auto x = torch::randn({2, 3, 4});
+  const auto positions = torch::tensor({{2, 9, -1}, {0, 0, 1}}, torch::kLong);
+  const auto y = pos->forward_positions(x, positions);
+  EXPECT_TRUE(torch::equal(y[0][1], x[0][1] + pos->weight[9]));
+  EXPECT_TRUE(torch::equal(y[0][2], x[0][2]));
+  const auto mask = torch::tensor({{1, 0, 0}, {0, 0, 1}}, torch::kBool);
+  const auto padded = pos->forward_padded(x, mask);
+  EXPECT_TRUE(torch::equal(padded[0][1], x[0][1] + pos->weight[0]));
+  EXPECT_TRUE(torch::equal(padded[1][2], x[1][2]));
+}
+
+TEST_F(Learned, TrainingMovesOnlyTheRowsUsed) {
+  LearnedPositionalEmbedding pos(8, 20);
+  const auto before = pos->weight.detach().clone();
+  torch::optim::SGD optimizer(pos->parameters(), 0.1);
+  const auto loss = pos(torch::randn({4, 6, 8}), 2).pow(2).sum();
+  loss.backward();
+  optimizer.step();
+  const auto changed = (pos->weight.detach() != before).any(1);
+  EXPECT_TRUE(changed.narrow(0, 2, 6).all().item<bool>());
+  EXPECT_FALSE(changed.narrow(0, 8, 12).any().item<bool>());
+}
+
+TEST_F(Learned, ErrorsAndPrinting) {
+  LearnedPositionalEmbedding pos(4, 10);
+  EXPECT_POSENC_ERROR(pos(torch::randn({1, 3, 4}), 8), "LearnedPositionalEmbedding: positions offset .. offset + L - 1 must lie in the table, i.e. offset + L <= max_len (10), but got L = 3 and offset = 8 (offset + L = 11); build the module with a larger max_len, or split the sequence");
+  EXPECT_POSENC_ERROR(pos->forward_positions(torch::randn({1, 3, 4}), torch::tensor({0, 1, 10})), "positions must be < max_len (10), but got 10; build the module with max_len >= 11");
+  EXPECT_POSENC_ERROR(LearnedPositionalEmbedding(0, 10), "LearnedPositionalEmbedding: d_model must be >= 1, but got 0");
+  EXPECT_POSENC_ERROR(LearnedPositionalEmbedding(LearnedPositionalEmbeddingOptions(4, 10).init_std(-1)), "init_std must be finite and >= 0, but got -1");
+  EXPECT_EQ(printed(*pos), "posenc::LearnedPositionalEmbedding(d_model=4, max_len=10, dropout=0, batch_first=true)");
+}
+
+TEST_F(Learned, SaveLoadCloneAndBadCheckpoint) {
+  LearnedPositionalEmbedding saved(6, 12);
+  const std::string path = testing::TempDir() + "learned_" + std::to_string(::getpid()) + ".pt";
+  torch::save(saved, path);
+  LearnedPositionalEmbedding fresh(6, 12);
+  torch::load(fresh, path);
+  EXPECT_TRUE(torch::equal(fresh->weight, saved->weight));
+  EXPECT_TRUE(fresh->weight.requires_grad());
+  LearnedPositionalEmbedding other(6, 13);
+  const auto before = other->weight.detach().clone();
+  EXPECT_POSENC_ERROR(torch::load(other, path), "LearnedPositionalEmbedding: the checkpoint's weight has shape [12, 6], but this module's is [13, 6]");
+  EXPECT_TRUE(torch::equal(other->weight, before));
+  std::remove(path.c_str());
+  auto copy = std::dynamic_pointer_cast<posenc::LearnedPositionalEmbeddingImpl>(saved->clone());
+  EXPECT_TRUE(torch::equal(copy->weight, saved->weight));
+  EXPECT_NE(copy->weight.data_ptr(), saved->weight.data_ptr());
+}
+
+TEST_F(Learned, ExportEqualsModule) {
+  LearnedPositionalEmbedding pos(LearnedPositionalEmbeddingOptions(5, 9).scale(2.0));
+  auto exported = posenc::to_torchscript(pos);
+  const auto x = torch::randn({2, 4, 5});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(exported.forward({x, int64_t{3}}).toTensor(), pos(x, 3)));
+  const auto positions = torch::tensor({{0, 8, -1, 2}, {1, 1, 1, 1}}, torch::kLong);
+  EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(), pos->forward_positions(x, positions)));
+  EXPECT_THROW(exported.forward({x, int64_t{7}}), std::exception);
+}
+
+// --- RotaryEmbedding ---------------------------------------------------------------------------
+
+TEST_F(Rotary, MatchesLongDoubleDefinitionForBothPairings) {
+  for (const auto pairing : {RotaryPairing::kHalfSplit, RotaryPairing::kInterleaved}) {
+    for (const int64_t rotary_dim : {16, 8}) {
+      RotaryEmbedding rope(RotaryEmbeddingOptions(16, 4096).rotary_dim(rotary_dim).pairing(pairing));
+      const auto x = torch::randn({2, 5, 3, 16});
+      const auto y = rope(x, 4000);
+      const auto expected = reference_rope(x, range(4000, 5), rotary_dim, pairing == RotaryPairing::kInterleaved);
+      // float32 cos/sin (error <= 2^-25 each) times |x| <~ 5, plus float32 rounding of the result.
+      EXPECT_LE(max_abs_difference(y, expected), 1e-6) << pairing << " rotary_dim=" << rotary_dim;
+      if (rotary_dim < 16) {
+        EXPECT_TRUE(torch::equal(y.narrow(3, rotary_dim, 16 - rotary_dim), x.narrow(3, rotary_dim, 16 - rotary_dim)));
+      }
+    }
+  }
+}
+
+TEST_F(Rotary, DoubleCachesMatchLongDoubleClosely) {
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8, 100));
+  rope->to(torch::kDouble);
+  EXPECT_EQ(rope->cos.scalar_type(), torch::kDouble);
+  const auto x = torch::randn({1, 7, 2, 8}, torch::kDouble);
+  EXPECT_LE(max_abs_difference(rope(x, 50), reference_rope(x, range(50, 7), 8, false)), 1e-13);
+}
+
+TEST_F(Rotary, PreservesNormsAndScoresDependOnlyOnDistance) {
+  RotaryEmbedding rope(RotaryEmbeddingOptions(32, 512).rotary_dim(32));
+  rope->to(torch::kDouble);
+  const auto q = torch::randn({1, 1, 1, 32}, torch::kDouble);
+  const auto k = torch::randn({1, 1, 1, 32}, torch::kDouble);
+  const auto score = [&](int64_t m, int64_t n) { return (rope(q, m) * rope(k, n)).sum().item<double>(); };
+  for (const int64_t shift : {0, 7, 300}) {
+    EXPECT_NEAR(score(10 + shift, 3 + shift), score(10, 3), 1e-10) << shift;
+  }
+  EXPECT_NEAR(rope(q, 123).norm().item<double>(), q.norm().item<double>(), 1e-12);
+}
+
+TEST_F(Rotary, HeadsFirstLayoutAndExplicitPositions) {
+  RotaryEmbedding bl(RotaryEmbeddingOptions(8, 64));
+  RotaryEmbedding bh(RotaryEmbeddingOptions(8, 64).heads_first(true));
+  const auto x = torch::randn({2, 5, 3, 8});
+  EXPECT_TRUE(torch::equal(bh(x.transpose(1, 2), 9), bl(x, 9).transpose(1, 2)));
+  const auto positions = torch::tensor({{9, 10, 11, 12, 13}, {0, 0, -1, 63, 1}}, torch::kLong);
+  const auto y = bl->forward_positions(x, positions);
+  EXPECT_TRUE(torch::equal(y[0], bl(x, 9)[0]));
+  EXPECT_TRUE(torch::equal(y[1][2], x[1][2]));  // -1: padding, not rotated
+  EXPECT_TRUE(torch::equal(bh->forward_positions(x.transpose(1, 2), positions), y.transpose(1, 2)));
+}
+
+TEST_F(Rotary, GradientIsTheInverseRotation) {
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8, 32).pairing(RotaryPairing::kInterleaved));
+  const auto x = torch::randn({2, 4, 2, 8}, torch::requires_grad());
+  const auto upstream = torch::randn({2, 4, 2, 8});
+  rope(x, 3).backward(upstream);
+  // <R x, g> = <x, R^T g>: the gradient rotated forward again gives back g.
+  EXPECT_LE(max_abs_difference(rope(x.grad(), 3), upstream), 1e-5);
+  EXPECT_FALSE(x.grad().allclose(upstream));
+}
+
+TEST_F(Rotary, DtypesArePreservedAndRoundedOnce) {
+  RotaryEmbedding rope(8, 32);
+  const auto x = torch::randn({1, 6, 2, 8});
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16, torch::kDouble}) {
+    const auto xd = x.to(dtype);
+    const auto y = rope(xd, 2);
+    EXPECT_EQ(y.scalar_type(), dtype);
+    if (dtype != torch::kDouble) {
+      EXPECT_TRUE(torch::equal(y, rope(xd.to(torch::kFloat), 2).to(dtype))) << dtype;
+    }
+  }
+  rope->to(torch::kBFloat16);
+  EXPECT_EQ(rope->cos.scalar_type(), torch::kFloat);
+}
+
+TEST_F(Rotary, ExtrapolationEqualsALargerCache) {
+  RotaryEmbedding small(RotaryEmbeddingOptions(8, 16).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+  RotaryEmbedding large(RotaryEmbeddingOptions(8, 5000));
+  const auto x = torch::randn({2, 6, 1, 8});
+  EXPECT_TRUE(torch::equal(small(x, 12), large(x, 12)));
+  EXPECT_TRUE(torch::equal(small(x, 4990), large(x, 4990)));
+  const auto positions = torch::tensor({0, 15, 16, 4999, -1, 3}, torch::kLong);
+  EXPECT_TRUE(torch::equal(small->forward_positions(x, positions), large->forward_positions(x, positions)));
+}
+
+TEST_F(Rotary, FunctionalMatchesModule) {
+  RotaryEmbedding rope(RotaryEmbeddingOptions(12, 40).rotary_dim(6).pairing(RotaryPairing::kInterleaved));
+  const auto tables = F::rotary_tables(40, 6);
+  EXPECT_TRUE(torch::equal(tables.first, rope->cos));
+  const auto x = torch::randn({1, 3, 2, 12});
+  EXPECT_TRUE(torch::equal(
+      F::rotary_embedding(x, tables.first, tables.second, F::RotaryEmbeddingFuncOptions().offset(5).pairing(RotaryPairing::kInterleaved)),
+      rope(x, 5)));
+}
+
+TEST_F(Rotary, Errors) {
+  RotaryEmbedding rope(8, 16);
+  EXPECT_POSENC_ERROR(rope(torch::randn({2, 5, 8})), "RotaryEmbedding: expected a 4-D query or key tensor of shape [B, L, H, Dh] (heads_first=false), but got a 3-D tensor of shape [2, 5, 8]");
+  EXPECT_POSENC_ERROR(rope(torch::randn({1, 2, 1, 6})), "RotaryEmbedding: the head dimension Dh = 6 is smaller than the rotated width 8");
+  EXPECT_POSENC_ERROR(rope(torch::randn({1, 4, 1, 8}), 13), "offset + L <= max_len (16), but got L = 4 and offset = 13");
+  EXPECT_POSENC_ERROR(rope(torch::ones({1, 4, 1, 8}, torch::kLong)), "expected a floating-point input");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 16).rotary_dim(5)), "RotaryEmbedding: the rotated width must be even and >= 2, but got 5");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 16).rotary_dim(10)), "RotaryEmbedding: rotary_dim (10) must be <= head_dim (8)");
+  EXPECT_POSENC_ERROR(rope(torch::empty({1, 4, 1, 8}, torch::Device(torch::kMeta))), "expected the input on the device of the cos/sin caches (cpu), but got an input on meta");
+  const auto cos = rope->cos.clone().requires_grad_();
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary(torch::randn({1, 2, 1, 8}), cos, rope->sin), "cos and sin are fixed tables and get no gradient");
+}
+
+TEST_F(Rotary, PrintingSaveLoadAndExport) {
+  RotaryEmbedding rope(RotaryEmbeddingOptions(16, 64).rotary_dim(8).base(500000).pairing(RotaryPairing::kInterleaved).heads_first(true));
+  EXPECT_EQ(printed(*rope), "posenc::RotaryEmbedding(head_dim=16, max_len=64, rotary_dim=8, base=500000, pairing=interleaved, heads_first=true)");
+  const std::string path = testing::TempDir() + "rope_" + std::to_string(::getpid()) + ".pt";
+  torch::save(rope, path);
+  RotaryEmbedding other(RotaryEmbeddingOptions(16, 32).rotary_dim(8));
+  EXPECT_POSENC_ERROR(torch::load(other, path), "RotaryEmbedding: the checkpoint's cos has shape [64, 4], but this module's is [32, 4]");
+  std::remove(path.c_str());
+  auto exported = posenc::to_torchscript(rope);
+  const auto x = torch::randn({2, 3, 5, 16});
+  EXPECT_TRUE(torch::equal(exported.forward({x, int64_t{11}}).toTensor(), rope(x, 11)));
+  const auto positions = torch::tensor({{1, 2, 3, -1, 63}, {0, 0, 0, 0, 0}}, torch::kLong);
+  EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(), rope->forward_positions(x, positions)));
+}
