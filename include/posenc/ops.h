@@ -20,6 +20,18 @@
 ///       str channels="interleaved", str frequencies="paper") -> Tensor
 ///   posenc::apply_rotary(Tensor x, Tensor cos, Tensor sin, int offset=0, Tensor? positions=None,
 ///       bool interleaved=False, bool heads_first=False, bool inverse=False) -> Tensor
+///   posenc::add_position_table_(Tensor(a!) x, ...same as add_position_table...) -> ()
+///   posenc::add_position_table_out(...same..., *, Tensor(a!) out) -> ()
+///   posenc::apply_rotary_(Tensor(a!) x, ...same as apply_rotary...) -> ()
+///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
+///       bool batch_first=True, Tensor? positions=None, float scale=1., int padding_idx=-1,
+///       float dropout=0., bool train=False) -> (Tensor, Tensor)
+///   posenc::token_and_position_embedding_backward(Tensor grad, Tensor mask, Tensor tokens,
+///       Tensor weight, Tensor table, int offset, bool batch_first, Tensor? positions, float scale,
+///       int padding_idx, float dropout, bool[2] output_mask) -> (Tensor, Tensor)
+///
+/// The in-place and out variants return nothing (the way mutating custom operators compose with
+/// torch.compile and torch.export); the C++ functions below return the mutated tensor.
 ///
 /// Positions: `offset` selects `offset .. offset + L - 1`; `positions` (int64, `[L]` or one row
 /// per sequence) selects any, with -1 marking padding (no encoding added / no rotation).
@@ -30,7 +42,9 @@
 #include <c10/util/Optional.h>
 #include <c10/util/string_view.h>
 
+#include <array>
 #include <cstdint>
+#include <tuple>
 
 namespace posenc {
 namespace ops {
@@ -97,6 +111,71 @@ at::Tensor apply_rotary(
     bool interleaved = false,
     bool heads_first = false,
     bool inverse = false);
+
+/// `add_position_table` in place: `x = x * scale + table[positions]`. Returns `x`. Autograd treats
+/// it like any in-place operation (x must not be a leaf that requires grad).
+at::Tensor& add_position_table_(
+    at::Tensor& x,
+    const at::Tensor& table,
+    int64_t offset = 0,
+    bool batch_first = true,
+    const c10::optional<at::Tensor>& positions = c10::nullopt,
+    double scale = 1.0);
+
+/// `add_position_table` into a caller-owned `out` (of x's shape, dtype and device, or empty to be
+/// resized): no allocation per call. Not differentiable. Returns `out`.
+at::Tensor& add_position_table_out(
+    at::Tensor& out,
+    const at::Tensor& x,
+    const at::Tensor& table,
+    int64_t offset = 0,
+    bool batch_first = true,
+    const c10::optional<at::Tensor>& positions = c10::nullopt,
+    double scale = 1.0);
+
+/// `apply_rotary` in place. Returns `x`.
+at::Tensor& apply_rotary_(
+    at::Tensor& x,
+    const at::Tensor& cos,
+    const at::Tensor& sin,
+    int64_t offset = 0,
+    const c10::optional<at::Tensor>& positions = c10::nullopt,
+    bool interleaved = false,
+    bool heads_first = false,
+    bool inverse = false);
+
+/// Token embedding, scale, positions and dropout in one pass: `dropout(weight[tokens] * scale +
+/// table[positions])`. `tokens` is int64 `[B, L]` (`batch_first`) or `[L, B]`; the output is
+/// `[B, L, D]` / `[L, B, D]` in the weight's dtype. Returns the output and the dropout mask
+/// (bool, of the output's shape; empty unless `train` and `dropout > 0`). Differentiable with
+/// respect to `weight` (rows `padding_idx` get no gradient) and `table`.
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
+    const at::Tensor& tokens,
+    const at::Tensor& weight,
+    const at::Tensor& table,
+    int64_t offset = 0,
+    bool batch_first = true,
+    const c10::optional<at::Tensor>& positions = c10::nullopt,
+    double scale = 1.0,
+    int64_t padding_idx = -1,
+    double dropout = 0.0,
+    bool train = false);
+
+/// The gradients of `token_and_position_embedding` with respect to `weight` and `table` (each
+/// computed when its `output_mask` entry is set).
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
+    const at::Tensor& grad,
+    const at::Tensor& mask,
+    const at::Tensor& tokens,
+    const at::Tensor& weight,
+    const at::Tensor& table,
+    int64_t offset,
+    bool batch_first,
+    const c10::optional<at::Tensor>& positions,
+    double scale,
+    int64_t padding_idx,
+    double dropout,
+    std::array<bool, 2> output_mask);
 
 } // namespace ops
 

@@ -61,13 +61,18 @@ void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_l
       "); build the module with a larger max_len", hint, ", or split the sequence");
 }
 
-at::Tensor table_rows(const char* who, const at::Tensor& table) {
+TableShape check_table(const char* who, const at::Tensor& table) {
   TORCH_CHECK(table.defined(), who, ": the encoding table is undefined; build it with posenc::functional::sinusoidal_table");
   TORCH_CHECK(
       table.dim() == 2 || (table.dim() == 3 && table.size(0) == 1),
       who, ": expected the encoding table as [max_len, D] or [1, max_len, D], but got shape ",
       table.sizes());
   check_float_dtype(who, "the encoding table's dtype", table.scalar_type());
+  return {table.size(-2), table.size(-1)};
+}
+
+at::Tensor table_rows(const char* who, const at::Tensor& table) {
+  check_table(who, table);
   return table.dim() == 3 ? table.select(0, 0) : table;
 }
 

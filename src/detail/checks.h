@@ -39,7 +39,17 @@ void check_sequence_input(
 /// is appended to the message's advice.
 void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len, const char* hint = "");
 
-/// Returns the `[max_len, D]` view of a table given as `[max_len, D]` or `[1, max_len, D]`.
+/// The shape of a position table given as `[max_len, D]` or `[1, max_len, D]`.
+struct TableShape {
+  int64_t max_len;
+  int64_t width;
+};
+
+/// Checks a position table (defined, `[max_len, D]` or `[1, max_len, D]`, floating) and returns
+/// its shape, without creating a view (this runs on every forward).
+TableShape check_table(const char* who, const at::Tensor& table);
+
+/// Returns the `[max_len, D]` view of a checked table.
 at::Tensor table_rows(const char* who, const at::Tensor& table);
 
 } // namespace detail

@@ -117,9 +117,9 @@ at::Tensor table_forward(
     bool batch_first,
     double scale,
     const BeyondTable& beyond) {
-  const at::Tensor rows = table_rows(who, table);
-  const int64_t max_len = rows.size(0);
-  check_sequence_input(who, x, rows.size(1), batch_first, rows.device());
+  const TableShape shape = check_table(who, table);
+  const int64_t max_len = shape.max_len;
+  check_sequence_input(who, x, shape.width, batch_first, table.device());
   TORCH_CHECK(std::isfinite(scale), who, ": scale must be finite, but got ", scale);
   const int64_t length = x.size(batch_first ? 1 : 0);
 
@@ -149,6 +149,7 @@ at::Tensor table_forward(
   if (!checked.defined()) {
     checked = at::arange(offset, offset + length, x.options().dtype(at::kLong));
   }
+  const at::Tensor rows = table_rows(who, table);
   const at::Tensor in_table = at::where(checked.lt(max_len), checked, -1);
   const at::Tensor past = at::where(checked.ge(max_len), checked, -1);
   const at::Tensor computed = sinusoidal_rows(past, *beyond.extrapolate, rows.scalar_type());

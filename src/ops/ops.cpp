@@ -26,11 +26,30 @@ TORCH_LIBRARY(posenc, m) {
   m.def(
       "apply_rotary(Tensor x, Tensor cos, Tensor sin, int offset=0, Tensor? positions=None, "
       "bool interleaved=False, bool heads_first=False, bool inverse=False) -> Tensor");
+  // In-place and out variants return nothing: that is how mutating custom operators compose with
+  // functionalization (torch.compile, torch.export).
+  m.def(
+      "add_position_table_(Tensor(a!) x, Tensor table, int offset=0, bool batch_first=True, "
+      "Tensor? positions=None, float scale=1.0) -> ()");
+  m.def(
+      "add_position_table_out(Tensor x, Tensor table, int offset=0, bool batch_first=True, "
+      "Tensor? positions=None, float scale=1.0, *, Tensor(a!) out) -> ()");
+  m.def(
+      "apply_rotary_(Tensor(a!) x, Tensor cos, Tensor sin, int offset=0, Tensor? positions=None, "
+      "bool interleaved=False, bool heads_first=False, bool inverse=False) -> ()");
+  m.def(
+      "token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0, "
+      "bool batch_first=True, Tensor? positions=None, float scale=1.0, int padding_idx=-1, "
+      "float dropout=0.0, bool train=False) -> (Tensor, Tensor)");
+  m.def(
+      "token_and_position_embedding_backward(Tensor grad, Tensor mask, Tensor tokens, Tensor weight, "
+      "Tensor table, int offset, bool batch_first, Tensor? positions, float scale, int padding_idx, "
+      "float dropout, bool[2] output_mask) -> (Tensor, Tensor)");
 }
 
 namespace detail {
 int64_t registered_op_count() {
-  return 5;
+  return 10;
 }
 } // namespace detail
 
@@ -109,6 +128,85 @@ at::Tensor apply_rotary(
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                                OptionalTensor, bool, bool, bool)>();
   return op.call(x, cos, sin, offset, positions, interleaved, heads_first, inverse);
+}
+
+at::Tensor& add_position_table_(
+    at::Tensor& x,
+    const at::Tensor& table,
+    int64_t offset,
+    bool batch_first,
+    OptionalTensor positions,
+    double scale) {
+  static const auto op = find("posenc::add_position_table_")
+                             .typed<void(at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double)>();
+  op.call(x, table, offset, batch_first, positions, scale);
+  return x;
+}
+
+at::Tensor& add_position_table_out(
+    at::Tensor& out,
+    const at::Tensor& x,
+    const at::Tensor& table,
+    int64_t offset,
+    bool batch_first,
+    OptionalTensor positions,
+    double scale) {
+  static const auto op = find("posenc::add_position_table_out")
+                             .typed<void(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double, at::Tensor&)>();
+  op.call(x, table, offset, batch_first, positions, scale, out);
+  return out;
+}
+
+at::Tensor& apply_rotary_(
+    at::Tensor& x,
+    const at::Tensor& cos,
+    const at::Tensor& sin,
+    int64_t offset,
+    OptionalTensor positions,
+    bool interleaved,
+    bool heads_first,
+    bool inverse) {
+  static const auto op = find("posenc::apply_rotary_")
+                             .typed<void(at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, OptionalTensor, bool, bool, bool)>();
+  op.call(x, cos, sin, offset, positions, interleaved, heads_first, inverse);
+  return x;
+}
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
+    const at::Tensor& tokens,
+    const at::Tensor& weight,
+    const at::Tensor& table,
+    int64_t offset,
+    bool batch_first,
+    OptionalTensor positions,
+    double scale,
+    int64_t padding_idx,
+    double dropout,
+    bool train) {
+  static const auto op = find("posenc::token_and_position_embedding")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, bool,
+                                                                       OptionalTensor, double, int64_t, double, bool)>();
+  return op.call(tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, train);
+}
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
+    const at::Tensor& grad,
+    const at::Tensor& mask,
+    const at::Tensor& tokens,
+    const at::Tensor& weight,
+    const at::Tensor& table,
+    int64_t offset,
+    bool batch_first,
+    OptionalTensor positions,
+    double scale,
+    int64_t padding_idx,
+    double dropout,
+    std::array<bool, 2> output_mask) {
+  static const auto op = find("posenc::token_and_position_embedding_backward")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                       const at::Tensor&, int64_t, bool, OptionalTensor, double, int64_t,
+                                                                       double, std::array<bool, 2>)>();
+  return op.call(grad, mask, tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, output_mask);
 }
 
 } // namespace ops

@@ -4,6 +4,8 @@
 
 #include "detail/checks.h"
 
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -66,9 +68,50 @@ at::Tensor apply_rotary_meta(const at::Tensor& x, const at::Tensor& cos, const a
   return at::empty_like(x);
 }
 
+void add_position_table_inplace_meta(at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale) {
+  add_position_table_meta(x, table, offset, batch_first, positions, scale);
+}
+
+void add_position_table_out_meta(const at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale, at::Tensor& out) {
+  add_position_table_meta(x, table, offset, batch_first, positions, scale);
+  TORCH_CHECK(out.scalar_type() == x.scalar_type(), "posenc::add_position_table_out: out must have the input's dtype ", x.scalar_type(), ", but has ", out.scalar_type());
+}
+
+void apply_rotary_inplace_meta(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t offset, OptionalTensor positions, bool interleaved, bool heads_first, bool inverse) {
+  apply_rotary_meta(x, cos, sin, offset, positions, interleaved, heads_first, inverse);
+}
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_meta(
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t, bool, OptionalTensor positions, double,
+    int64_t, double dropout, bool train) {
+  constexpr const char* who = "posenc::token_and_position_embedding";
+  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, who, ": expected int64 token ids of 2 dimensions");
+  TORCH_CHECK(weight.dim() == 2 && detail::is_supported_float(weight.scalar_type()), who, ": expected a floating [vocab, D] weight");
+  TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who, ": expected the table as [max_len, D] or [1, max_len, D]");
+  check_meta_positions(who, positions);
+  // [B, L] ids and a [V, D] weight give [B, L, D]; ATen's embedding computes that shape without
+  // reading sizes here, so symbolic shapes pass through.
+  at::Tensor out = at::embedding(weight, tokens);
+  at::Tensor mask = train && dropout > 0.0 ? at::empty_like(out, out.options().dtype(at::kBool))
+                                           : at::empty({0}, weight.options().dtype(at::kBool));
+  return {out, mask};
+}
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward_meta(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor& weight, const at::Tensor& table, int64_t, bool,
+    OptionalTensor, double, int64_t, double, std::array<bool, 2> output_mask) {
+  return {output_mask[0] ? at::empty_like(weight, at::MemoryFormat::Contiguous) : at::Tensor(),
+          output_mask[1] ? at::empty_like(table, at::MemoryFormat::Contiguous) : at::Tensor()};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {
+  m.impl("add_position_table_", TORCH_FN(add_position_table_inplace_meta));
+  m.impl("add_position_table_out", TORCH_FN(add_position_table_out_meta));
+  m.impl("apply_rotary_", TORCH_FN(apply_rotary_inplace_meta));
+  m.impl("token_and_position_embedding", TORCH_FN(token_and_position_embedding_meta));
+  m.impl("token_and_position_embedding_backward", TORCH_FN(token_and_position_embedding_backward_meta));
   m.impl("add_position_table", TORCH_FN(add_position_table_meta));
   m.impl("add_position_table_backward", TORCH_FN(add_position_table_backward_meta));
   m.impl("add_positional_encoding", TORCH_FN(add_positional_encoding_meta));

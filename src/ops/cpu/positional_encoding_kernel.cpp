@@ -1,0 +1,281 @@
+// Hand-written CPU kernels: one pass over the data, float16/bfloat16 converted in registers (no
+// float32 intermediate tensor), parallel over rows with at::parallel_for. Compiled with
+// -ffp-contract=off so that every product and sum rounds exactly as in the composite kernels
+// (../composite), which they are tested against. Layouts they do not cover (non-contiguous
+// inputs, 16-bit tables) go to the composite kernels.
+
+#include "ops/composite/kernels.h"
+#include "ops/cpu/loops.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Dispatch.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/PhiloxRNGEngine.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <mutex>
+
+namespace posenc {
+namespace ops {
+namespace cpu {
+namespace {
+
+// Rows per task: about 32k elements, like ATen's grain size.
+int64_t grain_rows(int64_t width) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(width, 1));
+}
+
+bool table_fast(const at::Tensor& table) {
+  return table.is_contiguous() && (table.scalar_type() == at::kFloat || table.scalar_type() == at::kDouble);
+}
+
+// A fresh CPU tensor, allocated without a trip through the dispatcher (a decoding step is ~1 us).
+at::Tensor empty_cpu(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::detail::empty_cpu(sizes, options);
+}
+
+SequenceRows sequence_rows(const TableCall& call, int64_t offset, bool batch_first) {
+  const bool given = call.positions.defined();
+  return {call.batch, call.length, batch_first, offset, given ? call.positions.data_ptr<int64_t>() : nullptr,
+          given && call.positions.dim() == 2};
+}
+
+// out[i, :] = x[i, :] * scale + table[position(i), :] (zeros for padding). out may be x.
+template <typename scalar_t, typename table_t>
+void add_rows_loop(const scalar_t* x, scalar_t* out, const table_t* table, int64_t width, int64_t rows, SequenceRows where, double scale) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const acc_t s = static_cast<acc_t>(scale);
+  const bool unit = scale == 1.0;
+  at::parallel_for(0, rows, grain_rows(width), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t p = where.position(i);
+      const scalar_t* xi = x + i * width;
+      scalar_t* oi = out + i * width;
+      if (p < 0) {  // padding: x * scale + 0
+        for (int64_t c = 0; c < width; ++c) {
+          oi[c] = static_cast<scalar_t>(unit ? static_cast<acc_t>(xi[c]) + acc_t(0) : acc_t(0) + s * static_cast<acc_t>(xi[c]));
+        }
+        continue;
+      }
+      const table_t* ti = table + p * width;
+      if (unit) {
+        for (int64_t c = 0; c < width; ++c) {
+          oi[c] = static_cast<scalar_t>(static_cast<acc_t>(xi[c]) + static_cast<acc_t>(ti[c]));
+        }
+      } else {  // rows + scale * x, as at::add(rows, x, scale)
+        for (int64_t c = 0; c < width; ++c) {
+          oi[c] = static_cast<scalar_t>(static_cast<acc_t>(ti[c]) + s * static_cast<acc_t>(xi[c]));
+        }
+      }
+    }
+  });
+}
+
+void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call, int64_t offset, bool batch_first, double scale) {
+  const int64_t width = x.size(2);
+  const int64_t rows = x.numel() == 0 ? 0 : x.numel() / width;
+  const SequenceRows where = sequence_rows(call, offset, batch_first);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_add_position_table_cpu", [&] {
+    if (call.table.scalar_type() == at::kFloat) {
+      add_rows_loop(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), call.table.data_ptr<float>(), width, rows, where, scale);
+    } else {
+      add_rows_loop(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), call.table.data_ptr<double>(), width, rows, where, scale);
+    }
+  });
+}
+
+at::Tensor add_position_table_cpu(const at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale) {
+  const TableCall call = prepare_table_call("posenc::add_position_table", x, table, offset, positions, batch_first, scale);
+  if (!x.is_contiguous() || !table_fast(call.table)) {
+    return composite::add_position_table(x, table, offset, batch_first, positions, scale);
+  }
+  at::Tensor out = empty_cpu(x.sizes(), x.options());
+  run_add(x, out, call, offset, batch_first, scale);
+  return out;
+}
+
+void add_position_table_inplace_cpu(at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale) {
+  const TableCall call = prepare_table_call("posenc::add_position_table_", x, table, offset, positions, batch_first, scale);
+  if (!x.is_contiguous() || !table_fast(call.table)) {
+    composite::add_position_table_(x, table, offset, batch_first, positions, scale);
+    return;
+  }
+  run_add(x, x, call, offset, batch_first, scale);
+}
+
+void add_position_table_out_cpu(const at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale, at::Tensor& out) {
+  constexpr const char* who = "posenc::add_position_table_out";
+  const TableCall call = prepare_table_call(who, x, table, offset, positions, batch_first, scale);
+  check_out(who, out, x);
+  if (out.numel() == 0 && x.numel() != 0) {
+    out.resize_(x.sizes());
+  }
+  at::assert_no_internal_overlap(out);
+  at::assert_no_partial_overlap(out, x);
+  if (!x.is_contiguous() || !out.is_contiguous() || !table_fast(call.table)) {
+    composite::add_position_table_out(x, table, offset, batch_first, positions, scale, out);
+    return;
+  }
+  run_add(x, out, call, offset, batch_first, scale);
+}
+
+// --- rotary ------------------------------------------------------------------------------------
+
+// Rotates each row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x.
+template <typename scalar_t, typename table_t>
+void rotary_loop(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin, int64_t rows, int64_t head_dim, int64_t half,
+                 RotaryRows where, bool interleaved, bool inverse) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const bool in_place = x == out;
+  at::parallel_for(0, rows, grain_rows(head_dim), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const scalar_t* xi = x + i * head_dim;
+      scalar_t* oi = out + i * head_dim;
+      const int64_t p = where.position(i);
+      if (p < 0) {  // padding: not rotated
+        if (!in_place) {
+          std::copy(xi, xi + head_dim, oi);
+        }
+        continue;
+      }
+      const table_t* ci = cos + p * half;
+      const table_t* si = sin + p * half;
+      for (int64_t k = 0; k < half; ++k) {
+        const int64_t ia = interleaved ? 2 * k : k;
+        const int64_t ib = interleaved ? 2 * k + 1 : k + half;
+        const acc_t a = static_cast<acc_t>(xi[ia]);
+        const acc_t b = static_cast<acc_t>(xi[ib]);
+        const acc_t c = static_cast<acc_t>(ci[k]);
+        const acc_t s = inverse ? -static_cast<acc_t>(si[k]) : static_cast<acc_t>(si[k]);
+        oi[ia] = static_cast<scalar_t>(a * c - b * s);
+        oi[ib] = static_cast<scalar_t>(a * s + b * c);
+      }
+      if (!in_place) {
+        std::copy(xi + 2 * half, xi + head_dim, oi + 2 * half);
+      }
+    }
+  });
+}
+
+bool rotary_fast(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return x.is_contiguous() && cos.is_contiguous() && sin.is_contiguous() && (cos.scalar_type() == at::kFloat || cos.scalar_type() == at::kDouble);
+}
+
+void run_rotary(const at::Tensor& x, at::Tensor& out, const at::Tensor& cos, const at::Tensor& sin, const RotaryCall& call, int64_t offset,
+                bool interleaved, bool heads_first, bool inverse) {
+  const int64_t rows = call.batch * call.length * call.heads;
+  const bool given = call.positions.defined();
+  const RotaryRows where{call.length, call.heads, heads_first, offset, given ? call.positions.data_ptr<int64_t>() : nullptr,
+                         given && call.positions.dim() == 2};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_apply_rotary_cpu", [&] {
+    if (cos.scalar_type() == at::kFloat) {
+      rotary_loop(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), cos.data_ptr<float>(), sin.data_ptr<float>(), rows, call.head_dim, call.half, where, interleaved, inverse);
+    } else {
+      rotary_loop(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), cos.data_ptr<double>(), sin.data_ptr<double>(), rows, call.head_dim, call.half, where, interleaved, inverse);
+    }
+  });
+}
+
+at::Tensor apply_rotary_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                            bool interleaved, bool heads_first, bool inverse) {
+  const RotaryCall call = prepare_rotary_call("posenc::apply_rotary", x, cos, sin, offset, positions, heads_first);
+  if (!rotary_fast(x, cos, sin)) {
+    return composite::apply_rotary(x, cos, sin, offset, positions, interleaved, heads_first, inverse);
+  }
+  at::Tensor out = empty_cpu(x.sizes(), x.options());
+  run_rotary(x, out, cos, sin, call, offset, interleaved, heads_first, inverse);
+  return out;
+}
+
+void apply_rotary_inplace_cpu(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                              bool interleaved, bool heads_first, bool inverse) {
+  const RotaryCall call = prepare_rotary_call("posenc::apply_rotary_", x, cos, sin, offset, positions, heads_first);
+  if (!rotary_fast(x, cos, sin)) {
+    composite::apply_rotary_(x, cos, sin, offset, positions, interleaved, heads_first, inverse);
+    return;
+  }
+  run_rotary(x, x, cos, sin, call, offset, interleaved, heads_first, inverse);
+}
+
+// --- token embedding + positions + dropout ------------------------------------------------------
+
+// Dropout decisions come from Philox keyed by one 64-bit draw of the default generator per call and
+// counted by element: reproducible under torch::manual_seed and independent of the thread count.
+template <typename scalar_t, typename table_t>
+void token_loop(const int64_t* tokens, const scalar_t* weight, const table_t* table, scalar_t* out, bool* mask, int64_t width, int64_t rows,
+                SequenceRows where, double scale, double dropout, uint64_t key) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const acc_t s = static_cast<acc_t>(scale);
+  const bool unit = scale == 1.0;
+  const double keep = 1.0 - dropout;
+  const acc_t inverse_keep = keep > 0.0 ? static_cast<acc_t>(1.0 / keep) : acc_t(0);
+  at::parallel_for(0, rows, grain_rows(width), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const scalar_t* wi = weight + tokens[i] * width;
+      const int64_t p = where.position(i);
+      const table_t* ti = p < 0 ? nullptr : table + p * width;
+      scalar_t* oi = out + i * width;
+      at::philox_engine engine(key, static_cast<uint64_t>(i), 0);
+      for (int64_t c = 0; c < width; ++c) {
+        const acc_t t = ti != nullptr ? static_cast<acc_t>(ti[c]) : acc_t(0);
+        const acc_t w = static_cast<acc_t>(wi[c]);
+        acc_t value = unit ? w + t : t + s * w;
+        if (mask != nullptr) {
+          const bool kept = static_cast<double>(engine()) * (1.0 / 4294967296.0) < keep;
+          mask[i * width + c] = kept;
+          value = kept ? value * inverse_keep : acc_t(0);
+        }
+        oi[c] = static_cast<scalar_t>(value);
+      }
+    }
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_cpu(
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset, bool batch_first,
+    OptionalTensor positions, double scale, int64_t padding_idx, double dropout, bool train) {
+  const TableCall call = prepare_token_call("posenc::token_and_position_embedding", tokens, weight, table, offset, positions, batch_first, scale, dropout);
+  if (!tokens.is_contiguous() || !weight.is_contiguous() || !table_fast(call.table)) {
+    return composite::token_and_position_embedding(tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, train);
+  }
+  const int64_t width = weight.size(1);
+  at::Tensor out = empty_cpu({tokens.size(0), tokens.size(1), width}, weight.options());
+  const bool drop = train && dropout > 0.0;
+  at::Tensor mask = at::empty(drop ? out.sizes() : at::IntArrayRef{0}, weight.options().dtype(at::kBool));
+  uint64_t key = 0;
+  if (drop) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    key = generator.get<at::CPUGeneratorImpl>()->random64();
+  }
+  const SequenceRows where = sequence_rows(call, offset, batch_first);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "posenc_token_and_position_cpu", [&] {
+    bool* mask_data = drop ? mask.data_ptr<bool>() : nullptr;
+    if (call.table.scalar_type() == at::kFloat) {
+      token_loop(tokens.data_ptr<int64_t>(), weight.data_ptr<scalar_t>(), call.table.data_ptr<float>(), out.data_ptr<scalar_t>(), mask_data, width, tokens.numel(), where, scale, dropout, key);
+    } else {
+      token_loop(tokens.data_ptr<int64_t>(), weight.data_ptr<scalar_t>(), call.table.data_ptr<double>(), out.data_ptr<scalar_t>(), mask_data, width, tokens.numel(), where, scale, dropout, key);
+    }
+  });
+  return {out, mask};
+}
+
+} // namespace
+} // namespace cpu
+
+TORCH_LIBRARY_IMPL(posenc, CPU, m) {
+  m.impl("add_position_table", TORCH_FN(cpu::add_position_table_cpu));
+  m.impl("add_position_table_", TORCH_FN(cpu::add_position_table_inplace_cpu));
+  m.impl("add_position_table_out", TORCH_FN(cpu::add_position_table_out_cpu));
+  m.impl("apply_rotary", TORCH_FN(cpu::apply_rotary_cpu));
+  m.impl("apply_rotary_", TORCH_FN(cpu::apply_rotary_inplace_cpu));
+  m.impl("token_and_position_embedding", TORCH_FN(cpu::token_and_position_embedding_cpu));
+}
+
+} // namespace ops
+} // namespace posenc
