@@ -116,7 +116,8 @@ at::Tensor table_forward(
     const at::Tensor& positions,
     bool batch_first,
     double scale,
-    const BeyondTable& beyond) {
+    const BeyondTable& beyond,
+    bool inplace) {
   const TableShape shape = check_table(who, table);
   const int64_t max_len = shape.max_len;
   check_sequence_input(who, x, shape.width, batch_first, table.device());
@@ -140,8 +141,13 @@ at::Tensor table_forward(
       check_offset(who, offset, length, max_len, beyond.hint);
     }
   }
+  const c10::optional<at::Tensor> given = checked.defined() ? c10::optional<at::Tensor>(checked) : c10::nullopt;
   if (!past_table) {
-    return ops::add_position_table(x, table, offset, batch_first, checked.defined() ? c10::optional<at::Tensor>(checked) : c10::nullopt, scale);
+    if (inplace) {
+      at::Tensor target = x;
+      return ops::add_position_table_(target, table, offset, batch_first, given, scale);
+    }
+    return ops::add_position_table(x, table, offset, batch_first, given, scale);
   }
   // Some positions lie past the table: rows from the table where they exist, computed on the fly
   // (same formula, same single rounding to the table's dtype) where they do not. Each part is zero
@@ -154,7 +160,23 @@ at::Tensor table_forward(
   const at::Tensor past = at::where(checked.ge(max_len), checked, -1);
   const at::Tensor computed = sinusoidal_rows(past, *beyond.extrapolate, rows.scalar_type());
   const at::Tensor combined = rows_for_positions(rows, in_table, batch_first).add(broadcast_rows(computed, checked, batch_first));
-  return add_rows(x, combined, scale);
+  const at::Tensor out = add_rows(x, combined, scale);
+  if (inplace) {
+    at::Tensor target = x;
+    return target.copy_(out);
+  }
+  return out;
+}
+
+at::Tensor apply_dropout(const at::Tensor& x, double p, bool training, bool inplace) {
+  if (!training || p == 0.0) {
+    return x;
+  }
+  if (inplace) {
+    at::Tensor target = x;
+    return at::dropout_(target, p, /*train=*/true);
+  }
+  return at::dropout(x, p, /*train=*/true);
 }
 
 } // namespace detail

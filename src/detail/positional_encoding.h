@@ -80,7 +80,11 @@ at::Tensor table_forward(
     const at::Tensor& positions,
     bool batch_first,
     double scale,
-    const BeyondTable& beyond);
+    const BeyondTable& beyond,
+    bool inplace = false);
+
+/// Dropout after a table forward: in place on `x` when `inplace`.
+at::Tensor apply_dropout(const at::Tensor& x, double p, bool training, bool inplace);
 
 } // namespace detail
 } // namespace posenc

@@ -53,12 +53,14 @@ void LearnedPositionalEmbeddingImpl::reset_parameters() {
 void LearnedPositionalEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << std::boolalpha << "posenc::LearnedPositionalEmbedding(d_model=" << options.d_model()
          << ", max_len=" << options.max_len() << ", dropout=" << options.dropout()
-         << ", batch_first=" << options.batch_first() << detail::non_default("scale", options.scale(), 1.0) << ")";
+         << ", batch_first=" << options.batch_first() << detail::non_default("scale", options.scale(), 1.0)
+         << (options.inplace() ? ", inplace=true" : "") << ")";
 }
 
 torch::Tensor LearnedPositionalEmbeddingImpl::forward_impl(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions) {
-  const torch::Tensor out = detail::table_forward(kWho, x, weight, offset, positions, options.batch_first(), options.scale(), {});
-  return detail::apply_dropout(out, options.dropout(), is_training());
+  const torch::Tensor out =
+      detail::table_forward(kWho, x, weight, offset, positions, options.batch_first(), options.scale(), {}, options.inplace());
+  return detail::apply_dropout(out, options.dropout(), is_training(), options.inplace());
 }
 
 torch::Tensor LearnedPositionalEmbeddingImpl::forward(const torch::Tensor& x, int64_t offset) {

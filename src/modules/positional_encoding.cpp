@@ -62,7 +62,11 @@ void PositionalEncodingImpl::pretty_print(std::ostream& stream) const {
   if (options.beyond_max_len() != BeyondMaxLen::kError) {
     stream << ", beyond_max_len=" << options.beyond_max_len();
   }
-  stream << detail::non_default("scale", options.scale(), 1.0) << ")";
+  stream << detail::non_default("scale", options.scale(), 1.0);
+  if (options.inplace()) {
+    stream << ", inplace=true";
+  }
+  stream << ")";
 }
 
 torch::Tensor PositionalEncodingImpl::forward_impl(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions) {
@@ -70,8 +74,9 @@ torch::Tensor PositionalEncodingImpl::forward_impl(const torch::Tensor& x, int64
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
   const detail::BeyondTable beyond{
       extrapolate ? &spec : nullptr, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)"};
-  const torch::Tensor out = detail::table_forward(kWho, x, pe, offset, positions, options.batch_first(), options.scale(), beyond);
-  return detail::apply_dropout(out, options.dropout(), is_training());
+  const torch::Tensor out =
+      detail::table_forward(kWho, x, pe, offset, positions, options.batch_first(), options.scale(), beyond, options.inplace());
+  return detail::apply_dropout(out, options.dropout(), is_training(), options.inplace());
 }
 
 torch::Tensor PositionalEncodingImpl::forward(const torch::Tensor& x, int64_t offset) {

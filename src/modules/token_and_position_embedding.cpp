@@ -1,5 +1,6 @@
 #include <posenc/functional/positions.h>
 #include <posenc/modules/token_and_position_embedding.h>
+#include <posenc/ops.h>
 
 #include "detail/checks.h"
 #include "detail/module_support.h"
@@ -90,7 +91,7 @@ void TokenAndPositionEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << ", dropout=" << options.dropout() << ", batch_first=" << options.batch_first() << ")";
 }
 
-torch::Tensor TokenAndPositionEmbeddingImpl::embed(const torch::Tensor& ids) {
+void TokenAndPositionEmbeddingImpl::check_ids(const torch::Tensor& ids) const {
   const char* layout = options.batch_first() ? "[B, L] (batch_first=true)" : "[L, B] (batch_first=false)";
   TORCH_CHECK(ids.defined(), kWho, ": expected token ids of shape ", layout, ", but got an undefined tensor");
   TORCH_CHECK(
@@ -114,32 +115,59 @@ torch::Tensor TokenAndPositionEmbeddingImpl::embed(const torch::Tensor& ids) {
         kWho, ": token ids must lie in [0, vocab_size) = [0, ", options.vocab_size(), "), but got ids from ", smallest,
         " to ", largest);
   }
-  return tokens(ids.to(torch::kLong));
 }
 
-torch::Tensor TokenAndPositionEmbeddingImpl::add_positions(const torch::Tensor& embedded, int64_t offset, const torch::Tensor& positions) {
-  if (positions.defined()) {
-    return sinusoidal ? sinusoidal->forward_positions(embedded, positions) : learned->forward_positions(embedded, positions);
+torch::Tensor TokenAndPositionEmbeddingImpl::run(const torch::Tensor& ids, int64_t offset, const torch::Tensor& positions) {
+  check_ids(ids);
+  const torch::Tensor long_ids = ids.to(torch::kLong);
+  const torch::Tensor& table = sinusoidal ? sinusoidal->pe : learned->weight;
+  const int64_t length = ids.size(options.batch_first() ? 1 : 0);
+  // Positions past the table can only be extrapolated by the sinusoidal submodule.
+  bool past_table = false;
+  if (sinusoidal && options.beyond_max_len() == BeyondMaxLen::kExtrapolate) {
+    past_table = positions.defined() ? positions.numel() > 0 && positions.max().item<int64_t>() >= options.max_len()
+                                     : offset > options.max_len() - length;
   }
-  return sinusoidal ? sinusoidal(embedded, offset) : learned(embedded, offset);
+  if (past_table) {
+    const torch::Tensor embedded = tokens(long_ids);
+    return positions.defined() ? sinusoidal->forward_positions(embedded, positions) : sinusoidal(embedded, offset);
+  }
+  const c10::optional<torch::Tensor> given = positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
+  return std::get<0>(ops::token_and_position_embedding(
+      long_ids, tokens->weight, table, offset, options.batch_first(), given, options.scale(), options.padding_idx().value_or(-1),
+      options.dropout(), is_training()));
 }
 
 torch::Tensor TokenAndPositionEmbeddingImpl::forward(const torch::Tensor& ids, int64_t offset) {
-  const torch::Tensor embedded = embed(ids);
   if (!options.padding_idx()) {
-    return add_positions(embedded, offset, torch::Tensor());
+    return run(ids, offset, torch::Tensor());
   }
   TORCH_CHECK(offset >= 0, kWho, ": offset must be >= 0, but got ", offset, "; positions start at 0");
+  check_ids(ids);
   torch::Tensor positions = functional::positions_from_tokens(ids, *options.padding_idx(), options.batch_first());
   if (offset != 0) {
     positions = positions.where(positions.lt(0), positions + offset);
   }
-  return add_positions(embedded, 0, positions);
+  return run(ids, 0, positions);
 }
 
 torch::Tensor TokenAndPositionEmbeddingImpl::forward_positions(const torch::Tensor& ids, const torch::Tensor& positions) {
   TORCH_CHECK(positions.defined(), kWho, ": forward_positions needs positions; use forward(ids, offset) for consecutive ones");
-  return add_positions(embed(ids), 0, positions);
+  return run(ids, 0, positions);
 }
 
+namespace functional {
+
+at::Tensor token_and_position_embedding(
+    const at::Tensor& tokens,
+    const at::Tensor& weight,
+    const at::Tensor& table,
+    const TokenAndPositionEmbeddingFuncOptions& options) {
+  const c10::optional<at::Tensor> given = options.positions().defined() ? c10::optional<at::Tensor>(options.positions()) : c10::nullopt;
+  return std::get<0>(ops::token_and_position_embedding(
+      tokens, weight, table, options.offset(), options.batch_first(), given, options.scale(), options.padding_idx(),
+      options.dropout(), options.training()));
+}
+
+} // namespace functional
 } // namespace posenc

@@ -175,3 +175,50 @@ def test_scripted_model_runs_in_cpp(posenc_ops, test_tool, tmp_path):
     torch.save((x, 9), str(args_path))
     test_tool("jit-run", model_path, args_path, out_path)
     assert torch.equal(torch.load(str(out_path)), model(x, 9))
+
+
+@requires_torch(2, 4, "torch.library.opcheck")
+def test_opcheck_inplace_and_out_variants(posenc_ops):
+    table = posenc_ops.sinusoidal_table(16, 8)
+    torch.library.opcheck(posenc_ops.add_position_table_.default, (torch.randn(2, 5, 8), table, 3, True, None, 1.0))
+    torch.library.opcheck(posenc_ops.add_position_table_out.default, (torch.randn(2, 5, 8), table, 3, True, None, 2.0), {"out": torch.empty(2, 5, 8)})
+    cos, sin = torch.randn(16, 4), torch.randn(16, 4)
+    torch.library.opcheck(posenc_ops.apply_rotary_.default, (torch.randn(2, 5, 3, 8), cos, sin, 1, None, True, False, False))
+
+
+@requires_torch(2, 4, "torch.library.opcheck")
+@pytest.mark.parametrize("learned", [False, True])
+def test_opcheck_fused_token_embedding(posenc_ops, learned):
+    weight = torch.randn(20, 8, requires_grad=True)
+    table = torch.randn(16, 8, requires_grad=learned)
+    tokens = torch.randint(0, 20, (3, 5))
+    torch.library.opcheck(posenc_ops.token_and_position_embedding.default, (tokens, weight, table, 2, True, None, 2.0, 0, 0.0, False))
+
+
+def test_fused_token_embedding_matches_chain(posenc_ops):
+    weight = torch.randn(30, 16)
+    table = posenc_ops.sinusoidal_table(64, 16)
+    tokens = torch.randint(0, 30, (4, 10))
+    out, mask = posenc_ops.token_and_position_embedding(tokens, weight, table, 5, True, None, 4.0, -1, 0.0, False)
+    assert mask.numel() == 0
+    assert torch.allclose(out, weight[tokens] * 4.0 + table[5:15], atol=1e-6)
+    torch.manual_seed(0)
+    dropped, mask = posenc_ops.token_and_position_embedding(tokens, weight, table, 5, True, None, 4.0, -1, 0.5, True)
+    assert mask.shape == out.shape and mask.dtype == torch.bool
+    assert torch.allclose(dropped, out * mask / 0.5, atol=1e-5)
+
+
+@requires_torch(2, 1, "torch.compile")
+def test_compile_fused_token_embedding_training_step(posenc_ops):
+    weight = torch.randn(30, 16, requires_grad=True)
+    table = posenc_ops.sinusoidal_table(64, 16)
+    tokens = torch.randint(0, 30, (4, 10))
+
+    def step(w):
+        out, _ = torch.ops.posenc.token_and_position_embedding(tokens, w, table, 0, True, None, 4.0, 0, 0.0, False)
+        return out.square().sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    (grad_compiled,) = torch.autograd.grad(compiled(weight), weight)
+    (grad_eager,) = torch.autograd.grad(step(weight), weight)
+    assert torch.allclose(grad_compiled, grad_eager, atol=1e-5)

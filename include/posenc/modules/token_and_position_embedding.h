@@ -16,11 +16,25 @@
 
 namespace posenc {
 
+namespace functional {
+/// `dropout(weight[tokens] * scale + table[positions])` in one pass (the posenc::
+/// token_and_position_embedding operator): the functional form of TokenAndPositionEmbedding.
+/// `tokens` are int64 `[B, L]` (or `[L, B]`), `weight` `[vocab, D]`, `table` `[max_len, D]` or
+/// `[1, max_len, D]`; the result is `[B, L, D]` (`[L, B, D]`) in the weight's dtype.
+at::Tensor token_and_position_embedding(
+    const at::Tensor& tokens,
+    const at::Tensor& weight,
+    const at::Tensor& table,
+    const TokenAndPositionEmbeddingFuncOptions& options = {});
+} // namespace functional
+
 /// The block that starts every transformer: `dropout(token_embedding(ids) * scale + positions)`.
 ///
 /// Submodules: `tokens` (a torch::nn::Embedding, `[vocab_size, d_model]`) and `positions` (a
-/// PositionalEncoding or a LearnedPositionalEmbedding, which applies the scale and the dropout).
-/// With `padding_idx`, padding tokens embed to zero and get no position.
+/// PositionalEncoding or a LearnedPositionalEmbedding). With `padding_idx`, padding tokens embed
+/// to zero and get no position. The forward runs as one fused kernel (gather, scale, add,
+/// dropout: one pass, one allocation), except for positions past max_len under kExtrapolate, which
+/// go through the submodules.
 ///
 /// Example:
 /// ```
@@ -62,8 +76,8 @@ class TokenAndPositionEmbeddingImpl : public torch::nn::Cloneable<TokenAndPositi
   FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(int64_t{0})})
 
  private:
-  torch::Tensor embed(const torch::Tensor& ids);
-  torch::Tensor add_positions(const torch::Tensor& embedded, int64_t offset, const torch::Tensor& positions);
+  void check_ids(const torch::Tensor& ids) const;
+  torch::Tensor run(const torch::Tensor& ids, int64_t offset, const torch::Tensor& positions);
 };
 
 /// A `ModuleHolder` subclass for `TokenAndPositionEmbeddingImpl`.

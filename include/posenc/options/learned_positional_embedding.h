@@ -31,6 +31,8 @@ struct LearnedPositionalEmbeddingOptions {
   TORCH_ARG(bool, batch_first) = true;
   /// Factor the input is multiplied by before the embedding is added. Default: 1.
   TORCH_ARG(double, scale) = 1.0;
+  /// Add to the input in place (see PositionalEncodingOptions::inplace). Default: `false`.
+  TORCH_ARG(bool, inplace) = false;
 };
 
 namespace functional {

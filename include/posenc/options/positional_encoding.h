@@ -44,6 +44,10 @@ struct PositionalEncodingOptions {
   /// Factor the input is multiplied by before the encoding is added; the paper scales its
   /// embeddings by sqrt(d_model) (see `scale_sqrt_d_model()`). Must be finite. Default: 1.
   TORCH_ARG(double, scale) = 1.0;
+  /// Add to the input in place (as `torch::nn::Dropout`'s option): `forward` writes into `x` and
+  /// returns it, saving the output allocation. Autograd rules of in-place operations apply (x must
+  /// not be a leaf that requires grad). Default: `false`.
+  TORCH_ARG(bool, inplace) = false;
 
  public:
   /// Sets `scale` to sqrt(d_model), as the paper does for its embeddings.

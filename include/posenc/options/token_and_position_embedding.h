@@ -48,4 +48,25 @@ struct TokenAndPositionEmbeddingOptions {
   TORCH_ARG(BeyondMaxLen, beyond_max_len) = BeyondMaxLen::kError;
 };
 
+namespace functional {
+
+/// Options for `posenc::functional::token_and_position_embedding`.
+struct TokenAndPositionEmbeddingFuncOptions {
+  /// Position of the first token. Default: 0.
+  TORCH_ARG(int64_t, offset) = 0;
+  /// Explicit int64 positions (`[B, L]` / `[L, B]` or `[L]`; -1 = padding). Default: undefined.
+  TORCH_ARG(torch::Tensor, positions) = torch::Tensor();
+  /// `true`: ids `[B, L]`; `false`: `[L, B]`. Default: `true`.
+  TORCH_ARG(bool, batch_first) = true;
+  /// Factor the token embeddings are multiplied by. Default: 1.
+  TORCH_ARG(double, scale) = 1.0;
+  /// Rows of `weight` that get no gradient (-1: none). Default: -1.
+  TORCH_ARG(int64_t, padding_idx) = -1;
+  /// Dropout probability when `training`. Default: 0.
+  TORCH_ARG(double, dropout) = 0.0;
+  /// Whether dropout is active. Default: `false`.
+  TORCH_ARG(bool, training) = false;
+};
+
+} // namespace functional
 } // namespace posenc

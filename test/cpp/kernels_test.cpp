@@ -1,0 +1,267 @@
+// The hand-written kernels against the composite (ATen) ones they replace: values on the four
+// dtypes, both layouts, offsets, shared and per-sequence positions with padding, scaled and
+// unscaled, contiguous and not; gradients; the in-place and out= variants; the fused token
+// embedding with and without dropout.
+
+#include <posenc/posenc.h>
+
+#include "ops/composite/kernels.h"
+#include "test_util.h"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+namespace composite = posenc::ops::composite;
+namespace F = posenc::functional;
+
+namespace {
+
+class Kernels : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+const std::vector<torch::Dtype> kDtypes = {torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble};
+
+// One unit in the last place of the output dtype at magnitude `m` (relative spacing 2^-(p-1)).
+double ulp(torch::Dtype dtype, double m) {
+  const int bits = dtype == torch::kHalf ? 11 : dtype == torch::kBFloat16 ? 8 : dtype == torch::kFloat ? 24 : 53;
+  return std::ldexp(std::max(m, 1.0), 1 - bits);
+}
+
+double max_abs_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// The positions cases: offset (undefined), shared [L], per sequence with padding.
+std::vector<torch::Tensor> position_cases(int64_t batch, int64_t length, bool batch_first, int64_t max_len) {
+  auto each = torch::randint(0, max_len, batch_first ? std::vector<int64_t>{batch, length} : std::vector<int64_t>{length, batch}, torch::kLong);
+  each.view({-1})[1] = -1;
+  return {torch::Tensor(), torch::randint(0, max_len, {length}, torch::kLong), each};
+}
+
+} // namespace
+
+TEST_F(Kernels, AddPositionTableMatchesComposite) {
+  const auto table = F::sinusoidal_table(64, 24).unsqueeze(0);
+  for (const auto dtype : kDtypes) {
+    for (const bool batch_first : {true, false}) {
+      for (const auto& positions : position_cases(3, 7, batch_first, 64)) {
+        for (const double scale : {1.0, 2.5}) {
+          const auto x = (batch_first ? torch::randn({3, 7, 24}) : torch::randn({7, 3, 24})).to(dtype);
+          const int64_t offset = positions.defined() ? 0 : 50;
+          const c10::optional<torch::Tensor> given = positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
+          const auto fused = posenc::ops::add_position_table(x, table, offset, batch_first, given, scale);
+          const auto reference = composite::add_position_table(x, table, offset, batch_first, given, scale);
+          ASSERT_EQ(fused.scalar_type(), dtype);
+          if (scale == 1.0) {
+            EXPECT_TRUE(torch::equal(fused, reference)) << dtype << " batch_first=" << batch_first;
+          } else {  // the composite add may use an FMA: one ulp
+            EXPECT_LE(max_abs_difference(fused, reference), ulp(dtype, 16)) << dtype;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, Float64TableAndNonContiguousInputs) {
+  const auto table64 = F::sinusoidal_table(32, 8, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
+  const auto x = torch::randn({2, 5, 8});
+  EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(x, table64, 3), composite::add_position_table(x, table64, 3, true, c10::nullopt, 1.0)));
+  // A transposed view takes the composite path and gives the contiguous input's result.
+  const auto base = torch::randn({5, 2, 8});
+  const auto view = base.transpose(0, 1);
+  ASSERT_FALSE(view.is_contiguous());
+  EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(view, table64, 3), posenc::ops::add_position_table(view.contiguous(), table64, 3)));
+}
+
+TEST_F(Kernels, IsBitIdenticalForAnyThreadCount) {
+  const auto table = F::sinusoidal_table(4096, 64);
+  const auto x = torch::randn({16, 512, 64});
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto one = posenc::ops::add_position_table(x, table, 100);
+  at::set_num_threads(std::max(2, threads));
+  const auto many = posenc::ops::add_position_table(x, table, 100);
+  at::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(one, many));
+}
+
+TEST_F(Kernels, GradientsMatchAnAtenFormulation) {
+  const auto positions = torch::tensor({{1, 4, -1}, {0, 0, 2}}, torch::kLong);
+  for (const double scale : {1.0, 0.5}) {
+    const auto x = torch::randn({2, 3, 5}, torch::requires_grad());
+    const auto table = torch::randn({6, 5}, torch::requires_grad());
+    const auto upstream = torch::randn({2, 3, 5});
+    posenc::ops::add_position_table(x, table, 0, true, positions, scale).backward(upstream);
+    const auto x2 = x.detach().clone().requires_grad_();
+    const auto table2 = table.detach().clone().requires_grad_();
+    const auto rows = table2.index_select(0, positions.clamp_min(0).view({-1})).view({2, 3, 5}) * positions.ge(0).unsqueeze(-1);
+    (x2 * scale + rows).backward(upstream);
+    EXPECT_TRUE(torch::allclose(x.grad(), x2.grad(), 0, 1e-6));
+    EXPECT_TRUE(torch::allclose(table.grad(), table2.grad(), 0, 1e-5));
+  }
+}
+
+TEST_F(Kernels, InPlaceEqualsOutOfPlaceAndBumpsVersion) {
+  const auto table = F::sinusoidal_table(32, 8);
+  for (const auto dtype : kDtypes) {
+    auto x = torch::randn({3, 4, 8}).to(dtype);
+    const auto expected = posenc::ops::add_position_table(x, table, 9, true, c10::nullopt, 1.0);
+    const auto version = x._version();
+    auto& result = posenc::ops::add_position_table_(x, table, 9);
+    EXPECT_TRUE(result.is_same(x));
+    EXPECT_TRUE(torch::equal(x, expected)) << dtype;
+    EXPECT_GT(x._version(), version);
+  }
+}
+
+TEST_F(Kernels, InPlaceAutograd) {
+  const auto table = torch::randn({10, 4}, torch::requires_grad());
+  const auto leaf = torch::randn({2, 3, 4}, torch::requires_grad());
+  auto y = leaf * 2;  // a non-leaf: in-place is allowed
+  posenc::ops::add_position_table_(y, table, 1, true, c10::nullopt, 3.0);
+  const auto upstream = torch::randn({2, 3, 4});
+  y.backward(upstream);
+  EXPECT_TRUE(torch::allclose(leaf.grad(), upstream * 6));
+  auto expected = torch::zeros({10, 4});
+  expected.narrow(0, 1, 3).copy_(upstream.sum(0));
+  EXPECT_TRUE(torch::allclose(table.grad(), expected));
+  auto leaf_again = torch::randn({2, 3, 4}, torch::requires_grad());
+  EXPECT_THROW(posenc::ops::add_position_table_(leaf_again, table.detach(), 0), c10::Error);
+}
+
+TEST_F(Kernels, OutVariant) {
+  const auto table = F::sinusoidal_table(32, 8);
+  const auto x = torch::randn({3, 4, 8});
+  auto out = torch::empty({3, 4, 8});
+  const void* storage = out.data_ptr();
+  posenc::ops::add_position_table_out(out, x, table, 2);
+  EXPECT_EQ(out.data_ptr(), storage);  // no new allocation
+  EXPECT_TRUE(torch::equal(out, posenc::ops::add_position_table(x, table, 2)));
+  auto empty = torch::empty({0});
+  posenc::ops::add_position_table_out(empty, x, table, 2);
+  EXPECT_TRUE(torch::equal(empty, out));
+  auto wrong = torch::empty({3, 4, 8}, torch::kDouble);
+  EXPECT_POSENC_ERROR(posenc::ops::add_position_table_out(wrong, x, table), "out must have the input's dtype and device (Float, cpu), but has Double, cpu");
+  auto shape = torch::empty({3, 4, 7});
+  EXPECT_POSENC_ERROR(posenc::ops::add_position_table_out(shape, x, table), "out must have the input's shape [3, 4, 8] (or be empty, to be resized), but has [3, 4, 7]");
+  const auto needs_grad = torch::randn({3, 4, 8}, torch::requires_grad());
+  EXPECT_POSENC_ERROR(posenc::ops::add_position_table_out(out, needs_grad, table), "the out= variant does not support autograd");
+}
+
+TEST_F(Kernels, RotaryMatchesComposite) {
+  auto tables = F::rotary_tables(64, 12);
+  for (const auto dtype : kDtypes) {
+    for (const bool heads_first : {false, true}) {
+      for (const bool interleaved : {false, true}) {
+        for (const bool inverse : {false, true}) {
+          const auto x = torch::randn({2, 5, 3, 16}).to(dtype);  // Dh 16, rotated 12
+          const auto input = heads_first ? x.transpose(1, 2).contiguous() : x;
+          for (const auto& positions : {torch::Tensor(), torch::tensor({{0, 5, -1, 63, 2}, {1, 1, 1, 1, 1}}, torch::kLong)}) {
+            const c10::optional<torch::Tensor> given = positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
+            const int64_t offset = positions.defined() ? 0 : 40;
+            const auto fused = posenc::ops::apply_rotary(input, tables.first, tables.second, offset, given, interleaved, heads_first, inverse);
+            const auto reference = composite::apply_rotary(input, tables.first, tables.second, offset, given, interleaved, heads_first, inverse);
+            EXPECT_TRUE(torch::equal(fused, reference)) << dtype << heads_first << interleaved << inverse;
+            auto in_place = input.clone();
+            posenc::ops::apply_rotary_(in_place, tables.first, tables.second, offset, given, interleaved, heads_first, inverse);
+            EXPECT_TRUE(torch::equal(in_place, fused));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, RotaryGradientsThroughInPlace) {
+  auto tables = F::rotary_tables(32, 8);
+  const auto leaf = torch::randn({1, 4, 2, 8}, torch::requires_grad());
+  auto y = leaf.clone();
+  posenc::ops::apply_rotary_(y, tables.first, tables.second, 3);
+  const auto upstream = torch::randn({1, 4, 2, 8});
+  y.backward(upstream);
+  const auto leaf2 = leaf.detach().clone().requires_grad_();
+  composite::apply_rotary(leaf2, tables.first, tables.second, 3, c10::nullopt, false, false, false).backward(upstream);
+  EXPECT_TRUE(torch::allclose(leaf.grad(), leaf2.grad(), 0, 1e-6));
+}
+
+TEST_F(Kernels, TokenEmbeddingMatchesUnfusedChain) {
+  for (const auto dtype : kDtypes) {
+    const auto weight = torch::randn({40, 16}).to(dtype);
+    const auto table = F::sinusoidal_table(32, 16);
+    const auto ids = torch::randint(0, 40, {3, 9}, torch::kLong);
+    const auto positions = F::positions_from_tokens(ids, ids[0][0].item<int64_t>());
+    for (const double scale : {1.0, 4.0}) {
+      const auto fused = std::get<0>(posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, positions, scale, -1, 0.0, false));
+      const auto unfused = posenc::ops::add_position_table(torch::embedding(weight, ids), table, 0, true, positions, scale);
+      ASSERT_EQ(fused.scalar_type(), dtype);
+      if (scale == 1.0) {
+        EXPECT_TRUE(torch::equal(fused, unfused)) << dtype;
+      } else {
+        EXPECT_LE(max_abs_difference(fused, unfused), ulp(dtype, 32)) << dtype;
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, TokenEmbeddingDropoutIsConsistentAndReproducible) {
+  const auto weight = torch::randn({50, 64});
+  const auto table = F::sinusoidal_table(256, 64);
+  const auto ids = torch::randint(0, 50, {8, 200}, torch::kLong);
+  torch::manual_seed(7);
+  at::Tensor out;
+  at::Tensor mask;
+  std::tie(out, mask) = posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true);
+  ASSERT_EQ(mask.sizes(), out.sizes());
+  // 102400 Bernoulli(0.75) draws: the kept fraction is 0.75 +- 0.0014 (1 sigma).
+  EXPECT_NEAR(mask.to(torch::kDouble).mean().item<double>(), 0.75, 0.01);
+  const auto plain = std::get<0>(posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, false));
+  EXPECT_TRUE(torch::allclose(out, plain * mask / 0.75, 1e-6, 1e-6));
+  torch::manual_seed(7);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto again = posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true);
+  at::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(std::get<0>(again), out));
+  EXPECT_TRUE(torch::equal(std::get<1>(again), mask));
+}
+
+TEST_F(Kernels, TokenEmbeddingGradientsMatchUnfusedChain) {
+  const auto ids = torch::tensor({{3, 0, 5, 5}, {1, 2, 0, 4}}, torch::kLong);
+  for (const double dropout : {0.0, 0.5}) {
+    const auto weight = torch::randn({6, 8}, torch::requires_grad());
+    const auto table = torch::randn({10, 8}, torch::requires_grad());
+    at::Tensor out;
+    at::Tensor mask;
+    std::tie(out, mask) = posenc::ops::token_and_position_embedding(ids, weight, table, 2, true, c10::nullopt, 3.0, /*padding_idx=*/0, dropout, true);
+    const auto upstream = torch::randn({2, 4, 8});
+    out.backward(upstream);
+    const auto weight2 = weight.detach().clone().requires_grad_();
+    const auto table2 = table.detach().clone().requires_grad_();
+    auto unfused = torch::embedding(weight2, ids, /*padding_idx=*/0) * 3.0 + table2.narrow(0, 2, 4).unsqueeze(0);
+    if (dropout > 0) {
+      unfused = unfused * mask / (1 - dropout);
+    }
+    unfused.backward(upstream);
+    EXPECT_TRUE(torch::allclose(weight.grad(), weight2.grad(), 1e-5, 1e-5)) << dropout;
+    EXPECT_TRUE(torch::allclose(table.grad(), table2.grad(), 1e-5, 1e-5)) << dropout;
+    EXPECT_EQ(weight.grad()[0].abs().sum().item<double>(), 0.0);  // padding_idx row: no gradient
+  }
+}
+
+TEST_F(Kernels, ModuleInplaceOptionWritesIntoTheInput) {
+  posenc::PositionalEncoding pe(posenc::PositionalEncodingOptions(8, 16).inplace(true));
+  posenc::PositionalEncoding reference(8, 16);
+  auto x = torch::randn({2, 5, 8});
+  const auto expected = reference(x, 3);
+  const auto y = pe(x, 3);
+  EXPECT_TRUE(y.is_same(x));
+  EXPECT_TRUE(torch::equal(x, expected));
+}
