@@ -31,6 +31,9 @@ if(NOT _posenc_torch_lib_dir STREQUAL _posenc_c10_lib_dir)
 endif()
 
 # Version of the LibTorch found, as MAJOR.MINOR.PATCH, for messages and the package config.
+# The directory of the LibTorch libraries, for the RUNPATH of installed binaries.
+set(POSENC_TORCH_LIBRARY_DIR "${_posenc_torch_lib_dir}")
+
 set(POSENC_TORCH_VERSION "${Torch_VERSION}")
 if(NOT POSENC_TORCH_VERSION)
   set(POSENC_TORCH_VERSION "unknown")

@@ -265,3 +265,81 @@ TEST_F(Kernels, ModuleInplaceOptionWritesIntoTheInput) {
   EXPECT_TRUE(y.is_same(x));
   EXPECT_TRUE(torch::equal(x, expected));
 }
+
+// --- CUDA kernels against the CPU ones (run where a GPU is present) ----------------------------
+
+namespace {
+#define POSENC_REQUIRE_CUDA() \
+  if (!torch::cuda::is_available()) {     \
+    GTEST_SKIP() << "no CUDA device";     \
+  }
+} // namespace
+
+TEST_F(Kernels, AddPositionTableOnGpuMatchesCpu_CUDA) {
+  POSENC_REQUIRE_CUDA();
+  const auto table = F::sinusoidal_table(128, 40).unsqueeze(0);
+  for (const auto dtype : kDtypes) {
+    for (const bool batch_first : {true, false}) {
+      for (const auto& positions : position_cases(4, 9, batch_first, 128)) {
+        // Widths 40 (16-byte vectors for every dtype) and 3 (scalar path).
+        for (const int64_t width : {int64_t{40}, int64_t{3}}) {
+          const auto t = width == 40 ? table : F::sinusoidal_table(128, 3);
+          const auto x = (batch_first ? torch::randn({4, 9, width}) : torch::randn({9, 4, width})).to(dtype);
+          const int64_t offset = positions.defined() ? 0 : 100;
+          const c10::optional<torch::Tensor> cpu_positions = positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
+          const c10::optional<torch::Tensor> gpu_positions = positions.defined() ? c10::optional<torch::Tensor>(positions.cuda()) : c10::nullopt;
+          const auto cpu = posenc::ops::add_position_table(x, t, offset, batch_first, cpu_positions, 1.0);
+          const auto gpu = posenc::ops::add_position_table(x.cuda(), t.cuda(), offset, batch_first, gpu_positions, 1.0);
+          EXPECT_TRUE(torch::equal(gpu.cpu(), cpu)) << dtype << " width " << width;
+          auto in_place = x.cuda();
+          posenc::ops::add_position_table_(in_place, t.cuda(), offset, batch_first, gpu_positions, 1.0);
+          EXPECT_TRUE(torch::equal(in_place.cpu(), cpu));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, RotaryOnGpuMatchesCpu_CUDA) {
+  POSENC_REQUIRE_CUDA();
+  auto tables = F::rotary_tables(64, 12);
+  for (const auto dtype : kDtypes) {
+    for (const bool interleaved : {false, true}) {
+      const auto x = torch::randn({2, 5, 3, 16}).to(dtype);
+      const auto positions = torch::tensor({{0, 5, -1, 63, 2}, {1, 1, 1, 1, 1}}, torch::kLong);
+      const auto cpu = posenc::ops::apply_rotary(x, tables.first, tables.second, 0, positions, interleaved, false, false);
+      const auto gpu = posenc::ops::apply_rotary(x.cuda(), tables.first.cuda(), tables.second.cuda(), 0, positions.cuda(), interleaved, false, false);
+      EXPECT_TRUE(torch::equal(gpu.cpu(), cpu)) << dtype << interleaved;
+    }
+  }
+}
+
+TEST_F(Kernels, TokenEmbeddingOnGpu_CUDA) {
+  POSENC_REQUIRE_CUDA();
+  const auto weight = torch::randn({50, 36});
+  const auto table = F::sinusoidal_table(64, 36);
+  const auto ids = torch::randint(0, 50, {4, 30}, torch::kLong);
+  const auto cpu = std::get<0>(posenc::ops::token_and_position_embedding(ids, weight, table, 3, true, c10::nullopt, 1.0, -1, 0.0, false));
+  at::Tensor gpu;
+  at::Tensor mask;
+  std::tie(gpu, mask) = posenc::ops::token_and_position_embedding(ids.cuda(), weight.cuda(), table.cuda(), 3, true, c10::nullopt, 1.0, -1, 0.0, false);
+  EXPECT_TRUE(torch::equal(gpu.cpu(), cpu));
+  std::tie(gpu, mask) = posenc::ops::token_and_position_embedding(ids.cuda(), weight.cuda(), table.cuda(), 3, true, c10::nullopt, 1.0, -1, 0.3, true);
+  EXPECT_NEAR(mask.to(torch::kDouble).mean().item<double>(), 0.7, 0.02);
+  EXPECT_TRUE(torch::allclose(gpu.cpu(), cpu * mask.cpu() / 0.7, 1e-5, 1e-5));
+}
+
+TEST_F(Kernels, ModulesRunOnGpu_CUDA) {
+  POSENC_REQUIRE_CUDA();
+  posenc::RotaryEmbedding rope(16, 64);
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 16, 64).padding_idx(0));
+  const auto q = torch::randn({2, 8, 2, 16});
+  const auto ids = torch::randint(0, 30, {2, 8}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto rope_cpu = rope(q, 5);
+  const auto embed_cpu = embed(ids);
+  rope->to(torch::kCUDA);
+  embed->to(torch::kCUDA);
+  EXPECT_TRUE(torch::equal(rope(q.cuda(), 5).cpu(), rope_cpu));
+  EXPECT_TRUE(torch::equal(embed(ids.cuda()).cpu(), embed_cpu));
+}
