@@ -7,7 +7,17 @@
 #include <c10/util/Half.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+/// Compiles a row loop twice on x86-64 with GCC: for x86-64-v3 (AVX2, which has the 32 -> 16 bit
+/// packs that bfloat16 rounding needs) and for the baseline; the loader picks one per machine
+/// (an ifunc). Elsewhere (clang, other architectures) the baseline alone.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define POSENC_ROW_LOOP __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define POSENC_ROW_LOOP
+#endif
 
 namespace posenc {
 namespace ops {
@@ -16,6 +26,36 @@ namespace ops {
 /// either operand is double (the same promotion ATen applies).
 template <typename A, typename B>
 using acc_type_t = std::conditional_t<std::is_same<A, double>::value || std::is_same<B, double>::value, double, float>;
+
+/// Loads a value into the compute type. bfloat16 is widened with integer operations (a 16-bit
+/// shift), which compilers vectorize; c10::BFloat16's own conversion is the same value.
+template <typename acc_t, typename T>
+inline acc_t load(T value) {
+  return static_cast<acc_t>(value);
+}
+template <typename acc_t>
+inline acc_t load(c10::BFloat16 value) {
+  const uint32_t bits = static_cast<uint32_t>(value.x) << 16;
+  float result;
+  std::memcpy(&result, &bits, sizeof(result));
+  return static_cast<acc_t>(result);
+}
+
+/// Rounds a computed value to the stored type, once. For bfloat16: round to nearest, ties to
+/// even, NaN kept as the canonical quiet NaN, exactly as c10::BFloat16(float), written without
+/// branches so that compilers vectorize it.
+template <typename T, typename acc_t>
+inline T store(acc_t value) {
+  return static_cast<T>(value);
+}
+template <>
+inline c10::BFloat16 store<c10::BFloat16, float>(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint16_t result = value != value ? uint16_t{0x7FC0} : static_cast<uint16_t>(rounded);
+  return c10::BFloat16(result, c10::BFloat16::from_bits());
+}
 
 /// The position of row `i` of a `[B, L, D]` (batch_first) or `[L, B, D]` input viewed as B*L rows
 /// of D: offset + l, positions[l] (shared) or positions[i] (one per sequence element).

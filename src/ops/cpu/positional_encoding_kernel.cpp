@@ -45,31 +45,95 @@ SequenceRows sequence_rows(const TableCall& call, int64_t offset, bool batch_fir
           given && call.positions.dim() == 2};
 }
 
+// One row: out = x * scale + t (t null: padding, zeros). Separate in-place versions keep the
+// vectorizer from falling back to scalar code when out is x.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void add_row(const scalar_t* x, scalar_t* out, const table_t* t, int64_t width, double scale) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const acc_t s = static_cast<acc_t>(scale);
+  if (t == nullptr) {
+    for (int64_t c = 0; c < width; ++c) {
+      out[c] = store<scalar_t>(scale == 1.0 ? load<acc_t>(x[c]) + acc_t(0) : acc_t(0) + s * load<acc_t>(x[c]));
+    }
+  } else if (scale == 1.0) {
+    for (int64_t c = 0; c < width; ++c) {
+      out[c] = store<scalar_t>(load<acc_t>(x[c]) + static_cast<acc_t>(t[c]));
+    }
+  } else {  // rows + scale * x, as at::add(rows, x, scale)
+    for (int64_t c = 0; c < width; ++c) {
+      out[c] = store<scalar_t>(static_cast<acc_t>(t[c]) + s * load<acc_t>(x[c]));
+    }
+  }
+}
+
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void add_row_inplace(scalar_t* x, const table_t* t, int64_t width, double scale) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const acc_t s = static_cast<acc_t>(scale);
+  if (t == nullptr) {
+    for (int64_t c = 0; c < width; ++c) {
+      x[c] = store<scalar_t>(scale == 1.0 ? load<acc_t>(x[c]) + acc_t(0) : acc_t(0) + s * load<acc_t>(x[c]));
+    }
+  } else if (scale == 1.0) {
+    for (int64_t c = 0; c < width; ++c) {
+      x[c] = store<scalar_t>(load<acc_t>(x[c]) + static_cast<acc_t>(t[c]));
+    }
+  } else {
+    for (int64_t c = 0; c < width; ++c) {
+      x[c] = store<scalar_t>(static_cast<acc_t>(t[c]) + s * load<acc_t>(x[c]));
+    }
+  }
+}
+
+template <typename scalar_t, typename table_t>
+void add_one_row(const scalar_t* x, scalar_t* out, const table_t* t, int64_t i, int64_t width, double scale) {
+  if (x == out) {
+    add_row_inplace(out + i * width, t, width, scale);
+  } else {
+    add_row(x + i * width, out + i * width, t, width, scale);
+  }
+}
+
 // out[i, :] = x[i, :] * scale + table[position(i), :] (zeros for padding). out may be x.
 template <typename scalar_t, typename table_t>
 void add_rows_loop(const scalar_t* x, scalar_t* out, const table_t* table, int64_t width, int64_t rows, SequenceRows where, double scale) {
-  using acc_t = acc_type_t<scalar_t, table_t>;
-  const acc_t s = static_cast<acc_t>(scale);
-  const bool unit = scale == 1.0;
-  at::parallel_for(0, rows, grain_rows(width), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t p = where.position(i);
-      const scalar_t* xi = x + i * width;
-      scalar_t* oi = out + i * width;
-      if (p < 0) {  // padding: x * scale + 0
-        for (int64_t c = 0; c < width; ++c) {
-          oi[c] = static_cast<scalar_t>(unit ? static_cast<acc_t>(xi[c]) + acc_t(0) : acc_t(0) + s * static_cast<acc_t>(xi[c]));
-        }
-        continue;
+  if (where.per_sequence) {
+    at::parallel_for(0, rows, grain_rows(width), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t p = where.position(i);
+        add_one_row(x, out, p < 0 ? nullptr : table + p * width, i, width, scale);
       }
-      const table_t* ti = table + p * width;
-      if (unit) {
-        for (int64_t c = 0; c < width; ++c) {
-          oi[c] = static_cast<scalar_t>(static_cast<acc_t>(xi[c]) + static_cast<acc_t>(ti[c]));
+    });
+    return;
+  }
+  // One position for the whole batch. The table slice of a long sequence does not fit in L2, so
+  // the positions are taken in blocks whose table rows do (~128 KiB): each block's rows are read
+  // from memory once and reused for every sequence of the batch, while x and out still stream
+  // through memory in order (within a block, B rows apart only in the batch-first layout).
+  const int64_t batch = where.batch;
+  const int64_t length = where.length;
+  const auto position_of = [&](int64_t l) { return where.positions != nullptr ? where.positions[l] : where.offset + l; };
+  if (!where.batch_first) {  // [L, B, D]: the B rows of a position are adjacent
+    at::parallel_for(0, length, std::max<int64_t>(1, grain_rows(width) / std::max<int64_t>(batch, 1)), [&](int64_t begin, int64_t end) {
+      for (int64_t l = begin; l < end; ++l) {
+        const int64_t p = position_of(l);
+        for (int64_t b = 0; b < batch; ++b) {
+          add_one_row(x, out, p < 0 ? nullptr : table + p * width, l * batch + b, width, scale);
         }
-      } else {  // rows + scale * x, as at::add(rows, x, scale)
-        for (int64_t c = 0; c < width; ++c) {
-          oi[c] = static_cast<scalar_t>(static_cast<acc_t>(ti[c]) + s * static_cast<acc_t>(xi[c]));
+      }
+    });
+    return;
+  }
+  const int64_t block = std::max<int64_t>(1, (int64_t{128} << 10) / (width * static_cast<int64_t>(sizeof(table_t))));
+  const int64_t blocks = (length + block - 1) / block;
+  at::parallel_for(0, blocks, std::max<int64_t>(1, grain_rows(width) / std::max<int64_t>(batch * block, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t first = k * block;
+      const int64_t last = std::min(length, first + block);
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t l = first; l < last; ++l) {
+          const int64_t p = position_of(l);
+          add_one_row(x, out, p < 0 ? nullptr : table + p * width, b * length + l, width, scale);
         }
       }
     }
@@ -126,11 +190,26 @@ void add_position_table_out_cpu(const at::Tensor& x, const at::Tensor& table, in
 
 // --- rotary ------------------------------------------------------------------------------------
 
-// Rotates each row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x.
+// One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x: every pair is read
+// before it is written.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin, int64_t half, bool interleaved, bool inverse) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  for (int64_t k = 0; k < half; ++k) {
+    const int64_t ia = interleaved ? 2 * k : k;
+    const int64_t ib = interleaved ? 2 * k + 1 : k + half;
+    const acc_t a = load<acc_t>(x[ia]);
+    const acc_t b = load<acc_t>(x[ib]);
+    const acc_t c = static_cast<acc_t>(cos[k]);
+    const acc_t s = inverse ? -static_cast<acc_t>(sin[k]) : static_cast<acc_t>(sin[k]);
+    out[ia] = store<scalar_t>(a * c - b * s);
+    out[ib] = store<scalar_t>(a * s + b * c);
+  }
+}
+
 template <typename scalar_t, typename table_t>
 void rotary_loop(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin, int64_t rows, int64_t head_dim, int64_t half,
                  RotaryRows where, bool interleaved, bool inverse) {
-  using acc_t = acc_type_t<scalar_t, table_t>;
   const bool in_place = x == out;
   at::parallel_for(0, rows, grain_rows(head_dim), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -143,18 +222,7 @@ void rotary_loop(const scalar_t* x, scalar_t* out, const table_t* cos, const tab
         }
         continue;
       }
-      const table_t* ci = cos + p * half;
-      const table_t* si = sin + p * half;
-      for (int64_t k = 0; k < half; ++k) {
-        const int64_t ia = interleaved ? 2 * k : k;
-        const int64_t ib = interleaved ? 2 * k + 1 : k + half;
-        const acc_t a = static_cast<acc_t>(xi[ia]);
-        const acc_t b = static_cast<acc_t>(xi[ib]);
-        const acc_t c = static_cast<acc_t>(ci[k]);
-        const acc_t s = inverse ? -static_cast<acc_t>(si[k]) : static_cast<acc_t>(si[k]);
-        oi[ia] = static_cast<scalar_t>(a * c - b * s);
-        oi[ib] = static_cast<scalar_t>(a * s + b * c);
-      }
+      rotate_row(xi, oi, cos + p * half, sin + p * half, half, interleaved, inverse);
       if (!in_place) {
         std::copy(xi + 2 * half, xi + head_dim, oi + 2 * half);
       }
@@ -204,8 +272,20 @@ void apply_rotary_inplace_cpu(at::Tensor& x, const at::Tensor& cos, const at::Te
 
 // --- token embedding + positions + dropout ------------------------------------------------------
 
+// One row without dropout: out = w * scale + t (t null: padding).
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void token_row(const scalar_t* w, const table_t* t, scalar_t* out, int64_t width, double scale) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const acc_t s = static_cast<acc_t>(scale);
+  for (int64_t c = 0; c < width; ++c) {
+    const acc_t tc = t != nullptr ? static_cast<acc_t>(t[c]) : acc_t(0);
+    const acc_t wc = load<acc_t>(w[c]);
+    out[c] = store<scalar_t>(scale == 1.0 ? wc + tc : tc + s * wc);
+  }
+}
+
 // Dropout decisions come from Philox keyed by one 64-bit draw of the default generator per call and
-// counted by element: reproducible under torch::manual_seed and independent of the thread count.
+// counted by row: reproducible under torch::manual_seed and independent of the thread count.
 template <typename scalar_t, typename table_t>
 void token_loop(const int64_t* tokens, const scalar_t* weight, const table_t* table, scalar_t* out, bool* mask, int64_t width, int64_t rows,
                 SequenceRows where, double scale, double dropout, uint64_t key) {
@@ -220,17 +300,18 @@ void token_loop(const int64_t* tokens, const scalar_t* weight, const table_t* ta
       const int64_t p = where.position(i);
       const table_t* ti = p < 0 ? nullptr : table + p * width;
       scalar_t* oi = out + i * width;
+      if (mask == nullptr) {
+        token_row(wi, ti, oi, width, scale);
+        continue;
+      }
       at::philox_engine engine(key, static_cast<uint64_t>(i), 0);
       for (int64_t c = 0; c < width; ++c) {
         const acc_t t = ti != nullptr ? static_cast<acc_t>(ti[c]) : acc_t(0);
-        const acc_t w = static_cast<acc_t>(wi[c]);
-        acc_t value = unit ? w + t : t + s * w;
-        if (mask != nullptr) {
-          const bool kept = static_cast<double>(engine()) * (1.0 / 4294967296.0) < keep;
-          mask[i * width + c] = kept;
-          value = kept ? value * inverse_keep : acc_t(0);
-        }
-        oi[c] = static_cast<scalar_t>(value);
+        const acc_t w = load<acc_t>(wi[c]);
+        const acc_t value = unit ? w + t : t + s * w;
+        const bool kept = static_cast<double>(engine()) * (1.0 / 4294967296.0) < keep;
+        mask[i * width + c] = kept;
+        oi[c] = store<scalar_t>(kept ? value * inverse_keep : acc_t(0));
       }
     }
   });
