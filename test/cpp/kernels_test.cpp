@@ -231,6 +231,14 @@ TEST_F(Kernels, TokenEmbeddingDropoutIsConsistentAndReproducible) {
   at::set_num_threads(threads);
   EXPECT_TRUE(torch::equal(std::get<0>(again), out));
   EXPECT_TRUE(torch::equal(std::get<1>(again), mask));
+  // No structure across rows or columns: every column and every row keeps ~75%.
+  const auto per_column = mask.reshape({-1, 64}).to(torch::kDouble).mean(0);
+  const auto per_row = mask.reshape({-1, 64}).to(torch::kDouble).mean(1);
+  EXPECT_LT((per_column - 0.75).abs().max().item<double>(), 0.03);  // 1600 draws each: sigma 0.011
+  EXPECT_NEAR(per_row.std().item<double>(), std::sqrt(0.75 * 0.25 / 64), 0.01);
+  // A second call draws a new mask.
+  const auto next = std::get<1>(posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true));
+  EXPECT_LT(next.eq(mask).to(torch::kDouble).mean().item<double>(), 0.7);
 }
 
 TEST_F(Kernels, TokenEmbeddingGradientsMatchUnfusedChain) {

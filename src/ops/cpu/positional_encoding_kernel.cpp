@@ -12,7 +12,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
-#include <ATen/core/PhiloxRNGEngine.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
@@ -284,16 +283,43 @@ POSENC_ROW_LOOP void token_row(const scalar_t* w, const table_t* t, scalar_t* ou
   }
 }
 
-// Dropout decisions come from Philox keyed by one 64-bit draw of the default generator per call and
-// counted by row: reproducible under torch::manual_seed and independent of the thread count.
+// murmur3's 32-bit finalizer: a bijection of 32-bit words with full avalanche.
+inline uint32_t mix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+// One row with dropout. Element c keeps its value when mix32(row_seed + c * golden) < threshold
+// (probability threshold / 2^32 = 1 - p): a counter-based draw, so the row vectorizes, and the
+// mask does not depend on how rows are split between threads.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void token_row_dropout(const scalar_t* w, const table_t* t, scalar_t* out, bool* mask, int64_t width, double scale,
+                                       uint32_t row_seed, uint64_t threshold, double inverse_keep) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const acc_t s = static_cast<acc_t>(scale);
+  const acc_t ik = static_cast<acc_t>(inverse_keep);
+  for (int64_t c = 0; c < width; ++c) {
+    const acc_t tc = t != nullptr ? static_cast<acc_t>(t[c]) : acc_t(0);
+    const acc_t wc = load<acc_t>(w[c]);
+    const acc_t value = scale == 1.0 ? wc + tc : tc + s * wc;
+    const bool kept = static_cast<uint64_t>(mix32(row_seed + static_cast<uint32_t>(c) * 0x9e3779b9u)) < threshold;
+    mask[c] = kept;
+    out[c] = store<scalar_t>(kept ? value * ik : acc_t(0));
+  }
+}
+
+// Dropout keys come from one 64-bit draw of the default CPU generator per call: reproducible under
+// torch::manual_seed and independent of the thread count.
 template <typename scalar_t, typename table_t>
 void token_loop(const int64_t* tokens, const scalar_t* weight, const table_t* table, scalar_t* out, bool* mask, int64_t width, int64_t rows,
                 SequenceRows where, double scale, double dropout, uint64_t key) {
-  using acc_t = acc_type_t<scalar_t, table_t>;
-  const acc_t s = static_cast<acc_t>(scale);
-  const bool unit = scale == 1.0;
   const double keep = 1.0 - dropout;
-  const acc_t inverse_keep = keep > 0.0 ? static_cast<acc_t>(1.0 / keep) : acc_t(0);
+  const double inverse_keep = keep > 0.0 ? 1.0 / keep : 0.0;
+  const uint64_t threshold = static_cast<uint64_t>(keep * 4294967296.0);
   at::parallel_for(0, rows, grain_rows(width), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const scalar_t* wi = weight + tokens[i] * width;
@@ -304,15 +330,10 @@ void token_loop(const int64_t* tokens, const scalar_t* weight, const table_t* ta
         token_row(wi, ti, oi, width, scale);
         continue;
       }
-      at::philox_engine engine(key, static_cast<uint64_t>(i), 0);
-      for (int64_t c = 0; c < width; ++c) {
-        const acc_t t = ti != nullptr ? static_cast<acc_t>(ti[c]) : acc_t(0);
-        const acc_t w = load<acc_t>(wi[c]);
-        const acc_t value = unit ? w + t : t + s * w;
-        const bool kept = static_cast<double>(engine()) * (1.0 / 4294967296.0) < keep;
-        mask[i * width + c] = kept;
-        oi[c] = store<scalar_t>(kept ? value * inverse_keep : acc_t(0));
-      }
+      const uint64_t row = static_cast<uint64_t>(i);
+      const uint32_t row_seed = mix32(static_cast<uint32_t>(row) ^ mix32(static_cast<uint32_t>(row >> 32) + static_cast<uint32_t>(key >> 32))) ^
+          static_cast<uint32_t>(key);
+      token_row_dropout(wi, ti, oi, mask + i * width, width, scale, mix32(row_seed), threshold, inverse_keep);
     }
   });
 }

@@ -1,0 +1,122 @@
+"""Times the Python reference module (test/python/reference.py, the usual PyTorch module) for the
+shapes of posenc's C++ benchmark, with the torch that matches the LibTorch it was built against.
+Where a CUDA GPU is present it also measures posenc's operators there against eager PyTorch,
+torch.compile of the same Python formulation, and the device's copy bandwidth.
+
+    python bench/python_benchmark.py --library build/pip/src/libposenc.so --output python.json
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import timeit
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "python"))
+from reference import ReferencePositionalEncoding  # noqa: E402
+
+SHAPES = [(1, 1, 512), (8, 2048, 1024), (64, 512, 768)]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def median_time_us(call, repeats=5, budget=0.2):
+    """Median over `repeats` runs of the time per call, each run looping for about `budget` s."""
+    call()
+    number = 1
+    while timeit.timeit(call, number=number) < budget / 5:
+        number *= 2
+    return statistics.median(timeit.repeat(call, number=number, repeat=repeats)) / number * 1e6
+
+
+def cpu_reference():
+    results = []
+    for batch, length, width in SHAPES:
+        module = ReferencePositionalEncoding(width, 4096).eval()
+        for dtype_name, dtype in DTYPES.items():
+            x = torch.randn(batch, length, width).to(dtype)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                with torch.no_grad():
+                    time = median_time_us(lambda: module(x))
+                results.append({"name": f"add/python_reference/{batch}x{length}x{width}/{dtype_name}/threads:{threads}", "real_time_us": time})
+    return results
+
+
+def gpu_time_us(call, repeats=50):
+    """Median of CUDA-event timings of `call`, after warm-up."""
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def gpu_benchmarks(library):
+    torch.ops.load_library(library)
+    ops = torch.ops.posenc
+    results = []
+    for batch, length, width in [(8, 2048, 1024), (64, 512, 768), (32, 4096, 4096)]:
+        table = ops.sinusoidal_table(4096, width, device="cuda")
+        reference = ReferencePositionalEncoding(width, 4096).cuda().eval()
+        compiled = torch.compile(reference)
+        for dtype_name, dtype in DTYPES.items():
+            x = torch.randn(batch, length, width, device="cuda").to(dtype)
+            out = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            tag = f"{batch}x{length}x{width}/{dtype_name}"
+            with torch.no_grad():
+                cases = {
+                    "roofline_copy": lambda: out.copy_(x),
+                    "posenc_op": lambda: ops.add_position_table(x, table),
+                    "posenc_out": lambda: ops.add_position_table_out(x, table, out=out),
+                    "posenc_inplace": lambda: ops.add_position_table_(out, table),
+                    "python_eager": lambda: reference(x),
+                    "python_compiled": lambda: compiled(x),
+                }
+                for case, call in cases.items():
+                    time = gpu_time_us(call)
+                    results.append({"name": f"gpu_add/{case}/{tag}", "real_time_us": time, "gbps": nbytes / time / 1e3})
+    # Rotary: posenc's fused kernel against HF's rotate_half formulation, eager and compiled.
+    for dtype_name, dtype in DTYPES.items():
+        q = torch.randn(8, 2048, 16, 64, device="cuda").to(dtype)
+        inv = 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64, device="cuda") / 64)
+        angle = torch.arange(4096, device="cuda", dtype=torch.float64)[:, None] * inv
+        cos, sin = angle.cos().float(), angle.sin().float()
+        cos2 = torch.cat([cos, cos], -1)[:2048, None, :].to(dtype)
+        sin2 = torch.cat([sin, sin], -1)[:2048, None, :].to(dtype)
+
+        def eager(q=q, cos2=cos2, sin2=sin2):
+            return q * cos2 + torch.cat([-q[..., 32:], q[..., :32]], -1) * sin2
+
+        compiled_rope = torch.compile(eager)
+        for case, call in {"posenc_fused": lambda: ops.apply_rotary(q, cos, sin), "eager_rotate_half": eager, "compiled_rotate_half": compiled_rope,
+                           "roofline_copy": lambda: torch.empty_like(q).copy_(q)}.items():
+            results.append({"name": f"gpu_rope/{case}/8x2048x16x64/{dtype_name}", "real_time_us": gpu_time_us(call)})
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--library", required=True)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    report = {"torch": torch.__version__, "benchmarks": cpu_reference()}
+    if torch.cuda.is_available():
+        report["device"] = torch.cuda.get_device_name()
+        report["benchmarks"] += gpu_benchmarks(args.library)
+    with open(args.output, "w") as out:
+        json.dump(report, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs posenc's benchmarks and writes the report: docs/benchmarks.md and docs/benchmarks.png.
+#
+#   scripts/bench.sh
+#
+# One run measures posenc's C++ paths, the formulations they replace, copy_ of the same bytes
+# (Google Benchmark, against pip's LibTorch 2.11) and the Python reference module (with pip's torch
+# 2.11); on a machine with a CUDA GPU, the GPU cases as well. Takes a few minutes.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$root/scripts/setup.sh" pip
+"$root/.venv/bin/python" -c "import matplotlib" 2>/dev/null || "$root/.venv/bin/pip" install --quiet matplotlib
+"$root/scripts/build.sh" pip -DPOSENC_BUILD_BENCHMARKS=ON
+out="$root/build/bench"
+mkdir -p "$out"
+"$root/build/pip/bin/posenc_benchmark" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  --benchmark_min_time=0.1 --benchmark_format=console --benchmark_out_format=json --benchmark_out="$out/cpp.json"
+"$root/.venv/bin/python" "$root/bench/python_benchmark.py" --library "$root/build/pip/src/libposenc.so" --output "$out/python.json"
+"$root/.venv/bin/python" "$root/scripts/bench_report.py" "$out/cpp.json" "$out/python.json" "$root/docs"
+echo "report: docs/benchmarks.md, docs/benchmarks.png"

@@ -1,0 +1,140 @@
+"""Turns the benchmark results into docs/benchmarks.md (tables of times and ratios, all measured
+in one run) and docs/benchmarks.png (a chart).
+
+    python scripts/bench_report.py CPP_JSON PYTHON_JSON OUT_DIR
+"""
+
+import json
+import os
+import platform
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(cpp_path, python_path):
+    with open(cpp_path) as f:
+        cpp = json.load(f)
+    with open(python_path) as f:
+        python = json.load(f)
+    times = {}
+    for bench in cpp["benchmarks"]:
+        if bench.get("aggregate_name", "median") != "median":
+            continue
+        name = bench["run_name"] if "run_name" in bench else bench["name"]
+        name = name.replace("/real_time", "")
+        scale = {"us": 1.0, "ms": 1e3, "ns": 1e-3, "s": 1e6}[bench["time_unit"]]
+        times[name] = bench["real_time"] * scale
+    for bench in python["benchmarks"]:
+        times[bench["name"]] = bench["real_time_us"]
+    return cpp["context"], python, times
+
+
+def fmt(us):
+    if us is None:
+        return "-"
+    return f"{us:.2f} us" if us < 1000 else f"{us / 1000:.2f} ms"
+
+
+def ratio(a, b):
+    return "-" if a is None or b is None else f"{a / b:.2f}x"
+
+
+def main():
+    cpp_path, python_path, out_dir = sys.argv[1:4]
+    context, python, times = load(cpp_path, python_path)
+    cpu = context.get("mhz_per_cpu", "?")
+    lines = [
+        "# posenc benchmarks",
+        "",
+        f"Measured in one run by `scripts/bench.sh`: {context.get('num_cpus')} CPUs at {cpu} MHz, {platform.platform()}, "
+        f"LibTorch {context.get('libtorch')}, Python reference with torch {python['torch']}. "
+        "Times are medians of 5 repetitions (wall clock per call); ratios compare paths measured in the same run.",
+        "",
+        "## Adding positions to x [B, L, D]",
+        "",
+        "| shape | dtype | threads | Python reference | naive C++ `x + pe.slice` | `at::add_out` | posenc module | posenc out= | posenc in-place | `copy_` (roofline) | out= / copy | in-place / copy | module vs Python |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    targets = []
+    for shape in ["1x1x512", "8x2048x1024", "64x512x768"]:
+        for dtype in ["float32", "bfloat16"]:
+            for threads in [1, 2]:
+                key = f"{shape}/{dtype}/threads:{threads}"
+                t = {case: times.get(f"add/{case}/{key}") for case in
+                     ["python_reference", "naive_cpp", "aten_add_out", "posenc_module", "posenc_out", "posenc_inplace", "roofline_copy"]}
+                lines.append(
+                    f"| {shape} | {dtype} | {threads} | " + " | ".join(fmt(t[c]) for c in t) +
+                    f" | {ratio(t['posenc_out'], t['roofline_copy'])} | {ratio(t['posenc_inplace'], t['roofline_copy'])}"
+                    f" | {ratio(t['python_reference'], t['posenc_module'])} faster |")
+                if shape != "1x1x512" and t["roofline_copy"]:
+                    targets.append((f"{key}: out= within 1.2x of copy_", t["posenc_out"] / t["roofline_copy"] <= 1.2, ratio(t["posenc_out"], t["roofline_copy"])))
+                    targets.append((f"{key}: in-place within 1.2x of copy_", t["posenc_inplace"] / t["roofline_copy"] <= 1.2, ratio(t["posenc_inplace"], t["roofline_copy"])))
+                if shape == "1x1x512" and dtype == "float32" and t["posenc_module"]:
+                    targets.append((f"decode step {key}: <= 1.5 us", t["posenc_module"] <= 1.5, fmt(t["posenc_module"])))
+                    if t["python_reference"]:
+                        targets.append((f"decode step {key}: >= 4x faster than the Python reference", t["python_reference"] / t["posenc_module"] >= 4,
+                                        ratio(t["python_reference"], t["posenc_module"])))
+    lines += ["", "## TokenAndPositionEmbedding at 8x2048x1024 (vocabulary 32000, dropout 0.1)", "",
+              "| dtype | threads | mode | eager chain (embedding, mul, add, dropout) | posenc fused | speed-up |", "|---|---|---|---|---|---|"]
+    for dtype in ["float32", "bfloat16"]:
+        for threads in [1, 2]:
+            for mode in ["eval", "train"]:
+                key = f"8x2048x1024/{dtype}/threads:{threads}"
+                eager, fused = times.get(f"token/eager_chain_{mode}/{key}"), times.get(f"token/posenc_fused_{mode}/{key}")
+                lines.append(f"| {dtype} | {threads} | {mode} | {fmt(eager)} | {fmt(fused)} | {ratio(eager, fused)} |")
+                if eager and fused and mode == "train":
+                    targets.append((f"fused token embedding {key} ({mode}): >= 3x faster than the eager chain", eager / fused >= 3, ratio(eager, fused)))
+    lines += ["", "## Rotary embedding of [8, 2048, 16, 64]", "",
+              "| dtype | threads | eager rotate_half | posenc fused | posenc fused in-place | `copy_` | speed-up (fused) |", "|---|---|---|---|---|---|---|"]
+    for dtype in ["float32", "bfloat16"]:
+        for threads in [1, 2]:
+            key = f"8x2048x1024/{dtype}/threads:{threads}"
+            eager, fused, inplace, copy = (times.get(f"rope/{c}/{key}") for c in ["eager_rotate_half", "posenc_fused", "posenc_fused_inplace", "roofline_copy"])
+            lines.append(f"| {dtype} | {threads} | {fmt(eager)} | {fmt(fused)} | {fmt(inplace)} | {fmt(copy)} | {ratio(eager, fused)} |")
+            if eager and fused:
+                targets.append((f"fused RoPE {key}: >= 3x faster than eager rotate_half", eager / fused >= 3, ratio(eager, fused)))
+    gpu = [b for b in python["benchmarks"] if b["name"].startswith("gpu_")]
+    if gpu:
+        lines += ["", f"## GPU: {python.get('device')}", "", "| benchmark | time | GB/s |", "|---|---|---|"]
+        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} | {b.get('gbps', 0):.0f} |" for b in gpu]
+    else:
+        lines += ["", "## GPU", "", "No CUDA device was present in this run: the CUDA kernels were built but not measured."]
+    lines += ["", "## Targets", "", "| target | met | measured |", "|---|---|---|"]
+    lines += [f"| {name} | {'yes' if ok else '**no**'} | {value} |" for name, ok, value in targets]
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "benchmarks.md"), "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+    # Chart: time relative to copy_ of the same bytes for the large adds, and the decode step.
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 1]})
+    cases = ["python_reference", "naive_cpp", "aten_add_out", "posenc_module", "posenc_out", "posenc_inplace"]
+    groups = [(s, d) for s in ["8x2048x1024", "64x512x768"] for d in ["float32", "bfloat16"]]
+    width = 0.13
+    for i, case in enumerate(cases):
+        values = []
+        for shape, dtype in groups:
+            key = f"{shape}/{dtype}/threads:2"
+            value, copy = times.get(f"add/{case}/{key}"), times.get(f"add/roofline_copy/{key}")
+            values.append(value / copy if value and copy else 0)
+        left.bar([g + (i - 2.5) * width for g in range(len(groups))], values, width, label=case)
+    left.axhline(1.0, color="black", linewidth=1, linestyle="--", label="copy_ (roofline)")
+    left.set_xticks(range(len(groups)), [f"{s}\n{d}" for s, d in groups])
+    left.set_ylabel("time / copy_ of the same bytes (lower is better)")
+    left.set_title("Adding positions, 2 threads")
+    left.legend(fontsize=8)
+    decode = [times.get(f"add/{c}/1x1x512/float32/threads:1") or 0 for c in cases]
+    right.bar(range(len(cases)), decode, color=[f"C{i}" for i in range(len(cases))])
+    right.set_xticks(range(len(cases)), [c.replace("_", "\n") for c in cases], fontsize=7)
+    right.set_ylabel("microseconds per call")
+    right.set_title("Decode step 1x1x512, float32")
+    figure.tight_layout()
+    figure.savefig(os.path.join(out_dir, "benchmarks.png"), dpi=110)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
