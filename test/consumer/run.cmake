@@ -1,7 +1,11 @@
 # ctest driver for the package test: installs the posenc build tree into a fresh prefix, configures
 # and builds test/consumer against it with find_package(posenc), and runs the result.
 #
-# Inputs: POSENC_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, TORCH_PREFIX, GENERATOR.
+# Inputs: POSENC_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, TORCH_PREFIX, GENERATOR, and PROGRAM
+# (the executable the project builds; default: consumer).
+if(NOT PROGRAM)
+  set(PROGRAM consumer)
+endif()
 
 function(run_step what)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -18,4 +22,4 @@ run_step("install" ${CMAKE_COMMAND} --install "${POSENC_BUILD_DIR}" --prefix "${
 run_step("configure consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
   -G "${GENERATOR}" "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_BUILD_TYPE=Release)
 run_step("build consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
-run_step("run consumer" "${WORK_DIR}/build/consumer")
+run_step("run ${PROGRAM}" "${WORK_DIR}/build/${PROGRAM}")
