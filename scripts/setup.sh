@@ -16,7 +16,7 @@ flavours=("$@")
 [ ${#flavours[@]} -gt 0 ] || flavours=(debian pip)
 
 common=(build-essential cmake ninja-build git pkg-config libcli11-dev libgtest-dev googletest
-  libbenchmark-dev libcairo2-dev libpng-dev clang libclang-rt-14-dev valgrind python3 python3-venv)
+  libbenchmark-dev libcairo2-dev libpng-dev clang libclang-rt-14-dev libomp-14-dev valgrind python3 python3-venv)
 # OpenBLAS replaces the reference BLAS that libtorch-dev pulls in (update-alternatives): about 9x
 # faster matrix products for Debian's LibTorch.
 debian=(libtorch-dev libopenblas0-pthread python3-torch python3-numpy python3-pytest)

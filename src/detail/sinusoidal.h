@@ -15,9 +15,10 @@
 namespace posenc {
 namespace detail {
 
-/// Largest table posenc allocates, in elements: 2^31 (8 GiB in float32). Larger requests are
+/// Largest table posenc allocates, in elements: 2^28 (1 GiB in float32, e.g. 262144 positions of
+/// width 1024; further positions can be extrapolated on the fly). Larger requests are
 /// rejected before anything is allocated.
-constexpr int64_t kMaxTableElements = int64_t{1} << 31;
+constexpr int64_t kMaxTableElements = int64_t{1} << 28;
 
 /// Everything that defines a sinusoidal encoding besides the positions.
 struct SinusoidSpec {

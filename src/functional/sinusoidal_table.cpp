@@ -68,7 +68,7 @@ void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, do
   TORCH_CHECK(
       max_len <= kMaxTableElements / d_model,
       who, ": a table of max_len * d_model = ", max_len, " * ", d_model,
-      " elements is over posenc's limit of 2^31 elements (8 GiB in float32); lower max_len");
+      " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower max_len");
 }
 
 void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base, int64_t offset, c10::ScalarType dtype) {

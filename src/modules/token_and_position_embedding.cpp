@@ -4,6 +4,7 @@
 
 #include "detail/checks.h"
 #include "detail/module_support.h"
+#include "detail/sinusoidal.h"
 
 #include <ATen/ops/aminmax.h>
 #include <c10/util/Exception.h>
@@ -40,6 +41,10 @@ TokenAndPositionEmbeddingImpl::TokenAndPositionEmbeddingImpl(const TokenAndPosit
 void TokenAndPositionEmbeddingImpl::reset() {
   TORCH_CHECK(options.vocab_size() >= 1, kWho, ": vocab_size must be >= 1, but got ", options.vocab_size());
   TORCH_CHECK(options.d_model() >= 1, kWho, ": d_model must be >= 1, but got ", options.d_model());
+  TORCH_CHECK(
+      options.vocab_size() <= detail::kMaxTableElements / options.d_model(),
+      kWho, ": a token table of vocab_size * d_model = ", options.vocab_size(), " * ", options.d_model(),
+      " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower vocab_size");
   TORCH_CHECK(std::isfinite(options.scale()), kWho, ": scale must be finite, but got ", options.scale());
   if (options.padding_idx()) {
     const int64_t pad = *options.padding_idx();

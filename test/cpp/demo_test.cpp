@@ -11,7 +11,7 @@
 
 #include <cairo.h>
 
-#include <cstdio>
+#include <filesystem>
 #include <string>
 #include <unistd.h>
 
@@ -117,9 +117,7 @@ TEST(Plot, FiguresAreValidPngsOfTheRequestedSize) {
   const Png small = decode(custom);
   EXPECT_EQ(small.width, 640);
   EXPECT_EQ(small.height, 300);
-  for (const auto& path : {paths[0], paths[1], custom}) {
-    std::remove(path.c_str());
-  }
+  std::filesystem::remove_all(directory);
 }
 
 TEST(Plot, Errors) {

@@ -69,7 +69,7 @@ TEST_F(PositionalEncodingErrors, BaseNotPositiveOrNotFinite) {
 TEST_F(PositionalEncodingErrors, TableTooLarge) {
   EXPECT_POSENC_ERROR(
       PositionalEncoding(int64_t{1} << 16, int64_t{1} << 16),
-      "PositionalEncoding: a table of max_len * d_model = 65536 * 65536 elements is over posenc's limit of 2^31 elements");
+      "PositionalEncoding: a table of max_len * d_model = 65536 * 65536 elements is over posenc's limit of 2^28 elements");
 }
 
 TEST_F(PositionalEncodingErrors, ResetWithInvalidOptionsKeepsTable) {

@@ -81,6 +81,25 @@ TEST_F(Kernels, Float64TableAndNonContiguousInputs) {
   EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(view, table64, 3), posenc::ops::add_position_table(view.contiguous(), table64, 3)));
 }
 
+TEST_F(Kernels, ZeroSizedInputsGiveEmptyResults) {
+  // Found by the fuzzer: a zero width once divided by zero when sizing the kernel's blocks.
+  for (const auto& sizes : std::vector<std::vector<int64_t>>{{2, 3, 0}, {0, 3, 4}, {2, 0, 4}}) {
+    const auto x = torch::randn(sizes);
+    const auto table = torch::randn({5, sizes[2]});
+    for (const bool batch_first : {true, false}) {
+      const auto fused = posenc::ops::add_position_table(x, table, 1, batch_first);
+      EXPECT_EQ(fused.sizes(), x.sizes());
+      EXPECT_TRUE(torch::equal(fused, composite::add_position_table(x, table, 1, batch_first, c10::nullopt, 1.0)));
+      auto copy = x.clone();
+      posenc::ops::add_position_table_(copy, table, 1, batch_first, c10::nullopt, 2.0);
+      EXPECT_EQ(copy.sizes(), x.sizes());
+    }
+  }
+  const auto ids = torch::zeros({2, 3}, torch::kLong);
+  const auto empty_rows = std::get<0>(posenc::ops::token_and_position_embedding(ids, torch::randn({4, 0}), torch::randn({5, 0}), 0, true, c10::nullopt, 1.0, -1, 0.0, false));
+  EXPECT_EQ(empty_rows.sizes(), (std::vector<int64_t>{2, 3, 0}));
+}
+
 TEST_F(Kernels, IsBitIdenticalForAnyThreadCount) {
   const auto table = F::sinusoidal_table(4096, 64);
   const auto x = torch::randn({16, 512, 64});

@@ -96,6 +96,9 @@ void add_one_row(const scalar_t* x, scalar_t* out, const table_t* t, int64_t i, 
 // out[i, :] = x[i, :] * scale + table[position(i), :] (zeros for padding). out may be x.
 template <typename scalar_t, typename table_t>
 void add_rows_loop(const scalar_t* x, scalar_t* out, const table_t* table, int64_t width, int64_t rows, SequenceRows where, double scale) {
+  if (width == 0 || rows == 0) {
+    return;  // nothing to add (and no block size to derive from a zero width)
+  }
   if (where.per_sequence) {
     at::parallel_for(0, rows, grain_rows(width), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {

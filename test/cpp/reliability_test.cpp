@@ -1,0 +1,315 @@
+// Whatever comes in, posenc answers with a correct result or a c10::Error: concurrency, hostile
+// checkpoints and TorchScript files, resource limits, and the encoding's numerical properties.
+
+#include <posenc/posenc.h>
+
+#include "serialize/torch_save_reader.h"
+#include "test_util.h"
+
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+namespace F = posenc::functional;
+
+namespace {
+
+std::string temp_path(const std::string& stem) {
+  return testing::TempDir() + stem + "_" + std::to_string(::getpid()) + ".pt";
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs `load` on every prefix (truncation) of `bytes` at `cuts` points and on `flips` copies with
+// random bytes changed; each must succeed or throw, and `check` must hold afterwards. Readers that
+// posenc owns must throw c10::Error; LibTorch's own readers (torch::load, torch::jit::load) throw
+// other std::exception types too (torch::jit::ErrorReport from its TorchScript parser), so for
+// them `any_exception` accepts any std::exception. Anything else (a crash, a non-standard throw)
+// fails the test.
+template <typename Load, typename Check>
+void survive_hostile_copies(const std::string& bytes, const std::string& path, Load load, Check check, int cuts = 40, int flips = 60,
+                            bool any_exception = false) {
+  std::mt19937 rng(1234);
+  std::vector<std::string> copies;
+  for (int i = 0; i < cuts; ++i) {
+    copies.push_back(bytes.substr(0, bytes.size() * static_cast<size_t>(i) / static_cast<size_t>(cuts)));
+  }
+  for (int i = 0; i < flips; ++i) {
+    std::string copy = bytes;
+    for (int k = 0; k < 1 + i % 4; ++k) {
+      copy[rng() % copy.size()] = static_cast<char>(rng());
+    }
+    copies.push_back(copy);
+  }
+  int failures = 0;
+  for (const auto& copy : copies) {
+    write_bytes(path, copy);
+    try {
+      load(path);
+    } catch (const c10::Error&) {
+      ++failures;
+    } catch (const std::exception& e) {
+      EXPECT_TRUE(any_exception) << "not a c10::Error: " << e.what();
+      ++failures;
+    }
+    check();
+  }
+  std::remove(path.c_str());
+  EXPECT_GE(failures, cuts - 1);  // every truncated file but the empty-prefix... all fail
+}
+
+} // namespace
+
+// --- concurrency ---------------------------------------------------------------------------------
+
+TEST(Reliability, ConcurrentForwardCallsOnOneModuleAgree) {
+  torch::manual_seed(0);
+  posenc::PositionalEncoding pe(posenc::PositionalEncodingOptions(16, 64).dropout(0.5));
+  posenc::RotaryEmbedding rope(8, 64);
+  posenc::LearnedPositionalEmbedding learned(16, 64);
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 16, 64).padding_idx(0));
+  pe->eval();
+  learned->eval();
+  embed->eval();
+  const auto x = torch::randn({2, 12, 16});
+  const auto q = torch::randn({2, 12, 2, 8});
+  const auto ids = torch::randint(0, 30, {2, 12}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto expected_pe = pe(x, 5);
+  const auto expected_rope = rope(q, 5);
+  const auto expected_learned = learned->forward_positions(x, torch::arange(12).flip(0));
+  const auto expected_embed = embed(ids, 3);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      torch::NoGradGuard guard;
+      for (int i = 0; i < 200; ++i) {
+        mismatches += !torch::equal(pe(x, 5), expected_pe);
+        mismatches += !torch::equal(rope(q, 5), expected_rope);
+        mismatches += !torch::equal(learned->forward_positions(x, torch::arange(12).flip(0)), expected_learned);
+        mismatches += !torch::equal(embed(ids, 3), expected_embed);
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// --- hostile files ---------------------------------------------------------------------------------
+
+TEST(Reliability, HostileModuleCheckpointsLeaveModuleUnchanged) {
+  const std::string source = temp_path("module_source");
+  torch::save(posenc::PositionalEncoding(8, 16), source);
+  const std::string bytes = read_bytes(source);
+  std::remove(source.c_str());
+  posenc::PositionalEncoding pe(8, 16);
+  const auto table = pe->pe.clone();
+  survive_hostile_copies(
+      bytes, temp_path("module_hostile"), [&](const std::string& path) { torch::load(pe, path); },
+      [&] {
+        EXPECT_EQ(pe->pe.sizes(), (std::vector<int64_t>{1, 16, 8}));
+        EXPECT_TRUE(pe->pe.isfinite().all().item<bool>());
+        EXPECT_TRUE(pe->pe.is_same(pe->named_buffers()["pe"]));
+      },
+      40, 60, /*any_exception=*/true);
+  // The checks that posenc's load() adds hold whatever the archive said: shape, finiteness; a load
+  // that went through loaded the table the file held.
+  (void)table;
+}
+
+TEST(Reliability, WrongShapeAndDtypeCheckpoints) {
+  posenc::RotaryEmbedding rope(8, 16);
+  const auto cos = rope->cos.clone();
+  const std::string path = temp_path("rope_other");
+  torch::save(posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(8, 16).rotary_dim(4)), path);
+  EXPECT_POSENC_ERROR(torch::load(rope, path), "RotaryEmbedding: the checkpoint's cos has shape [16, 2], but this module's is [16, 4]");
+  EXPECT_TRUE(torch::equal(rope->cos, cos));
+  posenc::PositionalEncoding integer_table(4, 4);
+  integer_table->pe.set_data(torch::zeros({1, 4, 4}, torch::kInt));
+  torch::save(integer_table, path);
+  posenc::PositionalEncoding pe(4, 4);
+  EXPECT_POSENC_ERROR(torch::load(pe, path), "the checkpoint's pe dtype must be float16, bfloat16, float32 or float64, but got Int");
+  std::remove(path.c_str());
+}
+
+TEST(Reliability, HostileStateDictsGiveErrorsNotCrashes) {
+  const std::string source = temp_path("state_source");
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("pe", F::sinusoidal_table(16, 8).unsqueeze(0));
+  dict.insert("other", torch::randn({3, 5}));
+  const std::vector<char> pickled = torch::pickle_save(c10::IValue(dict));
+  const std::string bytes(pickled.begin(), pickled.end());
+  posenc::PositionalEncoding pe(8, 16);
+  const auto before = pe->pe.clone();
+  survive_hostile_copies(
+      bytes, temp_path("state_hostile"),
+      [&](const std::string& path) { posenc::load_state_dict(*pe, path, posenc::LoadStateDictOptions().strict(false)); },
+      [&] {
+        EXPECT_EQ(pe->pe.sizes(), (std::vector<int64_t>{1, 16, 8}));
+        EXPECT_TRUE(pe->pe.isfinite().all().item<bool>());
+      });
+  (void)before;
+}
+
+TEST(Reliability, ReaderRejectsMalformedPickles) {
+  // A zip with a data.pkl whose pickle is nonsense in a few ways.
+  for (const std::string& pickle : {std::string("\x80\x02}q\x00(X\x02\x00\x00\x00peq\x01", 15), std::string("\x80\x02.", 3), std::string("\x80\x02h\x05.", 5),
+                                   std::string("\x80\x02(((((((u.", 11), std::string("\x80\x02X\xff\xff\xff\x7f", 7)}) {
+    std::ostringstream buffer;
+    {
+      caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+        buffer.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+        return size;
+      });
+      writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+      writer.writeEndOfFile();
+    }
+    std::istringstream in(buffer.str());
+    EXPECT_THROW(posenc::detail::read_torch_save_state_dict(in, "malformed"), c10::Error) << pickle.size();
+  }
+}
+
+TEST(Reliability, HostileTorchScriptFilesGiveErrors) {
+  const std::string source = temp_path("ts_source");
+  posenc::to_torchscript(posenc::PositionalEncoding(8, 16)).save(source);
+  const std::string bytes = read_bytes(source);
+  std::remove(source.c_str());
+  int loaded = 0;
+  survive_hostile_copies(bytes, temp_path("ts_hostile"), [&](const std::string& path) {
+    auto module = torch::jit::load(path);
+    // A file that still loads must still compute sensibly or raise.
+    const auto y = module.forward({torch::zeros({1, 4, 8})}).toTensor();
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{1, 4, 8}));
+    ++loaded;
+  }, [] {}, 30, 30, /*any_exception=*/true);
+  EXPECT_LT(loaded, 60);
+}
+
+// --- resource limits --------------------------------------------------------------------------------
+
+TEST(Reliability, AbsurdSizesAreRejectedBeforeAllocating) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_POSENC_ERROR(posenc::PositionalEncoding(big, big), "is over posenc's limit of 2^28 elements");
+  EXPECT_POSENC_ERROR(posenc::LearnedPositionalEmbedding(4096, big), "is over posenc's limit of 2^28 elements");
+  EXPECT_POSENC_ERROR(posenc::RotaryEmbedding(128, big), "is over posenc's limit of 2^28 elements");
+  EXPECT_POSENC_ERROR(posenc::TokenAndPositionEmbedding(big, 1024, 16), "TokenAndPositionEmbedding: a token table of vocab_size * d_model");
+  EXPECT_POSENC_ERROR(F::sinusoidal_table(std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max()), "is over posenc's limit");
+  EXPECT_POSENC_ERROR(posenc::ops::sinusoidal_table(16, 8, 10000.0, std::numeric_limits<int64_t>::max()), "offset + max_len must fit in int64");
+}
+
+// --- numerical properties ------------------------------------------------------------------------------
+
+class Properties : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+TEST_F(Properties, SineCosinePairsHaveUnitNorm) {
+  for (const int64_t d : {2, 6, 64, 511}) {
+    const auto positions = torch::randint(0, 1000000, {200}, torch::kLong);
+    const auto rows = posenc::ops::add_positional_encoding(torch::zeros({1, 200, d}, torch::kDouble), 0, 10000.0, true, positions.unsqueeze(0))[0];
+    const int64_t pairs = d / 2;
+    const auto norms = rows.narrow(1, 0, 2 * pairs).reshape({200, pairs, 2}).pow(2).sum(-1);
+    EXPECT_LT((norms - 1).abs().max().item<double>(), 1e-13) << d;
+  }
+}
+
+TEST_F(Properties, DotProductDependsOnlyOnDistance) {
+  const auto table = F::sinusoidal_table(3000, 128, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t k = torch::randint(0, 500, {1}).item<int64_t>();
+    const int64_t p = torch::randint(0, 2400, {1}).item<int64_t>();
+    const int64_t q = torch::randint(0, 2400, {1}).item<int64_t>();
+    EXPECT_NEAR(table[p].dot(table[p + k]).item<double>(), table[q].dot(table[q + k]).item<double>(), 1e-10);
+  }
+}
+
+// PE(p + k) = R(k) PE(p), with R(k) a block-diagonal rotation that does not depend on p.
+TEST_F(Properties, ShiftIsARotation) {
+  const int64_t d = 16;
+  const auto table = F::sinusoidal_table(5000, d, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t k = torch::randint(1, 1000, {1}).item<int64_t>();
+    const int64_t p = torch::randint(0, 4000, {1}).item<int64_t>();
+    auto rotated = torch::zeros({d}, torch::kDouble);
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double angle = static_cast<double>(k) * std::pow(10000.0, -2.0 * i / d);
+      const double s = table[p][2 * i].item<double>();
+      const double c = table[p][2 * i + 1].item<double>();
+      rotated[2 * i] = s * std::cos(angle) + c * std::sin(angle);   // sin(a + b)
+      rotated[2 * i + 1] = c * std::cos(angle) - s * std::sin(angle);  // cos(a + b)
+    }
+    EXPECT_LT((rotated - table[p + k]).abs().max().item<double>(), 1e-9);
+  }
+}
+
+TEST_F(Properties, NanAndInfPropagate) {
+  posenc::PositionalEncoding pe(8, 16);
+  posenc::RotaryEmbedding rope(8, 16);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble}) {
+    auto x = torch::randn({1, 4, 8}).to(dtype);
+    x[0][1][2] = nan;
+    x[0][2][3] = inf;
+    x[0][3][4] = -inf;
+    const auto y = pe(x);
+    EXPECT_TRUE(std::isnan(y[0][1][2].item<double>())) << dtype;
+    EXPECT_EQ(y[0][2][3].item<double>(), inf);
+    EXPECT_EQ(y[0][3][4].item<double>(), -inf);
+    EXPECT_EQ(y.isnan().sum().item<int64_t>(), 1);
+    auto q = torch::randn({1, 4, 1, 8}).to(dtype);
+    q[0][1][0][0] = nan;
+    const auto r = rope(q, 3);
+    EXPECT_TRUE(std::isnan(r[0][1][0][0].item<double>()));
+    EXPECT_TRUE(std::isnan(r[0][1][0][4].item<double>()));  // its half-split partner
+    EXPECT_EQ(r.isnan().sum().item<int64_t>(), 2);
+  }
+}
+
+TEST_F(Properties, ResultsAreBitIdenticalAcrossRunsAndThreadCounts) {
+  posenc::RotaryEmbedding rope(64, 4096);
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(100, 64, 4096).dropout(0.3));
+  embed->train();
+  const auto q = torch::randn({4, 512, 4, 64});
+  const auto ids = torch::randint(0, 100, {4, 512}, torch::kLong);
+  const int threads = at::get_num_threads();
+  std::vector<torch::Tensor> rope_results;
+  std::vector<torch::Tensor> embed_results;
+  for (const int n : {1, 2, 1}) {
+    at::set_num_threads(n);
+    torch::manual_seed(42);
+    torch::NoGradGuard no_grad;
+    rope_results.push_back(rope(q, 100));
+    embed_results.push_back(embed(ids));
+  }
+  at::set_num_threads(threads);
+  for (size_t i = 1; i < rope_results.size(); ++i) {
+    EXPECT_TRUE(torch::equal(rope_results[i], rope_results[0]));
+    EXPECT_TRUE(torch::equal(embed_results[i], embed_results[0]));
+  }
+}
