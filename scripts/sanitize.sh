@@ -38,15 +38,19 @@ for step in "${steps[@]}"; do
       mkdir -p "$artifacts"
       # -timeout: one input running over 10 s is a hang; -rss_limit_mb: one allocating over 4 GiB
       # is a missed size check. Both are reported as failures, like crashes.
+      log=build/sanitize/fuzz/fuzz.log
+      status=0
       LSAN_OPTIONS="suppressions=$supp" UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         build/sanitize/fuzz/posenc_fuzzer -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-        -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus" fuzz/seeds 2>&1 | tail -25
-      status=${PIPESTATUS[0]}
+        -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus" fuzz/seeds >"$log" 2>&1 || status=$?
       rm -rf "$corpus"
       if [ "$status" -ne 0 ]; then
+        tail -60 "$log"
         echo "sanitize: the fuzzer found a failing input (in $artifacts); fix it and add it to fuzz/regressions" >&2
         exit 1
       fi
+      grep -E '^#[0-9]+ +(DONE|pulse)' "$log" | tail -1
+      grep '^stat::' "$log"
       ;;
     tsan)
       echo "=== sanitize: ThreadSanitizer, concurrency tests (build/tsan)"

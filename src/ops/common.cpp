@@ -4,6 +4,7 @@
 #include "detail/positional_encoding.h"
 #include "detail/rotary.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/aminmax.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -125,7 +126,7 @@ TableCall prepare_token_call(
   return call;
 }
 
-void check_out(const char* who, const at::Tensor& out, const at::Tensor& x) {
+void prepare_out(const char* who, at::Tensor& out, const at::Tensor& x) {
   TORCH_CHECK(out.defined(), who, ": out is undefined");
   TORCH_CHECK(
       out.scalar_type() == x.scalar_type() && out.device() == x.device(),
@@ -134,6 +135,15 @@ void check_out(const char* who, const at::Tensor& out, const at::Tensor& x) {
   TORCH_CHECK(
       out.sizes() == x.sizes() || out.numel() == 0,
       who, ": out must have the input's shape ", x.sizes(), " (or be empty, to be resized), but has ", out.sizes());
+  if (out.numel() == 0 && x.numel() != 0) {
+    out.resize_(x.sizes());
+  }
+  at::assert_no_internal_overlap(out);
+  at::assert_no_partial_overlap(out, x);
+}
+
+bool hand_kernels_read(const at::Tensor& table) {
+  return table.is_contiguous() && (table.scalar_type() == at::kFloat || table.scalar_type() == at::kDouble);
 }
 
 bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b) {

@@ -67,9 +67,14 @@ TableCall prepare_token_call(
     double scale,
     double dropout);
 
-/// Checks an `out` tensor for an out-variant: defined, on the device and of the dtype of `x`, and
-/// either of x's shape or resizable to it (empty).
-void check_out(const char* who, const at::Tensor& out, const at::Tensor& x);
+/// Prepares the `out` tensor of an out-variant: checks that it is defined, on the device and of the
+/// dtype of `x`, and either of x's shape or empty (then resizes it to x's shape), and that it
+/// overlaps neither itself nor `x` in part.
+void prepare_out(const char* who, at::Tensor& out, const at::Tensor& x);
+
+/// True when the hand-written CPU and CUDA kernels read `table` directly: contiguous, float32 or
+/// float64. Other tables go to the composite kernels.
+bool hand_kernels_read(const at::Tensor& table);
 
 /// True when no argument needs autograd: then the forward may skip the autograd layer.
 bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b = at::Tensor());

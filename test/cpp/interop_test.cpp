@@ -21,10 +21,7 @@ using posenc::PositionalEncodingOptions;
 
 namespace {
 
-class Interop : public ::testing::Test {
- protected:
-  void SetUp() override { torch::manual_seed(0); }
-};
+class Interop : public posenc_test::SeededTest {};
 
 std::string temp_path(const std::string& stem) {
   return testing::TempDir() + stem + "_" + std::to_string(::getpid()) + ".pt";

@@ -21,10 +21,7 @@ namespace F = posenc::functional;
 
 namespace {
 
-class Kernels : public ::testing::Test {
- protected:
-  void SetUp() override { torch::manual_seed(0); }
-};
+class Kernels : public posenc_test::SeededTest {};
 
 const std::vector<torch::Dtype> kDtypes = {torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble};
 

@@ -23,21 +23,11 @@ using posenc::RotaryPairing;
 
 namespace {
 
-class Learned : public ::testing::Test {
- protected:
-  void SetUp() override { torch::manual_seed(0); }
-};
+class Learned : public posenc_test::SeededTest {};
 
-class Rotary : public ::testing::Test {
- protected:
-  void SetUp() override { torch::manual_seed(0); }
-};
+class Rotary : public posenc_test::SeededTest {};
 
-std::string printed(const torch::nn::Module& module) {
-  std::ostringstream stream;
-  module.pretty_print(stream);
-  return stream.str();
-}
+using posenc_test::printed;
 
 // RoPE written from its definition in long double: for each pair (a, b) of rotated channels and
 // theta = position * base^(-2i/R), (a, b) -> (a cos - b sin, a sin + b cos). x: [B, L, H, Dh].

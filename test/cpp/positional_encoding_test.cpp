@@ -21,16 +21,9 @@ using posenc::PositionalEncodingOptions;
 
 namespace {
 
-class PositionalEncodingTest : public ::testing::Test {
- protected:
-  void SetUp() override { torch::manual_seed(0); }
-};
+class PositionalEncodingTest : public posenc_test::SeededTest {};
 
-std::string printed(const torch::nn::Module& module) {
-  std::ostringstream stream;
-  module.pretty_print(stream);
-  return stream.str();
-}
+using posenc_test::printed;
 
 // A file name in the temporary directory, removed when the object goes.
 struct TempFile {

@@ -19,10 +19,7 @@ using posenc::PositionalEncodingOptions;
 
 namespace {
 
-class Positions : public ::testing::Test {
- protected:
-  void SetUp() override { torch::manual_seed(0); }
-};
+class Positions : public posenc_test::SeededTest {};
 
 // tensor2tensor's get_timing_signal_1d / fairseq's SinusoidalPositionalEmbedding, written from
 // their definition: h = D/2 frequencies base^(-k/(h-1)), [sin | cos], a zero column for odd D.

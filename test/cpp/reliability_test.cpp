@@ -223,10 +223,7 @@ TEST(Reliability, AbsurdSizesAreRejectedBeforeAllocating) {
 
 // --- numerical properties ------------------------------------------------------------------------------
 
-class Properties : public ::testing::Test {
- protected:
-  void SetUp() override { torch::manual_seed(0); }
-};
+class Properties : public posenc_test::SeededTest {};
 
 TEST_F(Properties, SineCosinePairsHaveUnitNorm) {
   for (const int64_t d : {2, 6, 64, 511}) {

@@ -4,10 +4,26 @@
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
 
+#include <sstream>
 #include <string>
 
 namespace posenc_test {
+
+/// A fixture that seeds LibTorch's generator, so that every run draws the same random inputs.
+class SeededTest : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+/// What `pretty_print` writes for `module`.
+inline std::string printed(const torch::nn::Module& module) {
+  std::ostringstream stream;
+  module.pretty_print(stream);
+  return stream.str();
+}
 
 /// Runs `fn` and returns the message of the `c10::Error` it throws (without the backtrace), or
 /// "<no error>" when it returns normally. Any other exception fails the test.

@@ -101,11 +101,7 @@ TEST(TransformerIntegration, TrainingStepsReduceLoss) {
 
 namespace {
 
-std::string printed(const torch::nn::Module& module) {
-  std::ostringstream stream;
-  module.pretty_print(stream);
-  return stream.str();
-}
+using posenc_test::printed;
 
 } // namespace
 

@@ -48,12 +48,7 @@ void add_position_table_(at::Tensor& x, const at::Tensor& table, int64_t offset,
 void add_position_table_out(const at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale, at::Tensor& out) {
   constexpr const char* who = "posenc::add_position_table_out";
   const TableCall call = prepare_table_call(who, x, table, offset, positions, batch_first, scale);
-  check_out(who, out, x);
-  if (out.numel() == 0 && x.numel() != 0) {
-    out.resize_(x.sizes());
-  }
-  at::assert_no_internal_overlap(out);
-  at::assert_no_partial_overlap(out, x);
+  prepare_out(who, out, x);
   out.copy_(detail::add_rows(x, selected_rows(call, offset, batch_first), scale));
 }
 

@@ -10,7 +10,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -29,9 +28,6 @@ int64_t grain_rows(int64_t width) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(width, 1));
 }
 
-bool table_fast(const at::Tensor& table) {
-  return table.is_contiguous() && (table.scalar_type() == at::kFloat || table.scalar_type() == at::kDouble);
-}
 
 // A fresh CPU tensor, allocated without a trip through the dispatcher (a decoding step is ~1 us).
 at::Tensor empty_cpu(at::IntArrayRef sizes, const at::TensorOptions& options) {
@@ -157,7 +153,7 @@ void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call, int64_
 
 at::Tensor add_position_table_cpu(const at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale) {
   const TableCall call = prepare_table_call("posenc::add_position_table", x, table, offset, positions, batch_first, scale);
-  if (!x.is_contiguous() || !table_fast(call.table)) {
+  if (!x.is_contiguous() || !hand_kernels_read(call.table)) {
     return composite::add_position_table(x, table, offset, batch_first, positions, scale);
   }
   at::Tensor out = empty_cpu(x.sizes(), x.options());
@@ -167,7 +163,7 @@ at::Tensor add_position_table_cpu(const at::Tensor& x, const at::Tensor& table, 
 
 void add_position_table_inplace_cpu(at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale) {
   const TableCall call = prepare_table_call("posenc::add_position_table_", x, table, offset, positions, batch_first, scale);
-  if (!x.is_contiguous() || !table_fast(call.table)) {
+  if (!x.is_contiguous() || !hand_kernels_read(call.table)) {
     composite::add_position_table_(x, table, offset, batch_first, positions, scale);
     return;
   }
@@ -177,13 +173,8 @@ void add_position_table_inplace_cpu(at::Tensor& x, const at::Tensor& table, int6
 void add_position_table_out_cpu(const at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale, at::Tensor& out) {
   constexpr const char* who = "posenc::add_position_table_out";
   const TableCall call = prepare_table_call(who, x, table, offset, positions, batch_first, scale);
-  check_out(who, out, x);
-  if (out.numel() == 0 && x.numel() != 0) {
-    out.resize_(x.sizes());
-  }
-  at::assert_no_internal_overlap(out);
-  at::assert_no_partial_overlap(out, x);
-  if (!x.is_contiguous() || !out.is_contiguous() || !table_fast(call.table)) {
+  prepare_out(who, out, x);
+  if (!x.is_contiguous() || !out.is_contiguous() || !hand_kernels_read(call.table)) {
     composite::add_position_table_out(x, table, offset, batch_first, positions, scale, out);
     return;
   }
@@ -345,7 +336,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_cpu(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset, bool batch_first,
     OptionalTensor positions, double scale, int64_t padding_idx, double dropout, bool train) {
   const TableCall call = prepare_token_call("posenc::token_and_position_embedding", tokens, weight, table, offset, positions, batch_first, scale, dropout);
-  if (!tokens.is_contiguous() || !weight.is_contiguous() || !table_fast(call.table)) {
+  if (!tokens.is_contiguous() || !weight.is_contiguous() || !hand_kernels_read(call.table)) {
     return composite::token_and_position_embedding(tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, train);
   }
   const int64_t width = weight.size(1);

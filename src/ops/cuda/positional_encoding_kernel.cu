@@ -8,7 +8,6 @@
 #include "ops/cpu/loops.h"
 
 #include <ATen/Dispatch.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/PhiloxUtils.cuh>
@@ -109,9 +108,6 @@ void launch_add(const scalar_t* x, scalar_t* out, const table_t* table, int64_t 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-bool table_fast(const at::Tensor& table) {
-  return table.is_contiguous() && (table.scalar_type() == at::kFloat || table.scalar_type() == at::kDouble);
-}
 
 void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call, int64_t offset, bool batch_first, double scale) {
   const int64_t width = x.size(2);
@@ -129,7 +125,7 @@ void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call, int64_
 at::Tensor add_position_table_cuda(const at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale) {
   const c10::cuda::CUDAGuard guard(x.device());
   const TableCall call = prepare_table_call("posenc::add_position_table", x, table, offset, positions, batch_first, scale);
-  if (!x.is_contiguous() || !table_fast(call.table)) {
+  if (!x.is_contiguous() || !hand_kernels_read(call.table)) {
     return composite::add_position_table(x, table, offset, batch_first, positions, scale);
   }
   at::Tensor out = at::empty(x.sizes(), x.options());
@@ -140,7 +136,7 @@ at::Tensor add_position_table_cuda(const at::Tensor& x, const at::Tensor& table,
 void add_position_table_inplace_cuda(at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first, OptionalTensor positions, double scale) {
   const c10::cuda::CUDAGuard guard(x.device());
   const TableCall call = prepare_table_call("posenc::add_position_table_", x, table, offset, positions, batch_first, scale);
-  if (!x.is_contiguous() || !table_fast(call.table)) {
+  if (!x.is_contiguous() || !hand_kernels_read(call.table)) {
     composite::add_position_table_(x, table, offset, batch_first, positions, scale);
     return;
   }
@@ -151,13 +147,8 @@ void add_position_table_out_cuda(const at::Tensor& x, const at::Tensor& table, i
   constexpr const char* who = "posenc::add_position_table_out";
   const c10::cuda::CUDAGuard guard(x.device());
   const TableCall call = prepare_table_call(who, x, table, offset, positions, batch_first, scale);
-  check_out(who, out, x);
-  if (out.numel() == 0 && x.numel() != 0) {
-    out.resize_(x.sizes());
-  }
-  at::assert_no_internal_overlap(out);
-  at::assert_no_partial_overlap(out, x);
-  if (!x.is_contiguous() || !out.is_contiguous() || !table_fast(call.table)) {
+  prepare_out(who, out, x);
+  if (!x.is_contiguous() || !out.is_contiguous() || !hand_kernels_read(call.table)) {
     composite::add_position_table_out(x, table, offset, batch_first, positions, scale, out);
     return;
   }
@@ -300,7 +291,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_cuda(
     OptionalTensor positions, double scale, int64_t padding_idx, double dropout, bool train) {
   const c10::cuda::CUDAGuard guard(weight.device());
   const TableCall call = prepare_token_call("posenc::token_and_position_embedding", tokens, weight, table, offset, positions, batch_first, scale, dropout);
-  if (!tokens.is_contiguous() || !weight.is_contiguous() || !table_fast(call.table)) {
+  if (!tokens.is_contiguous() || !weight.is_contiguous() || !hand_kernels_read(call.table)) {
     return composite::token_and_position_embedding(tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, train);
   }
   const int64_t width = weight.size(1);
