@@ -26,28 +26,39 @@ struct Shape {
 };
 
 const std::vector<Shape> kShapes = {{1, 1, 512}, {8, 2048, 1024}, {64, 512, 768}};
-const std::vector<std::pair<torch::Dtype, std::string>> kDtypes = {{torch::kFloat, "float32"}, {torch::kBFloat16, "bfloat16"}};
+const std::vector<std::pair<torch::Dtype, std::string>> kDtypes = {{torch::kFloat, "float32"},
+                                                                   {torch::kBFloat16, "bfloat16"}};
 const std::vector<int> kThreads = {1, 2};
 
 // A case: prepares its state once (outside the timing) and returns the call to time.
 using Prepare = std::function<std::function<void()>(const Shape&, torch::Dtype)>;
 
-void register_case(const std::string& family, const std::string& name, const Prepare& prepare, const std::vector<Shape>& shapes) {
+void register_case(const std::string& family,
+                   const std::string& name,
+                   const Prepare& prepare,
+                   const std::vector<Shape>& shapes) {
   for (const auto& shape : shapes) {
     for (const auto& dtype : kDtypes) {
       for (const int threads : kThreads) {
-        const std::string full = family + "/" + name + "/" + shape.name() + "/" + dtype.second + "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(full.c_str(), [=](benchmark::State& state) {
-          at::set_num_threads(threads);
-          torch::NoGradGuard no_grad;
-          torch::manual_seed(0);
-          const std::function<void()> call = prepare(shape, dtype.first);
-          for (auto _ : state) {
-            call();
-          }
-          const double bytes = 2.0 * shape.batch * shape.length * shape.width * torch::elementSize(dtype.first);
-          state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));  // read x + write out
-        })->UseRealTime()->Unit(benchmark::kMicrosecond);
+        const std::string full = family + "/" + name + "/" + shape.name() + "/" + dtype.second +
+                                 "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(
+            full.c_str(),
+            [=](benchmark::State& state) {
+              at::set_num_threads(threads);
+              torch::NoGradGuard no_grad;
+              torch::manual_seed(0);
+              const std::function<void()> call = prepare(shape, dtype.first);
+              for (auto _ : state) {
+                call();
+              }
+              const double bytes =
+                  2.0 * shape.batch * shape.length * shape.width * torch::elementSize(dtype.first);
+              state.SetBytesProcessed(
+                  static_cast<int64_t>(state.iterations() * bytes)); // read x + write out
+            })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }
@@ -56,109 +67,175 @@ void register_case(const std::string& family, const std::string& name, const Pre
 // --- adding positions -------------------------------------------------------------------------
 
 void register_add() {
-  const auto input = [](const Shape& s, torch::Dtype dtype) { return torch::randn({s.batch, s.length, s.width}).to(dtype); };
-  register_case("add", "posenc_module", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    auto module = posenc::PositionalEncoding(s.width, 4096);
-    module->eval();
-    const auto x = input(s, dtype);
-    return [module, x]() mutable { benchmark::DoNotOptimize(module(x)); };
-  }, kShapes);
-  register_case("add", "posenc_inplace", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    auto module = posenc::PositionalEncoding(posenc::PositionalEncodingOptions(s.width, 4096).inplace(true));
-    module->eval();
-    const auto x = input(s, dtype);
-    return [module, x]() mutable { benchmark::DoNotOptimize(module(x)); };
-  }, kShapes);
-  register_case("add", "posenc_out", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    const auto table = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0);
-    const auto x = input(s, dtype);
-    auto out = torch::empty_like(x);
-    return [table, x, out]() mutable { posenc::ops::add_position_table_out(out, x, table); };
-  }, kShapes);
+  const auto input = [](const Shape& s, torch::Dtype dtype) {
+    return torch::randn({s.batch, s.length, s.width}).to(dtype);
+  };
+  register_case(
+      "add",
+      "posenc_module",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        auto module = posenc::PositionalEncoding(s.width, 4096);
+        module->eval();
+        const auto x = input(s, dtype);
+        return [module, x]() mutable { benchmark::DoNotOptimize(module(x)); };
+      },
+      kShapes);
+  register_case(
+      "add",
+      "posenc_inplace",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        auto module = posenc::PositionalEncoding(
+            posenc::PositionalEncodingOptions(s.width, 4096).inplace(true));
+        module->eval();
+        const auto x = input(s, dtype);
+        return [module, x]() mutable { benchmark::DoNotOptimize(module(x)); };
+      },
+      kShapes);
+  register_case(
+      "add",
+      "posenc_out",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        const auto table = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0);
+        const auto x = input(s, dtype);
+        auto out = torch::empty_like(x);
+        return [table, x, out]() mutable { posenc::ops::add_position_table_out(out, x, table); };
+      },
+      kShapes);
   // The formulation a direct port of the Python module gives: a fresh output, type promotion to
   // float32 for bfloat16 inputs, a cast back.
-  register_case("add", "naive_cpp", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    const auto pe = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0);
-    const auto x = input(s, dtype);
-    const int64_t length = s.length;
-    return [pe, x, length]() { benchmark::DoNotOptimize((x + pe.slice(1, 0, length)).to(x.scalar_type())); };
-  }, kShapes);
-  register_case("add", "aten_add_out", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    const auto pe = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0).to(dtype);
-    const auto x = input(s, dtype);
-    auto out = torch::empty_like(x);
-    const int64_t length = s.length;
-    return [pe, x, out, length]() mutable { at::add_out(out, x, pe.slice(1, 0, length)); };
-  }, kShapes);
-  register_case("add", "roofline_copy", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    const auto x = input(s, dtype);
-    auto out = torch::empty_like(x);
-    return [x, out]() mutable { out.copy_(x); };
-  }, kShapes);
+  register_case(
+      "add",
+      "naive_cpp",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        const auto pe = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0);
+        const auto x = input(s, dtype);
+        const int64_t length = s.length;
+        return [pe, x, length]() {
+          benchmark::DoNotOptimize((x + pe.slice(1, 0, length)).to(x.scalar_type()));
+        };
+      },
+      kShapes);
+  register_case(
+      "add",
+      "aten_add_out",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        const auto pe = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0).to(dtype);
+        const auto x = input(s, dtype);
+        auto out = torch::empty_like(x);
+        const int64_t length = s.length;
+        return [pe, x, out, length]() mutable { at::add_out(out, x, pe.slice(1, 0, length)); };
+      },
+      kShapes);
+  register_case(
+      "add",
+      "roofline_copy",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        const auto x = input(s, dtype);
+        auto out = torch::empty_like(x);
+        return [x, out]() mutable { out.copy_(x); };
+      },
+      kShapes);
 }
 
-// --- token embedding + positions + dropout --------------------------------------------------------
+// --- token embedding + positions + dropout
+// --------------------------------------------------------
 
 void register_token() {
   const std::vector<Shape> shapes = {{8, 2048, 1024}};
   const int64_t vocab = 32000;
   for (const bool train : {false, true}) {
     const std::string mode = train ? "train" : "eval";
-    register_case("token", "posenc_fused_" + mode, [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-      auto module = posenc::TokenAndPositionEmbedding(posenc::TokenAndPositionEmbeddingOptions(vocab, s.width, 4096).dropout(0.1));
-      module->to(dtype);
-      train ? module->train() : module->eval();
-      const auto ids = torch::randint(0, vocab, {s.batch, s.length}, torch::kLong);
-      return [module, ids]() mutable { benchmark::DoNotOptimize(module(ids)); };
-    }, shapes);
+    register_case(
+        "token",
+        "posenc_fused_" + mode,
+        [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+          auto module = posenc::TokenAndPositionEmbedding(
+              posenc::TokenAndPositionEmbeddingOptions(vocab, s.width, 4096).dropout(0.1));
+          module->to(dtype);
+          train ? module->train() : module->eval();
+          const auto ids = torch::randint(0, vocab, {s.batch, s.length}, torch::kLong);
+          return [module, ids]() mutable { benchmark::DoNotOptimize(module(ids)); };
+        },
+        shapes);
     // The eager chain: embedding, mul, add, dropout.
-    register_case("token", "eager_chain_" + mode, [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-      const auto weight = torch::randn({vocab, s.width}).to(dtype);
-      const auto pe = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0);
-      const auto ids = torch::randint(0, vocab, {s.batch, s.length}, torch::kLong);
-      const double scale = std::sqrt(static_cast<double>(s.width));
-      const int64_t length = s.length;
-      return [=]() {
-        auto y = (torch::embedding(weight, ids) * scale + pe.slice(1, 0, length)).to(weight.scalar_type());
-        benchmark::DoNotOptimize(torch::dropout(y, 0.1, train));
-      };
-    }, shapes);
+    register_case(
+        "token",
+        "eager_chain_" + mode,
+        [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+          const auto weight = torch::randn({vocab, s.width}).to(dtype);
+          const auto pe = posenc::functional::sinusoidal_table(4096, s.width).unsqueeze(0);
+          const auto ids = torch::randint(0, vocab, {s.batch, s.length}, torch::kLong);
+          const double scale = std::sqrt(static_cast<double>(s.width));
+          const int64_t length = s.length;
+          return [=]() {
+            auto y = (torch::embedding(weight, ids) * scale + pe.slice(1, 0, length))
+                         .to(weight.scalar_type());
+            benchmark::DoNotOptimize(torch::dropout(y, 0.1, train));
+          };
+        },
+        shapes);
   }
 }
 
-// --- rotary ---------------------------------------------------------------------------------------
+// --- rotary
+// ---------------------------------------------------------------------------------------
 
 void register_rope() {
   // [B, L, H, Dh] = [8, 2048, 16, 64]: registered as a Shape of B x L x (H * Dh).
   const std::vector<Shape> shapes = {{8, 2048, 1024}};
-  const auto qk = [](const Shape& s, torch::Dtype dtype) { return torch::randn({s.batch, s.length, 16, s.width / 16}).to(dtype); };
-  register_case("rope", "posenc_fused", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    auto module = posenc::RotaryEmbedding(s.width / 16, 4096);
-    const auto q = qk(s, dtype);
-    return [module, q]() mutable { benchmark::DoNotOptimize(module(q)); };
-  }, shapes);
-  register_case("rope", "posenc_fused_inplace", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    auto tables = posenc::functional::rotary_tables(4096, s.width / 16);
-    auto q = qk(s, dtype);
-    return [tables, q]() mutable { posenc::ops::apply_rotary_(q, tables.first, tables.second); };
-  }, shapes);
+  const auto qk = [](const Shape& s, torch::Dtype dtype) {
+    return torch::randn({s.batch, s.length, 16, s.width / 16}).to(dtype);
+  };
+  register_case(
+      "rope",
+      "posenc_fused",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        auto module = posenc::RotaryEmbedding(s.width / 16, 4096);
+        const auto q = qk(s, dtype);
+        return [module, q]() mutable { benchmark::DoNotOptimize(module(q)); };
+      },
+      shapes);
+  register_case(
+      "rope",
+      "posenc_fused_inplace",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        auto tables = posenc::functional::rotary_tables(4096, s.width / 16);
+        auto q = qk(s, dtype);
+        return
+            [tables, q]() mutable { posenc::ops::apply_rotary_(q, tables.first, tables.second); };
+      },
+      shapes);
   // HF LLaMA's formulation: q * cos + rotate_half(q) * sin, cos/sin repeated over both halves.
-  register_case("rope", "eager_rotate_half", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    auto tables = posenc::functional::rotary_tables(4096, s.width / 16);
-    const auto cos = torch::cat({tables.first, tables.first}, -1).narrow(0, 0, s.length).view({1, s.length, 1, -1}).to(dtype);
-    const auto sin = torch::cat({tables.second, tables.second}, -1).narrow(0, 0, s.length).view({1, s.length, 1, -1}).to(dtype);
-    const auto q = qk(s, dtype);
-    const int64_t half = s.width / 32;
-    return [=]() {
-      const auto rotated = torch::cat({-q.narrow(-1, half, half), q.narrow(-1, 0, half)}, -1);
-      benchmark::DoNotOptimize(q * cos + rotated * sin);
-    };
-  }, shapes);
-  register_case("rope", "roofline_copy", [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
-    const auto q = qk(s, dtype);
-    auto out = torch::empty_like(q);
-    return [q, out]() mutable { out.copy_(q); };
-  }, shapes);
+  register_case(
+      "rope",
+      "eager_rotate_half",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        auto tables = posenc::functional::rotary_tables(4096, s.width / 16);
+        const auto cos = torch::cat({tables.first, tables.first}, -1)
+                             .narrow(0, 0, s.length)
+                             .view({1, s.length, 1, -1})
+                             .to(dtype);
+        const auto sin = torch::cat({tables.second, tables.second}, -1)
+                             .narrow(0, 0, s.length)
+                             .view({1, s.length, 1, -1})
+                             .to(dtype);
+        const auto q = qk(s, dtype);
+        const int64_t half = s.width / 32;
+        return [=]() {
+          const auto rotated = torch::cat({-q.narrow(-1, half, half), q.narrow(-1, 0, half)}, -1);
+          benchmark::DoNotOptimize(q * cos + rotated * sin);
+        };
+      },
+      shapes);
+  register_case(
+      "rope",
+      "roofline_copy",
+      [=](const Shape& s, torch::Dtype dtype) -> std::function<void()> {
+        const auto q = qk(s, dtype);
+        auto out = torch::empty_like(q);
+        return [q, out]() mutable { out.copy_(q); };
+      },
+      shapes);
 }
 
 } // namespace

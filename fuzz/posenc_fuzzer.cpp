@@ -21,7 +21,10 @@
 
 namespace {
 
-double pick_double(FuzzedDataProvider& in, std::initializer_list<double> specials, double lo, double hi) {
+double pick_double(FuzzedDataProvider& in,
+                   std::initializer_list<double> specials,
+                   double lo,
+                   double hi) {
   if (in.ConsumeBool()) {
     std::vector<double> values(specials);
     return values[in.ConsumeIntegralInRange<size_t>(0, values.size() - 1)];
@@ -32,22 +35,35 @@ double pick_double(FuzzedDataProvider& in, std::initializer_list<double> special
 int64_t pick_size(FuzzedDataProvider& in, int64_t hi) {
   // Mostly small and valid; sometimes zero, negative or enormous.
   switch (in.ConsumeIntegralInRange<int>(0, 9)) {
-    case 0: return 0;
-    case 1: return -in.ConsumeIntegralInRange<int64_t>(1, 5);
-    case 2: return in.ConsumeIntegralInRange<int64_t>(int64_t{1} << 33, int64_t{1} << 40);
-    default: return in.ConsumeIntegralInRange<int64_t>(1, hi);
+    case 0:
+      return 0;
+    case 1:
+      return -in.ConsumeIntegralInRange<int64_t>(1, 5);
+    case 2:
+      return in.ConsumeIntegralInRange<int64_t>(int64_t{1} << 33, int64_t{1} << 40);
+    default:
+      return in.ConsumeIntegralInRange<int64_t>(1, hi);
   }
 }
 
 torch::Dtype pick_dtype(FuzzedDataProvider& in) {
-  const torch::Dtype dtypes[] = {torch::kFloat, torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16, torch::kLong, torch::kBool, torch::kInt};
+  const torch::Dtype dtypes[] = {torch::kFloat,
+                                 torch::kFloat,
+                                 torch::kDouble,
+                                 torch::kHalf,
+                                 torch::kBFloat16,
+                                 torch::kLong,
+                                 torch::kBool,
+                                 torch::kInt};
   return dtypes[in.ConsumeIntegralInRange<int>(0, 7)];
 }
 
 // An input tensor: rank 1-4 (mostly 3), small dimensions, `width` as last dimension most of the
 // time, sometimes non-contiguous, sometimes on the meta device, sometimes holding NaN.
 torch::Tensor pick_input(FuzzedDataProvider& in, int64_t width, int64_t rank_default = 3) {
-  const int64_t rank = in.ConsumeIntegralInRange<int>(0, 9) == 0 ? in.ConsumeIntegralInRange<int64_t>(1, 4) : rank_default;
+  const int64_t rank = in.ConsumeIntegralInRange<int>(0, 9) == 0
+                           ? in.ConsumeIntegralInRange<int64_t>(1, 4)
+                           : rank_default;
   std::vector<int64_t> sizes;
   for (int64_t d = 0; d < rank; ++d) {
     sizes.push_back(in.ConsumeIntegralInRange<int64_t>(0, 5));
@@ -70,12 +86,21 @@ torch::Tensor pick_input(FuzzedDataProvider& in, int64_t width, int64_t rank_def
 }
 
 // Explicit positions for an input of leading dimensions (a, b) (or a rank mismatch).
-torch::Tensor pick_positions(FuzzedDataProvider& in, const torch::Tensor& x, int64_t length_dim, int64_t max_len) {
+torch::Tensor pick_positions(FuzzedDataProvider& in,
+                             const torch::Tensor& x,
+                             int64_t length_dim,
+                             int64_t max_len) {
   std::vector<int64_t> sizes;
   switch (in.ConsumeIntegralInRange<int>(0, 3)) {
-    case 0: sizes = {x.dim() > length_dim ? x.size(length_dim) : 1}; break;
-    case 1: sizes = {x.dim() > 0 ? x.size(0) : 1, x.dim() > 1 ? x.size(1) : 1}; break;
-    default: sizes = {in.ConsumeIntegralInRange<int64_t>(0, 4), in.ConsumeIntegralInRange<int64_t>(0, 4)}; break;
+    case 0:
+      sizes = {x.dim() > length_dim ? x.size(length_dim) : 1};
+      break;
+    case 1:
+      sizes = {x.dim() > 0 ? x.size(0) : 1, x.dim() > 1 ? x.size(1) : 1};
+      break;
+    default:
+      sizes = {in.ConsumeIntegralInRange<int64_t>(0, 4), in.ConsumeIntegralInRange<int64_t>(0, 4)};
+      break;
   }
   const int64_t hi = in.ConsumeBool() ? max_len + 3 : int64_t{1} << 40;
   auto positions = torch::randint(-3, std::max<int64_t>(hi, 1), sizes, torch::kLong);
@@ -87,16 +112,20 @@ torch::Tensor pick_positions(FuzzedDataProvider& in, const torch::Tensor& x, int
 
 void check_result(const torch::Tensor& y, const torch::Tensor& x) {
   if (y.sizes() != x.sizes() || y.scalar_type() != x.scalar_type()) {
-    abort();  // a wrong-shaped or wrong-typed result is a silent wrong answer
+    abort(); // a wrong-shaped or wrong-typed result is a silent wrong answer
   }
 }
 
 double epsilon(torch::Dtype dtype) {
   switch (dtype) {
-    case torch::kHalf: return 0x1p-10;
-    case torch::kBFloat16: return 0x1p-7;
-    case torch::kFloat: return 0x1p-23;
-    default: return 0x1p-52;
+    case torch::kHalf:
+      return 0x1p-10;
+    case torch::kBFloat16:
+      return 0x1p-7;
+    case torch::kFloat:
+      return 0x1p-23;
+    default:
+      return 0x1p-52;
   }
 }
 
@@ -104,10 +133,15 @@ double epsilon(torch::Dtype dtype) {
 // be x * scale + pe[offset : offset + L] computed independently in float64 (ATen ops on the
 // module's own table) and rounded to x's dtype, to within a few units in the last place of the
 // operands (posenc adds in float32 for reduced-precision inputs, then rounds once).
-void check_values(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& table, int64_t offset, bool batch_first, double scale) {
+void check_values(const torch::Tensor& y,
+                  const torch::Tensor& x,
+                  const torch::Tensor& table,
+                  int64_t offset,
+                  bool batch_first,
+                  double scale) {
   const int64_t length = x.size(batch_first ? 1 : 0);
   if (x.is_meta() || offset > table.size(1) - length) {
-    return;  // no values, or positions extrapolated past the table
+    return; // no values, or positions extrapolated past the table
   }
   auto rows = table[0].slice(0, offset, offset + length).to(torch::kDouble);
   if (!batch_first) {
@@ -116,27 +150,40 @@ void check_values(const torch::Tensor& y, const torch::Tensor& x, const torch::T
   const auto wide = x.to(torch::kDouble);
   const auto expected = (wide * scale + rows).to(x.scalar_type()).to(torch::kDouble);
   const auto got = y.to(torch::kDouble);
-  const auto bound = (wide.abs() * std::abs(scale) + rows.abs()) * (4 * epsilon(x.scalar_type())) + 1e-300;
-  const auto agree = ((got - expected).abs() <= bound) | (got == expected) | (got.isnan() & expected.isnan());
+  const auto bound =
+      (wide.abs() * std::abs(scale) + rows.abs()) * (4 * epsilon(x.scalar_type())) + 1e-300;
+  const auto agree =
+      ((got - expected).abs() <= bound) | (got == expected) | (got.isnan() & expected.isnan());
   if (!agree.all().item<bool>()) {
     const auto index = (~agree).flatten().nonzero()[0].item<int64_t>();
-    std::cerr << "posenc_fuzzer: wrong value for x " << x.sizes() << " " << x.scalar_type() << " (strides " << x.strides() << "), table "
-              << table.sizes() << " " << table.scalar_type() << ", offset " << offset << ", batch_first " << batch_first << ", scale "
-              << scale << ": element " << index << " is " << got.flatten()[index].item<double>() << ", expected "
-              << expected.flatten()[index].item<double>() << " (x " << wide.flatten()[index].item<double>() << ")\n";
-    abort();  // a silent wrong value
+    std::cerr << "posenc_fuzzer: wrong value for x " << x.sizes() << " " << x.scalar_type()
+              << " (strides " << x.strides() << "), table " << table.sizes() << " "
+              << table.scalar_type() << ", offset " << offset << ", batch_first " << batch_first
+              << ", scale " << scale << ": element " << index << " is "
+              << got.flatten()[index].item<double>() << ", expected "
+              << expected.flatten()[index].item<double>() << " (x "
+              << wide.flatten()[index].item<double>() << ")\n";
+    abort(); // a silent wrong value
   }
 }
 
 void fuzz_sinusoidal(FuzzedDataProvider& in) {
   posenc::PositionalEncodingOptions options(pick_size(in, 48), pick_size(in, 64));
-  options.base(pick_double(in, {10000.0, 0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}, 1e-3, 1e6))
+  options
+      .base(pick_double(in,
+                        {10000.0, 0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")},
+                        1e-3,
+                        1e6))
       .dropout(pick_double(in, {0.0, 0.5, 1.0, -0.1, 1.5, std::nan("")}, 0, 1))
       .batch_first(in.ConsumeBool())
-      .layout(in.ConsumeBool() ? posenc::ChannelLayout::kInterleaved : posenc::ChannelLayout::kConcatenated)
-      .spacing(in.ConsumeBool() ? posenc::FrequencySpacing::kPaper : posenc::FrequencySpacing::kTensor2Tensor)
-      .beyond_max_len(in.ConsumeBool() ? posenc::BeyondMaxLen::kError : posenc::BeyondMaxLen::kExtrapolate)
-      .scale(pick_double(in, {1.0, 2.0, std::nan(""), std::numeric_limits<double>::infinity()}, -4, 4))
+      .layout(in.ConsumeBool() ? posenc::ChannelLayout::kInterleaved
+                               : posenc::ChannelLayout::kConcatenated)
+      .spacing(in.ConsumeBool() ? posenc::FrequencySpacing::kPaper
+                                : posenc::FrequencySpacing::kTensor2Tensor)
+      .beyond_max_len(in.ConsumeBool() ? posenc::BeyondMaxLen::kError
+                                       : posenc::BeyondMaxLen::kExtrapolate)
+      .scale(
+          pick_double(in, {1.0, 2.0, std::nan(""), std::numeric_limits<double>::infinity()}, -4, 4))
       .inplace(in.ConsumeIntegralInRange<int>(0, 3) == 0);
   posenc::PositionalEncoding pe(options);
   in.ConsumeBool() ? pe->train() : pe->eval();
@@ -148,7 +195,8 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
   torch::Tensor y;
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
     case 0: {
-      const int64_t offset = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 80) : in.ConsumeIntegral<int64_t>();
+      const int64_t offset = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 80)
+                                              : in.ConsumeIntegral<int64_t>();
       y = pe(x, offset);
       check_result(y, original);
       if (!pe->is_training() || options.dropout() == 0.0) {
@@ -156,17 +204,27 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
       }
       return;
     }
-    case 1: y = pe->forward_positions(x, pick_positions(in, x, options.batch_first() ? 1 : 0, options.max_len())); break;
-    default: y = pe->forward_padded(x, torch::rand({x.dim() > 0 ? x.size(0) : 1, x.dim() > 1 ? x.size(1) : 1}) < 0.3); break;
+    case 1:
+      y = pe->forward_positions(
+          x, pick_positions(in, x, options.batch_first() ? 1 : 0, options.max_len()));
+      break;
+    default:
+      y = pe->forward_padded(
+          x, torch::rand({x.dim() > 0 ? x.size(0) : 1, x.dim() > 1 ? x.size(1) : 1}) < 0.3);
+      break;
   }
   check_result(y, original);
 }
 
 void fuzz_learned(FuzzedDataProvider& in) {
   posenc::LearnedPositionalEmbedding pos(
-      posenc::LearnedPositionalEmbeddingOptions(pick_size(in, 32), pick_size(in, 32)).batch_first(in.ConsumeBool()).init_std(pick_double(in, {0.02, -1.0, std::nan("")}, 0, 1)));
+      posenc::LearnedPositionalEmbeddingOptions(pick_size(in, 32), pick_size(in, 32))
+          .batch_first(in.ConsumeBool())
+          .init_std(pick_double(in, {0.02, -1.0, std::nan("")}, 0, 1)));
   const auto x = pick_input(in, pos->options.d_model());
-  const auto y = in.ConsumeBool() ? pos(x, in.ConsumeIntegralInRange<int64_t>(-2, 40)) : pos->forward_positions(x, pick_positions(in, x, 1, pos->options.max_len()));
+  const auto y = in.ConsumeBool()
+                     ? pos(x, in.ConsumeIntegralInRange<int64_t>(-2, 40))
+                     : pos->forward_positions(x, pick_positions(in, x, 1, pos->options.max_len()));
   check_result(y, x);
   if (x.requires_grad() || y.requires_grad()) {
     y.sum().backward();
@@ -179,28 +237,42 @@ void fuzz_rotary(FuzzedDataProvider& in) {
     options.rotary_dim(in.ConsumeIntegralInRange<int64_t>(-2, 34));
   }
   options.base(pick_double(in, {10000.0, 0.0, std::nan("")}, 1, 1e6))
-      .pairing(in.ConsumeBool() ? posenc::RotaryPairing::kHalfSplit : posenc::RotaryPairing::kInterleaved)
+      .pairing(in.ConsumeBool() ? posenc::RotaryPairing::kHalfSplit
+                                : posenc::RotaryPairing::kInterleaved)
       .heads_first(in.ConsumeBool())
-      .beyond_max_len(in.ConsumeBool() ? posenc::BeyondMaxLen::kError : posenc::BeyondMaxLen::kExtrapolate);
+      .beyond_max_len(in.ConsumeBool() ? posenc::BeyondMaxLen::kError
+                                       : posenc::BeyondMaxLen::kExtrapolate);
   posenc::RotaryEmbedding rope(options);
   const auto x = pick_input(in, options.head_dim(), 4);
-  const auto y = in.ConsumeBool() ? rope(x, in.ConsumeIntegralInRange<int64_t>(-2, 60)) : rope->forward_positions(x, pick_positions(in, x, options.heads_first() ? 2 : 1, options.max_len()));
+  const auto y =
+      in.ConsumeBool()
+          ? rope(x, in.ConsumeIntegralInRange<int64_t>(-2, 60))
+          : rope->forward_positions(
+                x, pick_positions(in, x, options.heads_first() ? 2 : 1, options.max_len()));
   check_result(y, x);
 }
 
 void fuzz_token(FuzzedDataProvider& in) {
-  posenc::TokenAndPositionEmbeddingOptions options(pick_size(in, 40), pick_size(in, 32), pick_size(in, 32));
-  options.positions(in.ConsumeBool() ? posenc::PositionKind::kSinusoidal : posenc::PositionKind::kLearned)
+  posenc::TokenAndPositionEmbeddingOptions options(
+      pick_size(in, 40), pick_size(in, 32), pick_size(in, 32));
+  options
+      .positions(in.ConsumeBool() ? posenc::PositionKind::kSinusoidal
+                                  : posenc::PositionKind::kLearned)
       .dropout(pick_double(in, {0.0, 0.3, 1.0}, 0, 1))
       .batch_first(in.ConsumeBool())
-      .beyond_max_len(in.ConsumeBool() ? posenc::BeyondMaxLen::kError : posenc::BeyondMaxLen::kExtrapolate);
+      .beyond_max_len(in.ConsumeBool() ? posenc::BeyondMaxLen::kError
+                                       : posenc::BeyondMaxLen::kExtrapolate);
   if (in.ConsumeBool()) {
     options.padding_idx(in.ConsumeIntegralInRange<int64_t>(-1, 41));
   }
   posenc::TokenAndPositionEmbedding embed(options);
   in.ConsumeBool() ? embed->train() : embed->eval();
   const int64_t vocab = options.vocab_size();
-  auto ids = torch::randint(-2, std::max<int64_t>(vocab + 2, 1), {in.ConsumeIntegralInRange<int64_t>(0, 4), in.ConsumeIntegralInRange<int64_t>(0, 6)}, torch::kLong);
+  auto ids = torch::randint(
+      -2,
+      std::max<int64_t>(vocab + 2, 1),
+      {in.ConsumeIntegralInRange<int64_t>(0, 4), in.ConsumeIntegralInRange<int64_t>(0, 6)},
+      torch::kLong);
   if (in.ConsumeIntegralInRange<int>(0, 4) == 0) {
     ids = ids.clamp(0, std::max<int64_t>(vocab - 1, 0));
   }
@@ -215,14 +287,23 @@ void fuzz_token(FuzzedDataProvider& in) {
 
 void fuzz_ops(FuzzedDataProvider& in) {
   const int64_t width = in.ConsumeIntegralInRange<int64_t>(0, 16);
-  const auto table = torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 20), in.ConsumeBool() ? width : in.ConsumeIntegralInRange<int64_t>(0, 16)}).to(pick_dtype(in));
+  const auto table =
+      torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 20),
+                    in.ConsumeBool() ? width : in.ConsumeIntegralInRange<int64_t>(0, 16)})
+          .to(pick_dtype(in));
   const auto x = pick_input(in, width);
-  const c10::optional<torch::Tensor> positions = in.ConsumeBool() ? c10::optional<torch::Tensor>(pick_positions(in, x, 1, table.dim() > 0 ? table.size(0) : 0)) : c10::nullopt;
+  const c10::optional<torch::Tensor> positions =
+      in.ConsumeBool() ? c10::optional<torch::Tensor>(
+                             pick_positions(in, x, 1, table.dim() > 0 ? table.size(0) : 0))
+                       : c10::nullopt;
   const int64_t offset = in.ConsumeIntegralInRange<int64_t>(-2, 25);
   const bool batch_first = in.ConsumeBool();
   const double scale = pick_double(in, {1.0, std::nan("")}, -3, 3);
   switch (in.ConsumeIntegralInRange<int>(0, 5)) {
-    case 0: check_result(posenc::ops::add_position_table(x, table, offset, batch_first, positions, scale), x); break;
+    case 0:
+      check_result(posenc::ops::add_position_table(x, table, offset, batch_first, positions, scale),
+                   x);
+      break;
     case 1: {
       auto copy = x.clone();
       posenc::ops::add_position_table_(copy, table, offset, batch_first, positions, scale);
@@ -233,19 +314,41 @@ void fuzz_ops(FuzzedDataProvider& in) {
       posenc::ops::add_position_table_out(out, x, table, offset, batch_first, positions, scale);
       break;
     }
-    case 3: check_result(posenc::ops::add_positional_encoding(x, offset, pick_double(in, {10000.0, 0.0}, 1, 1e5), batch_first, positions, scale), x); break;
+    case 3:
+      check_result(
+          posenc::ops::add_positional_encoding(
+              x, offset, pick_double(in, {10000.0, 0.0}, 1, 1e5), batch_first, positions, scale),
+          x);
+      break;
     case 4: {
-      const auto cos = torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 20), in.ConsumeIntegralInRange<int64_t>(0, 5)});
+      const auto cos = torch::randn(
+          {in.ConsumeIntegralInRange<int64_t>(0, 20), in.ConsumeIntegralInRange<int64_t>(0, 5)});
       const auto sin = in.ConsumeBool() ? torch::randn(cos.sizes()) : torch::randn({2, 2});
       const auto q = pick_input(in, 2 * (cos.dim() == 2 ? cos.size(1) : 0), 4);
-      check_result(posenc::ops::apply_rotary(q, cos, sin, offset, positions, in.ConsumeBool(), in.ConsumeBool(), in.ConsumeBool()), q);
+      check_result(
+          posenc::ops::apply_rotary(
+              q, cos, sin, offset, positions, in.ConsumeBool(), in.ConsumeBool(), in.ConsumeBool()),
+          q);
       break;
     }
     default: {
-      const auto weight = torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 10), width}).to(pick_dtype(in));
-      const auto ids = torch::randint(-1, 11, {in.ConsumeIntegralInRange<int64_t>(0, 3), in.ConsumeIntegralInRange<int64_t>(0, 5)}, torch::kLong);
-      posenc::ops::token_and_position_embedding(ids, weight, table, offset, batch_first, positions, scale, in.ConsumeIntegralInRange<int64_t>(-1, 10),
-                                                 pick_double(in, {0.0, 0.5, 1.0, 2.0}, 0, 1), in.ConsumeBool());
+      const auto weight =
+          torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 10), width}).to(pick_dtype(in));
+      const auto ids = torch::randint(
+          -1,
+          11,
+          {in.ConsumeIntegralInRange<int64_t>(0, 3), in.ConsumeIntegralInRange<int64_t>(0, 5)},
+          torch::kLong);
+      posenc::ops::token_and_position_embedding(ids,
+                                                weight,
+                                                table,
+                                                offset,
+                                                batch_first,
+                                                positions,
+                                                scale,
+                                                in.ConsumeIntegralInRange<int64_t>(-1, 10),
+                                                pick_double(in, {0.0, 0.5, 1.0, 2.0}, 0, 1),
+                                                in.ConsumeBool());
       break;
     }
   }
@@ -277,7 +380,7 @@ void fuzz_reader(FuzzedDataProvider& in) {
     if (!entry.second.defined()) {
       abort();
     }
-    (void)entry.second.sum();  // the rebuilt tensor's memory must be readable in full
+    (void)entry.second.sum(); // the rebuilt tensor's memory must be readable in full
   }
 }
 
@@ -293,12 +396,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   torch::manual_seed(in.ConsumeIntegral<uint32_t>());
   try {
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
-      case 0: fuzz_sinusoidal(in); break;
-      case 1: fuzz_learned(in); break;
-      case 2: fuzz_rotary(in); break;
-      case 3: fuzz_token(in); break;
-      case 4: fuzz_ops(in); break;
-      default: fuzz_reader(in); break;
+      case 0:
+        fuzz_sinusoidal(in);
+        break;
+      case 1:
+        fuzz_learned(in);
+        break;
+      case 2:
+        fuzz_rotary(in);
+        break;
+      case 3:
+        fuzz_token(in);
+        break;
+      case 4:
+        fuzz_ops(in);
+        break;
+      default:
+        fuzz_reader(in);
+        break;
     }
   } catch (const c10::Error&) {
     // A clear error is a correct answer to bad input.

@@ -10,13 +10,18 @@
 
 struct ClassifierImpl : torch::nn::Module {
   ClassifierImpl(int64_t vocab, int64_t d_model, int64_t max_len)
-      : embed(register_module("embed", posenc::TokenAndPositionEmbedding(
-                                           posenc::TokenAndPositionEmbeddingOptions(vocab, d_model, max_len)
-                                               .scale(1.0)           // LibTorch embeddings start at N(0, 1)
-                                               .batch_first(false))))  // the layout TransformerEncoder takes
+      : embed(register_module("embed",
+                              posenc::TokenAndPositionEmbedding(
+                                  posenc::TokenAndPositionEmbeddingOptions(vocab, d_model, max_len)
+                                      .scale(1.0)            // LibTorch embeddings start at N(0, 1)
+                                      .batch_first(false)))) // the layout TransformerEncoder takes
         ,
-        encoder(register_module("encoder", torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
-                                               torch::nn::TransformerEncoderLayerOptions(d_model, 4).dim_feedforward(64).dropout(0.0), 2)))),
+        encoder(register_module("encoder",
+                                torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
+                                    torch::nn::TransformerEncoderLayerOptions(d_model, 4)
+                                        .dim_feedforward(64)
+                                        .dropout(0.0),
+                                    2)))),
         head(register_module("head", torch::nn::Linear(d_model, 2))) {}
 
   // ids [L, B] -> logits [B, 2]
@@ -53,6 +58,7 @@ int main() {
   torch::NoGradGuard no_grad;
   const auto [ids, labels] = make_batch(2000);
   const double accuracy = model(ids).argmax(1).eq(labels).to(torch::kDouble).mean().item<double>();
-  std::printf("held-out accuracy %.1f%% (a model without positions: about 50%%)\n", 100.0 * accuracy);
+  std::printf("held-out accuracy %.1f%% (a model without positions: about 50%%)\n",
+              100.0 * accuracy);
   return accuracy > 0.8 ? 0 : 1;
 }

@@ -52,49 +52,45 @@ namespace ops {
 /// The `[max_len, d_model]` sinusoidal table for positions `offset .. offset + max_len - 1`,
 /// computed in float64 and rounded once to `dtype` (default float32) on `device` (default CPU).
 /// `channels`: "interleaved" or "concatenated"; `frequencies`: "paper" or "tensor2tensor".
-at::Tensor sinusoidal_table(
-    int64_t max_len,
-    int64_t d_model,
-    double base = 10000.0,
-    int64_t offset = 0,
-    c10::string_view channels = "interleaved",
-    c10::string_view frequencies = "paper",
-    c10::optional<at::ScalarType> dtype = c10::nullopt,
-    c10::optional<at::Device> device = c10::nullopt);
+at::Tensor sinusoidal_table(int64_t max_len,
+                            int64_t d_model,
+                            double base = 10000.0,
+                            int64_t offset = 0,
+                            c10::string_view channels = "interleaved",
+                            c10::string_view frequencies = "paper",
+                            c10::optional<at::ScalarType> dtype = c10::nullopt,
+                            c10::optional<at::Device> device = c10::nullopt);
 
 /// `x * scale + table[positions]` broadcast over the batch, in the dtype of `x` (formed in at
 /// least float32, rounded once). `x` is `[B, L, D]` (`batch_first`) or `[L, B, D]`; `table` is
 /// `[max_len, D]` or `[1, max_len, D]`. Differentiable with respect to `x` and `table` (the
 /// batch-summed gradient lands in the rows used), so a trainable table works too.
-at::Tensor add_position_table(
-    const at::Tensor& x,
-    const at::Tensor& table,
-    int64_t offset = 0,
-    bool batch_first = true,
-    const c10::optional<at::Tensor>& positions = c10::nullopt,
-    double scale = 1.0);
+at::Tensor add_position_table(const at::Tensor& x,
+                              const at::Tensor& table,
+                              int64_t offset = 0,
+                              bool batch_first = true,
+                              const c10::optional<at::Tensor>& positions = c10::nullopt,
+                              double scale = 1.0);
 
 /// The gradient of `add_position_table` with respect to `table`: shaped like `table`, holding
 /// `grad` summed into the rows it was added from (zeros elsewhere).
-at::Tensor add_position_table_backward(
-    const at::Tensor& grad,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    const c10::optional<at::Tensor>& positions);
+at::Tensor add_position_table_backward(const at::Tensor& grad,
+                                       const at::Tensor& table,
+                                       int64_t offset,
+                                       bool batch_first,
+                                       const c10::optional<at::Tensor>& positions);
 
 /// `x * scale + PE(positions)` without a precomputed table: the rows needed are computed in
 /// float64 for every call (float64 rows for float64 inputs, float32 otherwise), for any position.
 /// Differentiable with respect to `x`.
-at::Tensor add_positional_encoding(
-    const at::Tensor& x,
-    int64_t offset = 0,
-    double base = 10000.0,
-    bool batch_first = true,
-    const c10::optional<at::Tensor>& positions = c10::nullopt,
-    double scale = 1.0,
-    c10::string_view channels = "interleaved",
-    c10::string_view frequencies = "paper");
+at::Tensor add_positional_encoding(const at::Tensor& x,
+                                   int64_t offset = 0,
+                                   double base = 10000.0,
+                                   bool batch_first = true,
+                                   const c10::optional<at::Tensor>& positions = c10::nullopt,
+                                   double scale = 1.0,
+                                   c10::string_view channels = "interleaved",
+                                   c10::string_view frequencies = "paper");
 
 /// Rotary position embedding: rotates the first `R = 2 * cos.size(1)` channels of `x` (query or
 /// key heads, `[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) by the angles whose cosines
@@ -102,47 +98,43 @@ at::Tensor add_positional_encoding(
 /// pass through. Pairs are (i, i + R/2) or, with `interleaved`, (2i, 2i + 1). `inverse` rotates
 /// back. The result has the dtype of `x` (computed in at least float32). Differentiable with
 /// respect to `x`; `cos` and `sin` must not require grad.
-at::Tensor apply_rotary(
-    const at::Tensor& x,
-    const at::Tensor& cos,
-    const at::Tensor& sin,
-    int64_t offset = 0,
-    const c10::optional<at::Tensor>& positions = c10::nullopt,
-    bool interleaved = false,
-    bool heads_first = false,
-    bool inverse = false);
+at::Tensor apply_rotary(const at::Tensor& x,
+                        const at::Tensor& cos,
+                        const at::Tensor& sin,
+                        int64_t offset = 0,
+                        const c10::optional<at::Tensor>& positions = c10::nullopt,
+                        bool interleaved = false,
+                        bool heads_first = false,
+                        bool inverse = false);
 
 /// `add_position_table` in place: `x = x * scale + table[positions]`. Returns `x`. Autograd treats
 /// it like any in-place operation (x must not be a leaf that requires grad).
-at::Tensor& add_position_table_(
-    at::Tensor& x,
-    const at::Tensor& table,
-    int64_t offset = 0,
-    bool batch_first = true,
-    const c10::optional<at::Tensor>& positions = c10::nullopt,
-    double scale = 1.0);
+at::Tensor& add_position_table_(at::Tensor& x,
+                                const at::Tensor& table,
+                                int64_t offset = 0,
+                                bool batch_first = true,
+                                const c10::optional<at::Tensor>& positions = c10::nullopt,
+                                double scale = 1.0);
 
 /// `add_position_table` into a caller-owned `out` (of x's shape, dtype and device, or empty to be
 /// resized): no allocation per call. Not differentiable. Returns `out`.
-at::Tensor& add_position_table_out(
-    at::Tensor& out,
-    const at::Tensor& x,
-    const at::Tensor& table,
-    int64_t offset = 0,
-    bool batch_first = true,
-    const c10::optional<at::Tensor>& positions = c10::nullopt,
-    double scale = 1.0);
+at::Tensor& add_position_table_out(at::Tensor& out,
+                                   const at::Tensor& x,
+                                   const at::Tensor& table,
+                                   int64_t offset = 0,
+                                   bool batch_first = true,
+                                   const c10::optional<at::Tensor>& positions = c10::nullopt,
+                                   double scale = 1.0);
 
 /// `apply_rotary` in place. Returns `x`.
-at::Tensor& apply_rotary_(
-    at::Tensor& x,
-    const at::Tensor& cos,
-    const at::Tensor& sin,
-    int64_t offset = 0,
-    const c10::optional<at::Tensor>& positions = c10::nullopt,
-    bool interleaved = false,
-    bool heads_first = false,
-    bool inverse = false);
+at::Tensor& apply_rotary_(at::Tensor& x,
+                          const at::Tensor& cos,
+                          const at::Tensor& sin,
+                          int64_t offset = 0,
+                          const c10::optional<at::Tensor>& positions = c10::nullopt,
+                          bool interleaved = false,
+                          bool heads_first = false,
+                          bool inverse = false);
 
 /// Token embedding, scale, positions and dropout in one pass: `dropout(weight[tokens] * scale +
 /// table[positions])`. `tokens` is int64 `[B, L]` (`batch_first`) or `[L, B]`; the output is

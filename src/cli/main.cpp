@@ -11,7 +11,9 @@
 #include <iostream>
 
 int main(int argc, char** argv) {
-  CLI::App app{"posenc " POSENC_VERSION ": positional encodings for LibTorch (built with LibTorch " POSENC_TORCH_VERSION ")"};
+  CLI::App app{"posenc " POSENC_VERSION
+               ": positional encodings for LibTorch (built with LibTorch " POSENC_TORCH_VERSION
+               ")"};
   app.set_version_flag("--version", std::string(POSENC_VERSION));
   app.require_subcommand(1);
   posenc::cli::add_table_command(app);

@@ -3,7 +3,6 @@
 
 #include <posenc/functional/positional_encoding.h>
 
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -24,17 +23,24 @@ struct PlotArgs {
 
 void add_plot_command(CLI::App& app) {
   auto args = std::make_shared<PlotArgs>();
-  CLI::App* cmd = app.add_subcommand("plot", "Draw the encoding as PNG figures: a heatmap and the similarity between positions");
+  CLI::App* cmd = app.add_subcommand(
+      "plot", "Draw the encoding as PNG figures: a heatmap and the similarity between positions");
   cmd->add_option("--max-len", args->max_len, "Number of positions")->capture_default_str();
   cmd->add_option("--d-model", args->d_model, "Encoding width")->capture_default_str();
-  cmd->add_option("--base", args->base, "Base of the wavelength progression")->capture_default_str();
-  cmd->add_option("-o,--output-dir", args->directory, "Directory for positional_encoding.png and position_similarity.png")->capture_default_str();
+  cmd->add_option("--base", args->base, "Base of the wavelength progression")
+      ->capture_default_str();
+  cmd->add_option("-o,--output-dir",
+                  args->directory,
+                  "Directory for positional_encoding.png and position_similarity.png")
+      ->capture_default_str();
   cmd->add_option("--width", args->width, "Width of the heatmap in pixels")->capture_default_str();
-  cmd->add_option("--height", args->height, "Height of the heatmap in pixels")->capture_default_str();
+  cmd->add_option("--height", args->height, "Height of the heatmap in pixels")
+      ->capture_default_str();
   cmd->callback([args] {
     namespace F = posenc::functional;
-    const auto table = F::sinusoidal_table(args->max_len, args->d_model, F::SinusoidalTableFuncOptions().base(args->base));
-    std::filesystem::create_directories(args->directory);
+    const auto table = F::sinusoidal_table(
+        args->max_len, args->d_model, F::SinusoidalTableFuncOptions().base(args->base));
+    plot::make_directories(args->directory);
     const std::string heatmap = args->directory + "/positional_encoding.png";
     const std::string similarity = args->directory + "/position_similarity.png";
     plot::write_encoding_heatmap(table, heatmap, args->width, args->height);

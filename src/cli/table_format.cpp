@@ -56,7 +56,8 @@ std::string format_csv(const at::Tensor& table, int significant) {
   const int64_t cols = table.size(1);
   std::ostringstream out;
   for (size_t i = 0; i < values.size(); ++i) {
-    out << format_value("%.*g", significant, values[i]) << ((static_cast<int64_t>(i) + 1) % cols == 0 ? "\n" : ",");
+    out << format_value("%.*g", significant, values[i])
+        << ((static_cast<int64_t>(i) + 1) % cols == 0 ? "\n" : ",");
   }
   return out.str();
 }

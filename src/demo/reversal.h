@@ -42,10 +42,10 @@ struct DemoOptions {
 /// One training run's outcome.
 struct DemoResult {
   Encoding encoding = Encoding::kNone;
-  double final_loss = 0;         // mean training loss over the last 50 steps
-  double first_loss = 0;         // mean training loss over the first 50 steps
-  double held_out_accuracy = 0;  // token accuracy on sequences never seen in training
-  double seconds = 0;            // wall-clock training time
+  double final_loss = 0;        // mean training loss over the last 50 steps
+  double first_loss = 0;        // mean training loss over the first 50 steps
+  double held_out_accuracy = 0; // token accuracy on sequences never seen in training
+  double seconds = 0;           // wall-clock training time
 };
 
 /// Called every `interval` steps with (step, loss, accuracy of the current batch).
@@ -58,7 +58,10 @@ double position_blind_ceiling(const DemoOptions& options, int64_t samples = 1000
 
 /// Trains the model with `encoding` on the reversal task and evaluates it. Deterministic for a
 /// given `options.seed` on a given device and LibTorch.
-DemoResult train_reversal(Encoding encoding, const DemoOptions& options, const Progress& progress = nullptr, int64_t interval = 100);
+DemoResult train_reversal(Encoding encoding,
+                          const DemoOptions& options,
+                          const Progress& progress = nullptr,
+                          int64_t interval = 100);
 
 } // namespace demo
 } // namespace posenc

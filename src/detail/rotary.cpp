@@ -21,24 +21,29 @@ namespace posenc {
 namespace detail {
 
 void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base) {
-  TORCH_CHECK(
-      rotary_dim >= 2 && rotary_dim % 2 == 0,
-      who, ": the rotated width must be even and >= 2, but got ", rotary_dim,
-      "; rotary embeddings turn channels in pairs");
+  TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0,
+              who,
+              ": the rotated width must be even and >= 2, but got ",
+              rotary_dim,
+              "; rotary embeddings turn channels in pairs");
   check_table_arguments(who, max_len, rotary_dim / 2, base);
 }
 
 namespace {
 template <typename T>
-void fill_rotary_rows(const int64_t* positions, int64_t count, int64_t half, double base, T* cos_out, T* sin_out) {
+void fill_rotary_rows(
+    const int64_t* positions, int64_t count, int64_t half, double base, T* cos_out, T* sin_out) {
   std::vector<double> frequency(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
-    frequency[static_cast<size_t>(i)] = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(2 * half));
+    frequency[static_cast<size_t>(i)] =
+        std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(2 * half));
   }
   at::parallel_for(0, count, std::max<int64_t>(1, 2048 / half), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = positions[r] < 0 ? 0.0 : static_cast<double>(positions[r]) * frequency[static_cast<size_t>(i)];
+        const double angle = positions[r] < 0 ? 0.0
+                                              : static_cast<double>(positions[r]) *
+                                                    frequency[static_cast<size_t>(i)];
         cos_out[r * half + i] = static_cast<T>(std::cos(angle));
         sin_out[r * half + i] = static_cast<T>(std::sin(angle));
       }
@@ -47,7 +52,10 @@ void fill_rotary_rows(const int64_t* positions, int64_t count, int64_t half, dou
 }
 } // namespace
 
-std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions, int64_t rotary_dim, double base, c10::ScalarType dtype) {
+std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
+                                              int64_t rotary_dim,
+                                              double base,
+                                              c10::ScalarType dtype) {
   const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
   const int64_t count = cpu_positions.numel();
   const int64_t half = rotary_dim / 2;
@@ -56,34 +64,74 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions, int64
   at::Tensor cos = at::empty({count, half}, options);
   at::Tensor sin = at::empty({count, half}, options);
   if (cos.scalar_type() == at::kFloat) {
-    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(), count, half, base, cos.data_ptr<float>(), sin.data_ptr<float>());
+    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(),
+                     count,
+                     half,
+                     base,
+                     cos.data_ptr<float>(),
+                     sin.data_ptr<float>());
   } else {
-    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(), count, half, base, cos.data_ptr<double>(), sin.data_ptr<double>());
+    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(),
+                     count,
+                     half,
+                     base,
+                     cos.data_ptr<double>(),
+                     sin.data_ptr<double>());
   }
   return {cos.to(positions.device(), dtype), sin.to(positions.device(), dtype)};
 }
 
-void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim, bool heads_first, const c10::Device& device) {
-  const char* layout = heads_first ? "[B, H, L, Dh] (heads_first=true)" : "[B, L, H, Dh] (heads_first=false)";
-  TORCH_CHECK(x.defined(), who, ": expected a query or key tensor of shape ", layout, ", but got an undefined tensor");
-  TORCH_CHECK(
-      x.dim() == 4,
-      who, ": expected a 4-D query or key tensor of shape ", layout, ", but got a ", x.dim(), "-D tensor of shape ",
-      x.sizes(), "; split the heads first, e.g. q.view({B, L, H, Dh})");
-  TORCH_CHECK(
-      is_supported_float(x.scalar_type()),
-      who, ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ", x.scalar_type());
-  TORCH_CHECK(
-      x.size(3) >= rotary_dim,
-      who, ": the head dimension Dh = ", x.size(3), " is smaller than the rotated width ", rotary_dim,
-      " (input shape ", x.sizes(), "); build the module with head_dim = ", x.size(3));
-  TORCH_CHECK(
-      x.device() == device,
-      who, ": expected the input on the device of the cos/sin caches (", device, "), but got an input on ", x.device(),
-      "; move the module with module->to(", x.device(), ")");
+void check_rotary_input(const char* who,
+                        const at::Tensor& x,
+                        int64_t rotary_dim,
+                        bool heads_first,
+                        const c10::Device& device) {
+  const char* layout =
+      heads_first ? "[B, H, L, Dh] (heads_first=true)" : "[B, L, H, Dh] (heads_first=false)";
+  TORCH_CHECK(x.defined(),
+              who,
+              ": expected a query or key tensor of shape ",
+              layout,
+              ", but got an undefined tensor");
+  TORCH_CHECK(x.dim() == 4,
+              who,
+              ": expected a 4-D query or key tensor of shape ",
+              layout,
+              ", but got a ",
+              x.dim(),
+              "-D tensor of shape ",
+              x.sizes(),
+              "; split the heads first, e.g. q.view({B, L, H, Dh})");
+  TORCH_CHECK(is_supported_float(x.scalar_type()),
+              who,
+              ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ",
+              x.scalar_type());
+  TORCH_CHECK(x.size(3) >= rotary_dim,
+              who,
+              ": the head dimension Dh = ",
+              x.size(3),
+              " is smaller than the rotated width ",
+              rotary_dim,
+              " (input shape ",
+              x.sizes(),
+              "); build the module with head_dim = ",
+              x.size(3));
+  TORCH_CHECK(x.device() == device,
+              who,
+              ": expected the input on the device of the cos/sin caches (",
+              device,
+              "), but got an input on ",
+              x.device(),
+              "; move the module with module->to(",
+              x.device(),
+              ")");
 }
 
-at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved, bool inverse) {
+at::Tensor rotate(const at::Tensor& x,
+                  const at::Tensor& cos,
+                  const at::Tensor& sin,
+                  bool interleaved,
+                  bool inverse) {
   const int64_t half = cos.size(-1);
   const int64_t rotated = 2 * half;
   const at::Tensor part = x.narrow(-1, 0, rotated);
@@ -105,55 +153,80 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
   const at::Tensor s = inverse ? sin.neg() : sin;
   const at::Tensor new_a = a.mul(cos).sub(b.mul(s));
   const at::Tensor new_b = a.mul(s).add(b.mul(cos));
-  at::Tensor out = interleaved ? at::stack({new_a, new_b}, -1).flatten(-2) : at::cat({new_a, new_b}, -1);
+  at::Tensor out =
+      interleaved ? at::stack({new_a, new_b}, -1).flatten(-2) : at::cat({new_a, new_b}, -1);
   if (rotated < x.size(-1)) {
     out = at::cat({out, x.narrow(-1, rotated, x.size(-1) - rotated).to(out.scalar_type())}, -1);
   }
   return out.to(x.scalar_type());
 }
 
-at::Tensor rotary_broadcast(const at::Tensor& rows, int64_t batch, int64_t length, bool heads_first) {
+at::Tensor rotary_broadcast(const at::Tensor& rows,
+                            int64_t batch,
+                            int64_t length,
+                            bool heads_first) {
   const int64_t half = rows.size(-1);
   return heads_first ? rows.view({batch, 1, length, half}) : rows.view({batch, length, 1, half});
 }
 
-at::Tensor rotary_forward(
-    const char* who,
-    const at::Tensor& x,
-    const at::Tensor& cos,
-    const at::Tensor& sin,
-    int64_t offset,
-    const at::Tensor& positions,
-    bool interleaved,
-    bool heads_first,
-    double base,
-    bool extrapolate) {
+at::Tensor rotary_forward(const char* who,
+                          const at::Tensor& x,
+                          const at::Tensor& cos,
+                          const at::Tensor& sin,
+                          int64_t offset,
+                          const at::Tensor& positions,
+                          bool interleaved,
+                          bool heads_first,
+                          double base,
+                          bool extrapolate) {
   const int64_t max_len = cos.size(0);
   const int64_t rotary_dim = 2 * cos.size(1);
   check_rotary_input(who, x, rotary_dim, heads_first, cos.device());
   const int64_t length = x.size(heads_first ? 2 : 1);
-  const BeyondTable beyond{nullptr, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)"};
+  const BeyondTable beyond{
+      nullptr, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)"};
   at::Tensor checked;
   bool past_table = false;
   if (positions.defined()) {
-    TORCH_CHECK(offset == 0, who, ": pass either an offset or explicit positions, not both (got offset = ", offset, ")");
+    TORCH_CHECK(offset == 0,
+                who,
+                ": pass either an offset or explicit positions, not both (got offset = ",
+                offset,
+                ")");
     const int64_t batch_and_length[] = {x.size(0), length};
-    const CheckedPositions valid = checked_positions(
-        who, positions, length, batch_and_length, "[B, L]", x.device(), extrapolate ? -1 : max_len, beyond);
+    const CheckedPositions valid = checked_positions(who,
+                                                     positions,
+                                                     length,
+                                                     batch_and_length,
+                                                     "[B, L]",
+                                                     x.device(),
+                                                     extrapolate ? -1 : max_len,
+                                                     beyond);
     checked = valid.values;
     past_table = valid.largest >= max_len;
   } else {
-    TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
     TORCH_CHECK(
-        offset <= std::numeric_limits<int64_t>::max() - length,
-        who, ": offset + L must fit in int64, but got offset = ", offset, " and L = ", length);
+        offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
+    TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - length,
+                who,
+                ": offset + L must fit in int64, but got offset = ",
+                offset,
+                " and L = ",
+                length);
     past_table = offset > max_len - length;
     if (past_table && !extrapolate) {
       check_offset(who, offset, length, max_len, beyond.hint);
     }
   }
   if (!past_table) {
-    return ops::apply_rotary(x, cos, sin, offset, checked.defined() ? c10::optional<at::Tensor>(checked) : c10::nullopt, interleaved, heads_first, false);
+    return ops::apply_rotary(x,
+                             cos,
+                             sin,
+                             offset,
+                             checked.defined() ? c10::optional<at::Tensor>(checked) : c10::nullopt,
+                             interleaved,
+                             heads_first,
+                             false);
   }
   // Positions past the caches: cos/sin for exactly the positions used, computed on the fly
   // (identical to the cached values where both exist), then the same operator.
@@ -162,7 +235,14 @@ at::Tensor rotary_forward(
   }
   const auto rows = rotary_rows(checked.reshape({-1}), rotary_dim, base, cos.scalar_type());
   const at::Tensor index = at::arange(checked.numel(), checked.options()).view(checked.sizes());
-  return ops::apply_rotary(x, rows.first, rows.second, 0, at::where(checked.lt(0), -1, index), interleaved, heads_first, false);
+  return ops::apply_rotary(x,
+                           rows.first,
+                           rows.second,
+                           0,
+                           at::where(checked.lt(0), -1, index),
+                           interleaved,
+                           heads_first,
+                           false);
 }
 
 } // namespace detail

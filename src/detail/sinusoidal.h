@@ -43,7 +43,12 @@ void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, do
 
 /// Checks a request for a table of positions `offset .. offset + max_len - 1` in `dtype`: the
 /// table arguments, a floating dtype and an offset that is >= 0 and does not overflow.
-void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base, int64_t offset, c10::ScalarType dtype);
+void check_table_request(const char* who,
+                         int64_t max_len,
+                         int64_t d_model,
+                         double base,
+                         int64_t offset,
+                         c10::ScalarType dtype);
 
 /// Parses the `channels` / `frequencies` strings of the operator schemas.
 ChannelLayout parse_channel_layout(const char* who, c10::string_view text);
@@ -56,15 +61,24 @@ const char* to_string(FrequencySpacing spacing);
 /// position (padding) gets a row of zeros. Runs in parallel over rows; every element is computed
 /// on its own, so the result is the same for any number of threads.
 template <typename T>
-void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const SinusoidSpec& spec, T* out);
+void fill_sinusoidal_rows(const int64_t* positions,
+                          int64_t count,
+                          const SinusoidSpec& spec,
+                          T* out);
 
 /// The `[N, d_model]` rows for the int64 `positions` (any shape, flattened; -1 gives zeros) in
 /// `dtype`, on the device of `positions`. Computed on the CPU (positions on another device are
 /// copied there and the rows back).
-at::Tensor sinusoidal_rows(const at::Tensor& positions, const SinusoidSpec& spec, c10::ScalarType dtype);
+at::Tensor sinusoidal_rows(const at::Tensor& positions,
+                           const SinusoidSpec& spec,
+                           c10::ScalarType dtype);
 
 /// The `[max_len, d_model]` table of positions `offset ..` in `dtype` on `device`.
-at::Tensor sinusoidal_table(int64_t max_len, int64_t offset, const SinusoidSpec& spec, c10::ScalarType dtype, c10::Device device);
+at::Tensor sinusoidal_table(int64_t max_len,
+                            int64_t offset,
+                            const SinusoidSpec& spec,
+                            c10::ScalarType dtype,
+                            c10::Device device);
 
 } // namespace detail
 } // namespace posenc

@@ -20,7 +20,8 @@ namespace {
 // Replaces every "{name}" in `text` by `value`.
 std::string substitute(std::string text, const std::string& name, const std::string& value) {
   const std::string pattern = "{" + name + "}";
-  for (size_t at = text.find(pattern); at != std::string::npos; at = text.find(pattern, at + value.size())) {
+  for (size_t at = text.find(pattern); at != std::string::npos;
+       at = text.find(pattern, at + value.size())) {
     text.replace(at, pattern.size(), value);
   }
   return text;
@@ -151,18 +152,20 @@ constexpr const char* kSinusoidExtrapolation = R"TS(
             computed = computed.masked_fill(kind == 2, 0.0).to(rows.dtype)
             rows = torch.where(past.unsqueeze(1), computed, rows))TS";
 
-void define(torch::jit::Module& module, const std::string& source, const std::string& who, const std::string& table) {
+void define(torch::jit::Module& module,
+            const std::string& source,
+            const std::string& who,
+            const std::string& table) {
   std::string text = substitute(substitute(source, "who", who), "table", table);
   module.define(text, std::make_shared<ExportResolver>());
 }
 
-torch::jit::Module sequence_module(
-    const std::string& name,
-    int64_t d_model,
-    int64_t max_len,
-    bool batch_first,
-    double scale,
-    bool extrapolate) {
+torch::jit::Module sequence_module(const std::string& name,
+                                   int64_t d_model,
+                                   int64_t max_len,
+                                   bool batch_first,
+                                   double scale,
+                                   bool extrapolate) {
   torch::jit::Module exported("__torch__.posenc." + name);
   exported.register_attribute("d_model", c10::IntType::get(), d_model);
   exported.register_attribute("max_len", c10::IntType::get(), max_len);
@@ -177,24 +180,46 @@ torch::jit::Module sequence_module(
 torch::jit::Module to_torchscript(const PositionalEncodingImpl& module) {
   const auto& options = module.options;
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  auto exported = sequence_module("PositionalEncoding", options.d_model(), options.max_len(), options.batch_first(), options.scale(), extrapolate);
+  auto exported = sequence_module("PositionalEncoding",
+                                  options.d_model(),
+                                  options.max_len(),
+                                  options.batch_first(),
+                                  options.scale(),
+                                  extrapolate);
   exported.register_buffer("pe", module.pe.detach().clone());
-  const detail::ColumnPlan plan = detail::column_plan({options.d_model(), options.base(), options.layout(), options.spacing()});
+  const detail::ColumnPlan plan =
+      detail::column_plan({options.d_model(), options.base(), options.layout(), options.spacing()});
   // Plain tensor attributes, not buffers: the state dict keeps only `pe`, like the Python module's.
   // (Module.to() does not move attributes, so the code moves them to the input's device.)
-  exported.register_attribute("column_frequency", c10::TensorType::get(), at::tensor(plan.frequency, at::kDouble).to(module.pe.device()));
+  exported.register_attribute("column_frequency",
+                              c10::TensorType::get(),
+                              at::tensor(plan.frequency, at::kDouble).to(module.pe.device()));
   std::vector<int64_t> kinds(plan.kind.begin(), plan.kind.end());
-  exported.register_attribute("column_kind", c10::TensorType::get(), at::tensor(kinds, at::kLong).to(module.pe.device()));
-  define(exported, std::string(kCommonMethods) + kOffsetMethod + substitute(kSequenceMethods, "extrapolate", kSinusoidExtrapolation), "PositionalEncoding", "self.pe[0]");
+  exported.register_attribute(
+      "column_kind", c10::TensorType::get(), at::tensor(kinds, at::kLong).to(module.pe.device()));
+  define(exported,
+         std::string(kCommonMethods) + kOffsetMethod +
+             substitute(kSequenceMethods, "extrapolate", kSinusoidExtrapolation),
+         "PositionalEncoding",
+         "self.pe[0]");
   exported.eval();
   return exported;
 }
 
 torch::jit::Module to_torchscript(const LearnedPositionalEmbeddingImpl& module) {
   const auto& options = module.options;
-  auto exported = sequence_module("LearnedPositionalEmbedding", options.d_model(), options.max_len(), options.batch_first(), options.scale(), false);
+  auto exported = sequence_module("LearnedPositionalEmbedding",
+                                  options.d_model(),
+                                  options.max_len(),
+                                  options.batch_first(),
+                                  options.scale(),
+                                  false);
   exported.register_parameter("weight", module.weight.detach().clone(), /*is_buffer=*/false);
-  define(exported, std::string(kCommonMethods) + kOffsetMethod + substitute(kSequenceMethods, "extrapolate", ""), "LearnedPositionalEmbedding", "self.weight");
+  define(
+      exported,
+      std::string(kCommonMethods) + kOffsetMethod + substitute(kSequenceMethods, "extrapolate", ""),
+      "LearnedPositionalEmbedding",
+      "self.weight");
   exported.eval();
   return exported;
 }
@@ -282,17 +307,25 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   torch::jit::Module exported("__torch__.posenc.RotaryEmbedding");
   exported.register_attribute("max_len", c10::IntType::get(), options.max_len());
   exported.register_attribute("rotary_dim", c10::IntType::get(), rotary_dim);
-  exported.register_attribute("interleaved", c10::BoolType::get(), options.pairing() == RotaryPairing::kInterleaved);
+  exported.register_attribute(
+      "interleaved", c10::BoolType::get(), options.pairing() == RotaryPairing::kInterleaved);
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
-  exported.register_attribute("extrapolate", c10::BoolType::get(), options.beyond_max_len() == BeyondMaxLen::kExtrapolate);
+  exported.register_attribute(
+      "extrapolate", c10::BoolType::get(), options.beyond_max_len() == BeyondMaxLen::kExtrapolate);
   exported.register_buffer("cos", module.cos.detach().clone());
   exported.register_buffer("sin", module.sin.detach().clone());
   std::vector<double> inv_freq(static_cast<size_t>(rotary_dim / 2));
   for (size_t i = 0; i < inv_freq.size(); ++i) {
-    inv_freq[i] = std::pow(options.base(), -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+    inv_freq[i] =
+        std::pow(options.base(), -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
   }
-  exported.register_attribute("inv_freq", c10::TensorType::get(), at::tensor(inv_freq, at::kDouble).to(module.cos.device()));
-  define(exported, std::string(kCommonMethods) + kOffsetMethod + kRotaryMethods, "RotaryEmbedding", "self.cos");
+  exported.register_attribute("inv_freq",
+                              c10::TensorType::get(),
+                              at::tensor(inv_freq, at::kDouble).to(module.cos.device()));
+  define(exported,
+         std::string(kCommonMethods) + kOffsetMethod + kRotaryMethods,
+         "RotaryEmbedding",
+         "self.cos");
   exported.eval();
   return exported;
 }
@@ -342,11 +375,16 @@ torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module) {
   tokens.register_parameter("weight", module.tokens->weight.detach().clone(), /*is_buffer=*/false);
   tokens.register_attribute("batch_first", c10::BoolType::get(), options.batch_first());
   tokens.register_attribute("padding_idx", c10::IntType::get(), padding_idx);
-  define(tokens, std::string(kCommonMethods) + kTokenMethods, "TokenAndPositionEmbedding", "self.weight");
+  define(tokens,
+         std::string(kCommonMethods) + kTokenMethods,
+         "TokenAndPositionEmbedding",
+         "self.weight");
 
   torch::jit::Module exported("__torch__.posenc.TokenAndPositionEmbedding");
   exported.register_module("tokens", tokens);
-  exported.register_module("positions", module.sinusoidal ? to_torchscript(*module.sinusoidal) : to_torchscript(*module.learned));
+  exported.register_module(
+      "positions",
+      module.sinusoidal ? to_torchscript(*module.sinusoidal) : to_torchscript(*module.learned));
   exported.register_attribute("batch_first", c10::BoolType::get(), options.batch_first());
   exported.register_attribute("padding_idx", c10::IntType::get(), padding_idx);
   define(exported, kTokenAndPositionMethods, "TokenAndPositionEmbedding", "");

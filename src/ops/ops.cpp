@@ -42,8 +42,10 @@ TORCH_LIBRARY(posenc, m) {
       "bool batch_first=True, Tensor? positions=None, float scale=1.0, int padding_idx=-1, "
       "float dropout=0.0, bool train=False) -> (Tensor, Tensor)");
   m.def(
-      "token_and_position_embedding_backward(Tensor grad, Tensor mask, Tensor tokens, Tensor weight, "
-      "Tensor table, int offset, bool batch_first, Tensor? positions, float scale, int padding_idx, "
+      "token_and_position_embedding_backward(Tensor grad, Tensor mask, Tensor tokens, Tensor "
+      "weight, "
+      "Tensor table, int offset, bool batch_first, Tensor? positions, float scale, int "
+      "padding_idx, "
       "float dropout, bool[2] output_mask) -> (Tensor, Tensor)");
 }
 
@@ -62,131 +64,166 @@ c10::OperatorHandle find(const char* name) {
 using OptionalTensor = const c10::optional<at::Tensor>&;
 } // namespace
 
-at::Tensor sinusoidal_table(
-    int64_t max_len,
-    int64_t d_model,
-    double base,
-    int64_t offset,
-    c10::string_view channels,
-    c10::string_view frequencies,
-    c10::optional<at::ScalarType> dtype,
-    c10::optional<at::Device> device) {
+at::Tensor sinusoidal_table(int64_t max_len,
+                            int64_t d_model,
+                            double base,
+                            int64_t offset,
+                            c10::string_view channels,
+                            c10::string_view frequencies,
+                            c10::optional<at::ScalarType> dtype,
+                            c10::optional<at::Device> device) {
   static const auto op = find("posenc::sinusoidal_table")
-                             .typed<at::Tensor(int64_t, int64_t, double, int64_t, c10::string_view, c10::string_view,
-                                               c10::optional<at::ScalarType>, c10::optional<at::Device>)>();
+                             .typed<at::Tensor(int64_t,
+                                               int64_t,
+                                               double,
+                                               int64_t,
+                                               c10::string_view,
+                                               c10::string_view,
+                                               c10::optional<at::ScalarType>,
+                                               c10::optional<at::Device>)>();
   return op.call(max_len, d_model, base, offset, channels, frequencies, dtype, device);
 }
 
-at::Tensor add_position_table(
-    const at::Tensor& x,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale) {
-  static const auto op = find("posenc::add_position_table")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double)>();
+at::Tensor add_position_table(const at::Tensor& x,
+                              const at::Tensor& table,
+                              int64_t offset,
+                              bool batch_first,
+                              OptionalTensor positions,
+                              double scale) {
+  static const auto op =
+      find("posenc::add_position_table")
+          .typed<at::Tensor(
+              const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double)>();
   return op.call(x, table, offset, batch_first, positions, scale);
 }
 
-at::Tensor add_position_table_backward(
-    const at::Tensor& grad,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions) {
-  static const auto op = find("posenc::add_position_table_backward")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor)>();
+at::Tensor add_position_table_backward(const at::Tensor& grad,
+                                       const at::Tensor& table,
+                                       int64_t offset,
+                                       bool batch_first,
+                                       OptionalTensor positions) {
+  static const auto op =
+      find("posenc::add_position_table_backward")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor)>();
   return op.call(grad, table, offset, batch_first, positions);
 }
 
-at::Tensor add_positional_encoding(
-    const at::Tensor& x,
-    int64_t offset,
-    double base,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale,
-    c10::string_view channels,
-    c10::string_view frequencies) {
+at::Tensor add_positional_encoding(const at::Tensor& x,
+                                   int64_t offset,
+                                   double base,
+                                   bool batch_first,
+                                   OptionalTensor positions,
+                                   double scale,
+                                   c10::string_view channels,
+                                   c10::string_view frequencies) {
   static const auto op = find("posenc::add_positional_encoding")
-                             .typed<at::Tensor(const at::Tensor&, int64_t, double, bool, OptionalTensor, double,
-                                               c10::string_view, c10::string_view)>();
+                             .typed<at::Tensor(const at::Tensor&,
+                                               int64_t,
+                                               double,
+                                               bool,
+                                               OptionalTensor,
+                                               double,
+                                               c10::string_view,
+                                               c10::string_view)>();
   return op.call(x, offset, base, batch_first, positions, scale, channels, frequencies);
 }
 
-at::Tensor apply_rotary(
-    const at::Tensor& x,
-    const at::Tensor& cos,
-    const at::Tensor& sin,
-    int64_t offset,
-    OptionalTensor positions,
-    bool interleaved,
-    bool heads_first,
-    bool inverse) {
+at::Tensor apply_rotary(const at::Tensor& x,
+                        const at::Tensor& cos,
+                        const at::Tensor& sin,
+                        int64_t offset,
+                        OptionalTensor positions,
+                        bool interleaved,
+                        bool heads_first,
+                        bool inverse) {
   static const auto op = find("posenc::apply_rotary")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
-                                               OptionalTensor, bool, bool, bool)>();
+                             .typed<at::Tensor(const at::Tensor&,
+                                               const at::Tensor&,
+                                               const at::Tensor&,
+                                               int64_t,
+                                               OptionalTensor,
+                                               bool,
+                                               bool,
+                                               bool)>();
   return op.call(x, cos, sin, offset, positions, interleaved, heads_first, inverse);
 }
 
-at::Tensor& add_position_table_(
-    at::Tensor& x,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale) {
-  static const auto op = find("posenc::add_position_table_")
-                             .typed<void(at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double)>();
+at::Tensor& add_position_table_(at::Tensor& x,
+                                const at::Tensor& table,
+                                int64_t offset,
+                                bool batch_first,
+                                OptionalTensor positions,
+                                double scale) {
+  static const auto op =
+      find("posenc::add_position_table_")
+          .typed<void(at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double)>();
   op.call(x, table, offset, batch_first, positions, scale);
   return x;
 }
 
-at::Tensor& add_position_table_out(
-    at::Tensor& out,
-    const at::Tensor& x,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale) {
+at::Tensor& add_position_table_out(at::Tensor& out,
+                                   const at::Tensor& x,
+                                   const at::Tensor& table,
+                                   int64_t offset,
+                                   bool batch_first,
+                                   OptionalTensor positions,
+                                   double scale) {
   static const auto op = find("posenc::add_position_table_out")
-                             .typed<void(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double, at::Tensor&)>();
+                             .typed<void(const at::Tensor&,
+                                         const at::Tensor&,
+                                         int64_t,
+                                         bool,
+                                         OptionalTensor,
+                                         double,
+                                         at::Tensor&)>();
   op.call(x, table, offset, batch_first, positions, scale, out);
   return out;
 }
 
-at::Tensor& apply_rotary_(
-    at::Tensor& x,
-    const at::Tensor& cos,
-    const at::Tensor& sin,
-    int64_t offset,
-    OptionalTensor positions,
-    bool interleaved,
-    bool heads_first,
-    bool inverse) {
+at::Tensor& apply_rotary_(at::Tensor& x,
+                          const at::Tensor& cos,
+                          const at::Tensor& sin,
+                          int64_t offset,
+                          OptionalTensor positions,
+                          bool interleaved,
+                          bool heads_first,
+                          bool inverse) {
   static const auto op = find("posenc::apply_rotary_")
-                             .typed<void(at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, OptionalTensor, bool, bool, bool)>();
+                             .typed<void(at::Tensor&,
+                                         const at::Tensor&,
+                                         const at::Tensor&,
+                                         int64_t,
+                                         OptionalTensor,
+                                         bool,
+                                         bool,
+                                         bool)>();
   op.call(x, cos, sin, offset, positions, interleaved, heads_first, inverse);
   return x;
 }
 
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale,
-    int64_t padding_idx,
-    double dropout,
-    bool train) {
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(const at::Tensor& tokens,
+                                                                const at::Tensor& weight,
+                                                                const at::Tensor& table,
+                                                                int64_t offset,
+                                                                bool batch_first,
+                                                                OptionalTensor positions,
+                                                                double scale,
+                                                                int64_t padding_idx,
+                                                                double dropout,
+                                                                bool train) {
   static const auto op = find("posenc::token_and_position_embedding")
-                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, bool,
-                                                                       OptionalTensor, double, int64_t, double, bool)>();
-  return op.call(tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, train);
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
+                                                                       const at::Tensor&,
+                                                                       const at::Tensor&,
+                                                                       int64_t,
+                                                                       bool,
+                                                                       OptionalTensor,
+                                                                       double,
+                                                                       int64_t,
+                                                                       double,
+                                                                       bool)>();
+  return op.call(
+      tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, train);
 }
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
@@ -203,10 +240,30 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
     double dropout,
     std::array<bool, 2> output_mask) {
   static const auto op = find("posenc::token_and_position_embedding_backward")
-                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                                       const at::Tensor&, int64_t, bool, OptionalTensor, double, int64_t,
-                                                                       double, std::array<bool, 2>)>();
-  return op.call(grad, mask, tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, output_mask);
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
+                                                                       const at::Tensor&,
+                                                                       const at::Tensor&,
+                                                                       const at::Tensor&,
+                                                                       const at::Tensor&,
+                                                                       int64_t,
+                                                                       bool,
+                                                                       OptionalTensor,
+                                                                       double,
+                                                                       int64_t,
+                                                                       double,
+                                                                       std::array<bool, 2>)>();
+  return op.call(grad,
+                 mask,
+                 tokens,
+                 weight,
+                 table,
+                 offset,
+                 batch_first,
+                 positions,
+                 scale,
+                 padding_idx,
+                 dropout,
+                 output_mask);
 }
 
 } // namespace ops

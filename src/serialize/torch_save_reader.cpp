@@ -25,15 +25,28 @@ using ValuePtr = std::shared_ptr<Value>;
 
 // A pickled object, as far as a state dict needs to understand it.
 struct Value {
-  enum class Kind { kNone, kBool, kInt, kFloat, kString, kTuple, kList, kDict, kGlobal, kStorage, kTensor, kOpaque };
+  enum class Kind {
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kTuple,
+    kList,
+    kDict,
+    kGlobal,
+    kStorage,
+    kTensor,
+    kOpaque
+  };
   Kind kind = Kind::kNone;
   bool boolean = false;
   int64_t integer = 0;
   double real = 0.0;
   std::string text; // string contents, "module.name" of a global, or an opaque object's class
-  std::vector<ValuePtr> items; // tuple or list
+  std::vector<ValuePtr> items;                        // tuple or list
   std::vector<std::pair<ValuePtr, ValuePtr>> entries; // dict
-  at::Tensor tensor; // storage (1-D, its dtype) or tensor
+  at::Tensor tensor;                                  // storage (1-D, its dtype) or tensor
 };
 
 ValuePtr make(Value::Kind kind) {
@@ -44,30 +57,48 @@ ValuePtr make(Value::Kind kind) {
 
 const char* kind_name(Value::Kind kind) {
   switch (kind) {
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return "bool";
-    case Value::Kind::kInt: return "int";
-    case Value::Kind::kFloat: return "float";
-    case Value::Kind::kString: return "str";
-    case Value::Kind::kTuple: return "tuple";
-    case Value::Kind::kList: return "list";
-    case Value::Kind::kDict: return "dict";
-    case Value::Kind::kGlobal: return "global";
-    case Value::Kind::kStorage: return "storage";
-    case Value::Kind::kTensor: return "Tensor";
-    case Value::Kind::kOpaque: return "object";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return "bool";
+    case Value::Kind::kInt:
+      return "int";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "str";
+    case Value::Kind::kTuple:
+      return "tuple";
+    case Value::Kind::kList:
+      return "list";
+    case Value::Kind::kDict:
+      return "dict";
+    case Value::Kind::kGlobal:
+      return "global";
+    case Value::Kind::kStorage:
+      return "storage";
+    case Value::Kind::kTensor:
+      return "Tensor";
+    case Value::Kind::kOpaque:
+      return "object";
   }
   return "?";
 }
 
 at::ScalarType storage_dtype(const std::string& global, const std::string& what) {
   static const std::map<std::string, at::ScalarType> types = {
-      {"torch.FloatStorage", at::kFloat},        {"torch.DoubleStorage", at::kDouble},
-      {"torch.HalfStorage", at::kHalf},          {"torch.BFloat16Storage", at::kBFloat16},
-      {"torch.LongStorage", at::kLong},          {"torch.IntStorage", at::kInt},
-      {"torch.ShortStorage", at::kShort},        {"torch.CharStorage", at::kChar},
-      {"torch.ByteStorage", at::kByte},          {"torch.BoolStorage", at::kBool},
-      {"torch.ComplexFloatStorage", at::kComplexFloat}, {"torch.ComplexDoubleStorage", at::kComplexDouble},
+      {"torch.FloatStorage", at::kFloat},
+      {"torch.DoubleStorage", at::kDouble},
+      {"torch.HalfStorage", at::kHalf},
+      {"torch.BFloat16Storage", at::kBFloat16},
+      {"torch.LongStorage", at::kLong},
+      {"torch.IntStorage", at::kInt},
+      {"torch.ShortStorage", at::kShort},
+      {"torch.CharStorage", at::kChar},
+      {"torch.ByteStorage", at::kByte},
+      {"torch.BoolStorage", at::kBool},
+      {"torch.ComplexFloatStorage", at::kComplexFloat},
+      {"torch.ComplexDoubleStorage", at::kComplexDouble},
       {"torch.UntypedStorage", at::kByte}};
   const auto found = types.find(global);
   TORCH_CHECK(found != types.end(), what, ": unsupported storage type '", global, "'");
@@ -76,7 +107,10 @@ at::ScalarType storage_dtype(const std::string& global, const std::string& what)
 
 class Unpickler {
  public:
-  Unpickler(caffe2::serialize::PyTorchStreamReader& reader, std::string what, const char* data, size_t size)
+  Unpickler(caffe2::serialize::PyTorchStreamReader& reader,
+            std::string what,
+            const char* data,
+            size_t size)
       : reader_(reader), what_(std::move(what)), data_(data), size_(size) {}
 
   ValuePtr run() {
@@ -84,40 +118,90 @@ class Unpickler {
       const size_t at = position_;
       const uint8_t opcode = read_u8();
       switch (opcode) {
-        case 0x80: read_u8(); break; // PROTO
-        case 0x95: read_bytes(8); break; // FRAME
+        case 0x80:
+          read_u8();
+          break; // PROTO
+        case 0x95:
+          read_bytes(8);
+          break;  // FRAME
         case '.': // STOP
           TORCH_CHECK(!stack_.empty(), what_, ": corrupted pickle: STOP on an empty stack");
           return stack_.back();
-        case '(': marks_.push_back(stack_.size()); break; // MARK
-        case 'N': push(make(Value::Kind::kNone)); break;
-        case 0x88: push_bool(true); break; // NEWTRUE
-        case 0x89: push_bool(false); break; // NEWFALSE
-        case 'K': push_int(read_u8()); break; // BININT1
-        case 'M': push_int(read_le(2, false)); break; // BININT2
-        case 'J': push_int(read_le(4, true)); break; // BININT
+        case '(':
+          marks_.push_back(stack_.size());
+          break; // MARK
+        case 'N':
+          push(make(Value::Kind::kNone));
+          break;
+        case 0x88:
+          push_bool(true);
+          break; // NEWTRUE
+        case 0x89:
+          push_bool(false);
+          break; // NEWFALSE
+        case 'K':
+          push_int(read_u8());
+          break; // BININT1
+        case 'M':
+          push_int(read_le(2, false));
+          break; // BININT2
+        case 'J':
+          push_int(read_le(4, true));
+          break;     // BININT
         case 0x8a: { // LONG1
           const size_t n = read_u8();
           TORCH_CHECK(n <= 8, what_, ": integer of ", n, " bytes is out of range");
           push_int(n == 0 ? 0 : read_le(n, true));
           break;
         }
-        case 'G': push_float(); break; // BINFLOAT
-        case 'X': push_string(read_le(4, false)); break; // BINUNICODE
-        case 0x8c: push_string(read_u8()); break; // SHORT_BINUNICODE
-        case 0x8d: push_string(read_le(8, false)); break; // BINUNICODE8
-        case 'T': push_string(read_le(4, false)); break; // BINSTRING
-        case 'U': push_string(read_u8()); break; // SHORT_BINSTRING
-        case 'B': push_string(read_le(4, false)); break; // BINBYTES
-        case 'C': push_string(read_u8()); break; // SHORT_BINBYTES
-        case ')': push(make(Value::Kind::kTuple)); break; // EMPTY_TUPLE
-        case ']': push(make(Value::Kind::kList)); break; // EMPTY_LIST
-        case '}': push(make(Value::Kind::kDict)); break; // EMPTY_DICT
-        case 't': push_sequence(Value::Kind::kTuple, pop_to_mark()); break; // TUPLE
-        case 'l': push_sequence(Value::Kind::kList, pop_to_mark()); break; // LIST
-        case 0x85: push_sequence(Value::Kind::kTuple, pop_n(1)); break; // TUPLE1
-        case 0x86: push_sequence(Value::Kind::kTuple, pop_n(2)); break; // TUPLE2
-        case 0x87: push_sequence(Value::Kind::kTuple, pop_n(3)); break; // TUPLE3
+        case 'G':
+          push_float();
+          break; // BINFLOAT
+        case 'X':
+          push_string(read_le(4, false));
+          break; // BINUNICODE
+        case 0x8c:
+          push_string(read_u8());
+          break; // SHORT_BINUNICODE
+        case 0x8d:
+          push_string(read_le(8, false));
+          break; // BINUNICODE8
+        case 'T':
+          push_string(read_le(4, false));
+          break; // BINSTRING
+        case 'U':
+          push_string(read_u8());
+          break; // SHORT_BINSTRING
+        case 'B':
+          push_string(read_le(4, false));
+          break; // BINBYTES
+        case 'C':
+          push_string(read_u8());
+          break; // SHORT_BINBYTES
+        case ')':
+          push(make(Value::Kind::kTuple));
+          break; // EMPTY_TUPLE
+        case ']':
+          push(make(Value::Kind::kList));
+          break; // EMPTY_LIST
+        case '}':
+          push(make(Value::Kind::kDict));
+          break; // EMPTY_DICT
+        case 't':
+          push_sequence(Value::Kind::kTuple, pop_to_mark());
+          break; // TUPLE
+        case 'l':
+          push_sequence(Value::Kind::kList, pop_to_mark());
+          break; // LIST
+        case 0x85:
+          push_sequence(Value::Kind::kTuple, pop_n(1));
+          break; // TUPLE1
+        case 0x86:
+          push_sequence(Value::Kind::kTuple, pop_n(2));
+          break; // TUPLE2
+        case 0x87:
+          push_sequence(Value::Kind::kTuple, pop_n(3));
+          break;    // TUPLE3
         case 'd': { // DICT
           auto dict = make(Value::Kind::kDict);
           add_pairs(*dict, pop_to_mark());
@@ -144,11 +228,21 @@ class Unpickler {
           append(top_of_kind(Value::Kind::kList, "APPENDS"), items);
           break;
         }
-        case 'q': memo_[read_u8()] = top(); break; // BINPUT
-        case 'r': memo_[read_le(4, false)] = top(); break; // LONG_BINPUT
-        case 0x94: memo_[next_memo_++] = top(); break; // MEMOIZE
-        case 'h': push(memo(read_u8())); break; // BINGET
-        case 'j': push(memo(read_le(4, false))); break; // LONG_BINGET
+        case 'q':
+          memo_[read_u8()] = top();
+          break; // BINPUT
+        case 'r':
+          memo_[read_le(4, false)] = top();
+          break; // LONG_BINPUT
+        case 0x94:
+          memo_[next_memo_++] = top();
+          break; // MEMOIZE
+        case 'h':
+          push(memo(read_u8()));
+          break; // BINGET
+        case 'j':
+          push(memo(read_le(4, false)));
+          break;    // LONG_BINGET
         case 'c': { // GLOBAL
           std::string module = read_line();
           std::string name = read_line();
@@ -157,12 +251,16 @@ class Unpickler {
         }
         case 0x93: { // STACK_GLOBAL
           auto parts = pop_n(2);
-          TORCH_CHECK(parts[0]->kind == Value::Kind::kString && parts[1]->kind == Value::Kind::kString,
-              what_, ": corrupted pickle: STACK_GLOBAL needs two strings");
+          TORCH_CHECK(
+              parts[0]->kind == Value::Kind::kString && parts[1]->kind == Value::Kind::kString,
+              what_,
+              ": corrupted pickle: STACK_GLOBAL needs two strings");
           push_global(parts[0]->text + "." + parts[1]->text);
           break;
         }
-        case 'Q': push(load_storage(pop_n(1)[0])); break; // BINPERSID
+        case 'Q':
+          push(load_storage(pop_n(1)[0]));
+          break;    // BINPERSID
         case 'R': { // REDUCE
           auto parts = pop_n(2);
           push(reduce(parts[0], parts[1]));
@@ -173,13 +271,29 @@ class Unpickler {
           push(opaque(parts[0]));
           break;
         }
-        case 'b': pop_n(1); top(); break; // BUILD: the state of an object we keep opaque (or an OrderedDict's metadata)
-        case '0': pop_n(1); break; // POP
-        case '1': pop_to_mark(); break; // POP_MARK
-        case '2': push(top()); break; // DUP
+        case 'b':
+          pop_n(1);
+          top();
+          break; // BUILD: the state of an object we keep opaque (or an OrderedDict's metadata)
+        case '0':
+          pop_n(1);
+          break; // POP
+        case '1':
+          pop_to_mark();
+          break; // POP_MARK
+        case '2':
+          push(top());
+          break; // DUP
         default:
-          TORCH_CHECK(false, what_, ": unsupported pickle opcode 0x", std::hex, static_cast<int>(opcode), std::dec,
-              " at byte ", at, " of data.pkl; is this a file written by torch.save?");
+          TORCH_CHECK(false,
+                      what_,
+                      ": unsupported pickle opcode 0x",
+                      std::hex,
+                      static_cast<int>(opcode),
+                      std::dec,
+                      " at byte ",
+                      at,
+                      " of data.pkl; is this a file written by torch.save?");
       }
     }
   }
@@ -187,12 +301,22 @@ class Unpickler {
  private:
   // --- input ---------------------------------------------------------------------------------
   const char* read_bytes(size_t n) {
-    TORCH_CHECK(n <= size_ - position_, what_, ": data.pkl is truncated (needs ", n, " more bytes at byte ", position_, " of ", size_, ")");
+    TORCH_CHECK(n <= size_ - position_,
+                what_,
+                ": data.pkl is truncated (needs ",
+                n,
+                " more bytes at byte ",
+                position_,
+                " of ",
+                size_,
+                ")");
     const char* bytes = data_ + position_;
     position_ += n;
     return bytes;
   }
-  uint8_t read_u8() { return static_cast<uint8_t>(*read_bytes(1)); }
+  uint8_t read_u8() {
+    return static_cast<uint8_t>(*read_bytes(1));
+  }
   int64_t read_le(size_t n, bool is_signed) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(read_bytes(n));
     uint64_t value = 0;
@@ -203,7 +327,9 @@ class Unpickler {
       value |= ~uint64_t{0} << (8 * n); // sign-extend
     }
     if (!is_signed && n == 8) {
-      TORCH_CHECK(value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), what_, ": length out of range");
+      TORCH_CHECK(value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                  what_,
+                  ": length out of range");
     }
     return static_cast<int64_t>(value);
   }
@@ -218,7 +344,11 @@ class Unpickler {
 
   // --- stack ---------------------------------------------------------------------------------
   void push(ValuePtr value) {
-    TORCH_CHECK(stack_.size() < kMaxStackDepth, what_, ": pickle stack deeper than ", kMaxStackDepth, " entries");
+    TORCH_CHECK(stack_.size() < kMaxStackDepth,
+                what_,
+                ": pickle stack deeper than ",
+                kMaxStackDepth,
+                " entries");
     stack_.push_back(std::move(value));
   }
   void push_bool(bool b) {
@@ -263,7 +393,12 @@ class Unpickler {
   }
   Value& top_of_kind(Value::Kind kind, const char* opcode) {
     const ValuePtr& value = top();
-    TORCH_CHECK(value->kind == kind, what_, ": corrupted pickle: ", opcode, " on a ", kind_name(value->kind));
+    TORCH_CHECK(value->kind == kind,
+                what_,
+                ": corrupted pickle: ",
+                opcode,
+                " on a ",
+                kind_name(value->kind));
     return *value;
   }
   std::vector<ValuePtr> pop_n(size_t n) {
@@ -284,7 +419,8 @@ class Unpickler {
   }
   ValuePtr memo(int64_t index) {
     const auto found = memo_.find(index);
-    TORCH_CHECK(found != memo_.end(), what_, ": corrupted pickle: memo entry ", index, " is not defined");
+    TORCH_CHECK(
+        found != memo_.end(), what_, ": corrupted pickle: memo entry ", index, " is not defined");
     return found->second;
   }
   void add_pairs(Value& dict, const std::vector<ValuePtr>& items) {
@@ -300,18 +436,32 @@ class Unpickler {
   // --- objects -------------------------------------------------------------------------------
   ValuePtr opaque(const ValuePtr& callable) {
     auto value = make(Value::Kind::kOpaque);
-    value->text = callable->kind == Value::Kind::kGlobal ? callable->text : kind_name(callable->kind);
+    value->text =
+        callable->kind == Value::Kind::kGlobal ? callable->text : kind_name(callable->kind);
     return value;
   }
 
   int64_t as_int(const ValuePtr& value, const char* what) {
-    TORCH_CHECK(value->kind == Value::Kind::kInt, what_, ": expected an int for ", what, ", got ", kind_name(value->kind));
+    TORCH_CHECK(value->kind == Value::Kind::kInt,
+                what_,
+                ": expected an int for ",
+                what,
+                ", got ",
+                kind_name(value->kind));
     return value->integer;
   }
   std::vector<int64_t> as_ints(const ValuePtr& value, const char* what) {
     TORCH_CHECK(value->kind == Value::Kind::kTuple || value->kind == Value::Kind::kList,
-        what_, ": expected a tuple for ", what, ", got ", kind_name(value->kind));
-    TORCH_CHECK(static_cast<int64_t>(value->items.size()) <= kMaxDims, what_, ": tensor of more than ", kMaxDims, " dimensions");
+                what_,
+                ": expected a tuple for ",
+                what,
+                ", got ",
+                kind_name(value->kind));
+    TORCH_CHECK(static_cast<int64_t>(value->items.size()) <= kMaxDims,
+                what_,
+                ": tensor of more than ",
+                kMaxDims,
+                " dimensions");
     std::vector<int64_t> ints;
     for (const auto& item : value->items) {
       ints.push_back(as_int(item, what));
@@ -320,13 +470,17 @@ class Unpickler {
   }
 
   ValuePtr reduce(const ValuePtr& callable, const ValuePtr& args) {
-    TORCH_CHECK(args->kind == Value::Kind::kTuple, what_, ": corrupted pickle: REDUCE arguments are a ", kind_name(args->kind));
+    TORCH_CHECK(args->kind == Value::Kind::kTuple,
+                what_,
+                ": corrupted pickle: REDUCE arguments are a ",
+                kind_name(args->kind));
     const std::string name = callable->kind == Value::Kind::kGlobal ? callable->text : "";
     if (name == "collections.OrderedDict") {
       auto dict = make(Value::Kind::kDict);
       if (!args->items.empty()) { // OrderedDict([(key, value), ...])
         for (const auto& pair : args->items[0]->items) {
-          TORCH_CHECK(pair->items.size() == 2, what_, ": corrupted pickle: OrderedDict item is not a pair");
+          TORCH_CHECK(
+              pair->items.size() == 2, what_, ": corrupted pickle: OrderedDict item is not a pair");
           dict->entries.emplace_back(pair->items[0], pair->items[1]);
         }
       }
@@ -335,22 +489,31 @@ class Unpickler {
     if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
       return rebuild_tensor(args->items);
     }
-    if (name == "torch.jit._pickle.restore_type_tag") { // LibTorch's pickle_save wraps typed containers
-      TORCH_CHECK(!args->items.empty(), what_, ": corrupted pickle: restore_type_tag without a value");
+    if (name ==
+        "torch.jit._pickle.restore_type_tag") { // LibTorch's pickle_save wraps typed containers
+      TORCH_CHECK(
+          !args->items.empty(), what_, ": corrupted pickle: restore_type_tag without a value");
       return args->items[0];
     }
-    if (name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") {
-      TORCH_CHECK(!args->items.empty() && args->items[0]->kind == Value::Kind::kTensor, what_, ": corrupted pickle: parameter without data");
+    if (name == "torch._utils._rebuild_parameter" ||
+        name == "torch._utils._rebuild_parameter_with_state") {
+      TORCH_CHECK(!args->items.empty() && args->items[0]->kind == Value::Kind::kTensor,
+                  what_,
+                  ": corrupted pickle: parameter without data");
       return args->items[0];
     }
     return opaque(callable);
   }
 
   ValuePtr load_storage(const ValuePtr& pid) {
-    TORCH_CHECK(pid->kind == Value::Kind::kTuple && pid->items.size() == 5 && pid->items[0]->kind == Value::Kind::kString &&
-            pid->items[0]->text == "storage" && pid->items[1]->kind == Value::Kind::kGlobal &&
-            pid->items[2]->kind == Value::Kind::kString,
-        what_, ": unsupported persistent id in data.pkl (expected ('storage', type, key, location, numel))");
+    TORCH_CHECK(pid->kind == Value::Kind::kTuple && pid->items.size() == 5 &&
+                    pid->items[0]->kind == Value::Kind::kString &&
+                    pid->items[0]->text == "storage" &&
+                    pid->items[1]->kind == Value::Kind::kGlobal &&
+                    pid->items[2]->kind == Value::Kind::kString,
+                what_,
+                ": unsupported persistent id in data.pkl (expected ('storage', type, key, "
+                "location, numel))");
     const std::string& key = pid->items[2]->text;
     const auto cached = storages_.find(key);
     if (cached != storages_.end()) {
@@ -359,16 +522,36 @@ class Unpickler {
     const at::ScalarType dtype = storage_dtype(pid->items[1]->text, what_);
     const int64_t numel = as_int(pid->items[4], "a storage size");
     const size_t itemsize = c10::elementSize(dtype);
-    TORCH_CHECK(numel >= 0 && static_cast<uint64_t>(numel) <= std::numeric_limits<uint64_t>::max() / itemsize,
-        what_, ": storage '", key, "' has an invalid size ", numel);
+    TORCH_CHECK(numel >= 0 &&
+                    static_cast<uint64_t>(numel) <= std::numeric_limits<uint64_t>::max() / itemsize,
+                what_,
+                ": storage '",
+                key,
+                "' has an invalid size ",
+                numel);
     const std::string record = "data/" + key;
-    TORCH_CHECK(reader_.hasRecord(record), what_, ": storage '", key, "' is missing from the archive (the file is truncated or corrupted)");
+    TORCH_CHECK(reader_.hasRecord(record),
+                what_,
+                ": storage '",
+                key,
+                "' is missing from the archive (the file is truncated or corrupted)");
     at::DataPtr bytes;
     size_t stored = 0;
     std::tie(bytes, stored) = reader_.getRecord(record);
     const size_t needed = static_cast<size_t>(numel) * itemsize;
-    TORCH_CHECK(stored >= needed, what_, ": storage '", key, "' holds ", stored, " bytes, but ", numel, " elements of ", dtype,
-        " need ", needed, " (the file is truncated or corrupted)");
+    TORCH_CHECK(stored >= needed,
+                what_,
+                ": storage '",
+                key,
+                "' holds ",
+                stored,
+                " bytes, but ",
+                numel,
+                " elements of ",
+                dtype,
+                " need ",
+                needed,
+                " (the file is truncated or corrupted)");
     auto value = make(Value::Kind::kStorage);
     value->tensor = at::empty({numel}, at::TensorOptions().dtype(dtype));
     if (needed > 0) {
@@ -379,12 +562,15 @@ class Unpickler {
   }
 
   ValuePtr rebuild_tensor(const std::vector<ValuePtr>& args) {
-    TORCH_CHECK(args.size() >= 4 && args[0]->kind == Value::Kind::kStorage, what_, ": corrupted pickle: bad tensor arguments");
+    TORCH_CHECK(args.size() >= 4 && args[0]->kind == Value::Kind::kStorage,
+                what_,
+                ": corrupted pickle: bad tensor arguments");
     const at::Tensor& storage = args[0]->tensor;
     const int64_t offset = as_int(args[1], "a storage offset");
     const std::vector<int64_t> sizes = as_ints(args[2], "tensor sizes");
     const std::vector<int64_t> strides = as_ints(args[3], "tensor strides");
-    TORCH_CHECK(sizes.size() == strides.size(), what_, ": tensor sizes and strides differ in length");
+    TORCH_CHECK(
+        sizes.size() == strides.size(), what_, ": tensor sizes and strides differ in length");
     TORCH_CHECK(offset >= 0, what_, ": negative storage offset ", offset);
     // The largest element index the view reaches must lie inside the storage.
     int64_t last = offset;
@@ -396,14 +582,26 @@ class Unpickler {
     if (!empty) {
       for (size_t d = 0; d < sizes.size(); ++d) {
         int64_t step = 0;
-        TORCH_CHECK(!__builtin_mul_overflow(sizes[d] - 1, strides[d], &step) && !__builtin_add_overflow(last, step, &last),
-            what_, ": tensor extent overflows");
+        TORCH_CHECK(!__builtin_mul_overflow(sizes[d] - 1, strides[d], &step) &&
+                        !__builtin_add_overflow(last, step, &last),
+                    what_,
+                    ": tensor extent overflows");
       }
-      TORCH_CHECK(last < storage.numel(), what_, ": tensor of sizes ", c10::IntArrayRef(sizes), " and strides ",
-          c10::IntArrayRef(strides), " at offset ", offset, " reaches past its storage of ", storage.numel(), " elements");
+      TORCH_CHECK(last < storage.numel(),
+                  what_,
+                  ": tensor of sizes ",
+                  c10::IntArrayRef(sizes),
+                  " and strides ",
+                  c10::IntArrayRef(strides),
+                  " at offset ",
+                  offset,
+                  " reaches past its storage of ",
+                  storage.numel(),
+                  " elements");
     }
     auto value = make(Value::Kind::kTensor);
-    value->tensor = storage.as_strided(sizes, strides, empty ? 0 : offset).clone(at::MemoryFormat::Contiguous);
+    value->tensor =
+        storage.as_strided(sizes, strides, empty ? 0 : offset).clone(at::MemoryFormat::Contiguous);
     return value;
   }
 
@@ -419,30 +617,49 @@ class Unpickler {
   std::unordered_map<std::string, ValuePtr> storages_;
 };
 
-std::vector<std::pair<std::string, at::Tensor>> read_archive(caffe2::serialize::PyTorchStreamReader& reader, const std::string& what) {
+std::vector<std::pair<std::string, at::Tensor>> read_archive(
+    caffe2::serialize::PyTorchStreamReader& reader, const std::string& what) {
   if (reader.hasRecord("byteorder")) {
     at::DataPtr order;
     size_t n = 0;
     std::tie(order, n) = reader.getRecord("byteorder");
     const std::string byteorder(static_cast<const char*>(order.get()), n);
-    TORCH_CHECK(byteorder == "little", what, ": saved on a ", byteorder, "-endian machine; only little-endian files are supported");
+    TORCH_CHECK(byteorder == "little",
+                what,
+                ": saved on a ",
+                byteorder,
+                "-endian machine; only little-endian files are supported");
   }
-  TORCH_CHECK(reader.hasRecord("data.pkl"), what, ": the archive has no data.pkl; it was not written by torch.save");
+  TORCH_CHECK(reader.hasRecord("data.pkl"),
+              what,
+              ": the archive has no data.pkl; it was not written by torch.save");
   at::DataPtr pickle;
   size_t size = 0;
   std::tie(pickle, size) = reader.getRecord("data.pkl");
   Unpickler unpickler(reader, what, static_cast<const char*>(pickle.get()), size);
   const ValuePtr root = unpickler.run();
-  TORCH_CHECK(root->kind == Value::Kind::kDict, what, " holds a ", kind_name(root->kind) == std::string("object") ? root->text : kind_name(root->kind),
-      ", not a state dict; save it in Python with torch.save(model.state_dict(), path)");
+  TORCH_CHECK(root->kind == Value::Kind::kDict,
+              what,
+              " holds a ",
+              kind_name(root->kind) == std::string("object") ? root->text : kind_name(root->kind),
+              ", not a state dict; save it in Python with torch.save(model.state_dict(), path)");
   std::vector<std::pair<std::string, at::Tensor>> entries;
   std::map<std::string, bool> seen;
   for (const auto& entry : root->entries) {
-    TORCH_CHECK(entry.first->kind == Value::Kind::kString, what, ": has a key of type ", kind_name(entry.first->kind),
-        "; a state dict maps names (str) to tensors");
+    TORCH_CHECK(entry.first->kind == Value::Kind::kString,
+                what,
+                ": has a key of type ",
+                kind_name(entry.first->kind),
+                "; a state dict maps names (str) to tensors");
     const std::string& key = entry.first->text;
-    TORCH_CHECK(entry.second->kind == Value::Kind::kTensor, what, ": the entry '", key, "' is a ",
-        entry.second->kind == Value::Kind::kOpaque ? entry.second->text : kind_name(entry.second->kind), ", not a tensor");
+    TORCH_CHECK(entry.second->kind == Value::Kind::kTensor,
+                what,
+                ": the entry '",
+                key,
+                "' is a ",
+                entry.second->kind == Value::Kind::kOpaque ? entry.second->text
+                                                           : kind_name(entry.second->kind),
+                ", not a tensor");
     TORCH_CHECK(seen.emplace(key, true).second, what, ": the key '", key, "' appears twice");
     entries.emplace_back(key, entry.second->tensor);
   }
@@ -450,26 +667,36 @@ std::vector<std::pair<std::string, at::Tensor>> read_archive(caffe2::serialize::
 }
 
 template <typename Source>
-std::vector<std::pair<std::string, at::Tensor>> read_from(Source&& source, const std::string& what) {
+std::vector<std::pair<std::string, at::Tensor>> read_from(Source&& source,
+                                                          const std::string& what) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::forward<Source>(source));
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, what, " is not a readable torch.save file (", e.what_without_backtrace(),
-        "); save it in Python with torch.save(model.state_dict(), path) (PyTorch >= 1.6 writes this zip format by default)");
+    TORCH_CHECK(false,
+                what,
+                " is not a readable torch.save file (",
+                e.what_without_backtrace(),
+                "); save it in Python with torch.save(model.state_dict(), path) (PyTorch >= 1.6 "
+                "writes this zip format by default)");
   }
   return read_archive(*reader, what);
 }
 
 } // namespace
 
-std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(std::istream& in, const std::string& what) {
+std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(
+    std::istream& in, const std::string& what) {
   return read_from(&in, what);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(const std::string& path) {
+std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(
+    const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  TORCH_CHECK(in.good(), "load_state_dict: cannot open '", path, "' for reading; check the path and its permissions");
+  TORCH_CHECK(in.good(),
+              "load_state_dict: cannot open '",
+              path,
+              "' for reading; check the path and its permissions");
   return read_from(&in, "load_state_dict: '" + path + "'");
 }
 

@@ -22,7 +22,8 @@ namespace detail {
 
 /// The (name, tensor) entries of a state dict saved with torch.save, in file order. `what`
 /// names the source in error messages. Tensors are loaded onto the CPU.
-std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(std::istream& in, const std::string& what);
+std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(std::istream& in,
+                                                                           const std::string& what);
 
 /// The same for a file on disk.
 std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(const std::string& path);

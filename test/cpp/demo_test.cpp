@@ -11,9 +11,9 @@
 
 #include <cairo.h>
 
-#include <filesystem>
-#include <string>
 #include <unistd.h>
+#include <cstdio>
+#include <string>
 
 namespace {
 
@@ -28,7 +28,11 @@ posenc::demo::DemoOptions short_demo() {
 struct Png {
   int width = 0, height = 0;
   cairo_status_t status = CAIRO_STATUS_NULL_POINTER;
-  std::array<uint8_t, 3> rgb(int x, int y) const { return {pixels[(y * width + x) * 3], pixels[(y * width + x) * 3 + 1], pixels[(y * width + x) * 3 + 2]}; }
+  std::array<uint8_t, 3> rgb(int x, int y) const {
+    return {pixels[(y * width + x) * 3],
+            pixels[(y * width + x) * 3 + 1],
+            pixels[(y * width + x) * 3 + 2]};
+  }
   std::vector<uint8_t> pixels;
 };
 
@@ -61,7 +65,8 @@ Png decode(const std::string& path) {
 TEST(Demo, ShortTrainingLearnsOnlyWithPositions) {
   const auto options = short_demo();
   const auto none = posenc::demo::train_reversal(posenc::demo::Encoding::kNone, options);
-  const auto sinusoidal = posenc::demo::train_reversal(posenc::demo::Encoding::kSinusoidal, options);
+  const auto sinusoidal =
+      posenc::demo::train_reversal(posenc::demo::Encoding::kSinusoidal, options);
   EXPECT_LT(sinusoidal.final_loss, 0.8 * sinusoidal.first_loss);
   EXPECT_LT(none.final_loss, none.first_loss);
   EXPECT_GT(sinusoidal.held_out_accuracy, none.held_out_accuracy + 0.2)
@@ -81,9 +86,9 @@ TEST(Demo, IsDeterministicForASeed) {
 TEST(Demo, PositionBlindCeilingIsTheMostFrequentOtherToken) {
   posenc::demo::DemoOptions options;
   const double ceiling = posenc::demo::position_blind_ceiling(options, 20000);
-  EXPECT_GT(ceiling, 0.13);  // 16 tokens over 32: repeats are common
+  EXPECT_GT(ceiling, 0.13); // 16 tokens over 32: repeats are common
   EXPECT_LT(ceiling, 0.18);
-  options.vocab = 1000;  // almost no repeats: about 1/15
+  options.vocab = 1000; // almost no repeats: about 1/15
   EXPECT_NEAR(posenc::demo::position_blind_ceiling(options, 20000), 1.0 / 15.0, 0.01);
 }
 
@@ -107,21 +112,51 @@ TEST(Plot, FiguresAreValidPngsOfTheRequestedSize) {
   EXPECT_EQ(similarity.height, 500);
   // The heatmap's first column is PE(pos, 0) = sin(pos): row 0 is sin(0) = 0, mid-scale colour.
   const auto mid = posenc::plot::viridis(0.5);
-  const auto pixel = heatmap.rgb(82, 52);  // just inside the plot's top-left corner
+  const auto pixel = heatmap.rgb(82, 52); // just inside the plot's top-left corner
   for (int c = 0; c < 3; ++c) {
     EXPECT_NEAR(pixel[c], mid[c], 2) << c;
   }
   // Custom sizes are honoured.
   const std::string custom = directory + "/custom.png";
-  posenc::plot::write_encoding_heatmap(posenc::functional::sinusoidal_table(10, 8), custom, 640, 300);
+  posenc::plot::write_encoding_heatmap(
+      posenc::functional::sinusoidal_table(10, 8), custom, 640, 300);
   const Png small = decode(custom);
   EXPECT_EQ(small.width, 640);
   EXPECT_EQ(small.height, 300);
-  std::filesystem::remove_all(directory);
+  for (const auto& path : {paths[0], paths[1], custom}) {
+    EXPECT_EQ(std::remove(path.c_str()), 0) << path;
+  }
+  EXPECT_EQ(::rmdir(directory.c_str()), 0) << directory;
+}
+
+TEST(Plot, MakeDirectoriesCreatesParentsOrSaysWhyNot) {
+  const std::string root = testing::TempDir() + "posenc_dirs_" + std::to_string(::getpid());
+  const std::string nested = root + "/a/b";
+  posenc::plot::make_directories(nested);
+  posenc::plot::make_directories(nested + "/"); // existing: nothing to do
+  const std::string file = root + "/a/file";
+  std::FILE* handle = std::fopen(file.c_str(), "w");
+  ASSERT_NE(handle, nullptr) << file;
+  std::fclose(handle);
+  EXPECT_POSENC_ERROR(posenc::plot::make_directories(file),
+                      "plot: '" + file + "' exists but is not a directory");
+  EXPECT_POSENC_ERROR(posenc::plot::make_directories(file + "/c"),
+                      "plot: cannot create the directory '" + file + "/c' (Not a directory)");
+  EXPECT_POSENC_ERROR(posenc::plot::make_directories(""),
+                      "plot: the output directory must not be empty");
+  EXPECT_EQ(std::remove(file.c_str()), 0);
+  EXPECT_EQ(::rmdir(nested.c_str()), 0);
+  EXPECT_EQ(::rmdir((root + "/a").c_str()), 0);
+  EXPECT_EQ(::rmdir(root.c_str()), 0);
 }
 
 TEST(Plot, Errors) {
-  EXPECT_POSENC_ERROR(posenc::plot::write_encoding_heatmap(torch::zeros({1, 4}), "/tmp/x.png"), "plot: expected a [positions, dimensions] table with at least 2 positions");
-  EXPECT_POSENC_ERROR(posenc::plot::write_encoding_heatmap(torch::zeros({4, 4}), "/nonexistent/dir/x.png"), "plot: cannot write '/nonexistent/dir/x.png'");
-  EXPECT_POSENC_ERROR(posenc::plot::write_encoding_heatmap(torch::zeros({4, 4}), "/tmp/x.png", 10, 10), "plot: figures need at least 200 x 200 pixels");
+  EXPECT_POSENC_ERROR(posenc::plot::write_encoding_heatmap(torch::zeros({1, 4}), "/tmp/x.png"),
+                      "plot: expected a [positions, dimensions] table with at least 2 positions");
+  EXPECT_POSENC_ERROR(
+      posenc::plot::write_encoding_heatmap(torch::zeros({4, 4}), "/nonexistent/dir/x.png"),
+      "plot: cannot write '/nonexistent/dir/x.png'");
+  EXPECT_POSENC_ERROR(
+      posenc::plot::write_encoding_heatmap(torch::zeros({4, 4}), "/tmp/x.png", 10, 10),
+      "plot: figures need at least 200 x 200 pixels");
 }

@@ -9,10 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <limits>
 #include <string>
-#include <unistd.h>
 
 using posenc::PositionalEncoding;
 using posenc::PositionalEncodingOptions;
@@ -21,7 +21,9 @@ namespace {
 
 class PositionalEncodingErrors : public ::testing::Test {
  protected:
-  void SetUp() override { torch::manual_seed(0); }
+  void SetUp() override {
+    torch::manual_seed(0);
+  }
 
   PositionalEncoding module{PositionalEncodingOptions(8, 16).dropout(0.1)};
   torch::Tensor table_before = module->pe.clone();
@@ -43,33 +45,33 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 } // namespace
 
 TEST_F(PositionalEncodingErrors, DModelBelowOne) {
-  EXPECT_POSENC_ERROR(PositionalEncoding(0, 16), "PositionalEncoding: d_model must be >= 1, but got 0; pass the width");
+  EXPECT_POSENC_ERROR(PositionalEncoding(0, 16),
+                      "PositionalEncoding: d_model must be >= 1, but got 0; pass the width");
 }
 
 TEST_F(PositionalEncodingErrors, MaxLenBelowOne) {
-  EXPECT_POSENC_ERROR(PositionalEncoding(8, -1), "PositionalEncoding: max_len must be >= 1, but got -1");
+  EXPECT_POSENC_ERROR(PositionalEncoding(8, -1),
+                      "PositionalEncoding: max_len must be >= 1, but got -1");
 }
 
 TEST_F(PositionalEncodingErrors, DropoutOutsideUnitInterval) {
   for (const double p : {-0.1, 1.5, kNaN}) {
-    EXPECT_POSENC_ERROR(
-        PositionalEncoding(PositionalEncodingOptions(8, 16).dropout(p)),
-        "PositionalEncoding: dropout must be in [0, 1], but got ");
+    EXPECT_POSENC_ERROR(PositionalEncoding(PositionalEncodingOptions(8, 16).dropout(p)),
+                        "PositionalEncoding: dropout must be in [0, 1], but got ");
   }
 }
 
 TEST_F(PositionalEncodingErrors, BaseNotPositiveOrNotFinite) {
   for (const double base : {0.0, -10000.0, kInf, kNaN}) {
-    EXPECT_POSENC_ERROR(
-        PositionalEncoding(PositionalEncodingOptions(8, 16).base(base)),
-        "PositionalEncoding: base must be finite and > 0, but got ");
+    EXPECT_POSENC_ERROR(PositionalEncoding(PositionalEncodingOptions(8, 16).base(base)),
+                        "PositionalEncoding: base must be finite and > 0, but got ");
   }
 }
 
 TEST_F(PositionalEncodingErrors, TableTooLarge) {
-  EXPECT_POSENC_ERROR(
-      PositionalEncoding(int64_t{1} << 16, int64_t{1} << 16),
-      "PositionalEncoding: a table of max_len * d_model = 65536 * 65536 elements is over posenc's limit of 2^28 elements");
+  EXPECT_POSENC_ERROR(PositionalEncoding(int64_t{1} << 16, int64_t{1} << 16),
+                      "PositionalEncoding: a table of max_len * d_model = 65536 * 65536 elements "
+                      "is over posenc's limit of 2^28 elements");
 }
 
 TEST_F(PositionalEncodingErrors, ResetWithInvalidOptionsKeepsTable) {
@@ -82,75 +84,84 @@ TEST_F(PositionalEncodingErrors, ResetWithInvalidOptionsKeepsTable) {
 TEST_F(PositionalEncodingErrors, InputRankNotThree) {
   EXPECT_POSENC_ERROR(
       module(torch::randn({16, 8})),
-      "PositionalEncoding: expected a 3-D input of shape [B, L, D] (batch_first=true), but got a 2-D tensor of shape [16, 8]; add the missing dimension, e.g. x.unsqueeze(0)");
-  EXPECT_POSENC_ERROR(module(torch::randn({1, 2, 16, 8})), "but got a 4-D tensor of shape [1, 2, 16, 8]");
+      "PositionalEncoding: expected a 3-D input of shape [B, L, D] (batch_first=true), but got a "
+      "2-D tensor of shape [16, 8]; add the missing dimension, e.g. x.unsqueeze(0)");
+  EXPECT_POSENC_ERROR(module(torch::randn({1, 2, 16, 8})),
+                      "but got a 4-D tensor of shape [1, 2, 16, 8]");
   expect_unchanged();
 }
 
 TEST_F(PositionalEncodingErrors, InputRankNotThreeSequenceFirst) {
   PositionalEncoding seq_first(PositionalEncodingOptions(8, 16).batch_first(false));
-  EXPECT_POSENC_ERROR(
-      seq_first(torch::randn({16, 8})),
-      "expected a 3-D input of shape [L, B, D] (batch_first=false), but got a 2-D tensor of shape [16, 8]; add the missing dimension, e.g. x.unsqueeze(1)");
+  EXPECT_POSENC_ERROR(seq_first(torch::randn({16, 8})),
+                      "expected a 3-D input of shape [L, B, D] (batch_first=false), but got a 2-D "
+                      "tensor of shape [16, 8]; add the missing dimension, e.g. x.unsqueeze(1)");
 }
 
 TEST_F(PositionalEncodingErrors, LastDimensionNotDModel) {
-  EXPECT_POSENC_ERROR(
-      module(torch::randn({2, 4, 6})),
-      "PositionalEncoding: expected the last dimension of the input to be d_model = 8, but got 6 (input shape [2, 4, 6])");
+  EXPECT_POSENC_ERROR(module(torch::randn({2, 4, 6})),
+                      "PositionalEncoding: expected the last dimension of the input to be d_model "
+                      "= 8, but got 6 (input shape [2, 4, 6])");
   expect_unchanged();
 }
 
 TEST_F(PositionalEncodingErrors, NonFloatingInput) {
-  EXPECT_POSENC_ERROR(
-      module(torch::ones({2, 4, 8}, torch::kLong)),
-      "PositionalEncoding: expected a floating-point input (float16, bfloat16, float32 or float64), but got Long; embed integer token ids first");
+  EXPECT_POSENC_ERROR(module(torch::ones({2, 4, 8}, torch::kLong)),
+                      "PositionalEncoding: expected a floating-point input (float16, bfloat16, "
+                      "float32 or float64), but got Long; embed integer token ids first");
   EXPECT_POSENC_ERROR(module(torch::ones({2, 4, 8}, torch::kBool)), "but got Bool");
   EXPECT_POSENC_ERROR(module(torch::ones({2, 4, 8}, torch::kComplexFloat)), "but got ComplexFloat");
   expect_unchanged();
 }
 
 TEST_F(PositionalEncodingErrors, UndefinedInput) {
-  EXPECT_POSENC_ERROR(module(torch::Tensor()), "PositionalEncoding: expected an input tensor of shape [B, L, D] (batch_first=true), but got an undefined tensor");
+  EXPECT_POSENC_ERROR(module(torch::Tensor()),
+                      "PositionalEncoding: expected an input tensor of shape [B, L, D] "
+                      "(batch_first=true), but got an undefined tensor");
 }
 
 TEST_F(PositionalEncodingErrors, NegativeOffset) {
-  EXPECT_POSENC_ERROR(module(torch::randn({2, 4, 8}), -1), "PositionalEncoding: offset must be >= 0, but got -1");
+  EXPECT_POSENC_ERROR(module(torch::randn({2, 4, 8}), -1),
+                      "PositionalEncoding: offset must be >= 0, but got -1");
   expect_unchanged();
 }
 
 TEST_F(PositionalEncodingErrors, PositionsPastMaxLen) {
-  EXPECT_POSENC_ERROR(
-      module(torch::randn({2, 5, 8}), 12),
-      "PositionalEncoding: positions offset .. offset + L - 1 must lie in the table, i.e. offset + L <= max_len (16), but got L = 5 and offset = 12 (offset + L = 17); build the module with a larger max_len");
-  EXPECT_POSENC_ERROR(module(torch::randn({2, 17, 8})), "but got L = 17 and offset = 0 (offset + L = 17)");
-  EXPECT_POSENC_ERROR(
-      module(torch::randn({2, 1, 8}), std::numeric_limits<int64_t>::max()),
-      "PositionalEncoding: offset + L must fit in int64, but got offset = 9223372036854775807 and L = 1");
+  EXPECT_POSENC_ERROR(module(torch::randn({2, 5, 8}), 12),
+                      "PositionalEncoding: positions offset .. offset + L - 1 must lie in the "
+                      "table, i.e. offset + L <= max_len (16), but got L = 5 and offset = 12 "
+                      "(offset + L = 17); build the module with a larger max_len");
+  EXPECT_POSENC_ERROR(module(torch::randn({2, 17, 8})),
+                      "but got L = 17 and offset = 0 (offset + L = 17)");
+  EXPECT_POSENC_ERROR(module(torch::randn({2, 1, 8}), std::numeric_limits<int64_t>::max()),
+                      "PositionalEncoding: offset + L must fit in int64, but got offset = "
+                      "9223372036854775807 and L = 1");
   expect_unchanged();
 }
 
 // The meta device stands in for a second device on machines without a GPU.
 TEST_F(PositionalEncodingErrors, InputOnAnotherDevice) {
-  EXPECT_POSENC_ERROR(
-      module(torch::empty({2, 4, 8}, torch::Device(torch::kMeta))),
-      "PositionalEncoding: expected the input on the device of the encoding table (cpu), but got an input on meta; move the module with module->to(meta)");
+  EXPECT_POSENC_ERROR(module(torch::empty({2, 4, 8}, torch::Device(torch::kMeta))),
+                      "PositionalEncoding: expected the input on the device of the encoding table "
+                      "(cpu), but got an input on meta; move the module with module->to(meta)");
   expect_unchanged();
 }
 
 TEST_F(PositionalEncodingErrors, ToNonFloatingDtype) {
-  EXPECT_POSENC_ERROR(
-      module->to(torch::kInt),
-      "PositionalEncoding: the dtype passed to to() must be float16, bfloat16, float32 or float64, but got Int");
+  EXPECT_POSENC_ERROR(module->to(torch::kInt),
+                      "PositionalEncoding: the dtype passed to to() must be float16, bfloat16, "
+                      "float32 or float64, but got Int");
   expect_unchanged();
 }
 
 TEST_F(PositionalEncodingErrors, LoadCheckpointWithOtherShape) {
-  const std::string path = testing::TempDir() + "pe_other_shape_" + std::to_string(::getpid()) + ".pt";
+  const std::string path =
+      testing::TempDir() + "pe_other_shape_" + std::to_string(::getpid()) + ".pt";
   torch::save(PositionalEncoding(8, 32), path);
   EXPECT_POSENC_ERROR(
       torch::load(module, path),
-      "PositionalEncoding: the checkpoint's pe has shape [1, 32, 8], but this module's is [1, 16, 8]; build the module with the options the checkpoint was saved with");
+      "PositionalEncoding: the checkpoint's pe has shape [1, 32, 8], but this module's is [1, 16, "
+      "8]; build the module with the options the checkpoint was saved with");
   std::remove(path.c_str());
   expect_unchanged();
 }
@@ -160,7 +171,8 @@ TEST_F(PositionalEncodingErrors, LoadCheckpointWithNonFiniteTable) {
   PositionalEncoding corrupted(8, 16);
   corrupted->pe[0][3][2] = kNaN;
   torch::save(corrupted, path);
-  EXPECT_POSENC_ERROR(torch::load(module, path), "PositionalEncoding: the checkpoint's pe holds NaN or infinite values");
+  EXPECT_POSENC_ERROR(torch::load(module, path),
+                      "PositionalEncoding: the checkpoint's pe holds NaN or infinite values");
   std::remove(path.c_str());
   expect_unchanged();
 }
@@ -172,10 +184,11 @@ TEST_F(PositionalEncodingErrors, LoadMissingFile) {
 
 TEST_F(PositionalEncodingErrors, FunctionalTableOfWrongShape) {
   namespace F = posenc::functional;
-  EXPECT_POSENC_ERROR(
-      F::positional_encoding(torch::randn({2, 4, 8}), torch::randn({2, 16, 8})),
-      "positional_encoding: expected the encoding table as [max_len, D] or [1, max_len, D], but got shape [2, 16, 8]");
-  EXPECT_POSENC_ERROR(
-      F::positional_encoding(torch::randn({2, 4, 8}), F::sinusoidal_table(16, 8), F::PositionalEncodingFuncOptions().dropout(2)),
-      "positional_encoding: dropout must be in [0, 1], but got 2");
+  EXPECT_POSENC_ERROR(F::positional_encoding(torch::randn({2, 4, 8}), torch::randn({2, 16, 8})),
+                      "positional_encoding: expected the encoding table as [max_len, D] or [1, "
+                      "max_len, D], but got shape [2, 16, 8]");
+  EXPECT_POSENC_ERROR(F::positional_encoding(torch::randn({2, 4, 8}),
+                                             F::sinusoidal_table(16, 8),
+                                             F::PositionalEncodingFuncOptions().dropout(2)),
+                      "positional_encoding: dropout must be in [0, 1], but got 2");
 }

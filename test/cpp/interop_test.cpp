@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace F = posenc::functional;
 using posenc::PositionalEncoding;
@@ -28,26 +28,34 @@ std::string temp_path(const std::string& stem) {
 }
 
 // Writes `entries` as a state dict file in the format of Python's torch.save.
-void write_state_dict(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& entries) {
+void write_state_dict(const std::string& path,
+                      const std::vector<std::pair<std::string, torch::Tensor>>& entries) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& entry : entries) {
     dict.insert(entry.first, entry.second);
   }
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 } // namespace
 
 TEST_F(Interop, OperatorsAreRegisteredWithTheirSchemas) {
   auto& dispatcher = c10::Dispatcher::singleton();
-  for (const char* name : {"posenc::sinusoidal_table", "posenc::add_positional_encoding", "posenc::add_position_table", "posenc::add_position_table_backward", "posenc::apply_rotary"}) {
+  for (const char* name : {"posenc::sinusoidal_table",
+                           "posenc::add_positional_encoding",
+                           "posenc::add_position_table",
+                           "posenc::add_position_table_backward",
+                           "posenc::apply_rotary"}) {
     EXPECT_TRUE(dispatcher.findSchema({name, ""}).has_value()) << name;
   }
   const auto op = dispatcher.findSchemaOrThrow("posenc::add_position_table", "");
   std::ostringstream schema;
   schema << op.schema();
-  EXPECT_EQ(schema.str(), "posenc::add_position_table(Tensor x, Tensor table, int offset=0, bool batch_first=True, Tensor? positions=None, float scale=1.) -> Tensor");
+  EXPECT_EQ(schema.str(),
+            "posenc::add_position_table(Tensor x, Tensor table, int offset=0, bool "
+            "batch_first=True, Tensor? positions=None, float scale=1.) -> Tensor");
 }
 
 TEST_F(Interop, DispatcherCallEqualsDirectCallAndModule) {
@@ -55,7 +63,12 @@ TEST_F(Interop, DispatcherCallEqualsDirectCallAndModule) {
   const auto x = torch::randn({10, 3, 16});
   const auto op = c10::Dispatcher::singleton()
                       .findSchemaOrThrow("posenc::add_position_table", "")
-                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool, const c10::optional<at::Tensor>&, double)>();
+                      .typed<at::Tensor(const at::Tensor&,
+                                        const at::Tensor&,
+                                        int64_t,
+                                        bool,
+                                        const c10::optional<at::Tensor>&,
+                                        double)>();
   const auto through_handle = op.call(x, pe->pe, 5, false, c10::nullopt, 1.0);
   EXPECT_TRUE(torch::equal(through_handle, posenc::ops::add_position_table(x, pe->pe, 5, false)));
   EXPECT_TRUE(torch::equal(through_handle, pe(x, 5)));
@@ -64,10 +77,15 @@ TEST_F(Interop, DispatcherCallEqualsDirectCallAndModule) {
 
 TEST_F(Interop, AddPositionalEncodingComputesTheTableItself) {
   const auto x = torch::randn({2, 7, 9});
-  const auto expected = x + F::sinusoidal_table(7, 9, F::SinusoidalTableFuncOptions().offset(30).base(500.0)).unsqueeze(0);
+  const auto expected =
+      x + F::sinusoidal_table(7, 9, F::SinusoidalTableFuncOptions().offset(30).base(500.0))
+              .unsqueeze(0);
   EXPECT_TRUE(torch::equal(posenc::ops::add_positional_encoding(x, 30, 500.0, true), expected));
   const auto x64 = x.to(torch::kDouble);
-  const auto expected64 = x64 + F::sinusoidal_table(7, 9, F::SinusoidalTableFuncOptions().offset(30).base(500.0).dtype(torch::kDouble)).unsqueeze(0);
+  const auto expected64 =
+      x64 + F::sinusoidal_table(
+                7, 9, F::SinusoidalTableFuncOptions().offset(30).base(500.0).dtype(torch::kDouble))
+                .unsqueeze(0);
   EXPECT_TRUE(torch::equal(posenc::ops::add_positional_encoding(x64, 30, 500.0, true), expected64));
 }
 
@@ -88,10 +106,13 @@ TEST_F(Interop, MetaTensorsGiveShapesOnly) {
   const auto y = posenc::ops::add_position_table(x, table, 3, true);
   EXPECT_TRUE(y.is_meta());
   EXPECT_EQ(y.sizes(), x.sizes());
-  const auto t = posenc::ops::sinusoidal_table(32, 8, 10000.0, 0, "interleaved", "paper", torch::kDouble, torch::Device(torch::kMeta));
+  const auto t = posenc::ops::sinusoidal_table(
+      32, 8, 10000.0, 0, "interleaved", "paper", torch::kDouble, torch::Device(torch::kMeta));
   EXPECT_TRUE(t.is_meta());
   EXPECT_EQ(t.scalar_type(), torch::kDouble);
-  EXPECT_POSENC_ERROR(posenc::ops::add_position_table(torch::empty({2, 8}, torch::Device(torch::kMeta)), table, 0, true), "expected a 3-D input");
+  EXPECT_POSENC_ERROR(posenc::ops::add_position_table(
+                          torch::empty({2, 8}, torch::Device(torch::kMeta)), table, 0, true),
+                      "expected a 3-D input");
 }
 
 TEST_F(Interop, ExportEqualsModuleForBothLayoutsAndAllDtypes) {
@@ -128,7 +149,10 @@ TEST_F(Interop, ExportRaisesTheModulesErrors) {
     exported.forward({torch::randn({2, 5, 6})});
     FAIL() << "expected an error";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("PositionalEncoding: expected the last dimension of the input to be d_model = 8, but got 6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("PositionalEncoding: expected the last dimension of the "
+                                         "input to be d_model = 8, but got 6"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -154,12 +178,17 @@ TEST_F(Interop, LoadStateDictFailsWithoutChanges) {
   PositionalEncoding pe(4, 6);
   const auto before = pe->pe.clone();
   write_state_dict(path, {{"pe", torch::randn({1, 7, 4})}});
-  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, path), "load_state_dict: size mismatch for 'pe': the file has shape [1, 7, 4], the module has [1, 6, 4]");
+  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, path),
+                      "load_state_dict: size mismatch for 'pe': the file has shape [1, 7, 4], the "
+                      "module has [1, 6, 4]");
   write_state_dict(path, {{"pe", torch::randn({1, 6, 4})}, {"bias", torch::zeros({1})}});
-  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, path), "has entries the module does not: 'bias'");
+  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, path),
+                      "has entries the module does not: 'bias'");
   write_state_dict(path, {{"weight", torch::randn({1, 6, 4})}});
-  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, path), "lacks 'pe'; check LoadStateDictOptions::prefix");
+  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, path),
+                      "lacks 'pe'; check LoadStateDictOptions::prefix");
   std::remove(path.c_str());
-  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, "/nonexistent/state.pt"), "load_state_dict: cannot open '/nonexistent/state.pt'");
+  EXPECT_POSENC_ERROR(posenc::load_state_dict(*pe, "/nonexistent/state.pt"),
+                      "load_state_dict: cannot open '/nonexistent/state.pt'");
   EXPECT_TRUE(torch::equal(pe->pe, before));
 }

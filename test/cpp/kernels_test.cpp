@@ -23,11 +23,15 @@ namespace {
 
 class Kernels : public posenc_test::SeededTest {};
 
-const std::vector<torch::Dtype> kDtypes = {torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble};
+const std::vector<torch::Dtype> kDtypes = {
+    torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble};
 
 // One unit in the last place of the output dtype at magnitude `m` (relative spacing 2^-(p-1)).
 double ulp(torch::Dtype dtype, double m) {
-  const int bits = dtype == torch::kHalf ? 11 : dtype == torch::kBFloat16 ? 8 : dtype == torch::kFloat ? 24 : 53;
+  const int bits = dtype == torch::kHalf       ? 11
+                   : dtype == torch::kBFloat16 ? 8
+                   : dtype == torch::kFloat    ? 24
+                                               : 53;
   return std::ldexp(std::max(m, 1.0), 1 - bits);
 }
 
@@ -36,8 +40,15 @@ double max_abs_difference(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 // The positions cases: offset (undefined), shared [L], per sequence with padding.
-std::vector<torch::Tensor> position_cases(int64_t batch, int64_t length, bool batch_first, int64_t max_len) {
-  auto each = torch::randint(0, max_len, batch_first ? std::vector<int64_t>{batch, length} : std::vector<int64_t>{length, batch}, torch::kLong);
+std::vector<torch::Tensor> position_cases(int64_t batch,
+                                          int64_t length,
+                                          bool batch_first,
+                                          int64_t max_len) {
+  auto each = torch::randint(
+      0,
+      max_len,
+      batch_first ? std::vector<int64_t>{batch, length} : std::vector<int64_t>{length, batch},
+      torch::kLong);
   each.view({-1})[1] = -1;
   return {torch::Tensor(), torch::randint(0, max_len, {length}, torch::kLong), each};
 }
@@ -50,15 +61,19 @@ TEST_F(Kernels, AddPositionTableMatchesComposite) {
     for (const bool batch_first : {true, false}) {
       for (const auto& positions : position_cases(3, 7, batch_first, 64)) {
         for (const double scale : {1.0, 2.5}) {
-          const auto x = (batch_first ? torch::randn({3, 7, 24}) : torch::randn({7, 3, 24})).to(dtype);
+          const auto x =
+              (batch_first ? torch::randn({3, 7, 24}) : torch::randn({7, 3, 24})).to(dtype);
           const int64_t offset = positions.defined() ? 0 : 50;
-          const c10::optional<torch::Tensor> given = positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
-          const auto fused = posenc::ops::add_position_table(x, table, offset, batch_first, given, scale);
-          const auto reference = composite::add_position_table(x, table, offset, batch_first, given, scale);
+          const c10::optional<torch::Tensor> given =
+              positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
+          const auto fused =
+              posenc::ops::add_position_table(x, table, offset, batch_first, given, scale);
+          const auto reference =
+              composite::add_position_table(x, table, offset, batch_first, given, scale);
           ASSERT_EQ(fused.scalar_type(), dtype);
           if (scale == 1.0) {
             EXPECT_TRUE(torch::equal(fused, reference)) << dtype << " batch_first=" << batch_first;
-          } else {  // the composite add may use an FMA: one ulp
+          } else { // the composite add may use an FMA: one ulp
             EXPECT_LE(max_abs_difference(fused, reference), ulp(dtype, 16)) << dtype;
           }
         }
@@ -68,14 +83,17 @@ TEST_F(Kernels, AddPositionTableMatchesComposite) {
 }
 
 TEST_F(Kernels, Float64TableAndNonContiguousInputs) {
-  const auto table64 = F::sinusoidal_table(32, 8, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
+  const auto table64 =
+      F::sinusoidal_table(32, 8, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
   const auto x = torch::randn({2, 5, 8});
-  EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(x, table64, 3), composite::add_position_table(x, table64, 3, true, c10::nullopt, 1.0)));
+  EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(x, table64, 3),
+                           composite::add_position_table(x, table64, 3, true, c10::nullopt, 1.0)));
   // A transposed view takes the composite path and gives the contiguous input's result.
   const auto base = torch::randn({5, 2, 8});
   const auto view = base.transpose(0, 1);
   ASSERT_FALSE(view.is_contiguous());
-  EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(view, table64, 3), posenc::ops::add_position_table(view.contiguous(), table64, 3)));
+  EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(view, table64, 3),
+                           posenc::ops::add_position_table(view.contiguous(), table64, 3)));
 }
 
 TEST_F(Kernels, ZeroSizedInputsGiveEmptyResults) {
@@ -86,14 +104,16 @@ TEST_F(Kernels, ZeroSizedInputsGiveEmptyResults) {
     for (const bool batch_first : {true, false}) {
       const auto fused = posenc::ops::add_position_table(x, table, 1, batch_first);
       EXPECT_EQ(fused.sizes(), x.sizes());
-      EXPECT_TRUE(torch::equal(fused, composite::add_position_table(x, table, 1, batch_first, c10::nullopt, 1.0)));
+      EXPECT_TRUE(torch::equal(
+          fused, composite::add_position_table(x, table, 1, batch_first, c10::nullopt, 1.0)));
       auto copy = x.clone();
       posenc::ops::add_position_table_(copy, table, 1, batch_first, c10::nullopt, 2.0);
       EXPECT_EQ(copy.sizes(), x.sizes());
     }
   }
   const auto ids = torch::zeros({2, 3}, torch::kLong);
-  const auto empty_rows = std::get<0>(posenc::ops::token_and_position_embedding(ids, torch::randn({4, 0}), torch::randn({5, 0}), 0, true, c10::nullopt, 1.0, -1, 0.0, false));
+  const auto empty_rows = std::get<0>(posenc::ops::token_and_position_embedding(
+      ids, torch::randn({4, 0}), torch::randn({5, 0}), 0, true, c10::nullopt, 1.0, -1, 0.0, false));
   EXPECT_EQ(empty_rows.sizes(), (std::vector<int64_t>{2, 3, 0}));
 }
 
@@ -118,7 +138,8 @@ TEST_F(Kernels, GradientsMatchAnAtenFormulation) {
     posenc::ops::add_position_table(x, table, 0, true, positions, scale).backward(upstream);
     const auto x2 = x.detach().clone().requires_grad_();
     const auto table2 = table.detach().clone().requires_grad_();
-    const auto rows = table2.index_select(0, positions.clamp_min(0).view({-1})).view({2, 3, 5}) * positions.ge(0).unsqueeze(-1);
+    const auto rows = table2.index_select(0, positions.clamp_min(0).view({-1})).view({2, 3, 5}) *
+                      positions.ge(0).unsqueeze(-1);
     (x2 * scale + rows).backward(upstream);
     EXPECT_TRUE(torch::allclose(x.grad(), x2.grad(), 0, 1e-6));
     EXPECT_TRUE(torch::allclose(table.grad(), table2.grad(), 0, 1e-5));
@@ -141,7 +162,7 @@ TEST_F(Kernels, InPlaceEqualsOutOfPlaceAndBumpsVersion) {
 TEST_F(Kernels, InPlaceAutograd) {
   const auto table = torch::randn({10, 4}, torch::requires_grad());
   const auto leaf = torch::randn({2, 3, 4}, torch::requires_grad());
-  auto y = leaf * 2;  // a non-leaf: in-place is allowed
+  auto y = leaf * 2; // a non-leaf: in-place is allowed
   posenc::ops::add_position_table_(y, table, 1, true, c10::nullopt, 3.0);
   const auto upstream = torch::randn({2, 3, 4});
   y.backward(upstream);
@@ -159,17 +180,22 @@ TEST_F(Kernels, OutVariant) {
   auto out = torch::empty({3, 4, 8});
   const void* storage = out.data_ptr();
   posenc::ops::add_position_table_out(out, x, table, 2);
-  EXPECT_EQ(out.data_ptr(), storage);  // no new allocation
+  EXPECT_EQ(out.data_ptr(), storage); // no new allocation
   EXPECT_TRUE(torch::equal(out, posenc::ops::add_position_table(x, table, 2)));
   auto empty = torch::empty({0});
   posenc::ops::add_position_table_out(empty, x, table, 2);
   EXPECT_TRUE(torch::equal(empty, out));
   auto wrong = torch::empty({3, 4, 8}, torch::kDouble);
-  EXPECT_POSENC_ERROR(posenc::ops::add_position_table_out(wrong, x, table), "out must have the input's dtype and device (Float, cpu), but has Double, cpu");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::add_position_table_out(wrong, x, table),
+      "out must have the input's dtype and device (Float, cpu), but has Double, cpu");
   auto shape = torch::empty({3, 4, 7});
-  EXPECT_POSENC_ERROR(posenc::ops::add_position_table_out(shape, x, table), "out must have the input's shape [3, 4, 8] (or be empty, to be resized), but has [3, 4, 7]");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::add_position_table_out(shape, x, table),
+      "out must have the input's shape [3, 4, 8] (or be empty, to be resized), but has [3, 4, 7]");
   const auto needs_grad = torch::randn({3, 4, 8}, torch::requires_grad());
-  EXPECT_POSENC_ERROR(posenc::ops::add_position_table_out(out, needs_grad, table), "the out= variant does not support autograd");
+  EXPECT_POSENC_ERROR(posenc::ops::add_position_table_out(out, needs_grad, table),
+                      "the out= variant does not support autograd");
 }
 
 TEST_F(Kernels, RotaryMatchesComposite) {
@@ -178,16 +204,41 @@ TEST_F(Kernels, RotaryMatchesComposite) {
     for (const bool heads_first : {false, true}) {
       for (const bool interleaved : {false, true}) {
         for (const bool inverse : {false, true}) {
-          const auto x = torch::randn({2, 5, 3, 16}).to(dtype);  // Dh 16, rotated 12
+          const auto x = torch::randn({2, 5, 3, 16}).to(dtype); // Dh 16, rotated 12
           const auto input = heads_first ? x.transpose(1, 2).contiguous() : x;
-          for (const auto& positions : {torch::Tensor(), torch::tensor({{0, 5, -1, 63, 2}, {1, 1, 1, 1, 1}}, torch::kLong)}) {
-            const c10::optional<torch::Tensor> given = positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
+          for (const auto& positions :
+               {torch::Tensor(),
+                torch::tensor({{0, 5, -1, 63, 2}, {1, 1, 1, 1, 1}}, torch::kLong)}) {
+            const c10::optional<torch::Tensor> given =
+                positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
             const int64_t offset = positions.defined() ? 0 : 40;
-            const auto fused = posenc::ops::apply_rotary(input, tables.first, tables.second, offset, given, interleaved, heads_first, inverse);
-            const auto reference = composite::apply_rotary(input, tables.first, tables.second, offset, given, interleaved, heads_first, inverse);
-            EXPECT_TRUE(torch::equal(fused, reference)) << dtype << heads_first << interleaved << inverse;
+            const auto fused = posenc::ops::apply_rotary(input,
+                                                         tables.first,
+                                                         tables.second,
+                                                         offset,
+                                                         given,
+                                                         interleaved,
+                                                         heads_first,
+                                                         inverse);
+            const auto reference = composite::apply_rotary(input,
+                                                           tables.first,
+                                                           tables.second,
+                                                           offset,
+                                                           given,
+                                                           interleaved,
+                                                           heads_first,
+                                                           inverse);
+            EXPECT_TRUE(torch::equal(fused, reference))
+                << dtype << heads_first << interleaved << inverse;
             auto in_place = input.clone();
-            posenc::ops::apply_rotary_(in_place, tables.first, tables.second, offset, given, interleaved, heads_first, inverse);
+            posenc::ops::apply_rotary_(in_place,
+                                       tables.first,
+                                       tables.second,
+                                       offset,
+                                       given,
+                                       interleaved,
+                                       heads_first,
+                                       inverse);
             EXPECT_TRUE(torch::equal(in_place, fused));
           }
         }
@@ -204,7 +255,8 @@ TEST_F(Kernels, RotaryGradientsThroughInPlace) {
   const auto upstream = torch::randn({1, 4, 2, 8});
   y.backward(upstream);
   const auto leaf2 = leaf.detach().clone().requires_grad_();
-  composite::apply_rotary(leaf2, tables.first, tables.second, 3, c10::nullopt, false, false, false).backward(upstream);
+  composite::apply_rotary(leaf2, tables.first, tables.second, 3, c10::nullopt, false, false, false)
+      .backward(upstream);
   EXPECT_TRUE(torch::allclose(leaf.grad(), leaf2.grad(), 0, 1e-6));
 }
 
@@ -215,8 +267,10 @@ TEST_F(Kernels, TokenEmbeddingMatchesUnfusedChain) {
     const auto ids = torch::randint(0, 40, {3, 9}, torch::kLong);
     const auto positions = F::positions_from_tokens(ids, ids[0][0].item<int64_t>());
     for (const double scale : {1.0, 4.0}) {
-      const auto fused = std::get<0>(posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, positions, scale, -1, 0.0, false));
-      const auto unfused = posenc::ops::add_position_table(torch::embedding(weight, ids), table, 0, true, positions, scale);
+      const auto fused = std::get<0>(posenc::ops::token_and_position_embedding(
+          ids, weight, table, 0, true, positions, scale, -1, 0.0, false));
+      const auto unfused = posenc::ops::add_position_table(
+          torch::embedding(weight, ids), table, 0, true, positions, scale);
       ASSERT_EQ(fused.scalar_type(), dtype);
       if (scale == 1.0) {
         EXPECT_TRUE(torch::equal(fused, unfused)) << dtype;
@@ -234,26 +288,30 @@ TEST_F(Kernels, TokenEmbeddingDropoutIsConsistentAndReproducible) {
   torch::manual_seed(7);
   at::Tensor out;
   at::Tensor mask;
-  std::tie(out, mask) = posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true);
+  std::tie(out, mask) = posenc::ops::token_and_position_embedding(
+      ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true);
   ASSERT_EQ(mask.sizes(), out.sizes());
   // 102400 Bernoulli(0.75) draws: the kept fraction is 0.75 +- 0.0014 (1 sigma).
   EXPECT_NEAR(mask.to(torch::kDouble).mean().item<double>(), 0.75, 0.01);
-  const auto plain = std::get<0>(posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, false));
+  const auto plain = std::get<0>(posenc::ops::token_and_position_embedding(
+      ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, false));
   EXPECT_TRUE(torch::allclose(out, plain * mask / 0.75, 1e-6, 1e-6));
   torch::manual_seed(7);
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
-  const auto again = posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true);
+  const auto again = posenc::ops::token_and_position_embedding(
+      ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true);
   at::set_num_threads(threads);
   EXPECT_TRUE(torch::equal(std::get<0>(again), out));
   EXPECT_TRUE(torch::equal(std::get<1>(again), mask));
   // No structure across rows or columns: every column and every row keeps ~75%.
   const auto per_column = mask.reshape({-1, 64}).to(torch::kDouble).mean(0);
   const auto per_row = mask.reshape({-1, 64}).to(torch::kDouble).mean(1);
-  EXPECT_LT((per_column - 0.75).abs().max().item<double>(), 0.03);  // 1600 draws each: sigma 0.011
+  EXPECT_LT((per_column - 0.75).abs().max().item<double>(), 0.03); // 1600 draws each: sigma 0.011
   EXPECT_NEAR(per_row.std().item<double>(), std::sqrt(0.75 * 0.25 / 64), 0.01);
   // A second call draws a new mask.
-  const auto next = std::get<1>(posenc::ops::token_and_position_embedding(ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true));
+  const auto next = std::get<1>(posenc::ops::token_and_position_embedding(
+      ids, weight, table, 0, true, c10::nullopt, 2.0, -1, 0.25, true));
   EXPECT_LT(next.eq(mask).to(torch::kDouble).mean().item<double>(), 0.7);
 }
 
@@ -264,19 +322,21 @@ TEST_F(Kernels, TokenEmbeddingGradientsMatchUnfusedChain) {
     const auto table = torch::randn({10, 8}, torch::requires_grad());
     at::Tensor out;
     at::Tensor mask;
-    std::tie(out, mask) = posenc::ops::token_and_position_embedding(ids, weight, table, 2, true, c10::nullopt, 3.0, /*padding_idx=*/0, dropout, true);
+    std::tie(out, mask) = posenc::ops::token_and_position_embedding(
+        ids, weight, table, 2, true, c10::nullopt, 3.0, /*padding_idx=*/0, dropout, true);
     const auto upstream = torch::randn({2, 4, 8});
     out.backward(upstream);
     const auto weight2 = weight.detach().clone().requires_grad_();
     const auto table2 = table.detach().clone().requires_grad_();
-    auto unfused = torch::embedding(weight2, ids, /*padding_idx=*/0) * 3.0 + table2.narrow(0, 2, 4).unsqueeze(0);
+    auto unfused = torch::embedding(weight2, ids, /*padding_idx=*/0) * 3.0 +
+                   table2.narrow(0, 2, 4).unsqueeze(0);
     if (dropout > 0) {
       unfused = unfused * mask / (1 - dropout);
     }
     unfused.backward(upstream);
     EXPECT_TRUE(torch::allclose(weight.grad(), weight2.grad(), 1e-5, 1e-5)) << dropout;
     EXPECT_TRUE(torch::allclose(table.grad(), table2.grad(), 1e-5, 1e-5)) << dropout;
-    EXPECT_EQ(weight.grad()[0].abs().sum().item<double>(), 0.0);  // padding_idx row: no gradient
+    EXPECT_EQ(weight.grad()[0].abs().sum().item<double>(), 0.0); // padding_idx row: no gradient
   }
 }
 
@@ -293,9 +353,9 @@ TEST_F(Kernels, ModuleInplaceOptionWritesIntoTheInput) {
 // --- CUDA kernels against the CPU ones (run where a GPU is present) ----------------------------
 
 namespace {
-#define POSENC_REQUIRE_CUDA() \
-  if (!torch::cuda::is_available()) {     \
-    GTEST_SKIP() << "no CUDA device";     \
+#define POSENC_REQUIRE_CUDA()         \
+  if (!torch::cuda::is_available()) { \
+    GTEST_SKIP() << "no CUDA device"; \
   }
 } // namespace
 
@@ -308,15 +368,21 @@ TEST_F(Kernels, AddPositionTableOnGpuMatchesCpu_CUDA) {
         // Widths 40 (16-byte vectors for every dtype) and 3 (scalar path).
         for (const int64_t width : {int64_t{40}, int64_t{3}}) {
           const auto t = width == 40 ? table : F::sinusoidal_table(128, 3);
-          const auto x = (batch_first ? torch::randn({4, 9, width}) : torch::randn({9, 4, width})).to(dtype);
+          const auto x =
+              (batch_first ? torch::randn({4, 9, width}) : torch::randn({9, 4, width})).to(dtype);
           const int64_t offset = positions.defined() ? 0 : 100;
-          const c10::optional<torch::Tensor> cpu_positions = positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
-          const c10::optional<torch::Tensor> gpu_positions = positions.defined() ? c10::optional<torch::Tensor>(positions.cuda()) : c10::nullopt;
-          const auto cpu = posenc::ops::add_position_table(x, t, offset, batch_first, cpu_positions, 1.0);
-          const auto gpu = posenc::ops::add_position_table(x.cuda(), t.cuda(), offset, batch_first, gpu_positions, 1.0);
+          const c10::optional<torch::Tensor> cpu_positions =
+              positions.defined() ? c10::optional<torch::Tensor>(positions) : c10::nullopt;
+          const c10::optional<torch::Tensor> gpu_positions =
+              positions.defined() ? c10::optional<torch::Tensor>(positions.cuda()) : c10::nullopt;
+          const auto cpu =
+              posenc::ops::add_position_table(x, t, offset, batch_first, cpu_positions, 1.0);
+          const auto gpu = posenc::ops::add_position_table(
+              x.cuda(), t.cuda(), offset, batch_first, gpu_positions, 1.0);
           EXPECT_TRUE(torch::equal(gpu.cpu(), cpu)) << dtype << " width " << width;
           auto in_place = x.cuda();
-          posenc::ops::add_position_table_(in_place, t.cuda(), offset, batch_first, gpu_positions, 1.0);
+          posenc::ops::add_position_table_(
+              in_place, t.cuda(), offset, batch_first, gpu_positions, 1.0);
           EXPECT_TRUE(torch::equal(in_place.cpu(), cpu));
         }
       }
@@ -331,8 +397,16 @@ TEST_F(Kernels, RotaryOnGpuMatchesCpu_CUDA) {
     for (const bool interleaved : {false, true}) {
       const auto x = torch::randn({2, 5, 3, 16}).to(dtype);
       const auto positions = torch::tensor({{0, 5, -1, 63, 2}, {1, 1, 1, 1, 1}}, torch::kLong);
-      const auto cpu = posenc::ops::apply_rotary(x, tables.first, tables.second, 0, positions, interleaved, false, false);
-      const auto gpu = posenc::ops::apply_rotary(x.cuda(), tables.first.cuda(), tables.second.cuda(), 0, positions.cuda(), interleaved, false, false);
+      const auto cpu = posenc::ops::apply_rotary(
+          x, tables.first, tables.second, 0, positions, interleaved, false, false);
+      const auto gpu = posenc::ops::apply_rotary(x.cuda(),
+                                                 tables.first.cuda(),
+                                                 tables.second.cuda(),
+                                                 0,
+                                                 positions.cuda(),
+                                                 interleaved,
+                                                 false,
+                                                 false);
       EXPECT_TRUE(torch::equal(gpu.cpu(), cpu)) << dtype << interleaved;
     }
   }
@@ -343,12 +417,15 @@ TEST_F(Kernels, TokenEmbeddingOnGpu_CUDA) {
   const auto weight = torch::randn({50, 36});
   const auto table = F::sinusoidal_table(64, 36);
   const auto ids = torch::randint(0, 50, {4, 30}, torch::kLong);
-  const auto cpu = std::get<0>(posenc::ops::token_and_position_embedding(ids, weight, table, 3, true, c10::nullopt, 1.0, -1, 0.0, false));
+  const auto cpu = std::get<0>(posenc::ops::token_and_position_embedding(
+      ids, weight, table, 3, true, c10::nullopt, 1.0, -1, 0.0, false));
   at::Tensor gpu;
   at::Tensor mask;
-  std::tie(gpu, mask) = posenc::ops::token_and_position_embedding(ids.cuda(), weight.cuda(), table.cuda(), 3, true, c10::nullopt, 1.0, -1, 0.0, false);
+  std::tie(gpu, mask) = posenc::ops::token_and_position_embedding(
+      ids.cuda(), weight.cuda(), table.cuda(), 3, true, c10::nullopt, 1.0, -1, 0.0, false);
   EXPECT_TRUE(torch::equal(gpu.cpu(), cpu));
-  std::tie(gpu, mask) = posenc::ops::token_and_position_embedding(ids.cuda(), weight.cuda(), table.cuda(), 3, true, c10::nullopt, 1.0, -1, 0.3, true);
+  std::tie(gpu, mask) = posenc::ops::token_and_position_embedding(
+      ids.cuda(), weight.cuda(), table.cuda(), 3, true, c10::nullopt, 1.0, -1, 0.3, true);
   EXPECT_NEAR(mask.to(torch::kDouble).mean().item<double>(), 0.7, 0.02);
   EXPECT_TRUE(torch::allclose(gpu.cpu(), cpu * mask.cpu() / 0.7, 1e-5, 1e-5));
 }
@@ -356,7 +433,8 @@ TEST_F(Kernels, TokenEmbeddingOnGpu_CUDA) {
 TEST_F(Kernels, ModulesRunOnGpu_CUDA) {
   POSENC_REQUIRE_CUDA();
   posenc::RotaryEmbedding rope(16, 64);
-  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 16, 64).padding_idx(0));
+  posenc::TokenAndPositionEmbedding embed(
+      posenc::TokenAndPositionEmbeddingOptions(30, 16, 64).padding_idx(0));
   const auto q = torch::randn({2, 8, 2, 16});
   const auto ids = torch::randint(0, 30, {2, 8}, torch::kLong);
   torch::NoGradGuard no_grad;

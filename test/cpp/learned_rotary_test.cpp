@@ -8,11 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 namespace F = posenc::functional;
 using posenc::LearnedPositionalEmbedding;
@@ -31,7 +31,11 @@ using posenc_test::printed;
 
 // RoPE written from its definition in long double: for each pair (a, b) of rotated channels and
 // theta = position * base^(-2i/R), (a, b) -> (a cos - b sin, a sin + b cos). x: [B, L, H, Dh].
-torch::Tensor reference_rope(const torch::Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, bool interleaved, long double base = 10000.0L) {
+torch::Tensor reference_rope(const torch::Tensor& x,
+                             const std::vector<int64_t>& positions,
+                             int64_t rotary_dim,
+                             bool interleaved,
+                             long double base = 10000.0L) {
   const auto in = x.to(torch::kDouble).contiguous();
   auto out = in.clone();
   const int64_t B = x.size(0), L = x.size(1), H = x.size(2), D = x.size(3), half = rotary_dim / 2;
@@ -45,7 +49,8 @@ torch::Tensor reference_rope(const torch::Tensor& x, const std::vector<int64_t>&
         for (int64_t i = 0; i < half; ++i) {
           const int64_t ia = interleaved ? 2 * i : i;
           const int64_t ib = interleaved ? 2 * i + 1 : i + half;
-          const long double theta = static_cast<long double>(p) * std::pow(base, -static_cast<long double>(2 * i) / rotary_dim);
+          const long double theta = static_cast<long double>(p) *
+                                    std::pow(base, -static_cast<long double>(2 * i) / rotary_dim);
           const long double a = src[row + ia], bb = src[row + ib];
           dst[row + ia] = static_cast<double>(a * std::cos(theta) - bb * std::sin(theta));
           dst[row + ib] = static_cast<double>(a * std::sin(theta) + bb * std::cos(theta));
@@ -58,7 +63,8 @@ torch::Tensor reference_rope(const torch::Tensor& x, const std::vector<int64_t>&
 
 std::vector<int64_t> range(int64_t begin, int64_t count) {
   std::vector<int64_t> values(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = begin + i;
+  for (int64_t i = 0; i < count; ++i)
+    values[static_cast<size_t>(i)] = begin + i;
   return values;
 }
 
@@ -88,7 +94,7 @@ TEST_F(Learned, ForwardAddsRowsAndGradientReachesThem) {
   EXPECT_TRUE(torch::equal(y, x + pos->weight.narrow(0, 5, 3).unsqueeze(1)));
   y.sum().backward();
   auto expected = torch::zeros({10, 4});
-  expected.narrow(0, 5, 3).fill_(2.0);  // two sequences in the batch
+  expected.narrow(0, 5, 3).fill_(2.0); // two sequences in the batch
   EXPECT_TRUE(torch::equal(pos->weight.grad(), expected));
   EXPECT_TRUE(torch::equal(x.grad(), torch::ones({3, 2, 4})));
 }
@@ -120,11 +126,22 @@ TEST_F(Learned, TrainingMovesOnlyTheRowsUsed) {
 
 TEST_F(Learned, ErrorsAndPrinting) {
   LearnedPositionalEmbedding pos(4, 10);
-  EXPECT_POSENC_ERROR(pos(torch::randn({1, 3, 4}), 8), "LearnedPositionalEmbedding: positions offset .. offset + L - 1 must lie in the table, i.e. offset + L <= max_len (10), but got L = 3 and offset = 8 (offset + L = 11); build the module with a larger max_len, or split the sequence");
-  EXPECT_POSENC_ERROR(pos->forward_positions(torch::randn({1, 3, 4}), torch::tensor({0, 1, 10})), "positions must be < max_len (10), but got 10; build the module with max_len >= 11");
-  EXPECT_POSENC_ERROR(LearnedPositionalEmbedding(0, 10), "LearnedPositionalEmbedding: d_model must be >= 1, but got 0");
-  EXPECT_POSENC_ERROR(LearnedPositionalEmbedding(LearnedPositionalEmbeddingOptions(4, 10).init_std(-1)), "init_std must be finite and >= 0, but got -1");
-  EXPECT_EQ(printed(*pos), "posenc::LearnedPositionalEmbedding(d_model=4, max_len=10, dropout=0, batch_first=true)");
+  EXPECT_POSENC_ERROR(
+      pos(torch::randn({1, 3, 4}), 8),
+      "LearnedPositionalEmbedding: positions offset .. offset + L - 1 must lie in the table, i.e. "
+      "offset + L <= max_len (10), but got L = 3 and offset = 8 (offset + L = 11); build the "
+      "module with a larger max_len, or split the sequence");
+  EXPECT_POSENC_ERROR(
+      pos->forward_positions(torch::randn({1, 3, 4}), torch::tensor({0, 1, 10})),
+      "positions must be < max_len (10), but got 10; build the module with max_len >= 11");
+  EXPECT_POSENC_ERROR(LearnedPositionalEmbedding(0, 10),
+                      "LearnedPositionalEmbedding: d_model must be >= 1, but got 0");
+  EXPECT_POSENC_ERROR(
+      LearnedPositionalEmbedding(LearnedPositionalEmbeddingOptions(4, 10).init_std(-1)),
+      "init_std must be finite and >= 0, but got -1");
+  EXPECT_EQ(
+      printed(*pos),
+      "posenc::LearnedPositionalEmbedding(d_model=4, max_len=10, dropout=0, batch_first=true)");
 }
 
 TEST_F(Learned, SaveLoadCloneAndBadCheckpoint) {
@@ -137,7 +154,9 @@ TEST_F(Learned, SaveLoadCloneAndBadCheckpoint) {
   EXPECT_TRUE(fresh->weight.requires_grad());
   LearnedPositionalEmbedding other(6, 13);
   const auto before = other->weight.detach().clone();
-  EXPECT_POSENC_ERROR(torch::load(other, path), "LearnedPositionalEmbedding: the checkpoint's weight has shape [12, 6], but this module's is [13, 6]");
+  EXPECT_POSENC_ERROR(torch::load(other, path),
+                      "LearnedPositionalEmbedding: the checkpoint's weight has shape [12, 6], but "
+                      "this module's is [13, 6]");
   EXPECT_TRUE(torch::equal(other->weight, before));
   std::remove(path.c_str());
   auto copy = std::dynamic_pointer_cast<posenc::LearnedPositionalEmbeddingImpl>(saved->clone());
@@ -152,7 +171,8 @@ TEST_F(Learned, ExportEqualsModule) {
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::equal(exported.forward({x, int64_t{3}}).toTensor(), pos(x, 3)));
   const auto positions = torch::tensor({{0, 8, -1, 2}, {1, 1, 1, 1}}, torch::kLong);
-  EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(), pos->forward_positions(x, positions)));
+  EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(),
+                           pos->forward_positions(x, positions)));
   EXPECT_THROW(exported.forward({x, int64_t{7}}), std::exception);
 }
 
@@ -161,14 +181,17 @@ TEST_F(Learned, ExportEqualsModule) {
 TEST_F(Rotary, MatchesLongDoubleDefinitionForBothPairings) {
   for (const auto pairing : {RotaryPairing::kHalfSplit, RotaryPairing::kInterleaved}) {
     for (const int64_t rotary_dim : {16, 8}) {
-      RotaryEmbedding rope(RotaryEmbeddingOptions(16, 4096).rotary_dim(rotary_dim).pairing(pairing));
+      RotaryEmbedding rope(
+          RotaryEmbeddingOptions(16, 4096).rotary_dim(rotary_dim).pairing(pairing));
       const auto x = torch::randn({2, 5, 3, 16});
       const auto y = rope(x, 4000);
-      const auto expected = reference_rope(x, range(4000, 5), rotary_dim, pairing == RotaryPairing::kInterleaved);
+      const auto expected =
+          reference_rope(x, range(4000, 5), rotary_dim, pairing == RotaryPairing::kInterleaved);
       // float32 cos/sin (error <= 2^-25 each) times |x| <~ 5, plus float32 rounding of the result.
       EXPECT_LE(max_abs_difference(y, expected), 1e-6) << pairing << " rotary_dim=" << rotary_dim;
       if (rotary_dim < 16) {
-        EXPECT_TRUE(torch::equal(y.narrow(3, rotary_dim, 16 - rotary_dim), x.narrow(3, rotary_dim, 16 - rotary_dim)));
+        EXPECT_TRUE(torch::equal(y.narrow(3, rotary_dim, 16 - rotary_dim),
+                                 x.narrow(3, rotary_dim, 16 - rotary_dim)));
       }
     }
   }
@@ -187,7 +210,9 @@ TEST_F(Rotary, PreservesNormsAndScoresDependOnlyOnDistance) {
   rope->to(torch::kDouble);
   const auto q = torch::randn({1, 1, 1, 32}, torch::kDouble);
   const auto k = torch::randn({1, 1, 1, 32}, torch::kDouble);
-  const auto score = [&](int64_t m, int64_t n) { return (rope(q, m) * rope(k, n)).sum().item<double>(); };
+  const auto score = [&](int64_t m, int64_t n) {
+    return (rope(q, m) * rope(k, n)).sum().item<double>();
+  };
   for (const int64_t shift : {0, 7, 300}) {
     EXPECT_NEAR(score(10 + shift, 3 + shift), score(10, 3), 1e-10) << shift;
   }
@@ -202,7 +227,7 @@ TEST_F(Rotary, HeadsFirstLayoutAndExplicitPositions) {
   const auto positions = torch::tensor({{9, 10, 11, 12, 13}, {0, 0, -1, 63, 1}}, torch::kLong);
   const auto y = bl->forward_positions(x, positions);
   EXPECT_TRUE(torch::equal(y[0], bl(x, 9)[0]));
-  EXPECT_TRUE(torch::equal(y[1][2], x[1][2]));  // -1: padding, not rotated
+  EXPECT_TRUE(torch::equal(y[1][2], x[1][2])); // -1: padding, not rotated
   EXPECT_TRUE(torch::equal(bh->forward_positions(x.transpose(1, 2), positions), y.transpose(1, 2)));
 }
 
@@ -232,49 +257,75 @@ TEST_F(Rotary, DtypesArePreservedAndRoundedOnce) {
 }
 
 TEST_F(Rotary, ExtrapolationEqualsALargerCache) {
-  RotaryEmbedding small(RotaryEmbeddingOptions(8, 16).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+  RotaryEmbedding small(
+      RotaryEmbeddingOptions(8, 16).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
   RotaryEmbedding large(RotaryEmbeddingOptions(8, 5000));
   const auto x = torch::randn({2, 6, 1, 8});
   EXPECT_TRUE(torch::equal(small(x, 12), large(x, 12)));
   EXPECT_TRUE(torch::equal(small(x, 4990), large(x, 4990)));
   const auto positions = torch::tensor({0, 15, 16, 4999, -1, 3}, torch::kLong);
-  EXPECT_TRUE(torch::equal(small->forward_positions(x, positions), large->forward_positions(x, positions)));
+  EXPECT_TRUE(
+      torch::equal(small->forward_positions(x, positions), large->forward_positions(x, positions)));
 }
 
 TEST_F(Rotary, FunctionalMatchesModule) {
-  RotaryEmbedding rope(RotaryEmbeddingOptions(12, 40).rotary_dim(6).pairing(RotaryPairing::kInterleaved));
+  RotaryEmbedding rope(
+      RotaryEmbeddingOptions(12, 40).rotary_dim(6).pairing(RotaryPairing::kInterleaved));
   const auto tables = F::rotary_tables(40, 6);
   EXPECT_TRUE(torch::equal(tables.first, rope->cos));
   const auto x = torch::randn({1, 3, 2, 12});
-  EXPECT_TRUE(torch::equal(
-      F::rotary_embedding(x, tables.first, tables.second, F::RotaryEmbeddingFuncOptions().offset(5).pairing(RotaryPairing::kInterleaved)),
-      rope(x, 5)));
+  EXPECT_TRUE(torch::equal(F::rotary_embedding(x,
+                                               tables.first,
+                                               tables.second,
+                                               F::RotaryEmbeddingFuncOptions().offset(5).pairing(
+                                                   RotaryPairing::kInterleaved)),
+                           rope(x, 5)));
 }
 
 TEST_F(Rotary, Errors) {
   RotaryEmbedding rope(8, 16);
-  EXPECT_POSENC_ERROR(rope(torch::randn({2, 5, 8})), "RotaryEmbedding: expected a 4-D query or key tensor of shape [B, L, H, Dh] (heads_first=false), but got a 3-D tensor of shape [2, 5, 8]");
-  EXPECT_POSENC_ERROR(rope(torch::randn({1, 2, 1, 6})), "RotaryEmbedding: the head dimension Dh = 6 is smaller than the rotated width 8");
-  EXPECT_POSENC_ERROR(rope(torch::randn({1, 4, 1, 8}), 13), "offset + L <= max_len (16), but got L = 4 and offset = 13");
-  EXPECT_POSENC_ERROR(rope(torch::ones({1, 4, 1, 8}, torch::kLong)), "expected a floating-point input");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 16).rotary_dim(5)), "RotaryEmbedding: the rotated width must be even and >= 2, but got 5");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 16).rotary_dim(10)), "RotaryEmbedding: rotary_dim (10) must be <= head_dim (8)");
-  EXPECT_POSENC_ERROR(rope(torch::empty({1, 4, 1, 8}, torch::Device(torch::kMeta))), "expected the input on the device of the cos/sin caches (cpu), but got an input on meta");
+  EXPECT_POSENC_ERROR(rope(torch::randn({2, 5, 8})),
+                      "RotaryEmbedding: expected a 4-D query or key tensor of shape [B, L, H, Dh] "
+                      "(heads_first=false), but got a 3-D tensor of shape [2, 5, 8]");
+  EXPECT_POSENC_ERROR(
+      rope(torch::randn({1, 2, 1, 6})),
+      "RotaryEmbedding: the head dimension Dh = 6 is smaller than the rotated width 8");
+  EXPECT_POSENC_ERROR(rope(torch::randn({1, 4, 1, 8}), 13),
+                      "offset + L <= max_len (16), but got L = 4 and offset = 13");
+  EXPECT_POSENC_ERROR(rope(torch::ones({1, 4, 1, 8}, torch::kLong)),
+                      "expected a floating-point input");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 16).rotary_dim(5)),
+                      "RotaryEmbedding: the rotated width must be even and >= 2, but got 5");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 16).rotary_dim(10)),
+                      "RotaryEmbedding: rotary_dim (10) must be <= head_dim (8)");
+  EXPECT_POSENC_ERROR(
+      rope(torch::empty({1, 4, 1, 8}, torch::Device(torch::kMeta))),
+      "expected the input on the device of the cos/sin caches (cpu), but got an input on meta");
   const auto cos = rope->cos.clone().requires_grad_();
-  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary(torch::randn({1, 2, 1, 8}), cos, rope->sin), "cos and sin are fixed tables and get no gradient");
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary(torch::randn({1, 2, 1, 8}), cos, rope->sin),
+                      "cos and sin are fixed tables and get no gradient");
 }
 
 TEST_F(Rotary, PrintingSaveLoadAndExport) {
-  RotaryEmbedding rope(RotaryEmbeddingOptions(16, 64).rotary_dim(8).base(500000).pairing(RotaryPairing::kInterleaved).heads_first(true));
-  EXPECT_EQ(printed(*rope), "posenc::RotaryEmbedding(head_dim=16, max_len=64, rotary_dim=8, base=500000, pairing=interleaved, heads_first=true)");
+  RotaryEmbedding rope(RotaryEmbeddingOptions(16, 64)
+                           .rotary_dim(8)
+                           .base(500000)
+                           .pairing(RotaryPairing::kInterleaved)
+                           .heads_first(true));
+  EXPECT_EQ(printed(*rope),
+            "posenc::RotaryEmbedding(head_dim=16, max_len=64, rotary_dim=8, base=500000, "
+            "pairing=interleaved, heads_first=true)");
   const std::string path = testing::TempDir() + "rope_" + std::to_string(::getpid()) + ".pt";
   torch::save(rope, path);
   RotaryEmbedding other(RotaryEmbeddingOptions(16, 32).rotary_dim(8));
-  EXPECT_POSENC_ERROR(torch::load(other, path), "RotaryEmbedding: the checkpoint's cos has shape [64, 4], but this module's is [32, 4]");
+  EXPECT_POSENC_ERROR(
+      torch::load(other, path),
+      "RotaryEmbedding: the checkpoint's cos has shape [64, 4], but this module's is [32, 4]");
   std::remove(path.c_str());
   auto exported = posenc::to_torchscript(rope);
   const auto x = torch::randn({2, 3, 5, 16});
   EXPECT_TRUE(torch::equal(exported.forward({x, int64_t{11}}).toTensor(), rope(x, 11)));
   const auto positions = torch::tensor({{1, 2, 3, -1, 63}, {0, 0, 0, 0, 0}}, torch::kLong);
-  EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(), rope->forward_positions(x, positions)));
+  EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(),
+                           rope->forward_positions(x, positions)));
 }

@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 namespace F = posenc::functional;
 using posenc::PositionalEncoding;
@@ -30,14 +30,20 @@ struct TempFile {
   std::string path;
   explicit TempFile(const std::string& stem)
       : path(testing::TempDir() + stem + "_" + std::to_string(::getpid()) + ".pt") {}
-  ~TempFile() { std::remove(path.c_str()); }
+  ~TempFile() {
+    std::remove(path.c_str());
+  }
 };
 
 // x + table[offset : offset + L] computed independently of the module: the table from the
 // functional, broadcast by hand over the batch.
-torch::Tensor expected_sum(const torch::Tensor& x, int64_t d_model, int64_t offset, bool batch_first) {
+torch::Tensor expected_sum(const torch::Tensor& x,
+                           int64_t d_model,
+                           int64_t offset,
+                           bool batch_first) {
   const int64_t length = x.size(batch_first ? 1 : 0);
-  const auto table = F::sinusoidal_table(length, d_model, F::SinusoidalTableFuncOptions().offset(offset));
+  const auto table =
+      F::sinusoidal_table(length, d_model, F::SinusoidalTableFuncOptions().offset(offset));
   return batch_first ? x + table.unsqueeze(0) : x + table.unsqueeze(1);
 }
 
@@ -59,7 +65,8 @@ TEST_F(PositionalEncodingTest, RegistersTableAsBufferNotParameter) {
 
 TEST_F(PositionalEncodingTest, TableIsTheFunctionalTable) {
   PositionalEncoding pe(PositionalEncodingOptions(12, 50).base(777.0));
-  EXPECT_TRUE(torch::equal(pe->pe[0], F::sinusoidal_table(50, 12, F::SinusoidalTableFuncOptions().base(777.0))));
+  EXPECT_TRUE(torch::equal(
+      pe->pe[0], F::sinusoidal_table(50, 12, F::SinusoidalTableFuncOptions().base(777.0))));
 }
 
 TEST_F(PositionalEncodingTest, ForwardBatchFirstAddsLeadingPositions) {
@@ -95,7 +102,9 @@ TEST_F(PositionalEncodingTest, MatchesLongDoubleFormula) {
   double worst = 0;
   for (const int64_t p : {0, 1, 2, 100, 4095}) {
     for (int64_t c = 0; c < 512; ++c) {
-      worst = std::max(worst, static_cast<double>(std::fabs(data[p * 512 + c] - posenc_test::reference_pe(p, c, 512))));
+      worst = std::max(
+          worst,
+          static_cast<double>(std::fabs(data[p * 512 + c] - posenc_test::reference_pe(p, c, 512))));
     }
   }
   EXPECT_LE(worst, posenc_test::kFloat32TableTolerance);
@@ -189,14 +198,20 @@ TEST_F(PositionalEncodingTest, ToDoubleRecomputesTableInFloat64) {
   double worst = 0;
   for (int64_t p = 0; p < 256; p += 17) {
     for (int64_t c = 0; c < 32; ++c) {
-      worst = std::max(worst, static_cast<double>(std::fabs(table[p][c].item<double>() - posenc_test::reference_pe(p, c, 32))));
+      worst = std::max(worst,
+                       static_cast<double>(std::fabs(table[p][c].item<double>() -
+                                                     posenc_test::reference_pe(p, c, 32))));
     }
   }
   EXPECT_LE(worst, 1e-14);
   const auto x = torch::randn({2, 7, 32}, torch::kDouble);
   const auto y = pe(x, 3);
   EXPECT_EQ(y.scalar_type(), torch::kDouble);
-  EXPECT_TRUE(torch::allclose(y - x, F::sinusoidal_table(7, 32, F::SinusoidalTableFuncOptions().offset(3).dtype(torch::kDouble)), 0, 1e-15));
+  EXPECT_TRUE(torch::allclose(
+      y - x,
+      F::sinusoidal_table(7, 32, F::SinusoidalTableFuncOptions().offset(3).dtype(torch::kDouble)),
+      0,
+      1e-15));
 }
 
 TEST_F(PositionalEncodingTest, ToBFloat16KeepsTableInFloat32AndOutputsCorrect) {
@@ -206,7 +221,8 @@ TEST_F(PositionalEncodingTest, ToBFloat16KeepsTableInFloat32AndOutputsCorrect) {
   const auto x = torch::randn({2, 9, 16}).to(torch::kBFloat16);
   const auto y = pe(x);
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
-  EXPECT_TRUE(torch::equal(y, (x.to(torch::kFloat) + F::sinusoidal_table(9, 16).unsqueeze(0)).to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(
+      y, (x.to(torch::kFloat) + F::sinusoidal_table(9, 16).unsqueeze(0)).to(torch::kBFloat16)));
   pe->to(torch::kHalf);
   EXPECT_EQ(pe->pe.scalar_type(), torch::kFloat);
   EXPECT_EQ(pe(x.to(torch::kHalf)).scalar_type(), torch::kHalf);
@@ -223,10 +239,9 @@ TEST_F(PositionalEncodingTest, ResetKeepsDtypeAndRebuildsForNewOptions) {
 }
 
 TEST_F(PositionalEncodingTest, WorksInsideSequential) {
-  torch::nn::Sequential model(
-      torch::nn::Linear(5, 8),
-      PositionalEncoding(PositionalEncodingOptions(8, 16)),
-      torch::nn::Linear(8, 2));
+  torch::nn::Sequential model(torch::nn::Linear(5, 8),
+                              PositionalEncoding(PositionalEncodingOptions(8, 16)),
+                              torch::nn::Linear(8, 2));
   const auto y = model->forward(torch::randn({3, 16, 5}));
   EXPECT_EQ(y.sizes(), (std::vector<int64_t>{3, 16, 2}));
   model->to(torch::kDouble);
@@ -234,12 +249,12 @@ TEST_F(PositionalEncodingTest, WorksInsideSequential) {
 }
 
 TEST_F(PositionalEncodingTest, PrettyPrint) {
-  EXPECT_EQ(
-      printed(*PositionalEncoding(PositionalEncodingOptions(512, 5000).dropout(0.1))),
-      "posenc::PositionalEncoding(d_model=512, max_len=5000, dropout=0.1, batch_first=true)");
+  EXPECT_EQ(printed(*PositionalEncoding(PositionalEncodingOptions(512, 5000).dropout(0.1))),
+            "posenc::PositionalEncoding(d_model=512, max_len=5000, dropout=0.1, batch_first=true)");
   EXPECT_EQ(
       printed(*PositionalEncoding(PositionalEncodingOptions(6, 8).base(500000).batch_first(false))),
-      "posenc::PositionalEncoding(d_model=6, max_len=8, base=500000, dropout=0, batch_first=false)");
+      "posenc::PositionalEncoding(d_model=6, max_len=8, base=500000, dropout=0, "
+      "batch_first=false)");
 }
 
 TEST_F(PositionalEncodingTest, FunctionalMatchesModule) {
@@ -254,9 +269,11 @@ TEST_F(PositionalEncodingTest, FunctionalMatchesModule) {
 TEST_F(PositionalEncodingTest, FunctionalDropoutFollowsTrainingFlag) {
   const auto x = torch::randn({2, 8, 4});
   const auto table = F::sinusoidal_table(8, 4);
-  const auto eval = F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().dropout(0.9));
+  const auto eval =
+      F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().dropout(0.9));
   EXPECT_TRUE(torch::equal(eval, expected_sum(x, 4, 0, true)));
-  const auto train = F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().dropout(1.0).training(true));
+  const auto train = F::positional_encoding(
+      x, table, F::PositionalEncodingFuncOptions().dropout(1.0).training(true));
   EXPECT_TRUE(torch::equal(train, torch::zeros_like(x)));
 }
 
@@ -302,5 +319,7 @@ TEST_F(PositionalEncodingTest, ToCudaDoubleRecomputesOnDevice_CUDA) {
   pe->to(torch::Device(torch::kCUDA), torch::kDouble);
   EXPECT_TRUE(pe->pe.is_cuda());
   EXPECT_EQ(pe->pe.scalar_type(), torch::kDouble);
-  EXPECT_TRUE(torch::equal(pe->pe[0].cpu(), F::sinusoidal_table(64, 16, F::SinusoidalTableFuncOptions().dtype(torch::kDouble))));
+  EXPECT_TRUE(torch::equal(
+      pe->pe[0].cpu(),
+      F::sinusoidal_table(64, 16, F::SinusoidalTableFuncOptions().dtype(torch::kDouble))));
 }

@@ -23,13 +23,17 @@ class Positions : public posenc_test::SeededTest {};
 
 // tensor2tensor's get_timing_signal_1d / fairseq's SinusoidalPositionalEmbedding, written from
 // their definition: h = D/2 frequencies base^(-k/(h-1)), [sin | cos], a zero column for odd D.
-long double tensor2tensor_value(int64_t position, int64_t column, int64_t d_model, long double base = 10000.0L) {
+long double tensor2tensor_value(int64_t position,
+                                int64_t column,
+                                int64_t d_model,
+                                long double base = 10000.0L) {
   const int64_t h = d_model / 2;
   if (column >= 2 * h) {
     return 0.0L;
   }
   const int64_t k = column < h ? column : column - h;
-  const long double frequency = std::pow(base, -static_cast<long double>(k) / static_cast<long double>(std::max<int64_t>(h - 1, 1)));
+  const long double frequency = std::pow(
+      base, -static_cast<long double>(k) / static_cast<long double>(std::max<int64_t>(h - 1, 1)));
   const long double angle = static_cast<long double>(position) * frequency;
   return column < h ? std::sin(angle) : std::cos(angle);
 }
@@ -43,7 +47,8 @@ double max_abs_difference(const torch::Tensor& a, const torch::Tensor& b) {
 TEST_F(Positions, ExplicitPerSequencePositionsEqualPerRowOffsets) {
   PositionalEncoding pe(8, 64);
   const auto x = torch::randn({3, 5, 8});
-  const auto positions = torch::tensor({0, 10, 37}, torch::kLong).unsqueeze(1) + torch::arange(5).unsqueeze(0);
+  const auto positions =
+      torch::tensor({0, 10, 37}, torch::kLong).unsqueeze(1) + torch::arange(5).unsqueeze(0);
   const auto y = pe->forward_positions(x, positions);
   for (int64_t b = 0; b < 3; ++b) {
     const int64_t offset = positions[b][0].item<int64_t>();
@@ -69,12 +74,16 @@ TEST_F(Positions, MinusOneMeansPaddingAndAddsNothing) {
 }
 
 TEST_F(Positions, PositionsFromPaddingMaskCountFromFirstRealToken) {
-  const auto mask = torch::tensor({{1, 1, 0, 0, 0}, {0, 0, 0, 1, 1}, {0, 1, 0, 0, 1}}, torch::kBool);
-  const auto expected = torch::tensor({{-1, -1, 0, 1, 2}, {0, 1, 2, -1, -1}, {0, -1, 1, 2, -1}}, torch::kLong);
+  const auto mask =
+      torch::tensor({{1, 1, 0, 0, 0}, {0, 0, 0, 1, 1}, {0, 1, 0, 0, 1}}, torch::kBool);
+  const auto expected =
+      torch::tensor({{-1, -1, 0, 1, 2}, {0, 1, 2, -1, -1}, {0, -1, 1, 2, -1}}, torch::kLong);
   EXPECT_TRUE(torch::equal(F::positions_from_padding_mask(mask), expected));
-  EXPECT_TRUE(torch::equal(F::positions_from_padding_mask(mask.t(), /*batch_first=*/false), expected.t()));
+  EXPECT_TRUE(
+      torch::equal(F::positions_from_padding_mask(mask.t(), /*batch_first=*/false), expected.t()));
   const auto tokens = torch::tensor({{0, 0, 7, 8, 9}}, torch::kLong);
-  EXPECT_TRUE(torch::equal(F::positions_from_tokens(tokens, /*padding_idx=*/0), torch::tensor({{-1, -1, 0, 1, 2}}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(F::positions_from_tokens(tokens, /*padding_idx=*/0),
+                           torch::tensor({{-1, -1, 0, 1, 2}}, torch::kLong)));
 }
 
 // Left-padded and right-padded copies of the same sequence get the same encodings on their real
@@ -108,22 +117,32 @@ TEST_F(Positions, PaddedForwardIsIndependentOfPaddingSide) {
 TEST_F(Positions, ConcatenatedLayoutPermutesInterleavedColumns) {
   for (const int64_t d : {6, 7}) {
     const auto interleaved = F::sinusoidal_table(20, d);
-    const auto concatenated = F::sinusoidal_table(20, d, F::SinusoidalTableFuncOptions().layout(posenc::ChannelLayout::kConcatenated));
+    const auto concatenated = F::sinusoidal_table(
+        20, d, F::SinusoidalTableFuncOptions().layout(posenc::ChannelLayout::kConcatenated));
     std::vector<int64_t> order;
-    for (int64_t c = 0; c < d; c += 2) order.push_back(c);  // sines
-    for (int64_t c = 1; c < d; c += 2) order.push_back(c);  // cosines
-    EXPECT_TRUE(torch::equal(concatenated, interleaved.index_select(1, torch::tensor(order)))) << "d=" << d;
+    for (int64_t c = 0; c < d; c += 2)
+      order.push_back(c); // sines
+    for (int64_t c = 1; c < d; c += 2)
+      order.push_back(c); // cosines
+    EXPECT_TRUE(torch::equal(concatenated, interleaved.index_select(1, torch::tensor(order))))
+        << "d=" << d;
   }
 }
 
 TEST_F(Positions, Tensor2TensorSpacingMatchesItsDefinition) {
   for (const int64_t d : {8, 9, 2, 3}) {
-    const auto table = F::sinusoidal_table(
-        300, d, F::SinusoidalTableFuncOptions().layout(posenc::ChannelLayout::kConcatenated).spacing(posenc::FrequencySpacing::kTensor2Tensor).dtype(torch::kDouble));
+    const auto table = F::sinusoidal_table(300,
+                                           d,
+                                           F::SinusoidalTableFuncOptions()
+                                               .layout(posenc::ChannelLayout::kConcatenated)
+                                               .spacing(posenc::FrequencySpacing::kTensor2Tensor)
+                                               .dtype(torch::kDouble));
     double worst = 0;
     for (int64_t p = 0; p < 300; ++p) {
       for (int64_t c = 0; c < d; ++c) {
-        worst = std::max(worst, static_cast<double>(std::fabs(table[p][c].item<double>() - tensor2tensor_value(p, c, d))));
+        worst = std::max(worst,
+                         static_cast<double>(
+                             std::fabs(table[p][c].item<double>() - tensor2tensor_value(p, c, d))));
       }
     }
     EXPECT_LE(worst, 1e-13) << "d=" << d;
@@ -134,21 +153,30 @@ TEST_F(Positions, Tensor2TensorSpacingMatchesItsDefinition) {
 }
 
 TEST_F(Positions, ModuleUsesLayoutAndSpacing) {
-  PositionalEncoding pe(PositionalEncodingOptions(10, 50).layout(posenc::ChannelLayout::kConcatenated).spacing(posenc::FrequencySpacing::kTensor2Tensor));
-  const auto expected = F::sinusoidal_table(
-      50, 10, F::SinusoidalTableFuncOptions().layout(posenc::ChannelLayout::kConcatenated).spacing(posenc::FrequencySpacing::kTensor2Tensor));
+  PositionalEncoding pe(PositionalEncodingOptions(10, 50)
+                            .layout(posenc::ChannelLayout::kConcatenated)
+                            .spacing(posenc::FrequencySpacing::kTensor2Tensor));
+  const auto expected = F::sinusoidal_table(50,
+                                            10,
+                                            F::SinusoidalTableFuncOptions()
+                                                .layout(posenc::ChannelLayout::kConcatenated)
+                                                .spacing(posenc::FrequencySpacing::kTensor2Tensor));
   EXPECT_TRUE(torch::equal(pe->pe[0], expected));
 }
 
-// Past max_len, kExtrapolate computes exactly what a larger table holds; the buffer keeps its shape.
+// Past max_len, kExtrapolate computes exactly what a larger table holds; the buffer keeps its
+// shape.
 TEST_F(Positions, ExtrapolationEqualsALargerTable) {
-  PositionalEncoding small(PositionalEncodingOptions(16, 10).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+  PositionalEncoding small(
+      PositionalEncodingOptions(16, 10).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
   PositionalEncoding large(16, 100000);
   const auto x = torch::randn({2, 6, 16});
-  EXPECT_TRUE(torch::equal(small(x, 7), large(x, 7)));        // straddles max_len
-  EXPECT_TRUE(torch::equal(small(x, 99990), large(x, 99990)));  // far past it
-  const auto positions = torch::tensor({{0, 9, 10, 500, -1, 99999}, {3, 3, 3, 3, 3, 3}}, torch::kLong);
-  EXPECT_TRUE(torch::equal(small->forward_positions(x, positions), large->forward_positions(x, positions)));
+  EXPECT_TRUE(torch::equal(small(x, 7), large(x, 7)));         // straddles max_len
+  EXPECT_TRUE(torch::equal(small(x, 99990), large(x, 99990))); // far past it
+  const auto positions =
+      torch::tensor({{0, 9, 10, 500, -1, 99999}, {3, 3, 3, 3, 3, 3}}, torch::kLong);
+  EXPECT_TRUE(
+      torch::equal(small->forward_positions(x, positions), large->forward_positions(x, positions)));
   EXPECT_EQ(small->pe.sizes(), (std::vector<int64_t>{1, 10, 16}));
 }
 
@@ -167,10 +195,13 @@ TEST_F(Positions, ExtrapolationWorksInDoubleAndForTensor2Tensor) {
 
 TEST_F(Positions, ErrorPolicyNamesTheWayOut) {
   PositionalEncoding pe(4, 8);
-  EXPECT_POSENC_ERROR(pe(torch::randn({1, 3, 4}), 6), "build the module with a larger max_len or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
+  EXPECT_POSENC_ERROR(pe(torch::randn({1, 3, 4}), 6),
+                      "build the module with a larger max_len or pass "
+                      "beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
   EXPECT_POSENC_ERROR(
       pe->forward_positions(torch::randn({1, 3, 4}), torch::tensor({0, 1, 8}, torch::kLong)),
-      "PositionalEncoding: positions must be < max_len (8), but got 8; build the module with max_len >= 9 or pass beyond_max_len");
+      "PositionalEncoding: positions must be < max_len (8), but got 8; build the module with "
+      "max_len >= 9 or pass beyond_max_len");
 }
 
 TEST_F(Positions, ScaleMultipliesTheInput) {
@@ -178,14 +209,19 @@ TEST_F(Positions, ScaleMultipliesTheInput) {
   EXPECT_DOUBLE_EQ(pe->options.scale(), 4.0);
   const auto x = torch::randn({2, 5, 16}, torch::requires_grad());
   const auto y = pe(x, 3);
-  EXPECT_TRUE(torch::allclose(y, x * 4 + F::sinusoidal_table(5, 16, F::SinusoidalTableFuncOptions().offset(3)).unsqueeze(0), 0, 1e-6));
+  EXPECT_TRUE(torch::allclose(
+      y,
+      x * 4 + F::sinusoidal_table(5, 16, F::SinusoidalTableFuncOptions().offset(3)).unsqueeze(0),
+      0,
+      1e-6));
   const auto upstream = torch::randn({2, 5, 16});
   y.backward(upstream);
   EXPECT_TRUE(torch::allclose(x.grad(), upstream * 4));
   // bfloat16: the scaled sum is formed in float32 and rounded once.
   const auto xb = x.detach().to(torch::kBFloat16);
-  const auto expected = (xb.to(torch::kFloat) * 4 + F::sinusoidal_table(5, 16).unsqueeze(0)).to(torch::kBFloat16);
-  EXPECT_LE(max_abs_difference(pe(xb), expected), 0.0625);  // at most one bfloat16 ulp at |y| < 16
+  const auto expected =
+      (xb.to(torch::kFloat) * 4 + F::sinusoidal_table(5, 16).unsqueeze(0)).to(torch::kBFloat16);
+  EXPECT_LE(max_abs_difference(pe(xb), expected), 0.0625); // at most one bfloat16 ulp at |y| < 16
   EXPECT_EQ(pe(xb).scalar_type(), torch::kBFloat16);
 }
 
@@ -197,26 +233,42 @@ TEST_F(Positions, PrettyPrintShowsNonDefaultOptions) {
                          .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)
                          .scale(2.5))
       ->pretty_print(stream);
-  EXPECT_EQ(stream.str(), "posenc::PositionalEncoding(d_model=8, max_len=16, dropout=0, batch_first=true, layout=concatenated, spacing=tensor2tensor, beyond_max_len=extrapolate, scale=2.5)");
+  EXPECT_EQ(stream.str(),
+            "posenc::PositionalEncoding(d_model=8, max_len=16, dropout=0, batch_first=true, "
+            "layout=concatenated, spacing=tensor2tensor, beyond_max_len=extrapolate, scale=2.5)");
 }
 
 TEST_F(Positions, PositionErrors) {
   PositionalEncoding pe(4, 8);
   const auto x = torch::randn({2, 3, 4});
-  EXPECT_POSENC_ERROR(pe->forward_positions(x, torch::zeros({3})), "PositionalEncoding: positions must be an integer tensor (int64 or int32), but got Float");
-  EXPECT_POSENC_ERROR(pe->forward_positions(x, torch::zeros({3, 2}, torch::kLong)), "positions must have shape [L] = [3] or [B, L] (batch_first=true) = [2, 3], but got [3, 2]");
-  EXPECT_POSENC_ERROR(pe->forward_positions(x, torch::full({3}, -2, torch::kLong)), "positions must be >= -1 (-1 marks padding), but got -2");
-  EXPECT_POSENC_ERROR(pe->forward_positions(x, torch::zeros({3}, torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta))), "positions must be on the input's device (cpu), but got meta");
-  EXPECT_POSENC_ERROR(pe->forward_padded(x, torch::zeros({2, 3})), "positions_from_padding_mask: expected a bool padding mask (true = padding), but got Float");
-  EXPECT_POSENC_ERROR(PositionalEncoding(PositionalEncodingOptions(4, 8).scale(std::nan(""))), "PositionalEncoding: scale must be finite, but got nan");
+  EXPECT_POSENC_ERROR(
+      pe->forward_positions(x, torch::zeros({3})),
+      "PositionalEncoding: positions must be an integer tensor (int64 or int32), but got Float");
+  EXPECT_POSENC_ERROR(
+      pe->forward_positions(x, torch::zeros({3, 2}, torch::kLong)),
+      "positions must have shape [L] = [3] or [B, L] (batch_first=true) = [2, 3], but got [3, 2]");
+  EXPECT_POSENC_ERROR(pe->forward_positions(x, torch::full({3}, -2, torch::kLong)),
+                      "positions must be >= -1 (-1 marks padding), but got -2");
+  EXPECT_POSENC_ERROR(
+      pe->forward_positions(
+          x, torch::zeros({3}, torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta))),
+      "positions must be on the input's device (cpu), but got meta");
+  EXPECT_POSENC_ERROR(
+      pe->forward_padded(x, torch::zeros({2, 3})),
+      "positions_from_padding_mask: expected a bool padding mask (true = padding), but got Float");
+  EXPECT_POSENC_ERROR(PositionalEncoding(PositionalEncodingOptions(4, 8).scale(std::nan(""))),
+                      "PositionalEncoding: scale must be finite, but got nan");
 }
 
 TEST_F(Positions, TableGradientFlowsThroughExplicitPositions) {
   const auto table = torch::zeros({6, 3}, torch::requires_grad());
   const auto x = torch::randn({2, 4, 3});
   const auto positions = torch::tensor({{0, 1, 1, -1}, {5, 5, 5, 2}}, torch::kLong);
-  F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().positions(positions)).sum().backward();
-  const auto expected = torch::tensor({1, 2, 1, 0, 0, 3}, torch::kFloat).unsqueeze(1).expand({6, 3});
+  F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().positions(positions))
+      .sum()
+      .backward();
+  const auto expected =
+      torch::tensor({1, 2, 1, 0, 0, 3}, torch::kFloat).unsqueeze(1).expand({6, 3});
   EXPECT_TRUE(torch::equal(table.grad(), expected));
 }
 
@@ -234,9 +286,15 @@ TEST_F(Positions, ExportSupportsPositionsPaddingAndExtrapolation) {
   const double ulp = std::ldexp(1.0, -20);
   EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{5}}).toTensor(), pe(x, 5)), ulp);
   // Past the table the export computes with PyTorch's sin/cos: equal to float32 rounding.
-  EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{40}}).toTensor(), pe(x, 40)), ulp + 6e-8);
-  const auto positions = torch::tensor({{0, 1}, {2, -1}, {15, 15}, {3, 4}, {5, 6}, {7, 8}}, torch::kLong);
-  EXPECT_LE(max_abs_difference(exported.run_method("forward_positions", x, positions).toTensor(), pe->forward_positions(x, positions)), ulp);
+  EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{40}}).toTensor(), pe(x, 40)),
+            ulp + 6e-8);
+  const auto positions =
+      torch::tensor({{0, 1}, {2, -1}, {15, 15}, {3, 4}, {5, 6}, {7, 8}}, torch::kLong);
+  EXPECT_LE(max_abs_difference(exported.run_method("forward_positions", x, positions).toTensor(),
+                               pe->forward_positions(x, positions)),
+            ulp);
   const auto mask = torch::tensor({{1, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 1}, {0, 1}}, torch::kBool);
-  EXPECT_LE(max_abs_difference(exported.run_method("forward_padded", x, mask).toTensor(), pe->forward_padded(x, mask)), ulp);
+  EXPECT_LE(max_abs_difference(exported.run_method("forward_padded", x, mask).toTensor(),
+                               pe->forward_padded(x, mask)),
+            ulp);
 }

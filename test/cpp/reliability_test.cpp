@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -22,7 +23,6 @@
 #include <random>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
 namespace F = posenc::functional;
 
@@ -38,22 +38,29 @@ std::string read_bytes(const std::string& path) {
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // Runs `load` on every prefix (truncation) of `bytes` at `cuts` points and on `flips` copies with
-// random bytes changed; each must succeed or throw, and `check(failed)` must hold afterwards. Readers that
-// posenc owns must throw c10::Error; LibTorch's own readers (torch::load, torch::jit::load) throw
-// other std::exception types too (torch::jit::ErrorReport from its TorchScript parser), so for
-// them `any_exception` accepts any std::exception. Anything else (a crash, a non-standard throw)
-// fails the test.
+// random bytes changed; each must succeed or throw, and `check(failed)` must hold afterwards.
+// Readers that posenc owns must throw c10::Error; LibTorch's own readers (torch::load,
+// torch::jit::load) throw other std::exception types too (torch::jit::ErrorReport from its
+// TorchScript parser), so for them `any_exception` accepts any std::exception. Anything else (a
+// crash, a non-standard throw) fails the test.
 template <typename Load, typename Check>
-void survive_hostile_copies(const std::string& bytes, const std::string& path, Load load, Check check, int cuts = 40, int flips = 60,
+void survive_hostile_copies(const std::string& bytes,
+                            const std::string& path,
+                            Load load,
+                            Check check,
+                            int cuts = 40,
+                            int flips = 60,
                             bool any_exception = false) {
   std::mt19937 rng(1234);
   std::vector<std::string> copies;
   for (int i = 0; i < cuts; ++i) {
-    copies.push_back(bytes.substr(0, bytes.size() * static_cast<size_t>(i) / static_cast<size_t>(cuts)));
+    copies.push_back(
+        bytes.substr(0, bytes.size() * static_cast<size_t>(i) / static_cast<size_t>(cuts)));
   }
   for (int i = 0; i < flips; ++i) {
     std::string copy = bytes;
@@ -77,7 +84,7 @@ void survive_hostile_copies(const std::string& bytes, const std::string& path, L
     check(failed);
   }
   std::remove(path.c_str());
-  EXPECT_GE(failures, cuts);  // every truncated copy fails, at least
+  EXPECT_GE(failures, cuts); // every truncated copy fails, at least
 }
 
 } // namespace
@@ -89,7 +96,8 @@ TEST(Reliability, ConcurrentForwardCallsOnOneModuleAgree) {
   posenc::PositionalEncoding pe(posenc::PositionalEncodingOptions(16, 64).dropout(0.5));
   posenc::RotaryEmbedding rope(8, 64);
   posenc::LearnedPositionalEmbedding learned(16, 64);
-  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 16, 64).padding_idx(0));
+  posenc::TokenAndPositionEmbedding embed(
+      posenc::TokenAndPositionEmbeddingOptions(30, 16, 64).padding_idx(0));
   pe->eval();
   learned->eval();
   embed->eval();
@@ -109,7 +117,8 @@ TEST(Reliability, ConcurrentForwardCallsOnOneModuleAgree) {
       for (int i = 0; i < 200; ++i) {
         mismatches += !torch::equal(pe(x, 5), expected_pe);
         mismatches += !torch::equal(rope(q, 5), expected_rope);
-        mismatches += !torch::equal(learned->forward_positions(x, torch::arange(12).flip(0)), expected_learned);
+        mismatches += !torch::equal(learned->forward_positions(x, torch::arange(12).flip(0)),
+                                    expected_learned);
         mismatches += !torch::equal(embed(ids, 3), expected_embed);
       }
     });
@@ -120,7 +129,8 @@ TEST(Reliability, ConcurrentForwardCallsOnOneModuleAgree) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
-// --- hostile files ---------------------------------------------------------------------------------
+// --- hostile files
+// ---------------------------------------------------------------------------------
 
 TEST(Reliability, HostileModuleCheckpointsLeaveModuleUnchanged) {
   const std::string source = temp_path("module_source");
@@ -133,7 +143,8 @@ TEST(Reliability, HostileModuleCheckpointsLeaveModuleUnchanged) {
   // can load: the file then says other values. Whatever it says, posenc's checks hold (shape,
   // finite values, the registered buffer); and a load that fails changes nothing.
   survive_hostile_copies(
-      bytes, temp_path("module_hostile"),
+      bytes,
+      temp_path("module_hostile"),
       [&](const std::string& path) {
         before = pe->pe.clone();
         torch::load(pe, path);
@@ -146,7 +157,9 @@ TEST(Reliability, HostileModuleCheckpointsLeaveModuleUnchanged) {
           EXPECT_TRUE(torch::equal(pe->pe, before));
         }
       },
-      40, 60, /*any_exception=*/true);
+      40,
+      60,
+      /*any_exception=*/true);
 }
 
 TEST(Reliability, WrongShapeAndDtypeCheckpoints) {
@@ -154,13 +167,17 @@ TEST(Reliability, WrongShapeAndDtypeCheckpoints) {
   const auto cos = rope->cos.clone();
   const std::string path = temp_path("rope_other");
   torch::save(posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(8, 16).rotary_dim(4)), path);
-  EXPECT_POSENC_ERROR(torch::load(rope, path), "RotaryEmbedding: the checkpoint's cos has shape [16, 2], but this module's is [16, 4]");
+  EXPECT_POSENC_ERROR(
+      torch::load(rope, path),
+      "RotaryEmbedding: the checkpoint's cos has shape [16, 2], but this module's is [16, 4]");
   EXPECT_TRUE(torch::equal(rope->cos, cos));
   posenc::PositionalEncoding integer_table(4, 4);
   integer_table->pe.set_data(torch::zeros({1, 4, 4}, torch::kInt));
   torch::save(integer_table, path);
   posenc::PositionalEncoding pe(4, 4);
-  EXPECT_POSENC_ERROR(torch::load(pe, path), "the checkpoint's pe dtype must be float16, bfloat16, float32 or float64, but got Int");
+  EXPECT_POSENC_ERROR(
+      torch::load(pe, path),
+      "the checkpoint's pe dtype must be float16, bfloat16, float32 or float64, but got Int");
   std::remove(path.c_str());
 }
 
@@ -174,7 +191,8 @@ TEST(Reliability, HostileStateDictsGiveErrorsNotCrashes) {
   posenc::PositionalEncoding pe(8, 16);
   torch::Tensor before;
   survive_hostile_copies(
-      bytes, temp_path("state_hostile"),
+      bytes,
+      temp_path("state_hostile"),
       [&](const std::string& path) {
         before = pe->pe.clone();
         posenc::load_state_dict(*pe, path, posenc::LoadStateDictOptions().strict(false));
@@ -190,8 +208,11 @@ TEST(Reliability, HostileStateDictsGiveErrorsNotCrashes) {
 
 TEST(Reliability, ReaderRejectsMalformedPickles) {
   // A zip with a data.pkl whose pickle is nonsense in a few ways.
-  for (const std::string& pickle : {std::string("\x80\x02}q\x00(X\x02\x00\x00\x00peq\x01", 15), std::string("\x80\x02.", 3), std::string("\x80\x02h\x05.", 5),
-                                   std::string("\x80\x02(((((((u.", 11), std::string("\x80\x02X\xff\xff\xff\x7f", 7)}) {
+  for (const std::string& pickle : {std::string("\x80\x02}q\x00(X\x02\x00\x00\x00peq\x01", 15),
+                                    std::string("\x80\x02.", 3),
+                                    std::string("\x80\x02h\x05.", 5),
+                                    std::string("\x80\x02(((((((u.", 11),
+                                    std::string("\x80\x02X\xff\xff\xff\x7f", 7)}) {
     std::ostringstream buffer;
     {
       caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
@@ -202,7 +223,8 @@ TEST(Reliability, ReaderRejectsMalformedPickles) {
       writer.writeEndOfFile();
     }
     std::istringstream in(buffer.str());
-    EXPECT_THROW(posenc::detail::read_torch_save_state_dict(in, "malformed"), c10::Error) << pickle.size();
+    EXPECT_THROW(posenc::detail::read_torch_save_state_dict(in, "malformed"), c10::Error)
+        << pickle.size();
   }
 }
 
@@ -212,36 +234,53 @@ TEST(Reliability, HostileTorchScriptFilesGiveErrors) {
   const std::string bytes = read_bytes(source);
   std::remove(source.c_str());
   int loaded = 0;
-  survive_hostile_copies(bytes, temp_path("ts_hostile"), [&](const std::string& path) {
-    auto module = torch::jit::load(path);
-    // A file that still loads must still compute sensibly or raise.
-    const auto y = module.forward({torch::zeros({1, 4, 8})}).toTensor();
-    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{1, 4, 8}));
-    ++loaded;
-  }, [](bool) {}, 30, 30, /*any_exception=*/true);
+  survive_hostile_copies(
+      bytes,
+      temp_path("ts_hostile"),
+      [&](const std::string& path) {
+        auto module = torch::jit::load(path);
+        // A file that still loads must still compute sensibly or raise.
+        const auto y = module.forward({torch::zeros({1, 4, 8})}).toTensor();
+        EXPECT_EQ(y.sizes(), (std::vector<int64_t>{1, 4, 8}));
+        ++loaded;
+      },
+      [](bool) {},
+      30,
+      30,
+      /*any_exception=*/true);
   EXPECT_LT(loaded, 60);
 }
 
-// --- resource limits --------------------------------------------------------------------------------
+// --- resource limits
+// --------------------------------------------------------------------------------
 
 TEST(Reliability, AbsurdSizesAreRejectedBeforeAllocating) {
   const int64_t big = int64_t{1} << 40;
-  EXPECT_POSENC_ERROR(posenc::PositionalEncoding(big, big), "is over posenc's limit of 2^28 elements");
-  EXPECT_POSENC_ERROR(posenc::LearnedPositionalEmbedding(4096, big), "is over posenc's limit of 2^28 elements");
+  EXPECT_POSENC_ERROR(posenc::PositionalEncoding(big, big),
+                      "is over posenc's limit of 2^28 elements");
+  EXPECT_POSENC_ERROR(posenc::LearnedPositionalEmbedding(4096, big),
+                      "is over posenc's limit of 2^28 elements");
   EXPECT_POSENC_ERROR(posenc::RotaryEmbedding(128, big), "is over posenc's limit of 2^28 elements");
-  EXPECT_POSENC_ERROR(posenc::TokenAndPositionEmbedding(big, 1024, 16), "TokenAndPositionEmbedding: a token table of vocab_size * d_model");
-  EXPECT_POSENC_ERROR(F::sinusoidal_table(std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max()), "is over posenc's limit");
-  EXPECT_POSENC_ERROR(posenc::ops::sinusoidal_table(16, 8, 10000.0, std::numeric_limits<int64_t>::max()), "offset + max_len must fit in int64");
+  EXPECT_POSENC_ERROR(posenc::TokenAndPositionEmbedding(big, 1024, 16),
+                      "TokenAndPositionEmbedding: a token table of vocab_size * d_model");
+  EXPECT_POSENC_ERROR(
+      F::sinusoidal_table(std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max()),
+      "is over posenc's limit");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::sinusoidal_table(16, 8, 10000.0, std::numeric_limits<int64_t>::max()),
+      "offset + max_len must fit in int64");
 }
 
-// --- numerical properties ------------------------------------------------------------------------------
+// --- numerical properties
+// ------------------------------------------------------------------------------
 
 class Properties : public posenc_test::SeededTest {};
 
 TEST_F(Properties, SineCosinePairsHaveUnitNorm) {
   for (const int64_t d : {2, 6, 64, 511}) {
     const auto positions = torch::randint(0, 1000000, {200}, torch::kLong);
-    const auto rows = posenc::ops::add_positional_encoding(torch::zeros({1, 200, d}, torch::kDouble), 0, 10000.0, true, positions.unsqueeze(0))[0];
+    const auto rows = posenc::ops::add_positional_encoding(
+        torch::zeros({1, 200, d}, torch::kDouble), 0, 10000.0, true, positions.unsqueeze(0))[0];
     const int64_t pairs = d / 2;
     const auto norms = rows.narrow(1, 0, 2 * pairs).reshape({200, pairs, 2}).pow(2).sum(-1);
     EXPECT_LT((norms - 1).abs().max().item<double>(), 1e-13) << d;
@@ -249,19 +288,23 @@ TEST_F(Properties, SineCosinePairsHaveUnitNorm) {
 }
 
 TEST_F(Properties, DotProductDependsOnlyOnDistance) {
-  const auto table = F::sinusoidal_table(3000, 128, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
+  const auto table =
+      F::sinusoidal_table(3000, 128, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
   for (int trial = 0; trial < 50; ++trial) {
     const int64_t k = torch::randint(0, 500, {1}).item<int64_t>();
     const int64_t p = torch::randint(0, 2400, {1}).item<int64_t>();
     const int64_t q = torch::randint(0, 2400, {1}).item<int64_t>();
-    EXPECT_NEAR(table[p].dot(table[p + k]).item<double>(), table[q].dot(table[q + k]).item<double>(), 1e-10);
+    EXPECT_NEAR(table[p].dot(table[p + k]).item<double>(),
+                table[q].dot(table[q + k]).item<double>(),
+                1e-10);
   }
 }
 
 // PE(p + k) = R(k) PE(p), with R(k) a block-diagonal rotation that does not depend on p.
 TEST_F(Properties, ShiftIsARotation) {
   const int64_t d = 16;
-  const auto table = F::sinusoidal_table(5000, d, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
+  const auto table =
+      F::sinusoidal_table(5000, d, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
   for (int trial = 0; trial < 30; ++trial) {
     const int64_t k = torch::randint(1, 1000, {1}).item<int64_t>();
     const int64_t p = torch::randint(0, 4000, {1}).item<int64_t>();
@@ -270,8 +313,8 @@ TEST_F(Properties, ShiftIsARotation) {
       const double angle = static_cast<double>(k) * std::pow(10000.0, -2.0 * i / d);
       const double s = table[p][2 * i].item<double>();
       const double c = table[p][2 * i + 1].item<double>();
-      rotated[2 * i] = s * std::cos(angle) + c * std::sin(angle);   // sin(a + b)
-      rotated[2 * i + 1] = c * std::cos(angle) - s * std::sin(angle);  // cos(a + b)
+      rotated[2 * i] = s * std::cos(angle) + c * std::sin(angle);     // sin(a + b)
+      rotated[2 * i + 1] = c * std::cos(angle) - s * std::sin(angle); // cos(a + b)
     }
     EXPECT_LT((rotated - table[p + k]).abs().max().item<double>(), 1e-9);
   }
@@ -296,14 +339,15 @@ TEST_F(Properties, NanAndInfPropagate) {
     q[0][1][0][0] = nan;
     const auto r = rope(q, 3);
     EXPECT_TRUE(std::isnan(r[0][1][0][0].item<double>()));
-    EXPECT_TRUE(std::isnan(r[0][1][0][4].item<double>()));  // its half-split partner
+    EXPECT_TRUE(std::isnan(r[0][1][0][4].item<double>())); // its half-split partner
     EXPECT_EQ(r.isnan().sum().item<int64_t>(), 2);
   }
 }
 
 TEST_F(Properties, ResultsAreBitIdenticalAcrossRunsAndThreadCounts) {
   posenc::RotaryEmbedding rope(64, 4096);
-  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(100, 64, 4096).dropout(0.3));
+  posenc::TokenAndPositionEmbedding embed(
+      posenc::TokenAndPositionEmbeddingOptions(100, 64, 4096).dropout(0.3));
   embed->train();
   const auto q = torch::randn({4, 512, 4, 64});
   const auto ids = torch::randint(0, 100, {4, 512}, torch::kLong);

@@ -15,7 +15,9 @@ namespace posenc_test {
 /// A fixture that seeds LibTorch's generator, so that every run draws the same random inputs.
 class SeededTest : public ::testing::Test {
  protected:
-  void SetUp() override { torch::manual_seed(0); }
+  void SetUp() override {
+    torch::manual_seed(0);
+  }
 };
 
 /// What `pretty_print` writes for `module`.

@@ -18,13 +18,14 @@ struct TinyEncoderImpl : torch::nn::Module {
       : embedding(register_module("embedding", torch::nn::Embedding(vocab, d_model))),
         positions(register_module(
             "positions",
-            posenc::PositionalEncoding(posenc::PositionalEncodingOptions(d_model, max_len).batch_first(false)))),
-        encoder(register_module(
-            "encoder",
-            torch::nn::TransformerEncoder(
-                torch::nn::TransformerEncoderOptions(
-                    torch::nn::TransformerEncoderLayerOptions(d_model, /*nhead=*/4).dim_feedforward(64).dropout(0.0),
-                    /*num_layers=*/2)))),
+            posenc::PositionalEncoding(
+                posenc::PositionalEncodingOptions(d_model, max_len).batch_first(false)))),
+        encoder(register_module("encoder",
+                                torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
+                                    torch::nn::TransformerEncoderLayerOptions(d_model, /*nhead=*/4)
+                                        .dim_feedforward(64)
+                                        .dropout(0.0),
+                                    /*num_layers=*/2)))),
         head(register_module("head", torch::nn::Linear(d_model, vocab))) {}
 
   // tokens: [L, B] int64 -> logits [L, B, vocab]
@@ -47,7 +48,8 @@ TEST(TransformerIntegration, ForwardAndBackwardThroughEncoder) {
   const auto tokens = torch::randint(0, 20, {12, 3}, torch::kLong); // [L, B]
   const auto logits = model(tokens);
   ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{12, 3, 20}));
-  const auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 20}), tokens.reshape({-1}));
+  const auto loss =
+      torch::nn::functional::cross_entropy(logits.reshape({-1, 20}), tokens.reshape({-1}));
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
   for (const auto& parameter : model->named_parameters()) {
@@ -73,9 +75,13 @@ TEST(TransformerIntegration, PositionsBreakPermutationEquivariance) {
   EXPECT_FALSE(torch::allclose(permuted_output, output_of_permuted, 1e-4, 1e-4));
 
   // The same model with the encoding removed is equivariant (to float rounding).
-  const auto embed_only = [&](const torch::Tensor& t) { return model->head(model->encoder(model->embedding(t))); };
-  EXPECT_TRUE(torch::allclose(
-      embed_only(tokens).index_select(0, permutation), embed_only(tokens.index_select(0, permutation)), 1e-4, 1e-5));
+  const auto embed_only = [&](const torch::Tensor& t) {
+    return model->head(model->encoder(model->embedding(t)));
+  };
+  EXPECT_TRUE(torch::allclose(embed_only(tokens).index_select(0, permutation),
+                              embed_only(tokens.index_select(0, permutation)),
+                              1e-4,
+                              1e-5));
 }
 
 TEST(TransformerIntegration, TrainingStepsReduceLoss) {
@@ -89,7 +95,8 @@ TEST(TransformerIntegration, TrainingStepsReduceLoss) {
   double last = 0;
   for (int step = 0; step < 30; ++step) {
     optimizer.zero_grad();
-    const auto loss = torch::nn::functional::cross_entropy(model(tokens).reshape({-1, 16}), targets.reshape({-1}));
+    const auto loss = torch::nn::functional::cross_entropy(model(tokens).reshape({-1, 16}),
+                                                           targets.reshape({-1}));
     loss.backward();
     optimizer.step();
     (step == 0 ? first : last) = loss.item<double>();
@@ -110,15 +117,20 @@ TEST(TokenAndPositionEmbedding, EqualsTokenEmbeddingTimesScalePlusEncoding) {
   posenc::TokenAndPositionEmbedding embed(50, 16, 64);
   EXPECT_DOUBLE_EQ(embed->options.scale(), 4.0);
   const auto ids = torch::randint(0, 50, {3, 7}, torch::kLong);
-  const auto expected = embed->tokens->weight.index_select(0, ids.reshape({-1})).view({3, 7, 16}) * 4.0 +
-      posenc::functional::sinusoidal_table(7, 16, posenc::functional::SinusoidalTableFuncOptions().offset(5)).unsqueeze(0);
+  const auto expected =
+      embed->tokens->weight.index_select(0, ids.reshape({-1})).view({3, 7, 16}) * 4.0 +
+      posenc::functional::sinusoidal_table(
+          7, 16, posenc::functional::SinusoidalTableFuncOptions().offset(5))
+          .unsqueeze(0);
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::allclose(embed(ids, 5), expected, 0, 1e-6));
 }
 
 TEST(TokenAndPositionEmbedding, LearnedPositionsAndGradients) {
   torch::manual_seed(0);
-  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(20, 8, 10).positions(posenc::PositionKind::kLearned).scale(1.0));
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(20, 8, 10)
+                                              .positions(posenc::PositionKind::kLearned)
+                                              .scale(1.0));
   ASSERT_TRUE(embed->learned);
   EXPECT_FALSE(embed->sinusoidal);
   const auto ids = torch::tensor({{1, 2, 3}}, torch::kLong);
@@ -133,7 +145,8 @@ TEST(TokenAndPositionEmbedding, LearnedPositionsAndGradients) {
 
 TEST(TokenAndPositionEmbedding, PaddingGetsNeitherEmbeddingNorPosition) {
   torch::manual_seed(0);
-  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(20, 8, 10).padding_idx(0).scale(1.0));
+  posenc::TokenAndPositionEmbedding embed(
+      posenc::TokenAndPositionEmbeddingOptions(20, 8, 10).padding_idx(0).scale(1.0));
   const auto left = torch::tensor({{0, 0, 5, 6}}, torch::kLong);
   const auto plain = torch::tensor({{5, 6}}, torch::kLong);
   torch::NoGradGuard no_grad;
@@ -141,15 +154,17 @@ TEST(TokenAndPositionEmbedding, PaddingGetsNeitherEmbeddingNorPosition) {
   EXPECT_EQ(y[0].narrow(0, 0, 2).abs().sum().item<double>(), 0.0);
   EXPECT_TRUE(torch::equal(y[0].narrow(0, 2, 2), embed(plain)[0]));
   // A decoding step continues from the number of real tokens seen.
-  EXPECT_TRUE(torch::equal(embed(torch::tensor({{7}}, torch::kLong), 2)[0][0], embed(torch::tensor({{5, 6, 7}}, torch::kLong))[0][2]));
+  EXPECT_TRUE(torch::equal(embed(torch::tensor({{7}}, torch::kLong), 2)[0][0],
+                           embed(torch::tensor({{5, 6, 7}}, torch::kLong))[0][2]));
 }
 
 TEST(TokenAndPositionEmbedding, FeedsTransformerEncoderSequenceFirst) {
   torch::manual_seed(0);
-  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 32, 64).batch_first(false).dropout(0.1));
+  posenc::TokenAndPositionEmbedding embed(
+      posenc::TokenAndPositionEmbeddingOptions(30, 32, 64).batch_first(false).dropout(0.1));
   torch::nn::TransformerEncoder encoder(torch::nn::TransformerEncoderOptions(
       torch::nn::TransformerEncoderLayerOptions(32, 4).dim_feedforward(64), 2));
-  const auto ids = torch::randint(0, 30, {12, 2}, torch::kLong);  // [L, B]
+  const auto ids = torch::randint(0, 30, {12, 2}, torch::kLong); // [L, B]
   const auto hidden = encoder(embed(ids));
   EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{12, 2, 32}));
   hidden.sum().backward();
@@ -157,26 +172,42 @@ TEST(TokenAndPositionEmbedding, FeedsTransformerEncoderSequenceFirst) {
 }
 
 TEST(TokenAndPositionEmbedding, ErrorsAndPrinting) {
-  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).padding_idx(1));
-  EXPECT_POSENC_ERROR(embed(torch::tensor({{1, 10}}, torch::kLong)), "TokenAndPositionEmbedding: token ids must lie in [0, vocab_size) = [0, 10), but got ids from 1 to 10");
-  EXPECT_POSENC_ERROR(embed(torch::zeros({2, 3})), "TokenAndPositionEmbedding: expected integer token ids, but got Float");
-  EXPECT_POSENC_ERROR(embed(torch::zeros({3}, torch::kLong)), "expected token ids of shape [B, L] (batch_first=true), but got a 1-D tensor of shape [3]");
-  EXPECT_POSENC_ERROR(posenc::TokenAndPositionEmbedding(posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).padding_idx(10)), "padding_idx must be in [0, vocab_size) = [0, 10), but got 10");
+  posenc::TokenAndPositionEmbedding embed(
+      posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).padding_idx(1));
+  EXPECT_POSENC_ERROR(embed(torch::tensor({{1, 10}}, torch::kLong)),
+                      "TokenAndPositionEmbedding: token ids must lie in [0, vocab_size) = [0, 10), "
+                      "but got ids from 1 to 10");
+  EXPECT_POSENC_ERROR(embed(torch::zeros({2, 3})),
+                      "TokenAndPositionEmbedding: expected integer token ids, but got Float");
   EXPECT_POSENC_ERROR(
-      posenc::TokenAndPositionEmbedding(posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).positions(posenc::PositionKind::kLearned).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)),
+      embed(torch::zeros({3}, torch::kLong)),
+      "expected token ids of shape [B, L] (batch_first=true), but got a 1-D tensor of shape [3]");
+  EXPECT_POSENC_ERROR(posenc::TokenAndPositionEmbedding(
+                          posenc::TokenAndPositionEmbeddingOptions(10, 4, 8).padding_idx(10)),
+                      "padding_idx must be in [0, vocab_size) = [0, 10), but got 10");
+  EXPECT_POSENC_ERROR(
+      posenc::TokenAndPositionEmbedding(posenc::TokenAndPositionEmbeddingOptions(10, 4, 8)
+                                            .positions(posenc::PositionKind::kLearned)
+                                            .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)),
       "learned positions cannot extrapolate past max_len");
-  EXPECT_EQ(printed(*embed), "posenc::TokenAndPositionEmbedding(vocab_size=10, d_model=4, max_len=8, positions=sinusoidal, scale=2, padding_idx=1, dropout=0, batch_first=true)");
+  EXPECT_EQ(printed(*embed),
+            "posenc::TokenAndPositionEmbedding(vocab_size=10, d_model=4, max_len=8, "
+            "positions=sinusoidal, scale=2, padding_idx=1, dropout=0, batch_first=true)");
 }
 
 TEST(TokenAndPositionEmbedding, ExportEqualsModule) {
   torch::manual_seed(0);
   for (const auto kind : {posenc::PositionKind::kSinusoidal, posenc::PositionKind::kLearned}) {
-    posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(20, 8, 16).positions(kind).padding_idx(0));
+    posenc::TokenAndPositionEmbedding embed(
+        posenc::TokenAndPositionEmbeddingOptions(20, 8, 16).positions(kind).padding_idx(0));
     auto exported = posenc::to_torchscript(embed);
     const auto ids = torch::tensor({{0, 3, 4, 5}, {6, 7, 8, 0}}, torch::kLong);
     torch::NoGradGuard no_grad;
     // scale = sqrt(8): ATen's add may use one FMA where posenc's kernel rounds twice (one ulp).
-    EXPECT_TRUE(torch::allclose(exported.forward({ids, int64_t{2}}).toTensor(), embed(ids, 2), 0, 1e-6)) << kind;
-    EXPECT_TRUE(exported.named_parameters().size() == (kind == posenc::PositionKind::kLearned ? 2u : 1u));
+    EXPECT_TRUE(
+        torch::allclose(exported.forward({ids, int64_t{2}}).toTensor(), embed(ids, 2), 0, 1e-6))
+        << kind;
+    EXPECT_TRUE(exported.named_parameters().size() ==
+                (kind == posenc::PositionKind::kLearned ? 2u : 1u));
   }
 }

@@ -2,12 +2,16 @@
 // written by torch.save / torch::pickle_save.
 //
 //   posenc_test_tool jit-run MODEL ARGS OUT
-//       torch::jit::load(MODEL), call forward with the tuple stored in ARGS, save the result to OUT.
-//   posenc_test_tool load-pe --d-model D --max-len M [--base B] [--prefix P] [--non-strict] FILE OUT
+//       torch::jit::load(MODEL), call forward with the tuple stored in ARGS, save the result to
+//       OUT.
+//   posenc_test_tool load-pe --d-model D --max-len M [--base B] [--prefix P] [--non-strict] FILE
+//   OUT
 //       posenc::load_state_dict a PositionalEncoding from FILE (a Python state dict), save its pe.
 //   posenc_test_tool export-learned --d-model D --max-len M [--seed S] OUT
-//   posenc_test_tool export-token --vocab V --d-model D --max-len M [--learned] [--padding-idx P] [--seed S] OUT
-//       to_torchscript of a randomly initialized LearnedPositionalEmbedding / TokenAndPositionEmbedding.
+//   posenc_test_tool export-token --vocab V --d-model D --max-len M [--learned] [--padding-idx P]
+//   [--seed S] OUT
+//       to_torchscript of a randomly initialized LearnedPositionalEmbedding /
+//       TokenAndPositionEmbedding.
 //
 // On a c10::Error the message goes to stderr and the exit status is 1.
 
@@ -46,7 +50,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::string model_path, args_path, out_path;
-  CLI::App* jit_run = app.add_subcommand("jit-run", "Run a TorchScript file's forward on saved arguments");
+  CLI::App* jit_run =
+      app.add_subcommand("jit-run", "Run a TorchScript file's forward on saved arguments");
   jit_run->add_option("model", model_path)->required();
   jit_run->add_option("args", args_path)->required();
   jit_run->add_option("out", out_path)->required();
@@ -63,7 +68,8 @@ int main(int argc, char** argv) {
   double base = 10000.0;
   std::string prefix, checkpoint;
   bool non_strict = false;
-  CLI::App* load_pe = app.add_subcommand("load-pe", "Load a PositionalEncoding from a Python state dict");
+  CLI::App* load_pe =
+      app.add_subcommand("load-pe", "Load a PositionalEncoding from a Python state dict");
   load_pe->add_option("--d-model", d_model)->required();
   load_pe->add_option("--max-len", max_len)->required();
   load_pe->add_option("--base", base);
@@ -72,15 +78,18 @@ int main(int argc, char** argv) {
   load_pe->add_option("file", checkpoint)->required();
   load_pe->add_option("out", out_path)->required();
   load_pe->callback([&] {
-    posenc::PositionalEncoding module(posenc::PositionalEncodingOptions(d_model, max_len).base(base));
+    posenc::PositionalEncoding module(
+        posenc::PositionalEncodingOptions(d_model, max_len).base(base));
     module->pe.fill_(-7.0); // so that values not loaded are visible
-    posenc::load_state_dict(*module, checkpoint, posenc::LoadStateDictOptions().prefix(prefix).strict(!non_strict));
+    posenc::load_state_dict(
+        *module, checkpoint, posenc::LoadStateDictOptions().prefix(prefix).strict(!non_strict));
     write_value(module->pe, out_path);
   });
 
   int64_t seed = 0, vocab = 0, padding_idx = -1;
   bool learned = false;
-  CLI::App* export_learned = app.add_subcommand("export-learned", "Export a LearnedPositionalEmbedding");
+  CLI::App* export_learned =
+      app.add_subcommand("export-learned", "Export a LearnedPositionalEmbedding");
   export_learned->add_option("--d-model", d_model)->required();
   export_learned->add_option("--max-len", max_len)->required();
   export_learned->add_option("--seed", seed);

@@ -12,26 +12,24 @@ namespace functional {
 
 namespace detail {
 /// `sinusoidal_table` with raw arguments.
-at::Tensor sinusoidal_table(
-    int64_t max_len,
-    int64_t d_model,
-    double base,
-    int64_t offset,
-    ChannelLayout layout,
-    FrequencySpacing spacing,
-    at::ScalarType dtype,
-    at::Device device);
+at::Tensor sinusoidal_table(int64_t max_len,
+                            int64_t d_model,
+                            double base,
+                            int64_t offset,
+                            ChannelLayout layout,
+                            FrequencySpacing spacing,
+                            at::ScalarType dtype,
+                            at::Device device);
 
 /// `positional_encoding` with raw arguments.
-at::Tensor positional_encoding(
-    const at::Tensor& x,
-    const at::Tensor& table,
-    int64_t offset,
-    const at::Tensor& positions,
-    bool batch_first,
-    double scale,
-    double dropout,
-    bool training);
+at::Tensor positional_encoding(const at::Tensor& x,
+                               const at::Tensor& table,
+                               int64_t offset,
+                               const at::Tensor& positions,
+                               bool batch_first,
+                               double scale,
+                               double dropout,
+                               bool training);
 } // namespace detail
 
 /// The sinusoidal encoding table of "Attention Is All You Need", shape `[max_len, d_model]`:
@@ -49,13 +47,17 @@ at::Tensor positional_encoding(
 /// auto table = F::sinusoidal_table(/*max_len=*/8, /*d_model=*/6);
 /// auto t64 = F::sinusoidal_table(8, 6, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
 /// ```
-inline at::Tensor sinusoidal_table(
-    int64_t max_len,
-    int64_t d_model,
-    const SinusoidalTableFuncOptions& options = {}) {
-  return detail::sinusoidal_table(
-      max_len, d_model, options.base(), options.offset(), options.layout(), options.spacing(),
-      options.dtype(), options.device());
+inline at::Tensor sinusoidal_table(int64_t max_len,
+                                   int64_t d_model,
+                                   const SinusoidalTableFuncOptions& options = {}) {
+  return detail::sinusoidal_table(max_len,
+                                  d_model,
+                                  options.base(),
+                                  options.offset(),
+                                  options.layout(),
+                                  options.spacing(),
+                                  options.dtype(),
+                                  options.device());
 }
 
 /// Adds rows of a position table to `x` and applies dropout: `dropout(x * scale + table[p])`
@@ -74,13 +76,17 @@ inline at::Tensor sinusoidal_table(
 /// auto table = F::sinusoidal_table(5000, 512);
 /// auto y = F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().offset(16));
 /// ```
-inline at::Tensor positional_encoding(
-    const at::Tensor& x,
-    const at::Tensor& table,
-    const PositionalEncodingFuncOptions& options = {}) {
-  return detail::positional_encoding(
-      x, table, options.offset(), options.positions(), options.batch_first(), options.scale(),
-      options.dropout(), options.training());
+inline at::Tensor positional_encoding(const at::Tensor& x,
+                                      const at::Tensor& table,
+                                      const PositionalEncodingFuncOptions& options = {}) {
+  return detail::positional_encoding(x,
+                                     table,
+                                     options.offset(),
+                                     options.positions(),
+                                     options.batch_first(),
+                                     options.scale(),
+                                     options.dropout(),
+                                     options.training());
 }
 
 } // namespace functional

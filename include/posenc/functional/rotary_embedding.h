@@ -13,10 +13,9 @@ namespace functional {
 /// The rotary caches: `cos` and `sin` of `position * base^(-2i / rotary_dim)` for positions
 /// `0 .. max_len - 1` and `i < rotary_dim / 2`, two `[max_len, rotary_dim / 2]` tensors computed
 /// in float64 and rounded once to `options.dtype()`.
-std::pair<at::Tensor, at::Tensor> rotary_tables(
-    int64_t max_len,
-    int64_t rotary_dim,
-    const RotaryTablesFuncOptions& options = {});
+std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len,
+                                                int64_t rotary_dim,
+                                                const RotaryTablesFuncOptions& options = {});
 
 /// Rotates queries or keys `x` (`[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) by the
 /// positions' angles: the functional form of `RotaryEmbedding::forward`. `cos`/`sin` come from
@@ -29,11 +28,10 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(
 /// auto [cos, sin] = F::rotary_tables(4096, 64);
 /// auto q_rot = F::rotary_embedding(q, cos, sin, F::RotaryEmbeddingFuncOptions().offset(past));
 /// ```
-at::Tensor rotary_embedding(
-    const at::Tensor& x,
-    const at::Tensor& cos,
-    const at::Tensor& sin,
-    const RotaryEmbeddingFuncOptions& options = {});
+at::Tensor rotary_embedding(const at::Tensor& x,
+                            const at::Tensor& cos,
+                            const at::Tensor& sin,
+                            const RotaryEmbeddingFuncOptions& options = {});
 
 } // namespace functional
 } // namespace posenc

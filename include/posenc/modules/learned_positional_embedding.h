@@ -78,7 +78,9 @@ class LearnedPositionalEmbeddingImpl : public torch::nn::Cloneable<LearnedPositi
   FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(int64_t{0})})
 
  private:
-  torch::Tensor forward_impl(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions);
+  torch::Tensor forward_impl(const torch::Tensor& x,
+                             int64_t offset,
+                             const torch::Tensor& positions);
 };
 
 /// A `ModuleHolder` subclass for `LearnedPositionalEmbeddingImpl`.

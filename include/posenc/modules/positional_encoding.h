@@ -86,8 +86,12 @@ class PositionalEncodingImpl : public torch::nn::Cloneable<PositionalEncodingImp
 
  private:
   torch::Tensor build_table(torch::Dtype dtype, torch::Device device) const;
-  torch::Tensor forward_impl(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions);
-  void to_impl(c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype, bool non_blocking);
+  torch::Tensor forward_impl(const torch::Tensor& x,
+                             int64_t offset,
+                             const torch::Tensor& positions);
+  void to_impl(c10::optional<torch::Device> device,
+               c10::optional<torch::Dtype> dtype,
+               bool non_blocking);
 };
 
 /// A `ModuleHolder` subclass for `PositionalEncodingImpl`. See its documentation, and

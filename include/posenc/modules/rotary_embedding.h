@@ -41,7 +41,8 @@ class RotaryEmbeddingImpl : public torch::nn::Cloneable<RotaryEmbeddingImpl> {
   void reset() override;
 
   /// Pretty prints the module, e.g.
-  /// `posenc::RotaryEmbedding(head_dim=64, max_len=2048, rotary_dim=64, base=10000, pairing=half_split, heads_first=false)`.
+  /// `posenc::RotaryEmbedding(head_dim=64, max_len=2048, rotary_dim=64, base=10000,
+  /// pairing=half_split, heads_first=false)`.
   void pretty_print(std::ostream& stream) const override;
 
   /// Rotates `x` (`[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) for positions
@@ -71,8 +72,12 @@ class RotaryEmbeddingImpl : public torch::nn::Cloneable<RotaryEmbeddingImpl> {
 
  private:
   void rebuild(torch::Dtype dtype, torch::Device device);
-  torch::Tensor forward_impl(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions);
-  void to_impl(c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype, bool non_blocking);
+  torch::Tensor forward_impl(const torch::Tensor& x,
+                             int64_t offset,
+                             const torch::Tensor& positions);
+  void to_impl(c10::optional<torch::Device> device,
+               c10::optional<torch::Dtype> dtype,
+               bool non_blocking);
 };
 
 /// A `ModuleHolder` subclass for `RotaryEmbeddingImpl`.

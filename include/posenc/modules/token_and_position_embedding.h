@@ -21,11 +21,10 @@ namespace functional {
 /// token_and_position_embedding operator): the functional form of TokenAndPositionEmbedding.
 /// `tokens` are int64 `[B, L]` (or `[L, B]`), `weight` `[vocab, D]`, `table` `[max_len, D]` or
 /// `[1, max_len, D]`; the result is `[B, L, D]` (`[L, B, D]`) in the weight's dtype.
-at::Tensor token_and_position_embedding(
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    const TokenAndPositionEmbeddingFuncOptions& options = {});
+at::Tensor token_and_position_embedding(const at::Tensor& tokens,
+                                        const at::Tensor& weight,
+                                        const at::Tensor& table,
+                                        const TokenAndPositionEmbeddingFuncOptions& options = {});
 } // namespace functional
 
 /// The block that starts every transformer: `dropout(token_embedding(ids) * scale + positions)`.
@@ -38,22 +37,25 @@ at::Tensor token_and_position_embedding(
 ///
 /// Example:
 /// ```
-/// posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(1000, 256, 512).batch_first(false));
-/// torch::nn::TransformerEncoder encoder(torch::nn::TransformerEncoderOptions(
+/// posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(1000, 256,
+/// 512).batch_first(false)); torch::nn::TransformerEncoder
+/// encoder(torch::nn::TransformerEncoderOptions(
 ///     torch::nn::TransformerEncoderLayerOptions(256, 8), 6));
 /// auto hidden = encoder(embed(ids));   // ids: [L, B] int64
 /// ```
 class TokenAndPositionEmbeddingImpl : public torch::nn::Cloneable<TokenAndPositionEmbeddingImpl> {
  public:
   TokenAndPositionEmbeddingImpl(int64_t vocab_size, int64_t d_model, int64_t max_len)
-      : TokenAndPositionEmbeddingImpl(TokenAndPositionEmbeddingOptions(vocab_size, d_model, max_len)) {}
+      : TokenAndPositionEmbeddingImpl(
+            TokenAndPositionEmbeddingOptions(vocab_size, d_model, max_len)) {}
   explicit TokenAndPositionEmbeddingImpl(const TokenAndPositionEmbeddingOptions& options_);
 
   /// Checks `options` and builds the submodules.
   void reset() override;
 
   /// Pretty prints the module, e.g.
-  /// `posenc::TokenAndPositionEmbedding(vocab_size=1000, d_model=256, max_len=512, positions=sinusoidal, scale=16, dropout=0, batch_first=true)`.
+  /// `posenc::TokenAndPositionEmbedding(vocab_size=1000, d_model=256, max_len=512,
+  /// positions=sinusoidal, scale=16, dropout=0, batch_first=true)`.
   void pretty_print(std::ostream& stream) const override;
 
   /// Embeds token ids (`[B, L]` or `[L, B]`, integral, in [0, vocab_size)) at positions

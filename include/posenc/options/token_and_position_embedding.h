@@ -15,7 +15,8 @@ namespace posenc {
 /// Example:
 /// ```
 /// posenc::TokenAndPositionEmbedding embed(
-///     posenc::TokenAndPositionEmbeddingOptions(/*vocab_size=*/32000, /*d_model=*/512, /*max_len=*/2048)
+///     posenc::TokenAndPositionEmbeddingOptions(/*vocab_size=*/32000, /*d_model=*/512,
+///     /*max_len=*/2048)
 ///         .padding_idx(0)
 ///         .dropout(0.1));
 /// ```

@@ -25,7 +25,8 @@ namespace ops {
 /// The type a kernel computes in: float for float16/bfloat16/float32 operands, double as soon as
 /// either operand is double (the same promotion ATen applies).
 template <typename A, typename B>
-using acc_type_t = std::conditional_t<std::is_same<A, double>::value || std::is_same<B, double>::value, double, float>;
+using acc_type_t = std::
+    conditional_t<std::is_same<A, double>::value || std::is_same<B, double>::value, double, float>;
 
 /// Loads a value into the compute type. bfloat16 is widened with integer operations (a 16-bit
 /// shift), which compilers vectorize; c10::BFloat16's own conversion is the same value.
@@ -64,8 +65,8 @@ struct SequenceRows {
   int64_t length;
   bool batch_first;
   int64_t offset;
-  const int64_t* positions;  // null: offset form
-  bool per_sequence;          // positions shaped like the input's first two dimensions
+  const int64_t* positions; // null: offset form
+  bool per_sequence;        // positions shaped like the input's first two dimensions
 
   C10_HOST_DEVICE int64_t position(int64_t i) const {
     if (per_sequence) {
