@@ -14,10 +14,13 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <sstream>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -167,6 +170,22 @@ void check_values(const torch::Tensor& y,
   }
 }
 
+// The TorchScript export of an eval-mode module must compute the same values as the module (or
+// fail: TorchScript's own errors are not c10::Errors, and are accepted here).
+void check_export(const posenc::PositionalEncoding& pe,
+                  const torch::Tensor& x,
+                  int64_t offset,
+                  const posenc::PositionalEncodingOptions& options) {
+  torch::Tensor exported;
+  try {
+    exported = posenc::to_torchscript(pe).forward({x.clone(), offset}).toTensor();
+  } catch (const std::exception&) {
+    return;
+  }
+  check_result(exported, x);
+  check_values(exported, x, pe->pe, offset, options.batch_first(), options.scale());
+}
+
 void fuzz_sinusoidal(FuzzedDataProvider& in) {
   posenc::PositionalEncodingOptions options(pick_size(in, 48), pick_size(in, 64));
   options
@@ -190,8 +209,13 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
   if (in.ConsumeBool()) {
     pe->to(in.ConsumeBool() ? torch::kDouble : torch::kBFloat16);
   }
-  const auto x = pick_input(in, options.d_model());
-  const auto original = x.clone();
+  auto x = pick_input(in, options.d_model());
+  const auto original = x.detach().clone();
+  const bool with_grad = in.ConsumeIntegralInRange<int>(0, 3) == 0 && !x.is_meta() &&
+                         at::isFloatingType(x.scalar_type());
+  if (with_grad) {
+    x.requires_grad_(true);  // a leaf: in-place forwards must refuse it with a c10::Error
+  }
   torch::Tensor y;
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
     case 0: {
@@ -199,8 +223,21 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
                                               : in.ConsumeIntegral<int64_t>();
       y = pe(x, offset);
       check_result(y, original);
-      if (!pe->is_training() || options.dropout() == 0.0) {
-        check_values(y, original, pe->pe, offset, options.batch_first(), options.scale());
+      if (pe->is_training() && options.dropout() != 0.0) {
+        return;
+      }
+      check_values(y.detach(), original, pe->pe, offset, options.batch_first(), options.scale());
+      if (with_grad) {
+        // d(x * scale + pe)/dx = scale, in x's dtype.
+        y.sum().backward();
+        if (!torch::equal(x.grad(), torch::full_like(original, options.scale()))) {
+          std::cerr << "posenc_fuzzer: wrong gradient for x " << x.sizes() << " " << x.scalar_type()
+                    << ", scale " << options.scale() << "\n";
+          abort();
+        }
+      }
+      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && !pe->is_training()) {
+        check_export(pe, original, offset, options);
       }
       return;
     }
@@ -354,10 +391,33 @@ void fuzz_ops(FuzzedDataProvider& in) {
   }
 }
 
+// posenc::load_state_dict of `bytes` into a PositionalEncoding whose table has `shape`: a load
+// that fails must leave the module exactly as it was; one that succeeds, a finite table.
+void load_into_module(const std::string& bytes, const std::vector<int64_t>& shape, bool strict) {
+  static const std::string path = "/tmp/posenc_fuzzer_" + std::to_string(::getpid()) + ".pt";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  posenc::PositionalEncoding pe(shape[2], shape[1]);
+  const auto before = pe->pe.clone();
+  try {
+    posenc::load_state_dict(*pe, path, posenc::LoadStateDictOptions().strict(strict));
+  } catch (const c10::Error&) {
+    if (!torch::equal(pe->pe, before)) {
+      abort();  // a failed load changed the module
+    }
+    return;
+  }
+  if (pe->pe.sizes() != before.sizes() || !pe->pe.isfinite().all().item<bool>()) {
+    abort();
+  }
+}
+
 // The rest of the input as a pickle inside a well-formed archive (with a storage record), or as a
 // raw file: posenc's reader of Python checkpoints.
 void fuzz_reader(FuzzedDataProvider& in) {
-  const bool raw = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  // One byte decides: a raw file (v % 4 == 0), and whether a file that reads is then loaded into
+  // a module with posenc::load_state_dict (v >= 4; strict when v % 4 == 1).
+  const int choice = in.ConsumeIntegralInRange<int>(0, 7);
+  const bool raw = choice % 4 == 0;
   const std::string storage = in.ConsumeBytesAsString(in.ConsumeIntegralInRange<size_t>(0, 64));
   const std::string pickle = in.ConsumeRemainingBytesAsString();
   std::string bytes;
@@ -376,11 +436,19 @@ void fuzz_reader(FuzzedDataProvider& in) {
   }
   std::istringstream stream(bytes);
   const auto entries = posenc::detail::read_torch_save_state_dict(stream, "fuzz");
+  std::vector<int64_t> shape = {1, 4, 4};
   for (const auto& entry : entries) {
     if (!entry.second.defined()) {
       abort();
     }
     (void)entry.second.sum(); // the rebuilt tensor's memory must be readable in full
+    if (entry.second.dim() == 3 && entry.second.size(0) == 1 && entry.second.numel() > 0 &&
+        entry.second.numel() <= 4096) {
+      shape = entry.second.sizes().vec();  // a table a module could take
+    }
+  }
+  if (choice >= 4) {
+    load_into_module(bytes, shape, choice % 4 == 1);
   }
 }
 

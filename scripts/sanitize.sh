@@ -53,7 +53,7 @@ for step in "${steps[@]}"; do
       grep '^stat::' "$log" || true
       ;;
     tsan)
-      echo "=== sanitize: ThreadSanitizer, concurrency tests (build/tsan)"
+      echo "=== sanitize: ThreadSanitizer, reliability suite (build/tsan)"
       cmake --preset tsan >build/tsan.configure.log 2>&1 || { cat build/tsan.configure.log; exit 1; }
       cmake --build build/tsan -j "$(nproc)" --target reliability_test
       # Archer (LLVM's OpenMP tool for TSan) tells TSan about the synchronization inside the OpenMP

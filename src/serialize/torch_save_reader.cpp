@@ -49,7 +49,7 @@ struct Value {
   at::Tensor tensor;                                  // storage (1-D, its dtype) or tensor
 };
 
-ValuePtr make(Value::Kind kind) {
+ValuePtr make_value(Value::Kind kind) {
   auto value = std::make_shared<Value>();
   value->kind = kind;
   return value;
@@ -112,6 +112,17 @@ class Unpickler {
             const char* data,
             size_t size)
       : reader_(reader), what_(std::move(what)), data_(data), size_(size) {}
+
+  // A hostile pickle can make a list or dict hold itself (through the memo): a cycle of shared
+  // pointers that would never be freed. Emptying every container made here breaks them all.
+  ~Unpickler() {
+    for (const ValuePtr& value : created_) {
+      value->items.clear();
+      value->entries.clear();
+    }
+  }
+  Unpickler(const Unpickler&) = delete;
+  Unpickler& operator=(const Unpickler&) = delete;
 
   ValuePtr run() {
     while (true) {
@@ -299,6 +310,11 @@ class Unpickler {
   }
 
  private:
+  ValuePtr make(Value::Kind kind) {
+    created_.push_back(make_value(kind));
+    return created_.back();
+  }
+
   // --- input ---------------------------------------------------------------------------------
   const char* read_bytes(size_t n) {
     TORCH_CHECK(n <= size_ - position_,
@@ -611,6 +627,7 @@ class Unpickler {
   size_t size_;
   size_t position_ = 0;
   std::vector<ValuePtr> stack_;
+  std::vector<ValuePtr> created_; // every value made here, emptied by the destructor
   std::vector<size_t> marks_;
   std::unordered_map<int64_t, ValuePtr> memo_;
   int64_t next_memo_ = 0;
