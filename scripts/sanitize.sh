@@ -58,7 +58,8 @@ for step in "${steps[@]}"; do
       cmake --build build/tsan -j "$(nproc)" --target reliability_test
       # Archer (LLVM's OpenMP tool for TSan) tells TSan about the synchronization inside the OpenMP
       # runtime that at::parallel_for uses; without it every parallel region is a false report.
-      OMP_TOOL_LIBRARIES=/usr/lib/llvm-14/lib/libarcher.so TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+      OMP_TOOL_LIBRARIES=/usr/lib/llvm-14/lib/libarcher.so \
+        TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/test/sanitizers/tsan.supp" \
         build/tsan/test/reliability_test
       ;;
     valgrind)
