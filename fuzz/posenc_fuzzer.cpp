@@ -4,9 +4,11 @@
 // and dtype (a reader: defined, fully readable tensors), or throws c10::Error. Any other exception
 // escapes to libFuzzer and is reported as a crash, as are the sanitizers' findings.
 
+#include <posenc/export.h>
+#include <posenc/io/state_dict.h>
 #include <posenc/posenc.h>
 
-#include "serialize/torch_save_reader.h"
+#include "io/torch_save_reader.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>

@@ -1,6 +1,7 @@
 #pragma once
 
-/// TorchScript export of posenc's modules.
+/// TorchScript export of posenc's modules. An opt-in header: include it where the export is used
+/// (it brings in LibTorch's TorchScript module API, `torch/csrc/jit/api/module.h`).
 ///
 /// A C++ `torch::nn::Module` cannot be scripted or traced, so posenc writes the TorchScript itself:
 /// `to_torchscript` returns a `torch::jit::Module` that holds a copy of the module's tensors (the
@@ -12,6 +13,9 @@
 ///
 /// Methods of every exported module: `forward(x, offset: int = 0)` and
 /// `forward_positions(x, positions)`; sequence modules also `forward_padded(x, padding_mask)`.
+/// Their TorchScript source is the Python files of posenc's `src/export/torchscript/`, embedded in
+/// the library at build time; besides the tensors, an exported module carries the attributes those
+/// methods read (e.g. `who`, the module's name in the error messages, `max_len`, `extrapolate`).
 /// Dropout, a training-only operation, is not exported. Encodings past `max_len` under
 /// BeyondMaxLen::kExtrapolate are computed with PyTorch's float64 sin/cos, which can differ from
 /// the C++ module's in the last bit after rounding to float32.

@@ -12,29 +12,35 @@
 ///       str channels="interleaved", str frequencies="paper", ScalarType? dtype=None,
 ///       Device? device=None) -> Tensor
 ///   posenc::add_position_table(Tensor x, Tensor table, int offset=0, bool batch_first=True,
-///       Tensor? positions=None, float scale=1.) -> Tensor
-///   posenc::add_position_table_backward(Tensor grad, Tensor table, int offset, bool batch_first,
-///       Tensor? positions=None) -> Tensor
+///       Tensor? positions=None, float scale=1., Tensor? columns=None) -> Tensor
 ///   posenc::add_positional_encoding(Tensor x, int offset=0, float base=10000.,
 ///       bool batch_first=True, Tensor? positions=None, float scale=1.,
 ///       str channels="interleaved", str frequencies="paper") -> Tensor
 ///   posenc::apply_rotary(Tensor x, Tensor cos, Tensor sin, int offset=0, Tensor? positions=None,
-///       bool interleaved=False, bool heads_first=False, bool inverse=False) -> Tensor
+///       bool interleaved=False, bool heads_first=False, bool inverse=False,
+///       Tensor? inv_freq=None, float attention_factor=1.) -> Tensor
 ///   posenc::add_position_table_(Tensor(a!) x, ...same as add_position_table...) -> ()
 ///   posenc::add_position_table_out(...same..., *, Tensor(a!) out) -> ()
 ///   posenc::apply_rotary_(Tensor(a!) x, ...same as apply_rotary...) -> ()
 ///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
 ///       bool batch_first=True, Tensor? positions=None, float scale=1., int padding_idx=-1,
-///       float dropout=0., bool train=False) -> (Tensor, Tensor)
-///   posenc::token_and_position_embedding_backward(Tensor grad, Tensor mask, Tensor tokens,
-///       Tensor weight, Tensor table, int offset, bool batch_first, Tensor? positions, float scale,
-///       int padding_idx, float dropout, bool[2] output_mask) -> (Tensor, Tensor)
+///       float dropout=0., bool train=False, Tensor? columns=None) -> (Tensor, Tensor)
 ///
 /// The in-place and out variants return nothing (the way mutating custom operators compose with
-/// torch.compile and torch.export); the C++ functions below return the mutated tensor.
+/// torch.compile and torch.export); the C++ functions below return the mutated tensor. The
+/// gradients are the private operators `posenc::_add_position_table_backward` and
+/// `posenc::_token_and_position_embedding_backward`, not part of this API.
 ///
 /// Positions: `offset` selects `offset .. offset + L - 1`; `positions` (int64, `[L]` or one row
-/// per sequence) selects any, with -1 marking padding (no encoding added / no rotation).
+/// per sequence) selects any, with -1 marking padding (no encoding added / no rotation). Reading
+/// the positions' range (and the token ids') is one device-to-host copy per call.
+///
+/// Positions past a table: an error, unless the encoding's definition is passed as data, as
+/// llama.cpp passes its frequencies: `columns`, the float64 `[2, D]` column plan of a sinusoidal
+/// table (row 0 each column's frequency, row 1 its kind: 0 sine, 1 cosine, 2 zero; what
+/// `PositionalEncoding` passes), or `inv_freq`, the float64 `[R/2]` frequencies of rotary caches
+/// (with `attention_factor`, the factor the caches' cos/sin carry). Rows past the table are then
+/// computed in float64 on the host, exactly as the table's own rows were. Keep them on the CPU.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -64,21 +70,15 @@ at::Tensor sinusoidal_table(int64_t max_len,
 /// `x * scale + table[positions]` broadcast over the batch, in the dtype of `x` (formed in at
 /// least float32, rounded once). `x` is `[B, L, D]` (`batch_first`) or `[L, B, D]`; `table` is
 /// `[max_len, D]` or `[1, max_len, D]`. Differentiable with respect to `x` and `table` (the
-/// batch-summed gradient lands in the rows used), so a trainable table works too.
+/// batch-summed gradient lands in the rows used), so a trainable table works too; a table extended
+/// by `columns` gets no gradient.
 at::Tensor add_position_table(const at::Tensor& x,
                               const at::Tensor& table,
                               int64_t offset = 0,
                               bool batch_first = true,
                               const c10::optional<at::Tensor>& positions = c10::nullopt,
-                              double scale = 1.0);
-
-/// The gradient of `add_position_table` with respect to `table`: shaped like `table`, holding
-/// `grad` summed into the rows it was added from (zeros elsewhere).
-at::Tensor add_position_table_backward(const at::Tensor& grad,
-                                       const at::Tensor& table,
-                                       int64_t offset,
-                                       bool batch_first,
-                                       const c10::optional<at::Tensor>& positions);
+                              double scale = 1.0,
+                              const c10::optional<at::Tensor>& columns = c10::nullopt);
 
 /// `x * scale + PE(positions)` without a precomputed table: the rows needed are computed in
 /// float64 for every call (float64 rows for float64 inputs, float32 otherwise), for any position.
@@ -97,7 +97,8 @@ at::Tensor add_positional_encoding(const at::Tensor& x,
 /// and sines are the rows `positions` of `cos` and `sin` (`[max_len, R/2]`); channels past `R`
 /// pass through. Pairs are (i, i + R/2) or, with `interleaved`, (2i, 2i + 1). `inverse` rotates
 /// back. The result has the dtype of `x` (computed in at least float32). Differentiable with
-/// respect to `x`; `cos` and `sin` must not require grad.
+/// respect to `x`; `cos` and `sin` must not require grad. With `inv_freq`, positions past the
+/// caches are computed from it.
 at::Tensor apply_rotary(const at::Tensor& x,
                         const at::Tensor& cos,
                         const at::Tensor& sin,
@@ -105,7 +106,9 @@ at::Tensor apply_rotary(const at::Tensor& x,
                         const c10::optional<at::Tensor>& positions = c10::nullopt,
                         bool interleaved = false,
                         bool heads_first = false,
-                        bool inverse = false);
+                        bool inverse = false,
+                        const c10::optional<at::Tensor>& inv_freq = c10::nullopt,
+                        double attention_factor = 1.0);
 
 /// `add_position_table` in place: `x = x * scale + table[positions]`. Returns `x`. Autograd treats
 /// it like any in-place operation (x must not be a leaf that requires grad).
@@ -114,7 +117,8 @@ at::Tensor& add_position_table_(at::Tensor& x,
                                 int64_t offset = 0,
                                 bool batch_first = true,
                                 const c10::optional<at::Tensor>& positions = c10::nullopt,
-                                double scale = 1.0);
+                                double scale = 1.0,
+                                const c10::optional<at::Tensor>& columns = c10::nullopt);
 
 /// `add_position_table` into a caller-owned `out` (of x's shape, dtype and device, or empty to be
 /// resized): no allocation per call. Not differentiable. Returns `out`.
@@ -124,7 +128,8 @@ at::Tensor& add_position_table_out(at::Tensor& out,
                                    int64_t offset = 0,
                                    bool batch_first = true,
                                    const c10::optional<at::Tensor>& positions = c10::nullopt,
-                                   double scale = 1.0);
+                                   double scale = 1.0,
+                                   const c10::optional<at::Tensor>& columns = c10::nullopt);
 
 /// `apply_rotary` in place. Returns `x`.
 at::Tensor& apply_rotary_(at::Tensor& x,
@@ -134,13 +139,19 @@ at::Tensor& apply_rotary_(at::Tensor& x,
                           const c10::optional<at::Tensor>& positions = c10::nullopt,
                           bool interleaved = false,
                           bool heads_first = false,
-                          bool inverse = false);
+                          bool inverse = false,
+                          const c10::optional<at::Tensor>& inv_freq = c10::nullopt,
+                          double attention_factor = 1.0);
 
 /// Token embedding, scale, positions and dropout in one pass: `dropout(weight[tokens] * scale +
 /// table[positions])`. `tokens` is int64 `[B, L]` (`batch_first`) or `[L, B]`; the output is
 /// `[B, L, D]` / `[L, B, D]` in the weight's dtype. Returns the output and the dropout mask
 /// (bool, of the output's shape; empty unless `train` and `dropout > 0`). Differentiable with
 /// respect to `weight` (rows `padding_idx` get no gradient) and `table`.
+///
+/// Dropout: the mask is drawn from the default generator of the device (one 64-bit draw on the
+/// CPU, a Philox offset on CUDA) and depends only on the seed, the device and the output's shape:
+/// never on the layout of the arguments or on which kernel ran.
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     const at::Tensor& tokens,
     const at::Tensor& weight,
@@ -151,31 +162,16 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     double scale = 1.0,
     int64_t padding_idx = -1,
     double dropout = 0.0,
-    bool train = false);
-
-/// The gradients of `token_and_position_embedding` with respect to `weight` and `table` (each
-/// computed when its `output_mask` entry is set).
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
-    const at::Tensor& grad,
-    const at::Tensor& mask,
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    const c10::optional<at::Tensor>& positions,
-    double scale,
-    int64_t padding_idx,
-    double dropout,
-    std::array<bool, 2> output_mask);
+    bool train = false,
+    const c10::optional<at::Tensor>& columns = c10::nullopt);
 
 } // namespace ops
 
 namespace detail {
-/// Returns the number of operators posenc registers. Referenced below so that any program that
-/// includes this header keeps libposenc (and with it the registrations) even when linked with
-/// --as-needed, as torchvision does for its ops.
-int64_t registered_op_count();
-inline const auto registered_op_count_anchor = &registered_op_count;
+/// Registers nothing itself: referenced below so that any program that includes this header keeps
+/// libposenc (and with it the operator registrations) even when linked with --as-needed, as
+/// torchvision does for its ops. Returns the operator namespace, "posenc".
+const char* operator_namespace();
+inline const auto operator_namespace_anchor = &operator_namespace;
 } // namespace detail
 } // namespace posenc

@@ -2,13 +2,20 @@
 
 /// posenc: positional encodings for LibTorch.
 ///
-/// `#include <posenc/posenc.h>` brings in every public module, options struct and function.
+/// `#include <posenc/posenc.h>` brings in every public module, options struct and function of the
+/// `posenc::posenc` library. Two parts are opt-in, so that the umbrella pulls in neither
+/// TorchScript's (JIT) headers nor a second library:
+///  - exporting modules to TorchScript: `#include <posenc/export.h>` (`posenc::to_torchscript`,
+///    part of `posenc::posenc`);
+///  - loading Python state dicts: `#include <posenc/io/state_dict.h>` and link the target
+///    `posenc::io` (`posenc::load_state_dict`).
 
 #include <posenc/enums.h>
-#include <posenc/export.h>
 #include <posenc/functional/positional_encoding.h>
 #include <posenc/functional/positions.h>
 #include <posenc/functional/rotary_embedding.h>
+#include <posenc/functional/token_and_position_embedding.h>
+#include <posenc/modules/encoding_base.h>
 #include <posenc/modules/learned_positional_embedding.h>
 #include <posenc/modules/positional_encoding.h>
 #include <posenc/modules/rotary_embedding.h>
@@ -18,5 +25,4 @@
 #include <posenc/options/positional_encoding.h>
 #include <posenc/options/rotary_embedding.h>
 #include <posenc/options/token_and_position_embedding.h>
-#include <posenc/serialize.h>
 #include <posenc/version.h>

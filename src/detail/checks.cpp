@@ -1,11 +1,45 @@
 #include "detail/checks.h"
 
+#include <ATen/record_function.h>
+#include <ATen/ops/aminmax.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/stack.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <limits>
+#include <tuple>
 
 namespace posenc {
 namespace detail {
+
+namespace {
+thread_local const char* caller_name = nullptr;
+thread_local const char* caller_advice = "";
+} // namespace
+
+CallerScope::CallerScope(const char* name, const char* hint)
+    : previous_name_(caller_name), previous_hint_(caller_advice) {
+  caller_name = name;
+  caller_advice = hint;
+}
+
+CallerScope::~CallerScope() {
+  caller_name = previous_name_;
+  caller_advice = previous_hint_;
+}
+
+const char* caller_or(const char* op_name) {
+  return caller_name != nullptr ? caller_name : op_name;
+}
+
+const char* caller_hint() {
+  return caller_advice;
+}
+
+const char* sequence_layout(bool batch_first) {
+  return batch_first ? "[B, L] (batch_first=true)" : "[L, B] (batch_first=false)";
+}
 
 void check_dropout(const char* who, double p) {
   TORCH_CHECK(p >= 0.0 && p <= 1.0,
@@ -13,6 +47,10 @@ void check_dropout(const char* who, double p) {
               ": dropout must be in [0, 1], but got ",
               p,
               "; pass the probability of zeroing an element (0 disables dropout)");
+}
+
+void check_scale(const char* who, double scale) {
+  TORCH_CHECK(std::isfinite(scale), who, ": scale must be finite, but got ", scale);
 }
 
 void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype) {
@@ -23,6 +61,20 @@ void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype)
               " must be float16, bfloat16, float32 or float64, but got ",
               dtype,
               "; positional encodings are sines and cosines and need a floating dtype");
+}
+
+void check_table_size(
+    const char* who, const char* what, int64_t rows, int64_t width, const char* lower) {
+  TORCH_CHECK(rows <= kMaxTableElements / width,
+              who,
+              ": ",
+              what,
+              " = ",
+              rows,
+              " * ",
+              width,
+              " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower ",
+              lower);
 }
 
 void check_sequence_input(const char* who,
@@ -66,9 +118,18 @@ void check_sequence_input(const char* who,
               " or project the input to ",
               d_model,
               " features");
+  check_input_device(who, x, device, "the encoding table");
+}
+
+void check_input_device(const char* who,
+                        const at::Tensor& x,
+                        const c10::Device& device,
+                        const char* table_name) {
   TORCH_CHECK(x.device() == device,
               who,
-              ": expected the input on the device of the encoding table (",
+              ": expected the input on the device of ",
+              table_name,
+              " (",
               device,
               "), but got an input on ",
               x.device(),
@@ -77,6 +138,36 @@ void check_sequence_input(const char* who,
               ") or the input with x.to(",
               device,
               ")");
+}
+
+void check_positions_device(const char* who,
+                            const at::Tensor& positions,
+                            const c10::Device& device) {
+  TORCH_CHECK(positions.device() == device,
+              who,
+              ": positions must be on the input's device (",
+              device,
+              "), but got ",
+              positions.device());
+}
+
+void check_no_offset_with_positions(const char* who, int64_t offset) {
+  TORCH_CHECK(offset == 0,
+              who,
+              ": pass either an offset or explicit positions, not both (got offset = ",
+              offset,
+              ")");
+}
+
+void check_offset_start(const char* who, int64_t offset, int64_t length) {
+  TORCH_CHECK(
+      offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
+  TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - length,
+              who,
+              ": offset + L must fit in int64, but got offset = ",
+              offset,
+              " and L = ",
+              length);
 }
 
 void check_offset(
@@ -113,9 +204,83 @@ TableShape check_table(const char* who, const at::Tensor& table) {
   return {table.size(-2), table.size(-1)};
 }
 
-at::Tensor table_rows(const char* who, const at::Tensor& table) {
-  check_table(who, table);
+at::Tensor table_rows(const at::Tensor& table) {
   return table.dim() == 3 ? table.select(0, 0) : table;
+}
+
+void check_positions_form(const char* who,
+                          const at::Tensor& positions,
+                          int64_t length,
+                          at::IntArrayRef per_sequence,
+                          const char* per_sequence_name,
+                          const c10::Device& device) {
+  TORCH_CHECK(positions.defined(), who, ": positions are undefined");
+  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false),
+              who,
+              ": positions must be an integer tensor (int64 or int32), but got ",
+              positions.scalar_type());
+  const bool shared = positions.dim() == 1 && positions.size(0) == length;
+  const bool each = positions.dim() == 2 && positions.sizes() == per_sequence;
+  TORCH_CHECK(shared || each,
+              who,
+              ": positions must have shape [L] = [",
+              length,
+              "] or ",
+              per_sequence_name,
+              " = ",
+              per_sequence,
+              ", but got ",
+              positions.sizes());
+  check_positions_device(who, positions, device);
+}
+
+void check_positions_range(
+    const char* who, int64_t smallest, int64_t largest, int64_t limit, const char* hint) {
+  TORCH_CHECK(
+      smallest >= -1, who, ": positions must be >= -1 (-1 marks padding), but got ", smallest);
+  TORCH_CHECK(limit < 0 || largest < limit,
+              who,
+              ": positions must be < max_len (",
+              limit,
+              "), but got ",
+              largest,
+              "; build the module with max_len >= ",
+              static_cast<double>(largest) + 1,
+              hint);
+}
+
+HostValues host_read(std::initializer_list<at::Tensor> ranged, const at::Tensor& whole) {
+  RECORD_FUNCTION("posenc::host_read", std::vector<c10::IValue>());
+  std::vector<at::Tensor> parts;
+  if (whole.defined()) {
+    parts.push_back(whole.reshape({-1}).to(at::kLong));
+  }
+  for (const at::Tensor& t : ranged) {
+    if (t.defined() && t.numel() > 0) {
+      at::Tensor low;
+      at::Tensor high;
+      std::tie(low, high) = at::aminmax(t);
+      parts.push_back(at::stack({low, high}).to(at::kLong));
+    }
+  }
+  HostValues result;
+  const at::Tensor host = parts.empty() ? at::Tensor()
+                          : parts.size() == 1 ? parts[0].to(at::kCPU).contiguous()
+                                              : at::cat(parts).to(at::kCPU).contiguous();
+  const int64_t* values = host.defined() ? host.data_ptr<int64_t>() : nullptr;
+  if (whole.defined()) {
+    result.whole = host.narrow(0, 0, whole.numel()).view(whole.sizes());
+    values += whole.numel();
+  }
+  for (const at::Tensor& t : ranged) {
+    if (t.defined() && t.numel() > 0) {
+      result.ranges.emplace_back(values[0], values[1]);
+      values += 2;
+    } else {
+      result.ranges.emplace_back(0, -1);
+    }
+  }
+  return result;
 }
 
 } // namespace detail

@@ -1,12 +1,15 @@
 #pragma once
 
-// Argument checks shared by the modules, the functional forms and the ops. Every message says what
+// Argument checks shared by the ops, the functional forms and the modules. Every message says what
 // must hold, what was given and what to do; `who` names the public entry point that was called.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 
 namespace posenc {
 namespace detail {
@@ -14,17 +17,57 @@ namespace detail {
 /// Passed as `d_model` to check_sequence_input when any width is accepted.
 constexpr int64_t kAnyWidth = -1;
 
+/// Largest table posenc allocates, in elements: 2^28 (1 GiB in float32, e.g. 262144 positions of
+/// width 1024; further positions can be extrapolated on the fly). Larger requests are rejected
+/// before anything is allocated.
+constexpr int64_t kMaxTableElements = int64_t{1} << 28;
+
 /// True for the dtypes posenc computes in: float16, bfloat16, float32 and float64.
 inline bool is_supported_float(c10::ScalarType dtype) {
   return dtype == c10::kHalf || dtype == c10::kBFloat16 || dtype == c10::kFloat ||
          dtype == c10::kDouble;
 }
 
+/// Names the public entry point (a module or a functional form) that a call came through, for the
+/// messages of the operators it calls, and the advice it adds to a position past its table. Set by
+/// a module around its operator call, on the calling thread only:
+///
+///   detail::CallerScope caller("PositionalEncoding", " or pass beyond_max_len(...)");
+///   return ops::add_position_table(...);   // errors read "PositionalEncoding: ..."
+class CallerScope {
+ public:
+  explicit CallerScope(const char* name, const char* hint = "");
+  ~CallerScope();
+  CallerScope(const CallerScope&) = delete;
+  CallerScope& operator=(const CallerScope&) = delete;
+
+ private:
+  const char* previous_name_;
+  const char* previous_hint_;
+};
+
+/// The name of the current CallerScope, or `op_name` outside one.
+const char* caller_or(const char* op_name);
+
+/// The advice of the current CallerScope ("" outside one).
+const char* caller_hint();
+
+/// "[B, L] (batch_first=true)" or "[L, B] (batch_first=false)".
+const char* sequence_layout(bool batch_first);
+
 /// Checks a dropout probability.
 void check_dropout(const char* who, double p);
 
+/// Checks that a scale is finite.
+void check_scale(const char* who, double scale);
+
 /// Checks a floating dtype requested for a table or a `.to(dtype)` call.
 void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype);
+
+/// Checks that `rows` rows of `width` stay within kMaxTableElements; `what` names the table
+/// ("a table of max_len * d_model") and `lower` the option to lower.
+void check_table_size(
+    const char* who, const char* what, int64_t rows, int64_t width, const char* lower);
 
 /// Checks the input of a forward: defined, 3-D, one of the four float dtypes, last dimension
 /// `d_model` (any width when `d_model` is kAnyWidth), on `device`.
@@ -33,6 +76,24 @@ void check_sequence_input(const char* who,
                           int64_t d_model,
                           bool batch_first,
                           const c10::Device& device);
+
+/// Checks that the input `x` lies on `device`, the device of `table_name` ("the encoding table",
+/// "the cos/sin caches").
+void check_input_device(const char* who,
+                        const at::Tensor& x,
+                        const c10::Device& device,
+                        const char* table_name);
+
+/// Checks that explicit positions lie on the input's `device`.
+void check_positions_device(const char* who,
+                            const at::Tensor& positions,
+                            const c10::Device& device);
+
+/// Checks that an explicit-positions call passes no offset.
+void check_no_offset_with_positions(const char* who, int64_t offset);
+
+/// Checks that `offset >= 0` and that `offset + length` fits in int64.
+void check_offset_start(const char* who, int64_t offset, int64_t length);
 
 /// Checks that positions `offset .. offset + length - 1` lie in a table of `max_len` rows; `hint`
 /// is appended to the message's advice.
@@ -49,8 +110,36 @@ struct TableShape {
 /// its shape, without creating a view (this runs on every forward).
 TableShape check_table(const char* who, const at::Tensor& table);
 
-/// Returns the `[max_len, D]` view of a checked table.
-at::Tensor table_rows(const char* who, const at::Tensor& table);
+/// The `[max_len, D]` view of a checked table.
+at::Tensor table_rows(const at::Tensor& table);
+
+/// Checks the form of explicit positions (no values read): an integer tensor of shape `[L]`
+/// (shared by the batch) or `per_sequence` (described by `per_sequence_name`, e.g. "[B, L]"), on
+/// `device`.
+void check_positions_form(const char* who,
+                          const at::Tensor& positions,
+                          int64_t length,
+                          at::IntArrayRef per_sequence,
+                          const char* per_sequence_name,
+                          const c10::Device& device);
+
+/// Checks the range of explicit positions: smallest >= -1 (-1 = padding) and, when `limit >= 0`,
+/// largest < limit; `hint` is appended to the advice.
+void check_positions_range(
+    const char* who, int64_t smallest, int64_t largest, int64_t limit, const char* hint = "");
+
+/// What `host_read` brings to the host.
+struct HostValues {
+  /// The smallest and largest value of each tensor of `ranged` ({0, -1} for an empty one).
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  /// `whole` as a contiguous int64 CPU tensor of its shape (undefined if `whole` was).
+  at::Tensor whole;
+};
+
+/// Reads the extremes of the integer tensors `ranged` and, if defined, all of `whole` with one
+/// device-to-host copy: the only host synchronisation posenc makes per call. Recorded as
+/// "posenc::host_read" for the profiler (tests count it).
+HostValues host_read(std::initializer_list<at::Tensor> ranged, const at::Tensor& whole = {});
 
 } // namespace detail
 } // namespace posenc

@@ -1,20 +1,16 @@
 #include "detail/rotary.h"
 
 #include "detail/checks.h"
-
-#include <posenc/ops.h>
+#include "detail/sinusoidal.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
-#include <ATen/ops/where.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 namespace posenc {
@@ -29,23 +25,38 @@ void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim
   check_table_arguments(who, max_len, rotary_dim / 2, base);
 }
 
+RopeFrequencies rope_frequencies(const RopeSpec& spec) {
+  const int64_t half = spec.rotary_dim / 2;
+  RopeFrequencies result;
+  result.inv_freq.resize(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    result.inv_freq[static_cast<size_t>(i)] =
+        std::pow(spec.base, -static_cast<double>(2 * i) / static_cast<double>(spec.rotary_dim));
+  }
+  return result;
+}
+
 namespace {
 template <typename T>
-void fill_rotary_rows(
-    const int64_t* positions, int64_t count, int64_t half, double base, T* cos_out, T* sin_out) {
-  std::vector<double> frequency(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    frequency[static_cast<size_t>(i)] =
-        std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(2 * half));
-  }
+void fill_rotary_rows(const int64_t* positions,
+                      int64_t count,
+                      const RopeFrequencies& frequencies,
+                      T* cos_out,
+                      T* sin_out) {
+  const std::vector<double>& frequency = frequencies.inv_freq;
+  const int64_t half = static_cast<int64_t>(frequency.size());
+  const double factor = frequencies.attention_factor;
   at::parallel_for(0, count, std::max<int64_t>(1, 2048 / half), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = positions[r] < 0 ? 0.0
-                                              : static_cast<double>(positions[r]) *
-                                                    frequency[static_cast<size_t>(i)];
-        cos_out[r * half + i] = static_cast<T>(std::cos(angle));
-        sin_out[r * half + i] = static_cast<T>(std::sin(angle));
+        if (positions[r] < 0) { // padding: no rotation
+          cos_out[r * half + i] = T(1);
+          sin_out[r * half + i] = T(0);
+          continue;
+        }
+        const double angle = static_cast<double>(positions[r]) * frequency[static_cast<size_t>(i)];
+        cos_out[r * half + i] = static_cast<T>(factor * std::cos(angle));
+        sin_out[r * half + i] = static_cast<T>(factor * std::sin(angle));
       }
     }
   });
@@ -53,12 +64,11 @@ void fill_rotary_rows(
 } // namespace
 
 std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
-                                              int64_t rotary_dim,
-                                              double base,
+                                              const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype) {
   const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
   const int64_t count = cpu_positions.numel();
-  const int64_t half = rotary_dim / 2;
+  const int64_t half = static_cast<int64_t>(frequencies.inv_freq.size());
   const bool direct = dtype == at::kFloat || dtype == at::kDouble;
   const auto options = at::TensorOptions().dtype(direct ? dtype : at::kDouble);
   at::Tensor cos = at::empty({count, half}, options);
@@ -66,15 +76,13 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
   if (cos.scalar_type() == at::kFloat) {
     fill_rotary_rows(cpu_positions.data_ptr<int64_t>(),
                      count,
-                     half,
-                     base,
+                     frequencies,
                      cos.data_ptr<float>(),
                      sin.data_ptr<float>());
   } else {
     fill_rotary_rows(cpu_positions.data_ptr<int64_t>(),
                      count,
-                     half,
-                     base,
+                     frequencies,
                      cos.data_ptr<double>(),
                      sin.data_ptr<double>());
   }
@@ -116,15 +124,7 @@ void check_rotary_input(const char* who,
               x.sizes(),
               "); build the module with head_dim = ",
               x.size(3));
-  TORCH_CHECK(x.device() == device,
-              who,
-              ": expected the input on the device of the cos/sin caches (",
-              device,
-              "), but got an input on ",
-              x.device(),
-              "; move the module with module->to(",
-              x.device(),
-              ")");
+  check_input_device(who, x, device, "the cos/sin caches");
 }
 
 at::Tensor rotate(const at::Tensor& x,
@@ -167,82 +167,6 @@ at::Tensor rotary_broadcast(const at::Tensor& rows,
                             bool heads_first) {
   const int64_t half = rows.size(-1);
   return heads_first ? rows.view({batch, 1, length, half}) : rows.view({batch, length, 1, half});
-}
-
-at::Tensor rotary_forward(const char* who,
-                          const at::Tensor& x,
-                          const at::Tensor& cos,
-                          const at::Tensor& sin,
-                          int64_t offset,
-                          const at::Tensor& positions,
-                          bool interleaved,
-                          bool heads_first,
-                          double base,
-                          bool extrapolate) {
-  const int64_t max_len = cos.size(0);
-  const int64_t rotary_dim = 2 * cos.size(1);
-  check_rotary_input(who, x, rotary_dim, heads_first, cos.device());
-  const int64_t length = x.size(heads_first ? 2 : 1);
-  const BeyondTable beyond{
-      nullptr, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)"};
-  at::Tensor checked;
-  bool past_table = false;
-  if (positions.defined()) {
-    TORCH_CHECK(offset == 0,
-                who,
-                ": pass either an offset or explicit positions, not both (got offset = ",
-                offset,
-                ")");
-    const int64_t batch_and_length[] = {x.size(0), length};
-    const CheckedPositions valid = checked_positions(who,
-                                                     positions,
-                                                     length,
-                                                     batch_and_length,
-                                                     "[B, L]",
-                                                     x.device(),
-                                                     extrapolate ? -1 : max_len,
-                                                     beyond);
-    checked = valid.values;
-    past_table = valid.largest >= max_len;
-  } else {
-    TORCH_CHECK(
-        offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
-    TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - length,
-                who,
-                ": offset + L must fit in int64, but got offset = ",
-                offset,
-                " and L = ",
-                length);
-    past_table = offset > max_len - length;
-    if (past_table && !extrapolate) {
-      check_offset(who, offset, length, max_len, beyond.hint);
-    }
-  }
-  if (!past_table) {
-    return ops::apply_rotary(x,
-                             cos,
-                             sin,
-                             offset,
-                             checked.defined() ? c10::optional<at::Tensor>(checked) : c10::nullopt,
-                             interleaved,
-                             heads_first,
-                             false);
-  }
-  // Positions past the caches: cos/sin for exactly the positions used, computed on the fly
-  // (identical to the cached values where both exist), then the same operator.
-  if (!checked.defined()) {
-    checked = at::arange(offset, offset + length, x.options().dtype(at::kLong));
-  }
-  const auto rows = rotary_rows(checked.reshape({-1}), rotary_dim, base, cos.scalar_type());
-  const at::Tensor index = at::arange(checked.numel(), checked.options()).view(checked.sizes());
-  return ops::apply_rotary(x,
-                           rows.first,
-                           rows.second,
-                           0,
-                           at::where(checked.lt(0), -1, index),
-                           interleaved,
-                           heads_first,
-                           false);
 }
 
 } // namespace detail

@@ -1,26 +1,44 @@
 #pragma once
 
-// Rotary position embedding (RoPE): the cos/sin caches and the rotation.
-
-#include "detail/positional_encoding.h"
+// Rotary position embedding (RoPE): its frequencies (the one definition every cache builder,
+// extrapolation path and the TorchScript export use), the cos/sin rows and the rotation itself.
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace posenc {
 namespace detail {
 
+/// Everything that defines a rotary embedding's angles besides the positions.
+struct RopeSpec {
+  /// Number of rotated channels R (even): R / 2 frequencies.
+  int64_t rotary_dim = 2;
+  /// Base of the frequencies base^(-2i / R).
+  double base = 10000.0;
+};
+
+/// A rotary embedding's frequencies, in double precision: the angle of pair i at position p is
+/// p * inv_freq[i]; cos and sin are multiplied by `attention_factor` (1 for the plain RoPE).
+struct RopeFrequencies {
+  std::vector<double> inv_freq;
+  double attention_factor = 1.0;
+};
+
+/// The frequencies of `spec`. A new RoPE variant (position interpolation, NTK, YaRN, ...) is a
+/// change here and in its options.
+RopeFrequencies rope_frequencies(const RopeSpec& spec);
+
 /// Checks the arguments that define rotary caches.
 void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base);
 
-/// cos and sin of `position * base^(-2i / rotary_dim)`, i < rotary_dim / 2, for the int64
-/// `positions` (flattened; -1 gives cos 1, sin 0: no rotation): two `[N, rotary_dim / 2]` tensors
-/// in `dtype` on the device of `positions`, computed in double precision and rounded once.
+/// cos and sin of `position * inv_freq[i]` (times the attention factor) for the int64
+/// `positions` (flattened; -1 gives cos 1, sin 0: no rotation): two `[N, R/2]` tensors in `dtype`
+/// on the device of `positions`, computed in double precision and rounded once.
 std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
-                                              int64_t rotary_dim,
-                                              double base,
+                                              const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype);
 
 /// Checks an input of apply_rotary: 4-D, floating, on `device`, at least `rotary_dim` channels.
@@ -45,20 +63,6 @@ at::Tensor rotary_broadcast(const at::Tensor& rows,
                             int64_t batch,
                             int64_t length,
                             bool heads_first);
-
-/// The whole rotary forward of a module: checks (prefixed by `who`), then the posenc::apply_rotary
-/// operator, or, for positions past the caches with `extrapolate`, the rotation with cos/sin
-/// computed on the fly.
-at::Tensor rotary_forward(const char* who,
-                          const at::Tensor& x,
-                          const at::Tensor& cos,
-                          const at::Tensor& sin,
-                          int64_t offset,
-                          const at::Tensor& positions,
-                          bool interleaved,
-                          bool heads_first,
-                          double base,
-                          bool extrapolate);
 
 } // namespace detail
 } // namespace posenc

@@ -1,7 +1,8 @@
 #pragma once
 
-// The sinusoidal formula itself, in double precision: one implementation for tables, rows
-// computed on the fly (explicit positions, extrapolation) and the rotary caches.
+// The sinusoidal encoding itself, in double precision: the one definition that tables, rows
+// computed on the fly (explicit positions, extrapolation past a table) and the TorchScript export
+// use.
 
 #include <posenc/enums.h>
 
@@ -14,11 +15,6 @@
 
 namespace posenc {
 namespace detail {
-
-/// Largest table posenc allocates, in elements: 2^28 (1 GiB in float32, e.g. 262144 positions of
-/// width 1024; further positions can be extrapolated on the fly). Larger requests are
-/// rejected before anything is allocated.
-constexpr int64_t kMaxTableElements = int64_t{1} << 28;
 
 /// Everything that defines a sinusoidal encoding besides the positions.
 struct SinusoidSpec {
@@ -35,8 +31,18 @@ struct ColumnPlan {
   std::vector<Kind> kind;
 };
 
-/// The column plan of `spec` (frequencies computed in double precision).
+/// The column plan of `spec` (frequencies computed in double precision). A new frequency spacing or
+/// channel layout is a change here and in the enums.
 ColumnPlan column_plan(const SinusoidSpec& spec);
+
+/// The column plan as data, a float64 CPU tensor `[2, D]`: row 0 the frequency of each column, row
+/// 1 its kind (0 sine, 1 cosine, 2 zero). This is what the operators take to compute rows past a
+/// table (their `columns` argument).
+at::Tensor column_plan_tensor(const SinusoidSpec& spec);
+
+/// Checks a `columns` argument (float64 `[2, D]`, kinds 0, 1 or 2) against the table width `D` and
+/// returns the plan it holds.
+ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, int64_t width);
 
 /// Checks the arguments that define a sinusoidal table; `who` names the caller in the messages.
 void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, double base);
@@ -56,21 +62,12 @@ FrequencySpacing parse_frequency_spacing(const char* who, c10::string_view text)
 const char* to_string(ChannelLayout layout);
 const char* to_string(FrequencySpacing spacing);
 
-/// Writes the encodings of `positions[0 .. count)` into the row-major `[count, d_model]` array
-/// `out`, computing in double precision and rounding once to `T` (float or double). A negative
-/// position (padding) gets a row of zeros. Runs in parallel over rows; every element is computed
-/// on its own, so the result is the same for any number of threads.
-template <typename T>
-void fill_sinusoidal_rows(const int64_t* positions,
-                          int64_t count,
-                          const SinusoidSpec& spec,
-                          T* out);
-
-/// The `[N, d_model]` rows for the int64 `positions` (any shape, flattened; -1 gives zeros) in
-/// `dtype`, on the device of `positions`. Computed on the CPU (positions on another device are
-/// copied there and the rows back).
+/// The `[N, D]` rows for the int64 `positions` (any shape, flattened; a negative position gives a
+/// row of zeros) in `dtype`, on the device of `positions`, computed on the CPU in double precision
+/// and rounded once (positions on another device are copied there and the rows back). Every element
+/// is computed on its own, so the result does not depend on the number of threads.
 at::Tensor sinusoidal_rows(const at::Tensor& positions,
-                           const SinusoidSpec& spec,
+                           const ColumnPlan& plan,
                            c10::ScalarType dtype);
 
 /// The `[max_len, d_model]` table of positions `offset ..` in `dtype` on `device`.

@@ -1,15 +1,30 @@
 #include <posenc/functional/positional_encoding.h>
 #include <posenc/functional/positions.h>
+#include <posenc/ops.h>
 
 #include "detail/checks.h"
-#include "detail/positional_encoding.h"
+#include "detail/sinusoidal.h"
 
+#include <ATen/ops/dropout.h>
 #include <c10/util/Exception.h>
 
 namespace posenc {
 namespace functional {
-
 namespace detail {
+
+namespace pd = posenc::detail;
+
+at::Tensor sinusoidal_table(int64_t max_len,
+                            int64_t d_model,
+                            double base,
+                            int64_t offset,
+                            ChannelLayout layout,
+                            FrequencySpacing spacing,
+                            at::ScalarType dtype,
+                            at::Device device) {
+  pd::check_table_request("sinusoidal_table", max_len, d_model, base, offset, dtype);
+  return pd::sinusoidal_table(max_len, offset, {d_model, base, layout, spacing}, dtype, device);
+}
 
 at::Tensor positional_encoding(const at::Tensor& x,
                                const at::Tensor& table,
@@ -18,19 +33,35 @@ at::Tensor positional_encoding(const at::Tensor& x,
                                bool batch_first,
                                double scale,
                                double dropout,
-                               bool training) {
-  constexpr const char* who = "positional_encoding";
-  posenc::detail::check_dropout(who, dropout);
-  const at::Tensor out =
-      posenc::detail::table_forward(who, x, table, offset, positions, batch_first, scale, {});
-  return posenc::detail::apply_dropout(out, dropout, training);
+                               bool training,
+                               bool inplace,
+                               const at::Tensor& columns) {
+  // Called by a module, the messages keep the module's name; called directly, they name this.
+  const pd::CallerScope caller(pd::caller_or("positional_encoding"), pd::caller_hint());
+  pd::check_dropout(pd::caller_or(""), dropout);
+  const c10::optional<at::Tensor> given =
+      positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt;
+  const c10::optional<at::Tensor> plan =
+      columns.defined() ? c10::optional<at::Tensor>(columns) : c10::nullopt;
+  at::Tensor out;
+  if (inplace) {
+    out = x;
+    ops::add_position_table_(out, table, offset, batch_first, given, scale, plan);
+  } else {
+    out = ops::add_position_table(x, table, offset, batch_first, given, scale, plan);
+  }
+  if (!training || dropout == 0.0) {
+    return out;
+  }
+  return inplace ? at::dropout_(out, dropout, /*train=*/true)
+                 : at::dropout(out, dropout, /*train=*/true);
 }
 
 } // namespace detail
 
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
   constexpr const char* who = "positions_from_padding_mask";
-  const char* layout = batch_first ? "[B, L] (batch_first=true)" : "[L, B] (batch_first=false)";
+  const char* layout = posenc::detail::sequence_layout(batch_first);
   TORCH_CHECK(padding_mask.defined(),
               who,
               ": expected a padding mask of shape ",

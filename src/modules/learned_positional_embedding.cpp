@@ -1,9 +1,6 @@
-#include <posenc/functional/positions.h>
 #include <posenc/modules/learned_positional_embedding.h>
 
 #include "detail/checks.h"
-#include "detail/module_support.h"
-#include "detail/positional_encoding.h"
 #include "detail/sinusoidal.h"
 
 #include <torch/nn/init.h>
@@ -15,10 +12,6 @@
 #include <ios>
 
 namespace posenc {
-
-namespace {
-constexpr const char* kWho = "LearnedPositionalEmbedding";
-} // namespace
 
 LearnedPositionalEmbeddingOptions::LearnedPositionalEmbeddingOptions(int64_t d_model,
                                                                      int64_t max_len)
@@ -32,14 +25,13 @@ LearnedPositionalEmbeddingImpl::LearnedPositionalEmbeddingImpl(
 }
 
 void LearnedPositionalEmbeddingImpl::reset() {
-  detail::check_table_arguments(kWho, options.max_len(), options.d_model(), /*base=*/1.0);
-  detail::check_dropout(kWho, options.dropout());
+  detail::check_table_arguments(kName, options.max_len(), options.d_model(), /*base=*/1.0);
+  detail::check_dropout(kName, options.dropout());
   TORCH_CHECK(std::isfinite(options.init_std()) && options.init_std() >= 0,
-              kWho,
+              kName,
               ": init_std must be finite and >= 0, but got ",
               options.init_std());
-  TORCH_CHECK(
-      std::isfinite(options.scale()), kWho, ": scale must be finite, but got ", options.scale());
+  detail::check_scale(kName, options.scale());
   if (named_parameters(/*recurse=*/false).contains("weight")) {
     torch::NoGradGuard no_grad;
     weight.set_data(torch::empty({options.max_len(), options.d_model()}, weight.options()));
@@ -54,6 +46,10 @@ void LearnedPositionalEmbeddingImpl::reset_parameters() {
   torch::nn::init::normal_(weight, 0.0, options.init_std());
 }
 
+std::vector<detail::TableSlot> LearnedPositionalEmbeddingImpl::table_slots() {
+  return {{"weight", &weight, {options.max_len(), options.d_model()}, /*is_buffer=*/false}};
+}
+
 void LearnedPositionalEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << std::boolalpha << "posenc::LearnedPositionalEmbedding(d_model=" << options.d_model()
          << ", max_len=" << options.max_len() << ", dropout=" << options.dropout()
@@ -62,44 +58,19 @@ void LearnedPositionalEmbeddingImpl::pretty_print(std::ostream& stream) const {
          << (options.inplace() ? ", inplace=true" : "") << ")";
 }
 
-torch::Tensor LearnedPositionalEmbeddingImpl::forward_impl(const torch::Tensor& x,
-                                                           int64_t offset,
-                                                           const torch::Tensor& positions) {
-  const torch::Tensor out = detail::table_forward(kWho,
-                                                  x,
-                                                  weight,
-                                                  offset,
-                                                  positions,
-                                                  options.batch_first(),
-                                                  options.scale(),
-                                                  {},
-                                                  options.inplace());
-  return detail::apply_dropout(out, options.dropout(), is_training(), options.inplace());
-}
-
-torch::Tensor LearnedPositionalEmbeddingImpl::forward(const torch::Tensor& x, int64_t offset) {
-  return forward_impl(x, offset, torch::Tensor());
-}
-
-torch::Tensor LearnedPositionalEmbeddingImpl::forward_positions(const torch::Tensor& x,
-                                                                const torch::Tensor& positions) {
-  TORCH_CHECK(positions.defined(),
-              kWho,
-              ": forward_positions needs positions; use forward(x, offset) for consecutive ones");
-  return forward_impl(x, 0, positions);
-}
-
-torch::Tensor LearnedPositionalEmbeddingImpl::forward_padded(const torch::Tensor& x,
-                                                             const torch::Tensor& padding_mask) {
-  return forward_impl(
-      x, 0, functional::positions_from_padding_mask(padding_mask, options.batch_first()));
-}
-
-void LearnedPositionalEmbeddingImpl::load(torch::serialize::InputArchive& archive) {
-  const torch::Tensor loaded = detail::read_checked(
-      kWho, archive, "weight", {options.max_len(), options.d_model()}, /*is_buffer=*/false);
-  torch::NoGradGuard no_grad;
-  weight.set_data(loaded.to(weight.device(), weight.scalar_type()));
+torch::Tensor LearnedPositionalEmbeddingImpl::forward_at(const torch::Tensor& x,
+                                                         int64_t offset,
+                                                         const torch::Tensor& positions) {
+  const detail::CallerScope caller(kName);
+  return functional::detail::positional_encoding(x,
+                                                 weight,
+                                                 offset,
+                                                 positions,
+                                                 options.batch_first(),
+                                                 options.scale(),
+                                                 options.dropout(),
+                                                 is_training(),
+                                                 options.inplace());
 }
 
 } // namespace posenc

@@ -1,6 +1,7 @@
 // PositionalEncoding beyond consecutive positions: explicit positions, padding, channel layouts,
 // frequency spacings, extrapolation past max_len and input scaling, plus their exports.
 
+#include <posenc/export.h>
 #include <posenc/posenc.h>
 
 #include "reference.h"

@@ -1,9 +1,11 @@
 // Whatever comes in, posenc answers with a correct result or a c10::Error: concurrency, hostile
 // checkpoints and TorchScript files, resource limits, and the encoding's numerical properties.
 
+#include <posenc/export.h>
+#include <posenc/io/state_dict.h>
 #include <posenc/posenc.h>
 
-#include "serialize/torch_save_reader.h"
+#include "io/torch_save_reader.h"
 #include "test_util.h"
 
 #include <ATen/Parallel.h>

@@ -1,6 +1,7 @@
 // posenc::PositionalEncoding in a real LibTorch transformer: Embedding -> PositionalEncoding
 // (sequence-first, the layout torch::nn::TransformerEncoder takes) -> TransformerEncoder.
 
+#include <posenc/export.h>
 #include <posenc/posenc.h>
 
 #include <torch/torch.h>

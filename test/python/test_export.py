@@ -1,8 +1,18 @@
-"""The TorchScript file written by ``posenc export`` (posenc::to_torchscript) in plain PyTorch."""
+"""The TorchScript file written by ``posenc export`` (posenc::to_torchscript) in plain PyTorch, and
+the TorchScript sources of the export (src/export/torchscript/*.py): their form, their scripting by
+torch.jit.script, and the names the exported code uses."""
 
+import ast
+import math
+import builtins
+import importlib.util
+import inspect
+import itertools
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,3 +120,418 @@ def test_report_errors_against_both_references(exported, report_dir):
     if report_dir:
         with open(f"{report_dir}/python_parity_torch{torch.__version__.split('+')[0]}.md", "w") as out:
             out.write(f"max |error| vs the float64 formula, torch {torch.__version__}, d_model 64\n\n{report}\n")
+
+
+# --- the TorchScript sources: src/export/torchscript/*.py ----------------------------------------
+
+SOURCE_DIR = Path(__file__).resolve().parents[2] / "src" / "export" / "torchscript"
+SOURCES = sorted(SOURCE_DIR.glob("*.py"))
+IMPORTS = ["import torch", "from torch import Tensor", "from typing import List, Tuple"]
+# The names the methods may use besides their arguments and locals.
+ALLOWED_NAMES = {"self", "torch", "Tensor", "List", "Tuple", "RuntimeError", "str", "int", "float", "bool", "len"}
+
+# The files each exported module is made of (what src/export/torchscript.cpp passes to define).
+COMPOSITION = {
+    "PositionalEncoding": ["common", "offset", "sequence", "sinusoidal"],
+    "LearnedPositionalEmbedding": ["common", "offset", "sequence", "learned"],
+    "RotaryEmbedding": ["common", "offset", "rotary"],
+    "TokenEmbedding": ["common", "token_embedding"],
+    "TokenAndPositionEmbedding": ["token_and_position"],
+}
+
+
+def test_every_source_is_embedded():
+    """The folder holds the files the modules are made of, and the build embeds each of them."""
+    stems = {path.stem for path in SOURCES}
+    assert stems == set(itertools.chain.from_iterable(COMPOSITION.values()))
+    listed = re.findall(r"^\s*([\w]+\.py)\s*$", (SOURCE_DIR.parent / "CMakeLists.txt").read_text(), re.MULTILINE)
+    assert sorted(listed) == sorted(path.name for path in SOURCES)
+
+
+def _class_of(tree):
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    assert len(classes) == 1, "one class per file"
+    return classes[0]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: path.name)
+def test_source_form(path):
+    """The imports, then one class whose body is `def`s and comments only (it is what
+    torch::jit::Module::define compiles): no docstrings, decorators or bases; every line of the body
+    indented by at least 4 spaces; the class line the only line that starts with `class `."""
+    text = path.read_text()
+    tree = ast.parse(text, filename=str(path))
+    statements = [ast.get_source_segment(text, node) for node in tree.body]
+    assert statements[: len(IMPORTS)] == IMPORTS, "the imports come first"
+    assert len(tree.body) == len(IMPORTS) + 1 and isinstance(tree.body[-1], ast.ClassDef), "then the class, and nothing else"
+    cls = _class_of(tree)
+    assert not cls.bases and not cls.keywords and not cls.decorator_list
+    for node in cls.body:
+        assert isinstance(node, ast.FunctionDef), f"line {node.lineno}: only `def`s in the class (no docstrings)"
+        assert not node.decorator_list, f"{node.name}: no decorators"
+        assert node.args.args and node.args.args[0].arg == "self", f"{node.name}: a method"
+        assert ast.get_docstring(node) is None, f"{node.name}: no docstrings (comments instead)"
+    lines = text.splitlines()
+    assert [line for line in lines if line.startswith("class ")] == [lines[cls.lineno - 1]]
+    assert "\t" not in text
+    for number, line in enumerate(lines[cls.lineno :], start=cls.lineno + 1):
+        assert not line.strip() or line.startswith("    "), f"line {number}: the class body is indented by 4 spaces"
+    assert ")posenc_ts\"" not in text  # the delimiter of the embedded raw string literal
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: path.name)
+def test_source_uses_only_torch_builtins(path):
+    """The methods name only their arguments and locals, self, and torch (with attributes that
+    exist), Tensor, List, Tuple, RuntimeError and a few Python built-ins."""
+    cls = _class_of(ast.parse(path.read_text()))
+    for method in cls.body:
+        local = {argument.arg for argument in method.args.args}
+        for node in ast.walk(method):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                local.add(node.id)
+        for node in ast.walk(method):
+            if isinstance(node, ast.Name):
+                assert node.id in local or node.id in ALLOWED_NAMES, f"{method.name}, line {node.lineno}: the name {node.id}"
+                assert node.id in local or node.id in dir(builtins) or node.id in {"self", "torch", "Tensor", "List", "Tuple"}
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+                assert hasattr(torch, node.attr), f"{method.name}, line {node.lineno}: torch.{node.attr}"
+
+
+_loaded_classes = {}
+
+
+def source_class(stem):
+    """The class of src/export/torchscript/<stem>.py, imported from the file (so that
+    torch.jit.script finds the source of its methods)."""
+    if stem not in _loaded_classes:
+        spec = importlib.util.spec_from_file_location(f"posenc_torchscript_{stem}", SOURCE_DIR / f"{stem}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        [cls] = [value for value in vars(module).values() if inspect.isclass(value) and value.__module__ == module.__name__]
+        _loaded_classes[stem] = cls
+    return _loaded_classes[stem]
+
+
+def module_class(kind):
+    """An nn.Module class holding copies of the methods of the files `kind` is made of; every
+    method but forward is marked torch.jit.export, so that scripting compiles all of them."""
+    methods = {}
+    for stem in COMPOSITION[kind]:
+        for name, value in vars(source_class(stem)).items():
+            if inspect.isfunction(value):
+                assert name not in methods, f"{kind}: {name} is defined twice"
+                methods[name] = value if name == "forward" else torch.jit.export(value)
+
+    def __init__(self, attributes):
+        torch.nn.Module.__init__(self)
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+    return type(f"Scripted{kind}", (torch.nn.Module,), {"__init__": __init__, **methods})
+
+
+def scripted_like(kind, exported, who, scalars, tensors=(), buffers=(), parameters=(), submodules=None):
+    """torch.jit.script of module_class(kind) with the attributes the methods read: `who`, the
+    scalars (checked against the export's), and the export's tensors."""
+    attributes = {"who": who}
+    assert exported.who == who
+    for name, value in scalars.items():
+        assert getattr(exported, name) == value, name
+        attributes[name] = value
+    for name in tensors:
+        attributes[name] = getattr(exported, name).clone()
+    for name in parameters:
+        attributes[name] = torch.nn.Parameter(getattr(exported, name).detach().clone())
+    attributes.update(submodules or {})
+    module = module_class(kind)(attributes)
+    for name in buffers:
+        module.register_buffer(name, getattr(exported, name).clone())
+    return torch.jit.script(module).eval()
+
+
+def error_message(error):
+    """The message of a TorchScript exception, without the traceback and the exception names
+    (written differently by code compiled from C++ and from Python)."""
+    line = [line for line in str(error).splitlines() if line.strip()][-1].strip()
+    return re.sub(r"^((builtins\.)?RuntimeError: )+", "", line)
+
+
+def outcome(call):
+    try:
+        return call()
+    except (RuntimeError, torch.jit.Error) as error:
+        return error_message(error)
+
+
+def assert_same_outcomes(scripted, exported, calls):
+    assert calls
+    for description, call in calls:
+        ours, theirs = outcome(lambda: call(scripted)), outcome(lambda: call(exported))
+        if isinstance(theirs, str):
+            assert ours == theirs, description
+        else:
+            assert isinstance(ours, torch.Tensor), f"{description}: {ours}"
+            assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, description
+            assert torch.equal(ours, theirs), description
+
+
+def assert_same_methods(scripted, exported):
+    """The export has the methods of the files it is made of, and scripting compiled them all."""
+    for name, module in exported.named_modules():
+        ours = dict(scripted.named_modules())[name]
+        assert sorted(module._c._method_names()) == sorted(ours._c._method_names()), name or "the module"
+
+
+def sequence_calls(batch, length, d_model, max_len, batch_first):
+    generator = torch.Generator().manual_seed(0)
+    shape = (batch, length, d_model) if batch_first else (length, batch, d_model)
+    each = (batch, length) if batch_first else (length, batch)
+    x = torch.randn(shape, generator=generator)
+    calls = []
+    for dtype in DTYPES + [torch.long]:
+        for offset in (0, 3, max_len - length, max_len - length + 1, max_len + 5, -1):
+            calls.append((f"forward {dtype} offset {offset}", lambda m, dtype=dtype, offset=offset: m(x.to(dtype), offset)))
+    calls.append(("forward default offset", lambda m: m(x)))
+    positions = [
+        torch.arange(length) * 3 - 1,
+        torch.randint(-1, max_len + 10, each, generator=generator),
+        torch.randint(-1, max_len, each, generator=generator).int(),
+        torch.randint(-1, max_len, each, generator=generator).float(),
+        torch.full((length,), -2),
+        torch.zeros(length + 1, dtype=torch.long),
+    ]
+    for index, p in enumerate(positions):
+        calls.append((f"forward_positions {index}", lambda m, p=p: m.forward_positions(x, p)))
+    mask = torch.rand(each, generator=generator) < 0.3
+    calls += [
+        ("forward_padded", lambda m: m.forward_padded(x, mask)),
+        ("forward_padded, an integer mask", lambda m: m.forward_padded(x, mask.long())),
+        ("a 2-D input", lambda m: m(torch.zeros(2, 3))),
+        ("a wrong width", lambda m: m(torch.zeros(2, 3, d_model + 1))),
+        ("an input on meta", lambda m: m(torch.zeros(shape, device="meta"))),
+        ("positions on meta", lambda m: m.forward_positions(x, positions[0].to("meta"))),
+    ]
+    return calls
+
+
+SINUSOIDAL_CASES = {
+    "default": ([], dict(d_model=8, batch_first=True, scale=1.0, extrapolate=False)),
+    "seq_first_extrapolate_scale_concatenated": (
+        ["--seq-first", "--extrapolate", "--scale", "2.5", "--layout", "concatenated"],
+        dict(d_model=8, batch_first=False, scale=2.5, extrapolate=True),
+    ),
+    "odd_width_tensor2tensor_extrapolate": (
+        ["--spacing", "tensor2tensor", "--extrapolate", "--layout", "concatenated"],
+        dict(d_model=7, batch_first=True, scale=1.0, extrapolate=True),
+    ),
+}
+
+
+def sinusoidal_scripted(exported, scalars):
+    return scripted_like("PositionalEncoding", exported, "PositionalEncoding", scalars, tensors=["column_frequency", "column_kind"], buffers=["pe"])
+
+
+@pytest.mark.parametrize("case", SINUSOIDAL_CASES)
+def test_sinusoidal_source_scripts_like_the_export(posenc_cli, tmp_path, case):
+    flags, scalars = SINUSOIDAL_CASES[case]
+    scalars = dict(scalars, max_len=20)
+    path = tmp_path / "pe.pt"
+    args = [posenc_cli, "export", "--max-len", "20", "--d-model", str(scalars["d_model"]), "-o", str(path), *flags]
+    subprocess.run(args, check=True, capture_output=True)
+    exported = torch.jit.load(str(path))
+    scripted = sinusoidal_scripted(exported, scalars)
+    assert_same_methods(scripted, exported)
+    assert_same_outcomes(scripted, exported, sequence_calls(3, 6, scalars["d_model"], 20, scalars["batch_first"]))
+
+
+def test_sinusoidal_export_carries_the_paper_frequencies(exported):
+    """The column plan the export carries: frequency base^(-(c - c % 2) / D), sine on even columns."""
+    module = torch.jit.load(str(exported[True]))
+    column = torch.arange(64)
+    expected = torch.pow(torch.tensor(10000.0, dtype=torch.float64), -(column - column % 2).double() / 64)
+    assert module.column_frequency.dtype == torch.float64
+    assert torch.allclose(module.column_frequency, expected, rtol=1e-14, atol=0)
+    assert torch.equal(module.column_kind, column % 2)
+
+
+def test_learned_source_scripts_like_the_export(test_tool, tmp_path):
+    test_tool("export-learned", "--d-model", 6, "--max-len", 20, "--seed", 3, tmp_path / "learned.pt")
+    exported = torch.jit.load(str(tmp_path / "learned.pt"))
+    scalars = dict(d_model=6, max_len=20, batch_first=True, scale=1.0, extrapolate=False)
+    scripted = scripted_like("LearnedPositionalEmbedding", exported, "LearnedPositionalEmbedding", scalars, parameters=["weight"])
+    assert_same_methods(scripted, exported)
+    assert_same_outcomes(scripted, exported, sequence_calls(3, 6, 6, 20, True))
+
+
+ROTARY_CASES = {
+    "default": ([], dict(rotary_dim=8, interleaved=False, heads_first=False, extrapolate=False)),
+    "extrapolate": (["--extrapolate"], dict(rotary_dim=8, interleaved=False, heads_first=False, extrapolate=True)),
+    "interleaved_heads_first_partial_extrapolate": (
+        ["--pairing", "interleaved", "--heads-first", "--rotary-dim", "6", "--extrapolate"],
+        dict(rotary_dim=6, interleaved=True, heads_first=True, extrapolate=True),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ROTARY_CASES)
+def test_rotary_source_scripts_like_the_export(posenc_cli, tmp_path, case):
+    flags, scalars = ROTARY_CASES[case]
+    scalars = dict(scalars, max_len=16, attention_factor=1.0)
+    path = tmp_path / "rotary.pt"
+    args = [posenc_cli, "export", "--module", "rotary", "--max-len", "16", "--head-dim", "8", "-o", str(path), *flags]
+    subprocess.run(args, check=True, capture_output=True)
+    exported = torch.jit.load(str(path))
+    half = scalars["rotary_dim"] // 2
+    expected = torch.pow(torch.tensor(10000.0, dtype=torch.float64), -torch.arange(half, dtype=torch.float64) * 2 / scalars["rotary_dim"])
+    assert exported.inv_freq.dtype == torch.float64
+    assert torch.allclose(exported.inv_freq, expected, rtol=1e-14, atol=0)
+    scripted = scripted_like("RotaryEmbedding", exported, "RotaryEmbedding", scalars, tensors=["inv_freq"], buffers=["cos", "sin"])
+    assert_same_methods(scripted, exported)
+
+    generator = torch.Generator().manual_seed(1)
+    batch, heads, length = 2, 3, 5
+    x = torch.randn((batch, heads, length, 8) if scalars["heads_first"] else (batch, length, heads, 8), generator=generator)
+    calls = [
+        (f"forward {dtype} offset {offset}", lambda m, dtype=dtype, offset=offset: m(x.to(dtype), offset))
+        for dtype in DTYPES + [torch.long]
+        for offset in (0, 11, 12, 30, -1)
+    ]
+    positions = [
+        torch.arange(length) * 5 - 1,
+        torch.randint(-1, 40, (batch, length), generator=generator),
+        torch.full((length,), -2),
+        torch.zeros(length, dtype=torch.bool),
+    ]
+    calls += [(f"forward_positions {index}", lambda m, p=p: m.forward_positions(x, p)) for index, p in enumerate(positions)]
+    calls += [("a narrow head", lambda m: m(torch.zeros(1, 2, 3, 2))), ("a 3-D input", lambda m: m(torch.zeros(1, 2, 3)))]
+    assert_same_outcomes(scripted, exported, calls)
+
+    # With an attention factor (1 for posenc's plain RoPE), rows computed past the caches carry it.
+    if scalars["extrapolate"]:
+        scripted.attention_factor = 0.5
+        past = torch.arange(16, 16 + length)
+        c, s = scripted._tables(past)
+        angle = past.double().unsqueeze(1) * exported.inv_freq.unsqueeze(0)
+        assert torch.equal(c, (torch.cos(angle) * 0.5).to(c.dtype))
+        assert torch.equal(s, (torch.sin(angle) * 0.5).to(s.dtype))
+
+
+@pytest.mark.parametrize("learned", [False, True])
+@pytest.mark.parametrize("padding_idx", [None, 0])
+def test_token_and_position_sources_script_like_the_export(test_tool, tmp_path, learned, padding_idx):
+    args = ["export-token", "--vocab", 30, "--d-model", 8, "--max-len", 16, "--seed", 2]
+    args += ([] if padding_idx is None else ["--padding-idx", padding_idx]) + (["--learned"] if learned else [])
+    test_tool(*args, tmp_path / "token.pt")
+    exported = torch.jit.load(str(tmp_path / "token.pt"))
+    padding = -1 if padding_idx is None else padding_idx
+    tokens = scripted_like("TokenEmbedding", exported.tokens, "TokenAndPositionEmbedding", dict(batch_first=True, padding_idx=padding), parameters=["weight"])
+    # The paper's scaling of token embeddings, sqrt(d_model), is the scale of the positions module.
+    scalars = dict(d_model=8, max_len=16, batch_first=True, scale=math.sqrt(8), extrapolate=False)
+    if learned:
+        positions = scripted_like("LearnedPositionalEmbedding", exported.positions, "LearnedPositionalEmbedding", scalars, parameters=["weight"])
+    else:
+        positions = sinusoidal_scripted(exported.positions, scalars)
+    scripted = scripted_like(
+        "TokenAndPositionEmbedding", exported, "TokenAndPositionEmbedding", dict(batch_first=True, padding_idx=padding), submodules={"tokens": tokens, "positions": positions}
+    )
+    assert_same_methods(scripted, exported)
+
+    generator = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 30, (3, 7), generator=generator)
+    ids[0, :2] = 0
+    calls = [(f"forward offset {offset}", lambda m, offset=offset: m(ids, offset)) for offset in (0, 5, 9, 10, -1)]
+    calls += [
+        ("int32 ids", lambda m: m(ids.int())),
+        ("float ids", lambda m: m(ids.float())),
+        ("ids out of range", lambda m: m(ids + 25)),
+        ("negative ids", lambda m: m(ids - 40)),
+        ("1-D ids", lambda m: m(ids[0])),
+        ("forward_positions", lambda m: m.forward_positions(ids, torch.arange(7))),
+        ("forward_positions past max_len", lambda m: m.forward_positions(ids, torch.arange(7) + 15)),
+    ]
+    assert_same_outcomes(scripted, exported, calls)
+
+
+# --- the exported code calls nothing but torch built-ins ------------------------------------------
+
+ALLOWED_PRIM = {
+    "prim::Constant", "prim::GetAttr", "prim::If", "prim::Loop", "prim::ListConstruct", "prim::ListUnpack", "prim::TupleConstruct",
+    "prim::TupleUnpack", "prim::TupleIndex", "prim::RaiseException", "prim::device", "prim::dtype", "prim::CallMethod", "prim::Uninitialized",
+    "prim::unchecked_cast", "prim::NumToTensor", "prim::min", "prim::max",
+}
+
+
+def assert_builtin_code(module):
+    """Every node of every method of the module and its submodules is an operator of aten (with a
+    schema: a built-in) or one of the structural prim nodes above; calls go to the methods of the
+    exported modules only (no functions, no Python, no other operator namespace such as posenc)."""
+    methods = set()
+    for _, submodule in module.named_modules():
+        methods.update(submodule._c._method_names())
+    kinds = set()
+
+    def walk(block):
+        for node in block.nodes():
+            kind = node.kind()
+            kinds.add(kind)
+            if kind == "prim::CallMethod":
+                assert node.s("name") in methods
+            for inner in node.blocks():
+                walk(inner)
+
+    for _, submodule in module.named_modules():
+        for name in submodule._c._method_names():
+            walk(submodule._c._get_method(name).graph)
+    assert kinds
+    for kind in kinds:
+        namespace = kind.split("::")[0]
+        assert namespace in ("aten", "prim"), kind
+        if namespace == "aten":
+            assert torch._C._jit_get_schemas_for_operator(kind), f"{kind} is not a built-in operator"
+        else:
+            assert kind in ALLOWED_PRIM, kind
+    # The printed code names no module besides torch's (`ops.prim` is how RaiseException prints).
+    for _, submodule in module.named_modules():
+        for name in submodule._c._method_names():
+            code = submodule._c._get_method(name).code
+            assert set(re.findall(r"\bops\.(\w+)\.", code)) <= {"prim", "aten"}, code
+
+
+def test_exported_code_uses_only_builtins(posenc_cli, test_tool, tmp_path):
+    files = []
+    for index, flags in enumerate([["--extrapolate"], ["--module", "rotary", "--head-dim", "8", "--extrapolate"]]):
+        path = tmp_path / f"module{index}.pt"
+        subprocess.run([posenc_cli, "export", "--max-len", "16", "--d-model", "8", "-o", str(path), *flags], check=True, capture_output=True)
+        files.append(path)
+    test_tool("export-learned", "--d-model", 6, "--max-len", 20, tmp_path / "learned.pt")
+    test_tool("export-token", "--vocab", 30, "--d-model", 8, "--max-len", 16, "--padding-idx", 0, tmp_path / "token.pt")
+    files += [tmp_path / "learned.pt", tmp_path / "token.pt"]
+    for path in files:
+        assert_builtin_code(torch.jit.load(str(path)))
+
+
+def _helper(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+class CallsAFunction(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _helper(x)
+
+
+class CallsPosencOperator(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.posenc.sinusoidal_table(x.size(0), x.size(1), 10000.0, 0)
+
+
+def test_builtin_check_rejects_functions():
+    """The check above fails for code that calls something else: a function ..."""
+    with pytest.raises(AssertionError, match="prim::CallFunction"):
+        assert_builtin_code(torch.jit.script(CallsAFunction()))
+
+
+def test_builtin_check_rejects_other_operators(posenc_ops):
+    """... or an operator outside aten, here posenc's own."""
+    with pytest.raises(AssertionError, match="posenc::"):
+        assert_builtin_code(torch.jit.script(CallsPosencOperator()))

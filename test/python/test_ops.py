@@ -11,7 +11,7 @@ DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 
 def test_ops_are_registered(posenc_ops):
-    for name in ["sinusoidal_table", "add_positional_encoding", "add_position_table", "add_position_table_backward"]:
+    for name in ["sinusoidal_table", "add_positional_encoding", "add_position_table", "_add_position_table_backward"]:
         assert hasattr(posenc_ops, name), name
 
 
@@ -93,7 +93,7 @@ def test_table_gradient_sums_over_the_batch(posenc_ops):
 def test_double_backward_of_table_gradient(posenc_ops):
     grad = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
     table = torch.zeros(9, 5, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda g: posenc_ops.add_position_table_backward(g, table, 2, True), (grad,))
+    assert torch.autograd.gradcheck(lambda g: posenc_ops._add_position_table_backward(g, table, 2, True), (grad,))
 
 
 OPCHECK_CASES = [
@@ -101,7 +101,7 @@ OPCHECK_CASES = [
     ("add_position_table", lambda ops: (torch.randn(5, 2, 8, dtype=torch.float64, requires_grad=True), torch.randn(1, 16, 8, dtype=torch.float64, requires_grad=True), 0, False)),
     ("add_position_table", lambda ops: (torch.randn(2, 5, 8).to(torch.bfloat16), ops.sinusoidal_table(16, 8), 11, True)),
     ("add_positional_encoding", lambda ops: (torch.randn(2, 5, 7, requires_grad=True), 4, 10000.0, True)),
-    ("add_position_table_backward", lambda ops: (torch.randn(2, 5, 8), ops.sinusoidal_table(16, 8), 3, True)),
+    ("_add_position_table_backward", lambda ops: (torch.randn(2, 5, 8), ops.sinusoidal_table(16, 8), 3, True)),
 ]
 
 

@@ -123,7 +123,7 @@ def test_opcheck_with_positions(posenc_ops):
     positions = torch.tensor([[0, 9, -1], [1, 1, 1]])
     torch.library.opcheck(posenc_ops.add_position_table.default, (torch.randn(2, 3, 4, requires_grad=True), table, 0, True, positions, 2.0))
     torch.library.opcheck(posenc_ops.add_positional_encoding.default, (torch.randn(3, 2, 5), 0, 100.0, False, positions.t().contiguous(), 1.0, "concatenated", "tensor2tensor"))
-    torch.library.opcheck(posenc_ops.add_position_table_backward.default, (torch.randn(2, 3, 4), table.detach(), 0, True, positions))
+    torch.library.opcheck(posenc_ops._add_position_table_backward.default, (torch.randn(2, 3, 4), table.detach(), 0, True, positions))
 
 
 def test_learned_export_matches_its_weights(test_tool, tmp_path):

@@ -15,6 +15,8 @@
 //
 // On a c10::Error the message goes to stderr and the exit status is 1.
 
+#include <posenc/export.h>
+#include <posenc/io/state_dict.h>
 #include <posenc/posenc.h>
 
 #include <torch/script.h>

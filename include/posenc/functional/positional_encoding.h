@@ -21,7 +21,9 @@ at::Tensor sinusoidal_table(int64_t max_len,
                             at::ScalarType dtype,
                             at::Device device);
 
-/// `positional_encoding` with raw arguments.
+/// `positional_encoding` with raw arguments, as the modules call it: `inplace` writes into `x`;
+/// `columns` (the table's column plan, see `posenc::ops`) lets positions past the table be
+/// computed instead of raising.
 at::Tensor positional_encoding(const at::Tensor& x,
                                const at::Tensor& table,
                                int64_t offset,
@@ -29,7 +31,9 @@ at::Tensor positional_encoding(const at::Tensor& x,
                                bool batch_first,
                                double scale,
                                double dropout,
-                               bool training);
+                               bool training,
+                               bool inplace = false,
+                               const at::Tensor& columns = at::Tensor());
 } // namespace detail
 
 /// The sinusoidal encoding table of "Attention Is All You Need", shape `[max_len, d_model]`:
@@ -87,6 +91,14 @@ inline at::Tensor positional_encoding(const at::Tensor& x,
                                      options.scale(),
                                      options.dropout(),
                                      options.training());
+}
+
+/// The functional form of `LearnedPositionalEmbedding::forward`: `dropout(x * scale +
+/// weight[positions])`, differentiable with respect to `x` and `weight`.
+inline at::Tensor learned_positional_embedding(const at::Tensor& x,
+                                               const at::Tensor& weight,
+                                               const PositionalEncodingFuncOptions& options = {}) {
+  return positional_encoding(x, weight, options);
 }
 
 } // namespace functional

@@ -1,30 +1,17 @@
 #pragma once
 
 #include <posenc/functional/positional_encoding.h>
+#include <posenc/modules/encoding_base.h>
 #include <posenc/options/learned_positional_embedding.h>
 
-#include <torch/nn/cloneable.h>
-#include <torch/nn/modules/common.h>
-#include <torch/nn/modules/container/any_module_holder.h>
 #include <torch/nn/pimpl.h>
-#include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include <cstdint>
 #include <ostream>
+#include <vector>
 
 namespace posenc {
-
-namespace functional {
-/// The functional form of `LearnedPositionalEmbedding::forward`: `dropout(x * scale +
-/// weight[positions])`, differentiable with respect to `x` and `weight`.
-inline at::Tensor learned_positional_embedding(
-    const at::Tensor& x,
-    const at::Tensor& weight,
-    const LearnedPositionalEmbeddingFuncOptions& options = {}) {
-  return positional_encoding(x, weight, options);
-}
-} // namespace functional
 
 /// A trainable table of position embeddings (BERT, GPT-2) added to the input: the same forwards
 /// as `PositionalEncoding` (offset, explicit positions, padding mask), with the gradient flowing
@@ -40,8 +27,12 @@ inline at::Tensor learned_positional_embedding(
 /// posenc::LearnedPositionalEmbedding pos(posenc::LearnedPositionalEmbeddingOptions(768, 512));
 /// auto y = pos(torch::randn({8, 128, 768}));
 /// ```
-class LearnedPositionalEmbeddingImpl : public torch::nn::Cloneable<LearnedPositionalEmbeddingImpl> {
+class LearnedPositionalEmbeddingImpl
+    : public detail::SequenceEncodingModule<LearnedPositionalEmbeddingImpl> {
  public:
+  static constexpr const char* kName = "LearnedPositionalEmbedding";
+  static constexpr bool kDerivedTables = false;
+
   LearnedPositionalEmbeddingImpl(int64_t d_model, int64_t max_len)
       : LearnedPositionalEmbeddingImpl(LearnedPositionalEmbeddingOptions(d_model, max_len)) {}
   explicit LearnedPositionalEmbeddingImpl(const LearnedPositionalEmbeddingOptions& options_);
@@ -56,17 +47,8 @@ class LearnedPositionalEmbeddingImpl : public torch::nn::Cloneable<LearnedPositi
   /// `posenc::LearnedPositionalEmbedding(d_model=768, max_len=512, dropout=0, batch_first=true)`.
   void pretty_print(std::ostream& stream) const override;
 
-  /// Adds the embeddings of positions `offset .. offset + L - 1` (see PositionalEncoding).
-  torch::Tensor forward(const torch::Tensor& x, int64_t offset = 0);
-
-  /// Adds the embeddings of explicit positions (`[B, L]` / `[L, B]` or `[L]`; -1 = padding).
-  torch::Tensor forward_positions(const torch::Tensor& x, const torch::Tensor& positions);
-
-  /// Adds embeddings counted from the first real token; padding gets a zero vector.
-  torch::Tensor forward_padded(const torch::Tensor& x, const torch::Tensor& padding_mask);
-
-  /// Loads `weight`, checking shape, dtype and values first; the module is unchanged on error.
-  void load(torch::serialize::InputArchive& archive) override;
+  // forward(x, offset), forward_positions(x, positions), forward_padded(x, padding_mask): as
+  // PositionalEncoding's (from detail::SequenceEncodingModule).
 
   /// The options this module was built with.
   LearnedPositionalEmbeddingOptions options;
@@ -74,13 +56,15 @@ class LearnedPositionalEmbeddingImpl : public torch::nn::Cloneable<LearnedPositi
   /// The trainable table, `[max_len, d_model]`, registered as the parameter `weight`.
   torch::Tensor weight;
 
- protected:
-  FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(int64_t{0})})
-
  private:
-  torch::Tensor forward_impl(const torch::Tensor& x,
-                             int64_t offset,
-                             const torch::Tensor& positions);
+  friend class detail::EncodingModule<LearnedPositionalEmbeddingImpl>;
+  friend class detail::SequenceEncodingModule<LearnedPositionalEmbeddingImpl>;
+  torch::Tensor forward_at(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions);
+  void build_tables(torch::Dtype, torch::Device) {}
+  std::vector<torch::Tensor*> derived_tables() {
+    return {};
+  }
+  std::vector<detail::TableSlot> table_slots();
 };
 
 /// A `ModuleHolder` subclass for `LearnedPositionalEmbeddingImpl`.

@@ -1,17 +1,15 @@
 #pragma once
 
 #include <posenc/functional/positional_encoding.h>
+#include <posenc/modules/encoding_base.h>
 #include <posenc/options/positional_encoding.h>
 
-#include <torch/nn/cloneable.h>
-#include <torch/nn/modules/common.h>
-#include <torch/nn/modules/container/any_module_holder.h>
 #include <torch/nn/pimpl.h>
-#include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include <cstdint>
 #include <ostream>
+#include <vector>
 
 namespace posenc {
 
@@ -34,8 +32,11 @@ namespace posenc {
 /// auto y = pe(torch::randn({2, 10, 512}));          // positions 0..9
 /// auto z = pe(torch::randn({2, 1, 512}), 10);       // position 10 (a decoding step)
 /// ```
-class PositionalEncodingImpl : public torch::nn::Cloneable<PositionalEncodingImpl> {
+class PositionalEncodingImpl : public detail::SequenceEncodingModule<PositionalEncodingImpl> {
  public:
+  static constexpr const char* kName = "PositionalEncoding";
+  static constexpr bool kDerivedTables = true;
+
   PositionalEncodingImpl(int64_t d_model, int64_t max_len)
       : PositionalEncodingImpl(PositionalEncodingOptions(d_model, max_len)) {}
   explicit PositionalEncodingImpl(const PositionalEncodingOptions& options_);
@@ -49,31 +50,14 @@ class PositionalEncodingImpl : public torch::nn::Cloneable<PositionalEncodingImp
   /// options that differ from their defaults are added.
   void pretty_print(std::ostream& stream) const override;
 
-  /// Adds the encodings of positions `offset .. offset + L - 1`. `x`: `[B, L, D]` if
-  /// `batch_first`, else `[L, B, D]`; float16, bfloat16, float32 or float64, on the device of
-  /// `pe`. The result has the shape and dtype of `x`.
-  torch::Tensor forward(const torch::Tensor& x, int64_t offset = 0);
-
-  /// Adds the encodings of explicit positions: an integer tensor shaped like the first two
-  /// dimensions of `x` (`[B, L]` or `[L, B]`: per-sample offsets, packed sequences, KV-cache
-  /// decoding with different lengths per row) or `[L]` (shared by the batch). -1 marks padding,
-  /// which gets a zero vector. Reading the positions' range synchronizes with a GPU.
-  torch::Tensor forward_positions(const torch::Tensor& x, const torch::Tensor& positions);
-
-  /// Adds encodings counted from the first real token of each sequence; padding (`true` in
-  /// `padding_mask`, shaped like the first two dimensions of `x`) gets a zero vector, as in
-  /// fairseq. Correct for left and right padding. See `functional::positions_from_padding_mask`.
-  torch::Tensor forward_padded(const torch::Tensor& x, const torch::Tensor& padding_mask);
-
-  /// Moves and casts like `torch::nn::Module::to`, except that `pe` is kept in at least float32:
-  /// float64 recomputes it in float64, float16/bfloat16 leave it in float32.
-  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Device device, bool non_blocking = false) override;
-
-  /// Loads `pe` from an archive written by `torch::save`, checking its shape, dtype and values
-  /// first: on any mismatch a `c10::Error` is thrown and the module is left unchanged.
-  void load(torch::serialize::InputArchive& archive) override;
+  // forward(x, offset = 0): adds the encodings of positions `offset .. offset + L - 1`. `x`:
+  // `[B, L, D]` if `batch_first`, else `[L, B, D]`; float16, bfloat16, float32 or float64, on the
+  // device of `pe`. The result has the shape and dtype of `x`.
+  // forward_positions(x, positions): explicit positions, shaped like the first two dimensions of
+  // `x` (`[B, L]` or `[L, B]`: per-sample offsets, packed sequences, KV-cache decoding with
+  // different lengths per row) or `[L]` (shared by the batch); -1 marks padding (a zero vector).
+  // forward_padded(x, padding_mask): positions counted from the first real token.
+  // (All three from detail::SequenceEncodingModule.)
 
   /// The options this module was built with.
   PositionalEncodingOptions options;
@@ -81,17 +65,17 @@ class PositionalEncodingImpl : public torch::nn::Cloneable<PositionalEncodingImp
   /// The encoding table, `[1, max_len, d_model]`, registered as the buffer `pe`.
   torch::Tensor pe;
 
- protected:
-  FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(int64_t{0})})
-
  private:
-  torch::Tensor build_table(torch::Dtype dtype, torch::Device device) const;
-  torch::Tensor forward_impl(const torch::Tensor& x,
-                             int64_t offset,
-                             const torch::Tensor& positions);
-  void to_impl(c10::optional<torch::Device> device,
-               c10::optional<torch::Dtype> dtype,
-               bool non_blocking);
+  friend class detail::EncodingModule<PositionalEncodingImpl>;
+  friend class detail::SequenceEncodingModule<PositionalEncodingImpl>;
+  torch::Tensor forward_at(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions);
+  void build_tables(torch::Dtype dtype, torch::Device device);
+  std::vector<torch::Tensor*> derived_tables();
+  std::vector<detail::TableSlot> table_slots();
+
+  /// The column plan of the encoding (float64 `[2, d_model]`, on the CPU): what positions past
+  /// `max_len` are computed from under BeyondMaxLen::kExtrapolate.
+  torch::Tensor columns_;
 };
 
 /// A `ModuleHolder` subclass for `PositionalEncodingImpl`. See its documentation, and

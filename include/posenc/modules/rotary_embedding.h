@@ -1,17 +1,15 @@
 #pragma once
 
 #include <posenc/functional/rotary_embedding.h>
+#include <posenc/modules/encoding_base.h>
 #include <posenc/options/rotary_embedding.h>
 
-#include <torch/nn/cloneable.h>
-#include <torch/nn/modules/common.h>
-#include <torch/nn/modules/container/any_module_holder.h>
 #include <torch/nn/pimpl.h>
-#include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include <cstdint>
 #include <ostream>
+#include <vector>
 
 namespace posenc {
 
@@ -31,8 +29,11 @@ namespace posenc {
 /// auto q_rot = rope(q);                 // q: [B, L, H, 64], positions 0..L-1
 /// auto k_new = rope(k_step, past_len);  // one decoding step at position past_len
 /// ```
-class RotaryEmbeddingImpl : public torch::nn::Cloneable<RotaryEmbeddingImpl> {
+class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
  public:
+  static constexpr const char* kName = "RotaryEmbedding";
+  static constexpr bool kDerivedTables = true;
+
   RotaryEmbeddingImpl(int64_t head_dim, int64_t max_len)
       : RotaryEmbeddingImpl(RotaryEmbeddingOptions(head_dim, max_len)) {}
   explicit RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_);
@@ -45,20 +46,10 @@ class RotaryEmbeddingImpl : public torch::nn::Cloneable<RotaryEmbeddingImpl> {
   /// pairing=half_split, heads_first=false)`.
   void pretty_print(std::ostream& stream) const override;
 
-  /// Rotates `x` (`[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) for positions
-  /// `offset .. offset + L - 1`. The result has the shape and dtype of `x`.
-  torch::Tensor forward(const torch::Tensor& x, int64_t offset = 0);
-
-  /// Rotates `x` for explicit positions, `[B, L]` or `[L]` (-1 = padding: not rotated).
-  torch::Tensor forward_positions(const torch::Tensor& x, const torch::Tensor& positions);
-
-  /// Keeps `cos` and `sin` in at least float32, like PositionalEncoding's table.
-  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Dtype dtype, bool non_blocking = false) override;
-  void to(torch::Device device, bool non_blocking = false) override;
-
-  /// Loads `cos` and `sin`, checking shapes, dtypes and values first.
-  void load(torch::serialize::InputArchive& archive) override;
+  // forward(x, offset = 0): rotates `x` (`[B, L, H, head_dim]`, or `[B, H, L, head_dim]` with
+  // `heads_first`) for positions `offset .. offset + L - 1`; the result has the shape and dtype of
+  // `x`. forward_positions(x, positions): explicit positions, `[B, L]` or `[L]` (-1 = padding: not
+  // rotated). (Both from detail::EncodingModule.)
 
   /// The options this module was built with.
   RotaryEmbeddingOptions options;
@@ -67,17 +58,18 @@ class RotaryEmbeddingImpl : public torch::nn::Cloneable<RotaryEmbeddingImpl> {
   torch::Tensor cos;
   torch::Tensor sin;
 
- protected:
-  FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(int64_t{0})})
-
  private:
-  void rebuild(torch::Dtype dtype, torch::Device device);
-  torch::Tensor forward_impl(const torch::Tensor& x,
-                             int64_t offset,
-                             const torch::Tensor& positions);
-  void to_impl(c10::optional<torch::Device> device,
-               c10::optional<torch::Dtype> dtype,
-               bool non_blocking);
+  friend class detail::EncodingModule<RotaryEmbeddingImpl>;
+  torch::Tensor forward_at(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions);
+  void build_tables(torch::Dtype dtype, torch::Device device);
+  std::vector<torch::Tensor*> derived_tables();
+  std::vector<detail::TableSlot> table_slots();
+
+  /// The frequencies (float64 `[rotary_dim / 2]`, on the CPU) and the factor cos/sin carry, from
+  /// detail::rope_frequencies: what positions past `max_len` are computed from under
+  /// BeyondMaxLen::kExtrapolate.
+  torch::Tensor inv_freq_;
+  double attention_factor_ = 1.0;
 };
 
 /// A `ModuleHolder` subclass for `RotaryEmbeddingImpl`.

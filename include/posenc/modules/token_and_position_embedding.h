@@ -1,31 +1,20 @@
 #pragma once
 
+#include <posenc/functional/token_and_position_embedding.h>
+#include <posenc/modules/encoding_base.h>
 #include <posenc/modules/learned_positional_embedding.h>
 #include <posenc/modules/positional_encoding.h>
 #include <posenc/options/token_and_position_embedding.h>
 
-#include <torch/nn/cloneable.h>
-#include <torch/nn/modules/common.h>
-#include <torch/nn/modules/container/any_module_holder.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
 #include <cstdint>
 #include <ostream>
+#include <vector>
 
 namespace posenc {
-
-namespace functional {
-/// `dropout(weight[tokens] * scale + table[positions])` in one pass (the posenc::
-/// token_and_position_embedding operator): the functional form of TokenAndPositionEmbedding.
-/// `tokens` are int64 `[B, L]` (or `[L, B]`), `weight` `[vocab, D]`, `table` `[max_len, D]` or
-/// `[1, max_len, D]`; the result is `[B, L, D]` (`[L, B, D]`) in the weight's dtype.
-at::Tensor token_and_position_embedding(const at::Tensor& tokens,
-                                        const at::Tensor& weight,
-                                        const at::Tensor& table,
-                                        const TokenAndPositionEmbeddingFuncOptions& options = {});
-} // namespace functional
 
 /// The block that starts every transformer: `dropout(token_embedding(ids) * scale + positions)`.
 ///
@@ -43,8 +32,12 @@ at::Tensor token_and_position_embedding(const at::Tensor& tokens,
 ///     torch::nn::TransformerEncoderLayerOptions(256, 8), 6));
 /// auto hidden = encoder(embed(ids));   // ids: [L, B] int64
 /// ```
-class TokenAndPositionEmbeddingImpl : public torch::nn::Cloneable<TokenAndPositionEmbeddingImpl> {
+class TokenAndPositionEmbeddingImpl
+    : public detail::EncodingModule<TokenAndPositionEmbeddingImpl> {
  public:
+  static constexpr const char* kName = "TokenAndPositionEmbedding";
+  static constexpr bool kDerivedTables = false;
+
   TokenAndPositionEmbeddingImpl(int64_t vocab_size, int64_t d_model, int64_t max_len)
       : TokenAndPositionEmbeddingImpl(
             TokenAndPositionEmbeddingOptions(vocab_size, d_model, max_len)) {}
@@ -58,12 +51,10 @@ class TokenAndPositionEmbeddingImpl : public torch::nn::Cloneable<TokenAndPositi
   /// positions=sinusoidal, scale=16, dropout=0, batch_first=true)`.
   void pretty_print(std::ostream& stream) const override;
 
-  /// Embeds token ids (`[B, L]` or `[L, B]`, integral, in [0, vocab_size)) at positions
-  /// `offset .. offset + L - 1` (with `padding_idx`: counted over real tokens from `offset`).
-  torch::Tensor forward(const torch::Tensor& tokens, int64_t offset = 0);
-
-  /// Embeds token ids at explicit positions (`[B, L]` / `[L, B]` or `[L]`; -1 = padding).
-  torch::Tensor forward_positions(const torch::Tensor& tokens, const torch::Tensor& positions);
+  // forward(ids, offset = 0): embeds token ids (`[B, L]` or `[L, B]`, integral, in
+  // [0, vocab_size)) at positions `offset .. offset + L - 1` (with `padding_idx`: counted over real
+  // tokens from `offset`). forward_positions(ids, positions): at explicit positions (`[B, L]` /
+  // `[L, B]` or `[L]`; -1 = padding). (Both from detail::EncodingModule.)
 
   /// The options this module was built with.
   TokenAndPositionEmbeddingOptions options;
@@ -74,12 +65,22 @@ class TokenAndPositionEmbeddingImpl : public torch::nn::Cloneable<TokenAndPositi
   PositionalEncoding sinusoidal{nullptr};
   LearnedPositionalEmbedding learned{nullptr};
 
- protected:
-  FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(int64_t{0})})
-
  private:
-  void check_ids(const torch::Tensor& ids) const;
-  torch::Tensor run(const torch::Tensor& ids, int64_t offset, const torch::Tensor& positions);
+  friend class detail::EncodingModule<TokenAndPositionEmbeddingImpl>;
+  torch::Tensor forward_at(const torch::Tensor& ids,
+                           int64_t offset,
+                           const torch::Tensor& positions);
+  void build_tables(torch::Dtype, torch::Device) {}
+  std::vector<torch::Tensor*> derived_tables() {
+    return {};
+  }
+  std::vector<detail::TableSlot> table_slots() {
+    return {}; // the submodules load their own
+  }
+
+  /// The column plan of the sinusoidal positions (float64 `[2, d_model]`, on the CPU), for
+  /// positions past `max_len` under BeyondMaxLen::kExtrapolate.
+  torch::Tensor columns_;
 };
 
 /// A `ModuleHolder` subclass for `TokenAndPositionEmbeddingImpl`.

@@ -1,13 +1,14 @@
 #pragma once
 
-// The backend-independent kernels (ATen operations only). Registered as CompositeExplicitAutograd,
-// and called by the hand-written CPU/CUDA kernels for the cases those do not cover.
+// The backend-independent kernels (ATen operations only), registered as CompositeExplicitAutograd:
+// they serve every device without a hand-written kernel, and the tests compare the CPU and CUDA
+// kernels with them. Same arguments as the operators.
 
-#include "ops/common.h"
+#include "ops/op_arguments.h"
 
 #include <ATen/core/Tensor.h>
-#include <c10/util/string_view.h>
 
+#include <array>
 #include <tuple>
 
 namespace posenc {
@@ -19,25 +20,8 @@ at::Tensor add_position_table(const at::Tensor& x,
                               int64_t offset,
                               bool batch_first,
                               OptionalTensor positions,
-                              double scale);
-void add_position_table_(at::Tensor& x,
-                         const at::Tensor& table,
-                         int64_t offset,
-                         bool batch_first,
-                         OptionalTensor positions,
-                         double scale);
-void add_position_table_out(const at::Tensor& x,
-                            const at::Tensor& table,
-                            int64_t offset,
-                            bool batch_first,
-                            OptionalTensor positions,
-                            double scale,
-                            at::Tensor& out);
-at::Tensor add_position_table_backward(const at::Tensor& grad,
-                                       const at::Tensor& table,
-                                       int64_t offset,
-                                       bool batch_first,
-                                       OptionalTensor positions);
+                              double scale,
+                              OptionalTensor columns = c10::nullopt);
 at::Tensor apply_rotary(const at::Tensor& x,
                         const at::Tensor& cos,
                         const at::Tensor& sin,
@@ -45,28 +29,10 @@ at::Tensor apply_rotary(const at::Tensor& x,
                         OptionalTensor positions,
                         bool interleaved,
                         bool heads_first,
-                        bool inverse);
-void apply_rotary_(at::Tensor& x,
-                   const at::Tensor& cos,
-                   const at::Tensor& sin,
-                   int64_t offset,
-                   OptionalTensor positions,
-                   bool interleaved,
-                   bool heads_first,
-                   bool inverse);
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(const at::Tensor& tokens,
-                                                                const at::Tensor& weight,
-                                                                const at::Tensor& table,
-                                                                int64_t offset,
-                                                                bool batch_first,
-                                                                OptionalTensor positions,
-                                                                double scale,
-                                                                int64_t padding_idx,
-                                                                double dropout,
-                                                                bool train);
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
-    const at::Tensor& grad,
-    const at::Tensor& mask,
+                        bool inverse,
+                        OptionalTensor inv_freq = c10::nullopt,
+                        double attention_factor = 1.0);
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     const at::Tensor& tokens,
     const at::Tensor& weight,
     const at::Tensor& table,
@@ -76,10 +42,8 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
     double scale,
     int64_t padding_idx,
     double dropout,
-    std::array<bool, 2> output_mask);
-
-/// The rows `table[positions]` for the call, shaped to broadcast against x.
-at::Tensor selected_rows(const TableCall& call, int64_t offset, bool batch_first);
+    bool train,
+    OptionalTensor columns = c10::nullopt);
 
 } // namespace composite
 } // namespace ops

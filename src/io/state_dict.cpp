@@ -1,6 +1,6 @@
-#include <posenc/serialize.h>
+#include <posenc/io/state_dict.h>
 
-#include "serialize/torch_save_reader.h"
+#include "io/torch_save_reader.h"
 
 #include <c10/util/Exception.h>
 #include <torch/utils.h>

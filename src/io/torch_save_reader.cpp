@@ -1,4 +1,4 @@
-#include "serialize/torch_save_reader.h"
+#include "io/torch_save_reader.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>

@@ -2,6 +2,9 @@
 
 /// Loading state dicts written by Python's `torch.save(model.state_dict(), path)` into C++
 /// modules: posenc's, or any `torch::nn::Module` whose parameter and buffer names match.
+///
+/// Part of the `posenc::io` library, not of `posenc::posenc`, and not included by
+/// `<posenc/posenc.h>`: link `posenc::io` and include this header to use it.
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>

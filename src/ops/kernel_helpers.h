@@ -1,6 +1,10 @@
 #pragma once
 
-// Row mappings and accumulation types shared by the CPU (and, where marked, CUDA) kernels.
+// Device-neutral pieces of the hand-written kernels, included by the CPU and the CUDA ones: the
+// compute types, exact loads and stores of 16-bit types, and the mapping from an input row to its
+// position.
+
+#include "ops/op_arguments.h"
 
 #include <c10/macros/Macros.h>
 #include <c10/util/BFloat16.h>
@@ -21,6 +25,17 @@
 
 namespace posenc {
 namespace ops {
+
+/// Calls `f(data)` with `data` the `const float*` or `const double*` of a kernel table (see
+/// TableCall::kernel_table), so that one loop body serves both table dtypes.
+template <typename F>
+void with_table_data(const at::Tensor& table, F&& f) {
+  if (table.scalar_type() == at::kFloat) {
+    f(table.data_ptr<float>());
+  } else {
+    f(table.data_ptr<double>());
+  }
+}
 
 /// The type a kernel computes in: float for float16/bfloat16/float32 operands, double as soon as
 /// either operand is double (the same promotion ATen applies).
@@ -68,6 +83,17 @@ struct SequenceRows {
   const int64_t* positions; // null: offset form
   bool per_sequence;        // positions shaped like the input's first two dimensions
 
+  /// The rows of a checked table call (host code).
+  static SequenceRows of(const TableCall& call) {
+    const bool given = call.positions.defined();
+    return {call.batch,
+            call.length,
+            call.batch_first,
+            call.offset,
+            given ? call.positions.data_ptr<int64_t>() : nullptr,
+            call.per_sequence()};
+  }
+
   C10_HOST_DEVICE int64_t position(int64_t i) const {
     if (per_sequence) {
       return positions[i];
@@ -86,6 +112,17 @@ struct RotaryRows {
   int64_t offset;
   const int64_t* positions;
   bool per_sequence;
+
+  /// The rows of a checked rotary call (host code).
+  static RotaryRows of(const RotaryCall& call) {
+    const bool given = call.positions.defined();
+    return {call.length,
+            call.heads,
+            call.heads_first,
+            call.offset,
+            given ? call.positions.data_ptr<int64_t>() : nullptr,
+            call.per_sequence()};
+  }
 
   C10_HOST_DEVICE int64_t position(int64_t i) const {
     int64_t b;

@@ -1,7 +1,6 @@
-#include <posenc/functional/positional_encoding.h>
+#include "detail/sinusoidal.h"
 
 #include "detail/checks.h"
-#include "detail/sinusoidal.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
@@ -11,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace posenc {
@@ -55,6 +55,49 @@ ColumnPlan column_plan(const SinusoidSpec& spec) {
   return plan;
 }
 
+at::Tensor column_plan_tensor(const SinusoidSpec& spec) {
+  const ColumnPlan plan = column_plan(spec);
+  at::Tensor columns = at::empty({2, spec.d_model}, at::TensorOptions().dtype(at::kDouble));
+  double* data = columns.data_ptr<double>();
+  for (int64_t c = 0; c < spec.d_model; ++c) {
+    data[c] = plan.frequency[static_cast<size_t>(c)];
+    data[spec.d_model + c] = static_cast<double>(plan.kind[static_cast<size_t>(c)]);
+  }
+  return columns;
+}
+
+ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, int64_t width) {
+  TORCH_CHECK(columns.dim() == 2 && columns.size(0) == 2 && columns.size(1) == width &&
+                  columns.scalar_type() == at::kDouble,
+              who,
+              ": columns must be a float64 [2, D] = [2, ",
+              width,
+              "] column plan (frequencies, kinds), but got ",
+              columns.scalar_type(),
+              " of shape ",
+              columns.sizes(),
+              "; pass the module's plan or none");
+  const at::Tensor host = columns.to(at::kCPU).contiguous();
+  const double* data = host.data_ptr<double>();
+  ColumnPlan plan;
+  plan.frequency.assign(data, data + width);
+  plan.kind.resize(static_cast<size_t>(width));
+  for (int64_t c = 0; c < width; ++c) {
+    const double kind = data[width + c];
+    TORCH_CHECK(std::isfinite(data[c]) && (kind == 0.0 || kind == 1.0 || kind == 2.0),
+                who,
+                ": columns must hold finite frequencies and kinds 0 (sine), 1 (cosine) or 2 "
+                "(zero), but column ",
+                c,
+                " has frequency ",
+                data[c],
+                " and kind ",
+                kind);
+    plan.kind[static_cast<size_t>(c)] = static_cast<ColumnPlan::Kind>(static_cast<int>(kind));
+  }
+  return plan;
+}
+
 void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, double base) {
   TORCH_CHECK(d_model >= 1,
               who,
@@ -71,14 +114,7 @@ void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, do
               ": base must be finite and > 0, but got ",
               base,
               "; the paper uses 10000");
-  TORCH_CHECK(
-      max_len <= kMaxTableElements / d_model,
-      who,
-      ": a table of max_len * d_model = ",
-      max_len,
-      " * ",
-      d_model,
-      " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower max_len");
+  check_table_size(who, "a table of max_len * d_model", max_len, d_model, "max_len");
 }
 
 void check_table_request(const char* who,
@@ -131,13 +167,10 @@ const char* to_string(FrequencySpacing spacing) {
   return spacing == FrequencySpacing::kPaper ? "paper" : "tensor2tensor";
 }
 
+namespace {
 template <typename T>
-void fill_sinusoidal_rows(const int64_t* positions,
-                          int64_t count,
-                          const SinusoidSpec& spec,
-                          T* out) {
-  const ColumnPlan plan = column_plan(spec);
-  const int64_t d_model = spec.d_model;
+void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const ColumnPlan& plan, T* out) {
+  const int64_t d_model = static_cast<int64_t>(plan.frequency.size());
   // Each element costs a double-precision sin or cos (~20 ns), so a few thousand elements are
   // worth a task.
   const int64_t grain = std::max<int64_t>(1, 4096 / d_model);
@@ -160,23 +193,23 @@ void fill_sinusoidal_rows(const int64_t* positions,
   });
 }
 
-template void fill_sinusoidal_rows<float>(const int64_t*, int64_t, const SinusoidSpec&, float*);
-template void fill_sinusoidal_rows<double>(const int64_t*, int64_t, const SinusoidSpec&, double*);
+} // namespace
 
 at::Tensor sinusoidal_rows(const at::Tensor& positions,
-                           const SinusoidSpec& spec,
+                           const ColumnPlan& plan,
                            c10::ScalarType dtype) {
+  const int64_t d_model = static_cast<int64_t>(plan.frequency.size());
   const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
   const int64_t count = cpu_positions.numel();
   // float32 and float64 are written directly; float16 and bfloat16 are rounded from float64 (never
   // through float32, which would round twice).
   const bool direct = dtype == at::kFloat || dtype == at::kDouble;
   at::Tensor rows =
-      at::empty({count, spec.d_model}, at::TensorOptions().dtype(direct ? dtype : at::kDouble));
+      at::empty({count, d_model}, at::TensorOptions().dtype(direct ? dtype : at::kDouble));
   if (rows.scalar_type() == at::kFloat) {
-    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, spec, rows.data_ptr<float>());
+    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, plan, rows.data_ptr<float>());
   } else {
-    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, spec, rows.data_ptr<double>());
+    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, plan, rows.data_ptr<double>());
   }
   return rows.to(positions.device(), dtype);
 }
@@ -188,27 +221,8 @@ at::Tensor sinusoidal_table(int64_t max_len,
                             c10::Device device) {
   const at::Tensor positions =
       at::arange(offset, offset + max_len, at::TensorOptions().dtype(at::kLong));
-  return sinusoidal_rows(positions, spec, dtype).to(device);
+  return sinusoidal_rows(positions, column_plan(spec), dtype).to(device);
 }
 
 } // namespace detail
-
-namespace functional {
-namespace detail {
-
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t d_model,
-                            double base,
-                            int64_t offset,
-                            ChannelLayout layout,
-                            FrequencySpacing spacing,
-                            at::ScalarType dtype,
-                            at::Device device) {
-  posenc::detail::check_table_request("sinusoidal_table", max_len, d_model, base, offset, dtype);
-  return posenc::detail::sinusoidal_table(
-      max_len, offset, {d_model, base, layout, spacing}, dtype, device);
-}
-
-} // namespace detail
-} // namespace functional
 } // namespace posenc

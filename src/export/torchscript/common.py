@@ -1,0 +1,51 @@
+# TorchScript methods of every module posenc exports (posenc::to_torchscript, see
+# src/export/torchscript.cpp): dtype names and the checks of inputs and positions.
+#
+# Each file of this folder holds one class whose body (its `def`s and comments, indented by 4
+# spaces, no docstrings) is embedded into libposenc at build time (src/export/CMakeLists.txt) and
+# passed to torch::jit::Module::define together with the bodies of the other files the exported
+# module is made of. The exported module carries the attributes, buffers and parameters the
+# methods read; `self.who`, the module's name, starts every error message.
+#
+# The code is compiled from C++, where a dtype is its c10::ScalarType code (stable across
+# versions): Half = 5, Float = 6, Double = 7, BFloat16 = 15; integers 0-4 (Long = 4), Bool = 11.
+# Conversions are written .to(4) (int64) and .to(7) (float64) for that reason. Only torch
+# built-ins may be called, so that the saved file loads with plain PyTorch. The files are plain
+# Python as well: test/python/test_export.py scripts these classes with torch.jit.script and
+# compares them with the modules posenc exports.
+
+import torch
+from torch import Tensor
+from typing import List, Tuple
+
+
+class CommonMethods:
+    def _dtype_name(self, dtype: int) -> str:
+        names = ["Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double", "ComplexHalf", "ComplexFloat", "ComplexDouble", "Bool"]
+        if dtype >= 0 and dtype < len(names):
+            return names[dtype]
+        if dtype == 15:
+            return "BFloat16"
+        return "dtype code " + str(dtype)
+
+    def _check_float(self, x: Tensor):
+        if not (x.dtype == 5 or x.dtype == 15 or x.dtype == 6 or x.dtype == 7):
+            raise RuntimeError(self.who + ": expected a floating-point input (float16, bfloat16, float32 or float64), but got " + self._dtype_name(x.dtype) + "; embed integer token ids first")
+
+    # `positions` must be [L] (shared by the batch) or `each` (named `each_name` in the messages),
+    # on the device of `x`, >= -1 (-1 marks padding) and, for a `limit` >= 0, < limit.
+    def _check_positions(self, positions: Tensor, length: int, each: List[int], each_name: str, x: Tensor, limit: int):
+        if positions.dtype > 4:
+            raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32), but got " + self._dtype_name(positions.dtype))
+        shared = positions.dim() == 1 and positions.size(0) == length
+        if not (shared or (positions.dim() == 2 and positions.shape == each)):
+            raise RuntimeError(self.who + ": positions must have shape [L] = [" + str(length) + "] or " + each_name + " = " + str(each) + ", but got " + str(positions.shape))
+        if positions.device != x.device:
+            raise RuntimeError(self.who + ": positions must be on the input's device (" + str(x.device) + "), but got " + str(positions.device))
+        if positions.numel() > 0:
+            smallest = int(positions.min())
+            largest = int(positions.max())
+            if smallest < -1:
+                raise RuntimeError(self.who + ": positions must be >= -1 (-1 marks padding), but got " + str(smallest))
+            if limit >= 0 and largest >= limit:
+                raise RuntimeError(self.who + ": positions must be < max_len (" + str(limit) + "), but got " + str(largest) + "; build the module with max_len >= " + str(largest + 1))

@@ -1,0 +1,15 @@
+# TorchScript: the table of an exported LearnedPositionalEmbedding (the parameter `weight`,
+# [max_len, D]); a learned table has no rows past its end (positions there are rejected by the
+# checks). Used with common.py, offset.py and sequence.py (see common.py).
+
+import torch
+from torch import Tensor
+from typing import List, Tuple
+
+
+class LearnedMethods:
+    def _table(self) -> Tensor:
+        return self.weight
+
+    def _extrapolate(self, flat: Tensor, rows: Tensor) -> Tensor:
+        return rows

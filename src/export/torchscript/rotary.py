@@ -1,0 +1,91 @@
+# TorchScript: the methods of an exported RotaryEmbedding: the buffers `cos` and `sin`
+# ([max_len, R/2]), rows past them (BeyondMaxLen::kExtrapolate) computed in float64 from the
+# attributes `inv_freq` (float64 [R/2]) and `attention_factor` that
+# posenc::detail::rope_frequencies defines, and the rotation of the first R = rotary_dim channels
+# of [B, L, H, Dh] or [B, H, L, Dh] queries and keys. Used with common.py and offset.py (see
+# common.py).
+
+import torch
+from torch import Tensor
+from typing import List, Tuple
+
+
+class RotaryMethods:
+    def _check_input(self, x: Tensor):
+        layout = "[B, H, L, Dh] (heads_first=true)" if self.heads_first else "[B, L, H, Dh] (heads_first=false)"
+        if x.dim() != 4:
+            raise RuntimeError(self.who + ": expected a 4-D query or key tensor of shape " + layout + ", but got a " + str(x.dim()) + "-D tensor of shape " + str(x.shape))
+        self._check_float(x)
+        if x.size(3) < self.rotary_dim:
+            raise RuntimeError(self.who + ": the head dimension Dh = " + str(x.size(3)) + " is smaller than the rotated width " + str(self.rotary_dim) + " (input shape " + str(x.shape) + ")")
+        if x.device != self.cos.device:
+            raise RuntimeError(self.who + ": expected the input on the device of the cos/sin caches (" + str(self.cos.device) + "), but got an input on " + str(x.device))
+
+    # cos and sin of `positions` (flattened): rows of the caches, no rotation (cos 1, sin 0) for -1
+    # (padding), and past the caches computed in float64 and rounded once. inv_freq is a plain
+    # attribute, which Module.to() does not move: it is moved to the positions' device here.
+    def _tables(self, positions: Tensor) -> Tuple[Tensor, Tensor]:
+        flat = positions.reshape(-1).to(4)
+        in_table = torch.where(flat < self.max_len, flat, torch.full_like(flat, -1))
+        outside = (in_table < 0).unsqueeze(1)
+        c = self.cos.index_select(0, in_table.clamp(min=0)).masked_fill(outside, 1.0)
+        s = self.sin.index_select(0, in_table.clamp(min=0)).masked_fill(outside, 0.0)
+        past = flat >= self.max_len
+        if self.extrapolate and bool(past.any()):
+            angle = flat.to(7).unsqueeze(1) * self.inv_freq.to(flat.device).unsqueeze(0)
+            computed_c = torch.cos(angle)
+            computed_s = torch.sin(angle)
+            if self.attention_factor != 1.0:
+                computed_c = computed_c * self.attention_factor
+                computed_s = computed_s * self.attention_factor
+            c = torch.where(past.unsqueeze(1), computed_c.to(c.dtype), c)
+            s = torch.where(past.unsqueeze(1), computed_s.to(s.dtype), s)
+        return c, s
+
+    def _broadcast(self, rows: Tensor, batch: int, length: int) -> Tensor:
+        if self.heads_first:
+            return rows.view(batch, 1, length, rows.size(1))
+        return rows.view(batch, length, 1, rows.size(1))
+
+    def _rotate(self, x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+        half = c.size(-1)
+        rotated = 2 * half
+        part = x[..., :rotated]
+        if self.interleaved:
+            shape = part.shape[:-1]
+            shape.append(half)
+            shape.append(2)
+            pairs = part.reshape(shape)
+            a = pairs.select(-1, 0)
+            b = pairs.select(-1, 1)
+        else:
+            a = part[..., :half]
+            b = part[..., half:rotated]
+        new_a = a.mul(c).sub(b.mul(s))
+        new_b = a.mul(s).add(b.mul(c))
+        if self.interleaved:
+            out = torch.stack([new_a, new_b], -1).flatten(-2)
+        else:
+            out = torch.cat([new_a, new_b], -1)
+        if rotated < x.size(-1):
+            out = torch.cat([out, x[..., rotated:].to(out.dtype)], -1)
+        return out.to(x.dtype)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        self._check_input(x)
+        length = x.size(2) if self.heads_first else x.size(1)
+        self._check_offset(offset, length)
+        if offset + length <= self.max_len:
+            c = self.cos[offset:offset + length]
+            s = self.sin[offset:offset + length]
+        else:
+            c, s = self._tables(torch.arange(offset, offset + length, device=x.device))
+        return self._rotate(x, self._broadcast(c, 1, length), self._broadcast(s, 1, length))
+
+    def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
+        self._check_input(x)
+        length = x.size(2) if self.heads_first else x.size(1)
+        self._check_positions(positions, length, [x.size(0), length], "[B, L]", x, -1 if self.extrapolate else self.max_len)
+        c, s = self._tables(positions)
+        batch = positions.size(0) if positions.dim() == 2 else 1
+        return self._rotate(x, self._broadcast(c, batch, length), self._broadcast(s, batch, length))

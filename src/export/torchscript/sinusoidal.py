@@ -1,0 +1,26 @@
+# TorchScript: the table of an exported PositionalEncoding (the buffer `pe`, [1, max_len, D]) and
+# its rows past the table (BeyondMaxLen::kExtrapolate), computed in float64 from the attributes
+# `column_frequency` (float64 [D]) and `column_kind` (int64 [D]: 0 sine, 1 cosine, 2 zero) that
+# posenc::detail::column_plan defines, and rounded once to the table's dtype. Used with
+# common.py, offset.py and sequence.py (see common.py).
+
+import torch
+from torch import Tensor
+from typing import List, Tuple
+
+
+class SinusoidalMethods:
+    def _table(self) -> Tensor:
+        return self.pe[0]
+
+    # column_frequency and column_kind are plain attributes, which Module.to() does not move: they
+    # are moved to the positions' device here.
+    def _extrapolate(self, flat: Tensor, rows: Tensor) -> Tensor:
+        past = flat >= self.max_len
+        if self.extrapolate and bool(past.any()):
+            kind = self.column_kind.to(flat.device)
+            angle = flat.to(7).unsqueeze(1) * self.column_frequency.to(flat.device).unsqueeze(0)
+            computed = torch.where(kind == 0, torch.sin(angle), torch.cos(angle))
+            computed = computed.masked_fill(kind == 2, 0.0).to(rows.dtype)
+            rows = torch.where(past.unsqueeze(1), computed, rows)
+        return rows

@@ -1,0 +1,109 @@
+// CPU kernels of the rotary family: one pass over the data, float16/bfloat16 converted in
+// registers (no float32 intermediate tensor), parallel over rows with at::parallel_for. Compiled
+// with -ffp-contract=off so that every product and sum rounds exactly as in the composite kernels
+// (../composite), which they are tested against.
+
+#include "ops/backend_entries.h"
+#include "ops/cpu/cpu_helpers.h"
+#include "ops/kernel_helpers.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+namespace posenc {
+namespace ops {
+namespace cpu {
+namespace {
+
+// One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x: every pair is read
+// before it is written.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_row(const scalar_t* x,
+                                scalar_t* out,
+                                const table_t* cos,
+                                const table_t* sin,
+                                int64_t half,
+                                bool interleaved,
+                                bool inverse) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  for (int64_t k = 0; k < half; ++k) {
+    const int64_t ia = interleaved ? 2 * k : k;
+    const int64_t ib = interleaved ? 2 * k + 1 : k + half;
+    const acc_t a = load<acc_t>(x[ia]);
+    const acc_t b = load<acc_t>(x[ib]);
+    const acc_t c = static_cast<acc_t>(cos[k]);
+    const acc_t s = inverse ? -static_cast<acc_t>(sin[k]) : static_cast<acc_t>(sin[k]);
+    out[ia] = store<scalar_t>(a * c - b * s);
+    out[ib] = store<scalar_t>(a * s + b * c);
+  }
+}
+
+template <typename scalar_t, typename table_t>
+void rotary_loop(const scalar_t* x,
+                 scalar_t* out,
+                 const table_t* cos,
+                 const table_t* sin,
+                 int64_t rows,
+                 int64_t head_dim,
+                 int64_t half,
+                 RotaryRows where,
+                 bool interleaved,
+                 bool inverse) {
+  const bool in_place = x == out;
+  at::parallel_for(0, rows, grain_rows(head_dim), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const scalar_t* xi = x + i * head_dim;
+      scalar_t* oi = out + i * head_dim;
+      const int64_t p = where.position(i);
+      if (p < 0) { // padding: not rotated
+        if (!in_place) {
+          std::copy(xi, xi + head_dim, oi);
+        }
+        continue;
+      }
+      rotate_row(xi, oi, cos + p * half, sin + p * half, half, interleaved, inverse);
+      if (!in_place) {
+        std::copy(xi + 2 * half, xi + head_dim, oi + 2 * half);
+      }
+    }
+  });
+}
+
+void run_rotary(
+    const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved, bool inverse) {
+  const int64_t rows = call.batch * call.length * call.heads;
+  const RotaryRows where = RotaryRows::of(call);
+  const at::Tensor cos = call.kernel_cos();
+  const at::Tensor sin = call.kernel_sin();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_apply_rotary_cpu", [&] {
+        with_table_data(cos, [&](const auto* c) {
+          using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
+          rotary_loop(x.data_ptr<scalar_t>(),
+                      out.data_ptr<scalar_t>(),
+                      c,
+                      sin.data_ptr<table_t>(),
+                      rows,
+                      call.head_dim,
+                      call.half,
+                      where,
+                      interleaved,
+                      inverse);
+        });
+      });
+}
+
+} // namespace
+} // namespace cpu
+
+TORCH_LIBRARY_IMPL(posenc, CPU, m) {
+  m.impl("apply_rotary", TORCH_FN((apply_rotary_kernel<cpu::run_rotary, cpu::empty_cpu>)));
+  m.impl("apply_rotary_",
+         TORCH_FN((apply_rotary_inplace_kernel<cpu::run_rotary, cpu::empty_cpu>)));
+}
+
+} // namespace ops
+} // namespace posenc

@@ -1,0 +1,52 @@
+#pragma once
+
+// Checks of the Meta kernels: output metadata only, for fake tensors (torch.compile, torch.export)
+// and shape propagation. They read no sizes, so symbolic shapes pass through; the checks that need
+// sizes or values run in the real kernels.
+
+#include "detail/checks.h"
+
+#include <ATen/core/Tensor.h>
+#include "ops/op_arguments.h"
+
+#include <c10/util/Exception.h>
+
+namespace posenc {
+namespace ops {
+namespace meta {
+
+inline void check_input(const char* who, const at::Tensor& x, int64_t dims) {
+  TORCH_CHECK(
+      x.dim() == dims, who, ": expected a ", dims, "-D input, but got a ", x.dim(), "-D tensor");
+  TORCH_CHECK(detail::is_supported_float(x.scalar_type()),
+              who,
+              ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ",
+              x.scalar_type());
+}
+
+/// Positions: an integer tensor on the input's device. (Every argument of a call must be on one
+/// device: a meta tensor among CPU ones selects this kernel, which must then raise, as torch.add
+/// does, rather than return memory nobody wrote.)
+inline void check_positions(const char* who, OptionalTensor positions, const at::Tensor& x) {
+  if (positions.has_value() && positions->defined()) {
+    detail::check_positions_device(who, *positions, x.device());
+    TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false),
+                who,
+                ": positions must be an integer tensor (int64 or int32), but got ",
+                positions->scalar_type());
+  }
+}
+
+/// A table `[max_len, D]` or `[1, max_len, D]` on the device of the input `x`.
+inline void check_table(const char* who, const at::Tensor& table, const at::Tensor& x) {
+  detail::check_input_device(who, x, table.device(), "the encoding table");
+  TORCH_CHECK(table.dim() == 2 || table.dim() == 3,
+              who,
+              ": expected the encoding table as [max_len, D] or [1, max_len, D], but got a ",
+              table.dim(),
+              "-D tensor");
+}
+
+} // namespace meta
+} // namespace ops
+} // namespace posenc

@@ -1,0 +1,87 @@
+// Meta kernels of the token-embedding family (see meta_checks.h).
+
+#include "ops/meta/meta_checks.h"
+
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+namespace posenc {
+namespace ops {
+namespace meta {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(const at::Tensor& tokens,
+                                                                const at::Tensor& weight,
+                                                                const at::Tensor& table,
+                                                                int64_t,
+                                                                bool,
+                                                                OptionalTensor positions,
+                                                                double,
+                                                                int64_t,
+                                                                double dropout,
+                                                                bool train,
+                                                                OptionalTensor) {
+  const char* who = detail::caller_or("posenc::token_and_position_embedding");
+  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+              who,
+              ": expected int64 token ids of 2 dimensions");
+  TORCH_CHECK(weight.dim() == 2 && detail::is_supported_float(weight.scalar_type()),
+              who,
+              ": expected a floating [vocab, D] weight");
+  TORCH_CHECK(tokens.device() == weight.device(),
+              who,
+              ": expected the token ids on the module's device (",
+              weight.device(),
+              "), but got ",
+              tokens.device());
+  TORCH_CHECK(table.dim() == 2 || table.dim() == 3,
+              who,
+              ": expected the table as [max_len, D] or [1, max_len, D]");
+  TORCH_CHECK(table.device() == weight.device(),
+              who,
+              ": the position table must be on the weight's device (",
+              weight.device(),
+              "), but is on ",
+              table.device());
+  check_positions(who, positions, tokens);
+  // [B, L] ids and a [V, D] weight give [B, L, D]; ATen's embedding computes that shape without
+  // reading sizes here, so symbolic shapes pass through.
+  at::Tensor out = at::embedding(weight, tokens);
+  at::Tensor mask = train && dropout > 0.0 ? at::empty_like(out, out.options().dtype(at::kBool))
+                                           : at::empty({0}, weight.options().dtype(at::kBool));
+  return {out, mask};
+}
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor&,
+    const at::Tensor& weight,
+    const at::Tensor& table,
+    int64_t,
+    bool,
+    OptionalTensor,
+    double,
+    int64_t,
+    double,
+    std::array<bool, 2> output_mask) {
+  return {output_mask[0] ? at::empty_like(weight, at::MemoryFormat::Contiguous) : at::Tensor(),
+          output_mask[1] ? at::empty_like(table, at::MemoryFormat::Contiguous) : at::Tensor()};
+}
+
+} // namespace
+} // namespace meta
+
+TORCH_LIBRARY_IMPL(posenc, Meta, m) {
+  m.impl("token_and_position_embedding", TORCH_FN(meta::token_and_position_embedding));
+  m.impl("_token_and_position_embedding_backward",
+         TORCH_FN(meta::token_and_position_embedding_backward));
+}
+
+} // namespace ops
+} // namespace posenc

@@ -1,0 +1,112 @@
+#pragma once
+
+// The arguments of posenc's operators after validation: every backend's kernel (composite, CPU,
+// CUDA) starts with the same prepare_* call, so all of them accept and reject exactly the same
+// calls with the same messages, and each call is validated once, at the operator boundary.
+//
+// Positions past a table (allowed when the caller passes the encoding's definition as data:
+// `columns` for a sinusoidal table, `inv_freq` for rotary caches) are handled here too: the call
+// is rewritten to a table of exactly the rows used and positions indexing it, so the kernels only
+// ever read rows that exist.
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+
+#include <cstdint>
+
+namespace posenc {
+namespace ops {
+
+using OptionalTensor = const c10::optional<at::Tensor>&;
+
+/// The positions of a `[B, L, ...]` (or `[L, B, ...]`) input, after checking.
+struct PositionSource {
+  /// Checked contiguous int64 positions, `[L]` (shared) or `[B, L]` / `[L, B]` (per sequence),
+  /// -1 for padding; undefined: positions `offset .. offset + L - 1`.
+  at::Tensor positions;
+  int64_t offset = 0;
+  int64_t batch = 0;
+  int64_t length = 0;
+
+  bool per_sequence() const {
+    return positions.defined() && positions.dim() == 2;
+  }
+};
+
+/// A checked call of an operator that adds rows of a position table.
+struct TableCall : PositionSource {
+  /// The `[rows, D]` table the positions index (the caller's, or the rows used, when some lie past
+  /// its end).
+  at::Tensor table;
+  int64_t width = 0;
+  bool batch_first = true;
+  double scale = 1.0;
+
+  /// The table as the hand-written kernels read it: contiguous, float32 or float64 (a 16-bit
+  /// table is widened, exactly).
+  at::Tensor kernel_table() const;
+};
+
+/// Checks the arguments of add_position_table and its in-place and out variants.
+TableCall prepare_table_call(const char* who,
+                             const at::Tensor& x,
+                             const at::Tensor& table,
+                             int64_t offset,
+                             OptionalTensor positions,
+                             bool batch_first,
+                             double scale,
+                             OptionalTensor columns);
+
+/// Checks the arguments of token_and_position_embedding: int64 token ids `[B, L]` / `[L, B]` in
+/// [0, vocab), a floating weight `[vocab, D]`, a table with D columns, positions, dropout.
+TableCall prepare_token_call(const char* who,
+                             const at::Tensor& tokens,
+                             const at::Tensor& weight,
+                             const at::Tensor& table,
+                             int64_t offset,
+                             OptionalTensor positions,
+                             bool batch_first,
+                             double scale,
+                             double dropout,
+                             OptionalTensor columns);
+
+/// A checked call of apply_rotary.
+struct RotaryCall : PositionSource {
+  /// `[rows, R/2]` caches the positions index (the caller's, or the rows used).
+  at::Tensor cos;
+  at::Tensor sin;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t half = 0;
+  bool heads_first = false;
+
+  /// cos and sin as the hand-written kernels read them: contiguous, float32 or float64.
+  at::Tensor kernel_cos() const;
+  at::Tensor kernel_sin() const;
+};
+
+/// Checks the arguments of apply_rotary and apply_rotary_.
+RotaryCall prepare_rotary_call(const char* who,
+                               const at::Tensor& x,
+                               const at::Tensor& cos,
+                               const at::Tensor& sin,
+                               int64_t offset,
+                               OptionalTensor positions,
+                               bool heads_first,
+                               OptionalTensor inv_freq,
+                               double attention_factor);
+
+/// Prepares the `out` tensor of an out-variant: defined, on the device and of the dtype of `x`,
+/// either of x's shape or empty (then resized to x's shape), and overlapping neither itself nor
+/// `x` in part.
+void prepare_out(const char* who, at::Tensor& out, const at::Tensor& x);
+
+/// True when no argument needs autograd: then the forward may skip the autograd layer.
+bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b = at::Tensor());
+
+/// `tensor` or an undefined tensor, and back: saved tensors cannot be optional.
+c10::optional<at::Tensor> optional_of(const at::Tensor& tensor);
+at::Tensor defined_or_empty(OptionalTensor tensor);
+
+} // namespace ops
+} // namespace posenc
