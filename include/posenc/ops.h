@@ -58,11 +58,8 @@ namespace ops {
 /// The `[max_len, d_model]` sinusoidal table for positions `offset .. offset + max_len - 1`,
 /// computed in float64 and rounded once to `dtype` (default float32) on `device` (default CPU).
 /// `channels`: "interleaved" or "concatenated"; `frequencies`: "paper" or "tensor2tensor".
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t d_model,
-                            double base = 10000.0,
-                            int64_t offset = 0,
-                            c10::string_view channels = "interleaved",
+at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base = 10000.0,
+                            int64_t offset = 0, c10::string_view channels = "interleaved",
                             c10::string_view frequencies = "paper",
                             c10::optional<at::ScalarType> dtype = c10::nullopt,
                             c10::optional<at::Device> device = c10::nullopt);
@@ -72,9 +69,7 @@ at::Tensor sinusoidal_table(int64_t max_len,
 /// `[max_len, D]` or `[1, max_len, D]`. Differentiable with respect to `x` and `table` (the
 /// batch-summed gradient lands in the rows used), so a trainable table works too; a table extended
 /// by `columns` gets no gradient.
-at::Tensor add_position_table(const at::Tensor& x,
-                              const at::Tensor& table,
-                              int64_t offset = 0,
+at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t offset = 0,
                               bool batch_first = true,
                               const c10::optional<at::Tensor>& positions = c10::nullopt,
                               double scale = 1.0,
@@ -83,13 +78,10 @@ at::Tensor add_position_table(const at::Tensor& x,
 /// `x * scale + PE(positions)` without a precomputed table: the rows needed are computed in
 /// float64 for every call (float64 rows for float64 inputs, float32 otherwise), for any position.
 /// Differentiable with respect to `x`.
-at::Tensor add_positional_encoding(const at::Tensor& x,
-                                   int64_t offset = 0,
-                                   double base = 10000.0,
+at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset = 0, double base = 10000.0,
                                    bool batch_first = true,
                                    const c10::optional<at::Tensor>& positions = c10::nullopt,
-                                   double scale = 1.0,
-                                   c10::string_view channels = "interleaved",
+                                   double scale = 1.0, c10::string_view channels = "interleaved",
                                    c10::string_view frequencies = "paper");
 
 /// Rotary position embedding: rotates the first `R = 2 * cos.size(1)` channels of `x` (query or
@@ -99,22 +91,16 @@ at::Tensor add_positional_encoding(const at::Tensor& x,
 /// back. The result has the dtype of `x` (computed in at least float32). Differentiable with
 /// respect to `x`; `cos` and `sin` must not require grad. With `inv_freq`, positions past the
 /// caches are computed from it.
-at::Tensor apply_rotary(const at::Tensor& x,
-                        const at::Tensor& cos,
-                        const at::Tensor& sin,
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                         int64_t offset = 0,
                         const c10::optional<at::Tensor>& positions = c10::nullopt,
-                        bool interleaved = false,
-                        bool heads_first = false,
-                        bool inverse = false,
+                        bool interleaved = false, bool heads_first = false, bool inverse = false,
                         const c10::optional<at::Tensor>& inv_freq = c10::nullopt,
                         double attention_factor = 1.0);
 
 /// `add_position_table` in place: `x = x * scale + table[positions]`. Returns `x`. Autograd treats
 /// it like any in-place operation (x must not be a leaf that requires grad).
-at::Tensor& add_position_table_(at::Tensor& x,
-                                const at::Tensor& table,
-                                int64_t offset = 0,
+at::Tensor& add_position_table_(at::Tensor& x, const at::Tensor& table, int64_t offset = 0,
                                 bool batch_first = true,
                                 const c10::optional<at::Tensor>& positions = c10::nullopt,
                                 double scale = 1.0,
@@ -122,24 +108,17 @@ at::Tensor& add_position_table_(at::Tensor& x,
 
 /// `add_position_table` into a caller-owned `out` (of x's shape, dtype and device, or empty to be
 /// resized): no allocation per call. Not differentiable. Returns `out`.
-at::Tensor& add_position_table_out(at::Tensor& out,
-                                   const at::Tensor& x,
-                                   const at::Tensor& table,
-                                   int64_t offset = 0,
-                                   bool batch_first = true,
+at::Tensor& add_position_table_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& table,
+                                   int64_t offset = 0, bool batch_first = true,
                                    const c10::optional<at::Tensor>& positions = c10::nullopt,
                                    double scale = 1.0,
                                    const c10::optional<at::Tensor>& columns = c10::nullopt);
 
 /// `apply_rotary` in place. Returns `x`.
-at::Tensor& apply_rotary_(at::Tensor& x,
-                          const at::Tensor& cos,
-                          const at::Tensor& sin,
+at::Tensor& apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                           int64_t offset = 0,
                           const c10::optional<at::Tensor>& positions = c10::nullopt,
-                          bool interleaved = false,
-                          bool heads_first = false,
-                          bool inverse = false,
+                          bool interleaved = false, bool heads_first = false, bool inverse = false,
                           const c10::optional<at::Tensor>& inv_freq = c10::nullopt,
                           double attention_factor = 1.0);
 
@@ -153,16 +132,9 @@ at::Tensor& apply_rotary_(at::Tensor& x,
 /// CPU, a Philox offset on CUDA) and depends only on the seed, the device and the output's shape:
 /// never on the layout of the arguments or on which kernel ran.
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset = 0,
-    bool batch_first = true,
-    const c10::optional<at::Tensor>& positions = c10::nullopt,
-    double scale = 1.0,
-    int64_t padding_idx = -1,
-    double dropout = 0.0,
-    bool train = false,
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset = 0,
+    bool batch_first = true, const c10::optional<at::Tensor>& positions = c10::nullopt,
+    double scale = 1.0, int64_t padding_idx = -1, double dropout = 0.0, bool train = false,
     const c10::optional<at::Tensor>& columns = c10::nullopt);
 
 } // namespace ops

@@ -72,14 +72,9 @@ void run_demo(DemoArgs args) {
             << "|------------|------------|------------|-------------------------|--------|\n";
   for (const auto& r : results) {
     char line[160];
-    std::snprintf(line,
-                  sizeof(line),
-                  "| %-10s | %10.4f | %10.4f | %22.1f%% | %5.1fs |\n",
-                  demo::name_of(r.encoding).c_str(),
-                  r.first_loss,
-                  r.final_loss,
-                  100.0 * r.held_out_accuracy,
-                  r.seconds);
+    std::snprintf(line, sizeof(line), "| %-10s | %10.4f | %10.4f | %22.1f%% | %5.1fs |\n",
+                  demo::name_of(r.encoding).c_str(), r.first_loss, r.final_loss,
+                  100.0 * r.held_out_accuracy, r.seconds);
     std::cout << line;
   }
   std::cout << "(chance: " << std::fixed << std::setprecision(1)

@@ -73,15 +73,15 @@ void add_export_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("export",
                                      "Write a PositionalEncoding or RotaryEmbedding as a "
                                      "TorchScript file that plain PyTorch can load");
-  cmd->add_option(
-         "--module", args->module, "sinusoidal (PositionalEncoding) or rotary (RotaryEmbedding)")
+  cmd->add_option("--module", args->module,
+                  "sinusoidal (PositionalEncoding) or rotary (RotaryEmbedding)")
       ->capture_default_str()
       ->check(CLI::IsMember({"sinusoidal", "rotary"}));
   cmd->add_option("--max-len", args->max_len, "Number of positions the table holds")->required();
   cmd->add_option("--d-model", args->d_model, "Encoding width (sinusoidal)");
   cmd->add_option("--head-dim", args->head_dim, "Head width (rotary)");
-  cmd->add_option(
-      "--rotary-dim", args->rotary_dim, "Rotated channels per head (rotary; default: head-dim)");
+  cmd->add_option("--rotary-dim", args->rotary_dim,
+                  "Rotated channels per head (rotary; default: head-dim)");
   cmd->add_option("--base", args->base, "Base of the wavelength progression")
       ->capture_default_str();
   cmd->add_option("--scale", args->scale, "Factor the input is multiplied by (sinusoidal)")
@@ -95,13 +95,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--pairing", args->pairing, "Channel pairing (rotary)")
       ->capture_default_str()
       ->check(CLI::IsMember({"half_split", "interleaved"}));
-  cmd->add_flag(
-      "--seq-first", args->seq_first, "Inputs are [L, B, D] instead of [B, L, D] (sinusoidal)");
-  cmd->add_flag("--heads-first",
-                args->heads_first,
+  cmd->add_flag("--seq-first", args->seq_first,
+                "Inputs are [L, B, D] instead of [B, L, D] (sinusoidal)");
+  cmd->add_flag("--heads-first", args->heads_first,
                 "Inputs are [B, H, L, Dh] instead of [B, L, H, Dh] (rotary)");
-  cmd->add_flag("--extrapolate",
-                args->extrapolate,
+  cmd->add_flag("--extrapolate", args->extrapolate,
                 "Compute positions past max-len on the fly instead of raising");
   cmd->add_option("-o,--output", args->output, "Output file (.pt)")->required();
   cmd->callback([args] { run_export(*args); });

@@ -29,8 +29,7 @@ void add_plot_command(CLI::App& app) {
   cmd->add_option("--d-model", args->d_model, "Encoding width")->capture_default_str();
   cmd->add_option("--base", args->base, "Base of the wavelength progression")
       ->capture_default_str();
-  cmd->add_option("-o,--output-dir",
-                  args->directory,
+  cmd->add_option("-o,--output-dir", args->directory,
                   "Directory for positional_encoding.png and position_similarity.png")
       ->capture_default_str();
   cmd->add_option("--width", args->width, "Width of the heatmap in pixels")->capture_default_str();
@@ -38,8 +37,8 @@ void add_plot_command(CLI::App& app) {
       ->capture_default_str();
   cmd->callback([args] {
     namespace F = posenc::functional;
-    const auto table = F::sinusoidal_table(
-        args->max_len, args->d_model, F::SinusoidalTableFuncOptions().base(args->base));
+    const auto table = F::sinusoidal_table(args->max_len, args->d_model,
+                                           F::SinusoidalTableFuncOptions().base(args->base));
     plot::make_directories(args->directory);
     const std::string heatmap = args->directory + "/positional_encoding.png";
     const std::string similarity = args->directory + "/position_similarity.png";

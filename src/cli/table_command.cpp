@@ -26,8 +26,7 @@ void run_table(const TableArgs& args) {
   // Computed in float64 and printed from there: the printed digits are the formula's, not a
   // float32 rounding of it.
   const at::Tensor table = F::sinusoidal_table(
-      args.max_len,
-      args.d_model,
+      args.max_len, args.d_model,
       F::SinusoidalTableFuncOptions().base(args.base).offset(args.offset).dtype(at::kDouble));
   if (args.format == "csv") {
     std::cout << format_csv(table, args.precision < 0 ? 9 : args.precision);
@@ -47,12 +46,11 @@ void add_table_command(CLI::App& app) {
   cmd->add_option("--base", args->base, "Base of the wavelength progression")
       ->capture_default_str();
   cmd->add_option("--offset", args->offset, "Position of the first row")->capture_default_str();
-  cmd->add_option(
-         "--format", args->format, "text: PyTorch's tensor printout; csv: one row per line")
+  cmd->add_option("--format", args->format,
+                  "text: PyTorch's tensor printout; csv: one row per line")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "csv"}));
-  cmd->add_option("--precision",
-                  args->precision,
+  cmd->add_option("--precision", args->precision,
                   "Digits after the point (text, default 4) or significant digits (csv, default 9)")
       ->check(CLI::Range(0, 17));
   cmd->callback([args] { run_table(*args); });

@@ -81,13 +81,12 @@ struct ReversalModelImpl : torch::nn::Module {
     const double scale = 1.0;
     if (encoding == Encoding::kSinusoidal || encoding == Encoding::kLearned) {
       embed = register_module(
-          "embed",
-          TokenAndPositionEmbedding(TokenAndPositionEmbeddingOptions(o.vocab, o.d_model, o.seq_len)
-                                        .positions(encoding == Encoding::kLearned
-                                                       ? PositionKind::kLearned
-                                                       : PositionKind::kSinusoidal)
-                                        .scale(scale)
-                                        .batch_first(false)));
+          "embed", TokenAndPositionEmbedding(
+                       TokenAndPositionEmbeddingOptions(o.vocab, o.d_model, o.seq_len)
+                           .positions(encoding == Encoding::kLearned ? PositionKind::kLearned
+                                                                     : PositionKind::kSinusoidal)
+                           .scale(scale)
+                           .batch_first(false)));
       if (embed->learned) {
         // Learned positions start at the tokens' scale. With BERT's std 0.02 next to N(0, 1)
         // tokens they stay at the no-position level within the demo's budget.
@@ -140,11 +139,10 @@ struct ReversalModelImpl : torch::nn::Module {
 TORCH_MODULE(ReversalModel);
 
 // A batch of random sequences and their reversals, from `generator`.
-std::pair<torch::Tensor, torch::Tensor> reversal_batch(int64_t batch,
-                                                       const DemoOptions& o,
+std::pair<torch::Tensor, torch::Tensor> reversal_batch(int64_t batch, const DemoOptions& o,
                                                        const at::Generator& generator) {
-  const auto x = at::randint(
-      o.vocab, {batch, o.seq_len}, generator, torch::TensorOptions().dtype(torch::kLong));
+  const auto x = at::randint(o.vocab, {batch, o.seq_len}, generator,
+                             torch::TensorOptions().dtype(torch::kLong));
   return {x.to(o.device), x.flip({1}).to(o.device)};
 }
 
@@ -159,8 +157,8 @@ double mean(const std::deque<double>& values) {
 double position_blind_ceiling(const DemoOptions& o, int64_t samples) {
   torch::NoGradGuard no_grad;
   auto generator = at::detail::createCPUGenerator(o.seed + 7);
-  const auto x = at::randint(
-      o.vocab, {samples, o.seq_len}, generator, torch::TensorOptions().dtype(torch::kLong));
+  const auto x = at::randint(o.vocab, {samples, o.seq_len}, generator,
+                             torch::TensorOptions().dtype(torch::kLong));
   // Counts of every token in each sequence, minus the token the model sits on (position 0; any
   // position whose mirror is another position gives the same value).
   auto counts =
@@ -169,9 +167,7 @@ double position_blind_ceiling(const DemoOptions& o, int64_t samples) {
   return (std::get<0>(counts.max(1)) / static_cast<double>(o.seq_len - 1)).mean().item<double>();
 }
 
-DemoResult train_reversal(Encoding encoding,
-                          const DemoOptions& o,
-                          const Progress& progress,
+DemoResult train_reversal(Encoding encoding, const DemoOptions& o, const Progress& progress,
                           int64_t interval) {
   torch::manual_seed(o.seed);
   ReversalModel model(encoding, o);

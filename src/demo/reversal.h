@@ -58,10 +58,8 @@ double position_blind_ceiling(const DemoOptions& options, int64_t samples = 1000
 
 /// Trains the model with `encoding` on the reversal task and evaluates it. Deterministic for a
 /// given `options.seed` on a given device and LibTorch.
-DemoResult train_reversal(Encoding encoding,
-                          const DemoOptions& options,
-                          const Progress& progress = nullptr,
-                          int64_t interval = 100);
+DemoResult train_reversal(Encoding encoding, const DemoOptions& options,
+                          const Progress& progress = nullptr, int64_t interval = 100);
 
 } // namespace demo
 } // namespace posenc

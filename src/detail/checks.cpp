@@ -1,9 +1,9 @@
 #include "detail/checks.h"
 
-#include <ATen/record_function.h>
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/stack.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
@@ -42,10 +42,7 @@ const char* sequence_layout(bool batch_first) {
 }
 
 void check_dropout(const char* who, double p) {
-  TORCH_CHECK(p >= 0.0 && p <= 1.0,
-              who,
-              ": dropout must be in [0, 1], but got ",
-              p,
+  TORCH_CHECK(p >= 0.0 && p <= 1.0, who, ": dropout must be in [0, 1], but got ", p,
               "; pass the probability of zeroing an element (0 disables dropout)");
 }
 
@@ -54,150 +51,83 @@ void check_scale(const char* who, double scale) {
 }
 
 void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype) {
-  TORCH_CHECK(is_supported_float(dtype),
-              who,
-              ": ",
-              what,
-              " must be float16, bfloat16, float32 or float64, but got ",
-              dtype,
+  TORCH_CHECK(is_supported_float(dtype), who, ": ", what,
+              " must be float16, bfloat16, float32 or float64, but got ", dtype,
               "; positional encodings are sines and cosines and need a floating dtype");
 }
 
-void check_table_size(
-    const char* who, const char* what, int64_t rows, int64_t width, const char* lower) {
-  TORCH_CHECK(rows <= kMaxTableElements / width,
-              who,
-              ": ",
-              what,
-              " = ",
-              rows,
-              " * ",
-              width,
+void check_table_size(const char* who, const char* what, int64_t rows, int64_t width,
+                      const char* lower) {
+  TORCH_CHECK(rows <= kMaxTableElements / width, who, ": ", what, " = ", rows, " * ", width,
               " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower ",
               lower);
 }
 
-void check_sequence_input(const char* who,
-                          const at::Tensor& x,
-                          int64_t d_model,
-                          bool batch_first,
+void check_sequence_input(const char* who, const at::Tensor& x, int64_t d_model, bool batch_first,
                           const c10::Device& device) {
   const char* layout =
       batch_first ? "[B, L, D] (batch_first=true)" : "[L, B, D] (batch_first=false)";
-  TORCH_CHECK(x.defined(),
-              who,
-              ": expected an input tensor of shape ",
-              layout,
+  TORCH_CHECK(x.defined(), who, ": expected an input tensor of shape ", layout,
               ", but got an undefined tensor");
-  TORCH_CHECK(x.dim() == 3,
-              who,
-              ": expected a 3-D input of shape ",
-              layout,
-              ", but got a ",
-              x.dim(),
-              "-D tensor of shape ",
-              x.sizes(),
-              "; add the missing dimension, e.g. x.unsqueeze(",
-              batch_first ? 0 : 1,
+  TORCH_CHECK(x.dim() == 3, who, ": expected a 3-D input of shape ", layout, ", but got a ",
+              x.dim(), "-D tensor of shape ", x.sizes(),
+              "; add the missing dimension, e.g. x.unsqueeze(", batch_first ? 0 : 1,
               ") for a single sequence");
-  TORCH_CHECK(is_supported_float(x.scalar_type()),
-              who,
+  TORCH_CHECK(is_supported_float(x.scalar_type()), who,
               ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ",
-              x.scalar_type(),
-              "; embed integer token ids first, e.g. with torch::nn::Embedding");
-  TORCH_CHECK(d_model == kAnyWidth || x.size(2) == d_model,
-              who,
-              ": expected the last dimension of the input to be d_model = ",
-              d_model,
-              ", but got ",
-              x.size(2),
-              " (input shape ",
-              x.sizes(),
-              "); build the module with d_model = ",
-              x.size(2),
-              " or project the input to ",
-              d_model,
-              " features");
+              x.scalar_type(), "; embed integer token ids first, e.g. with torch::nn::Embedding");
+  TORCH_CHECK(d_model == kAnyWidth || x.size(2) == d_model, who,
+              ": expected the last dimension of the input to be d_model = ", d_model, ", but got ",
+              x.size(2), " (input shape ", x.sizes(),
+              "); build the module with d_model = ", x.size(2), " or project the input to ",
+              d_model, " features");
   check_input_device(who, x, device, "the encoding table");
 }
 
-void check_input_device(const char* who,
-                        const at::Tensor& x,
-                        const c10::Device& device,
+void check_input_device(const char* who, const at::Tensor& x, const c10::Device& device,
                         const char* table_name) {
-  TORCH_CHECK(x.device() == device,
-              who,
-              ": expected the input on the device of ",
-              table_name,
-              " (",
-              device,
-              "), but got an input on ",
-              x.device(),
-              "; move the module with module->to(",
-              x.device(),
-              ") or the input with x.to(",
-              device,
-              ")");
+  TORCH_CHECK(x.device() == device, who, ": expected the input on the device of ", table_name, " (",
+              device, "), but got an input on ", x.device(), "; move the module with module->to(",
+              x.device(), ") or the input with x.to(", device, ")");
 }
 
-void check_positions_device(const char* who,
-                            const at::Tensor& positions,
+void check_positions_device(const char* who, const at::Tensor& positions,
                             const c10::Device& device) {
-  TORCH_CHECK(positions.device() == device,
-              who,
-              ": positions must be on the input's device (",
-              device,
-              "), but got ",
-              positions.device());
+  TORCH_CHECK(positions.device() == device, who, ": positions must be on the input's device (",
+              device, "), but got ", positions.device());
 }
 
 void check_no_offset_with_positions(const char* who, int64_t offset) {
-  TORCH_CHECK(offset == 0,
-              who,
-              ": pass either an offset or explicit positions, not both (got offset = ",
-              offset,
+  TORCH_CHECK(offset == 0, who,
+              ": pass either an offset or explicit positions, not both (got offset = ", offset,
               ")");
 }
 
 void check_offset_start(const char* who, int64_t offset, int64_t length) {
-  TORCH_CHECK(
-      offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
-  TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - length,
-              who,
-              ": offset + L must fit in int64, but got offset = ",
-              offset,
-              " and L = ",
-              length);
+  TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
+              "; positions start at 0");
+  TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - length, who,
+              ": offset + L must fit in int64, but got offset = ", offset, " and L = ", length);
 }
 
-void check_offset(
-    const char* who, int64_t offset, int64_t length, int64_t max_len, const char* hint) {
+void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len,
+                  const char* hint) {
+  TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
+              "; positions start at 0");
   TORCH_CHECK(
-      offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
-  TORCH_CHECK(
-      offset <= max_len - length,
-      who,
+      offset <= max_len - length, who,
       ": positions offset .. offset + L - 1 must lie in the table, i.e. offset + L <= max_len (",
-      max_len,
-      "), but got L = ",
-      length,
-      " and offset = ",
-      offset,
-      " (offset + L = ",
+      max_len, "), but got L = ", length, " and offset = ", offset, " (offset + L = ",
       // Printed as a double so that a huge offset cannot overflow the message.
       static_cast<double>(offset) + static_cast<double>(length),
-      "); build the module with a larger max_len",
-      hint,
-      ", or split the sequence");
+      "); build the module with a larger max_len", hint, ", or split the sequence");
 }
 
 TableShape check_table(const char* who, const at::Tensor& table) {
   TORCH_CHECK(
-      table.defined(),
-      who,
+      table.defined(), who,
       ": the encoding table is undefined; build it with posenc::functional::sinusoidal_table");
-  TORCH_CHECK(table.dim() == 2 || (table.dim() == 3 && table.size(0) == 1),
-              who,
+  TORCH_CHECK(table.dim() == 2 || (table.dim() == 3 && table.size(0) == 1), who,
               ": expected the encoding table as [max_len, D] or [1, max_len, D], but got shape ",
               table.sizes());
   check_float_dtype(who, "the encoding table's dtype", table.scalar_type());
@@ -208,45 +138,27 @@ at::Tensor table_rows(const at::Tensor& table) {
   return table.dim() == 3 ? table.select(0, 0) : table;
 }
 
-void check_positions_form(const char* who,
-                          const at::Tensor& positions,
-                          int64_t length,
-                          at::IntArrayRef per_sequence,
-                          const char* per_sequence_name,
+void check_positions_form(const char* who, const at::Tensor& positions, int64_t length,
+                          at::IntArrayRef per_sequence, const char* per_sequence_name,
                           const c10::Device& device) {
   TORCH_CHECK(positions.defined(), who, ": positions are undefined");
-  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false),
-              who,
+  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), who,
               ": positions must be an integer tensor (int64 or int32), but got ",
               positions.scalar_type());
   const bool shared = positions.dim() == 1 && positions.size(0) == length;
   const bool each = positions.dim() == 2 && positions.sizes() == per_sequence;
-  TORCH_CHECK(shared || each,
-              who,
-              ": positions must have shape [L] = [",
-              length,
-              "] or ",
-              per_sequence_name,
-              " = ",
-              per_sequence,
-              ", but got ",
-              positions.sizes());
+  TORCH_CHECK(shared || each, who, ": positions must have shape [L] = [", length, "] or ",
+              per_sequence_name, " = ", per_sequence, ", but got ", positions.sizes());
   check_positions_device(who, positions, device);
 }
 
-void check_positions_range(
-    const char* who, int64_t smallest, int64_t largest, int64_t limit, const char* hint) {
-  TORCH_CHECK(
-      smallest >= -1, who, ": positions must be >= -1 (-1 marks padding), but got ", smallest);
-  TORCH_CHECK(limit < 0 || largest < limit,
-              who,
-              ": positions must be < max_len (",
-              limit,
-              "), but got ",
-              largest,
-              "; build the module with max_len >= ",
-              static_cast<double>(largest) + 1,
-              hint);
+void check_positions_range(const char* who, int64_t smallest, int64_t largest, int64_t limit,
+                           const char* hint) {
+  TORCH_CHECK(smallest >= -1, who, ": positions must be >= -1 (-1 marks padding), but got ",
+              smallest);
+  TORCH_CHECK(limit < 0 || largest < limit, who, ": positions must be < max_len (", limit,
+              "), but got ", largest,
+              "; build the module with max_len >= ", static_cast<double>(largest) + 1, hint);
 }
 
 HostValues host_read(std::initializer_list<at::Tensor> ranged, const at::Tensor& whole) {
@@ -264,7 +176,7 @@ HostValues host_read(std::initializer_list<at::Tensor> ranged, const at::Tensor&
     }
   }
   HostValues result;
-  const at::Tensor host = parts.empty() ? at::Tensor()
+  const at::Tensor host = parts.empty()       ? at::Tensor()
                           : parts.size() == 1 ? parts[0].to(at::kCPU).contiguous()
                                               : at::cat(parts).to(at::kCPU).contiguous();
   const int64_t* values = host.defined() ? host.data_ptr<int64_t>() : nullptr;

@@ -66,27 +66,21 @@ void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype)
 
 /// Checks that `rows` rows of `width` stay within kMaxTableElements; `what` names the table
 /// ("a table of max_len * d_model") and `lower` the option to lower.
-void check_table_size(
-    const char* who, const char* what, int64_t rows, int64_t width, const char* lower);
+void check_table_size(const char* who, const char* what, int64_t rows, int64_t width,
+                      const char* lower);
 
 /// Checks the input of a forward: defined, 3-D, one of the four float dtypes, last dimension
 /// `d_model` (any width when `d_model` is kAnyWidth), on `device`.
-void check_sequence_input(const char* who,
-                          const at::Tensor& x,
-                          int64_t d_model,
-                          bool batch_first,
+void check_sequence_input(const char* who, const at::Tensor& x, int64_t d_model, bool batch_first,
                           const c10::Device& device);
 
 /// Checks that the input `x` lies on `device`, the device of `table_name` ("the encoding table",
 /// "the cos/sin caches").
-void check_input_device(const char* who,
-                        const at::Tensor& x,
-                        const c10::Device& device,
+void check_input_device(const char* who, const at::Tensor& x, const c10::Device& device,
                         const char* table_name);
 
 /// Checks that explicit positions lie on the input's `device`.
-void check_positions_device(const char* who,
-                            const at::Tensor& positions,
+void check_positions_device(const char* who, const at::Tensor& positions,
                             const c10::Device& device);
 
 /// Checks that an explicit-positions call passes no offset.
@@ -97,8 +91,8 @@ void check_offset_start(const char* who, int64_t offset, int64_t length);
 
 /// Checks that positions `offset .. offset + length - 1` lie in a table of `max_len` rows; `hint`
 /// is appended to the message's advice.
-void check_offset(
-    const char* who, int64_t offset, int64_t length, int64_t max_len, const char* hint = "");
+void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len,
+                  const char* hint = "");
 
 /// The shape of a position table given as `[max_len, D]` or `[1, max_len, D]`.
 struct TableShape {
@@ -116,17 +110,14 @@ at::Tensor table_rows(const at::Tensor& table);
 /// Checks the form of explicit positions (no values read): an integer tensor of shape `[L]`
 /// (shared by the batch) or `per_sequence` (described by `per_sequence_name`, e.g. "[B, L]"), on
 /// `device`.
-void check_positions_form(const char* who,
-                          const at::Tensor& positions,
-                          int64_t length,
-                          at::IntArrayRef per_sequence,
-                          const char* per_sequence_name,
+void check_positions_form(const char* who, const at::Tensor& positions, int64_t length,
+                          at::IntArrayRef per_sequence, const char* per_sequence_name,
                           const c10::Device& device);
 
 /// Checks the range of explicit positions: smallest >= -1 (-1 = padding) and, when `limit >= 0`,
 /// largest < limit; `hint` is appended to the advice.
-void check_positions_range(
-    const char* who, int64_t smallest, int64_t largest, int64_t limit, const char* hint = "");
+void check_positions_range(const char* who, int64_t smallest, int64_t largest, int64_t limit,
+                           const char* hint = "");
 
 /// What `host_read` brings to the host.
 struct HostValues {

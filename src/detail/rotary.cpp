@@ -17,10 +17,8 @@ namespace posenc {
 namespace detail {
 
 void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base) {
-  TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0,
-              who,
-              ": the rotated width must be even and >= 2, but got ",
-              rotary_dim,
+  TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, who,
+              ": the rotated width must be even and >= 2, but got ", rotary_dim,
               "; rotary embeddings turn channels in pairs");
   check_table_arguments(who, max_len, rotary_dim / 2, base);
 }
@@ -38,11 +36,8 @@ RopeFrequencies rope_frequencies(const RopeSpec& spec) {
 
 namespace {
 template <typename T>
-void fill_rotary_rows(const int64_t* positions,
-                      int64_t count,
-                      const RopeFrequencies& frequencies,
-                      T* cos_out,
-                      T* sin_out) {
+void fill_rotary_rows(const int64_t* positions, int64_t count, const RopeFrequencies& frequencies,
+                      T* cos_out, T* sin_out) {
   const std::vector<double>& frequency = frequencies.inv_freq;
   const int64_t half = static_cast<int64_t>(frequency.size());
   const double factor = frequencies.attention_factor;
@@ -74,64 +69,35 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
   at::Tensor cos = at::empty({count, half}, options);
   at::Tensor sin = at::empty({count, half}, options);
   if (cos.scalar_type() == at::kFloat) {
-    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(),
-                     count,
-                     frequencies,
-                     cos.data_ptr<float>(),
+    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(), count, frequencies, cos.data_ptr<float>(),
                      sin.data_ptr<float>());
   } else {
-    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(),
-                     count,
-                     frequencies,
-                     cos.data_ptr<double>(),
+    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(), count, frequencies, cos.data_ptr<double>(),
                      sin.data_ptr<double>());
   }
   return {cos.to(positions.device(), dtype), sin.to(positions.device(), dtype)};
 }
 
-void check_rotary_input(const char* who,
-                        const at::Tensor& x,
-                        int64_t rotary_dim,
-                        bool heads_first,
+void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device) {
   const char* layout =
       heads_first ? "[B, H, L, Dh] (heads_first=true)" : "[B, L, H, Dh] (heads_first=false)";
-  TORCH_CHECK(x.defined(),
-              who,
-              ": expected a query or key tensor of shape ",
-              layout,
+  TORCH_CHECK(x.defined(), who, ": expected a query or key tensor of shape ", layout,
               ", but got an undefined tensor");
-  TORCH_CHECK(x.dim() == 4,
-              who,
-              ": expected a 4-D query or key tensor of shape ",
-              layout,
-              ", but got a ",
-              x.dim(),
-              "-D tensor of shape ",
-              x.sizes(),
+  TORCH_CHECK(x.dim() == 4, who, ": expected a 4-D query or key tensor of shape ", layout,
+              ", but got a ", x.dim(), "-D tensor of shape ", x.sizes(),
               "; split the heads first, e.g. q.view({B, L, H, Dh})");
-  TORCH_CHECK(is_supported_float(x.scalar_type()),
-              who,
+  TORCH_CHECK(is_supported_float(x.scalar_type()), who,
               ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ",
               x.scalar_type());
-  TORCH_CHECK(x.size(3) >= rotary_dim,
-              who,
-              ": the head dimension Dh = ",
-              x.size(3),
-              " is smaller than the rotated width ",
-              rotary_dim,
-              " (input shape ",
-              x.sizes(),
-              "); build the module with head_dim = ",
-              x.size(3));
+  TORCH_CHECK(x.size(3) >= rotary_dim, who, ": the head dimension Dh = ", x.size(3),
+              " is smaller than the rotated width ", rotary_dim, " (input shape ", x.sizes(),
+              "); build the module with head_dim = ", x.size(3));
   check_input_device(who, x, device, "the cos/sin caches");
 }
 
-at::Tensor rotate(const at::Tensor& x,
-                  const at::Tensor& cos,
-                  const at::Tensor& sin,
-                  bool interleaved,
-                  bool inverse) {
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                  bool interleaved, bool inverse) {
   const int64_t half = cos.size(-1);
   const int64_t rotated = 2 * half;
   const at::Tensor part = x.narrow(-1, 0, rotated);
@@ -161,9 +127,7 @@ at::Tensor rotate(const at::Tensor& x,
   return out.to(x.scalar_type());
 }
 
-at::Tensor rotary_broadcast(const at::Tensor& rows,
-                            int64_t batch,
-                            int64_t length,
+at::Tensor rotary_broadcast(const at::Tensor& rows, int64_t batch, int64_t length,
                             bool heads_first) {
   const int64_t half = rows.size(-1);
   return heads_first ? rows.view({batch, 1, length, half}) : rows.view({batch, length, 1, half});

@@ -42,26 +42,18 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               c10::ScalarType dtype);
 
 /// Checks an input of apply_rotary: 4-D, floating, on `device`, at least `rotary_dim` channels.
-void check_rotary_input(const char* who,
-                        const at::Tensor& x,
-                        int64_t rotary_dim,
-                        bool heads_first,
+void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device);
 
 /// Rotates the first `2 * cos.size(-1)` channels of `x` by the angles of the broadcastable
 /// `cos`/`sin` (`[.., R/2]`), pairs (i, i + R/2) or, `interleaved`, (2i, 2i + 1); `inverse` uses
 /// -angle. Computed in at least float32, returned in the dtype of `x`.
-at::Tensor rotate(const at::Tensor& x,
-                  const at::Tensor& cos,
-                  const at::Tensor& sin,
-                  bool interleaved,
-                  bool inverse);
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                  bool interleaved, bool inverse);
 
 /// Rows `[batch * length, R/2]` (batch 1: shared by the whole batch) shaped to broadcast against
 /// `x` (`[B, L, H, R/2]`, or `[B, H, L, R/2]` with `heads_first`).
-at::Tensor rotary_broadcast(const at::Tensor& rows,
-                            int64_t batch,
-                            int64_t length,
+at::Tensor rotary_broadcast(const at::Tensor& rows, int64_t batch, int64_t length,
                             bool heads_first);
 
 } // namespace detail

@@ -25,9 +25,8 @@ ColumnPlan column_plan(const SinusoidSpec& spec) {
     if (spec.spacing == FrequencySpacing::kPaper) {
       return std::pow(spec.base, -static_cast<double>(2 * k) / static_cast<double>(d));
     }
-    return std::pow(
-        spec.base,
-        -static_cast<double>(k) / static_cast<double>(std::max<int64_t>(t2t_count - 1, 1)));
+    return std::pow(spec.base, -static_cast<double>(k) /
+                                   static_cast<double>(std::max<int64_t>(t2t_count - 1, 1)));
   };
   const int64_t count = spec.spacing == FrequencySpacing::kPaper ? paper_count : t2t_count;
   // The number of sine columns: all frequencies. Cosines: as many as fit after them.
@@ -69,14 +68,9 @@ at::Tensor column_plan_tensor(const SinusoidSpec& spec) {
 ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, int64_t width) {
   TORCH_CHECK(columns.dim() == 2 && columns.size(0) == 2 && columns.size(1) == width &&
                   columns.scalar_type() == at::kDouble,
-              who,
-              ": columns must be a float64 [2, D] = [2, ",
-              width,
-              "] column plan (frequencies, kinds), but got ",
-              columns.scalar_type(),
-              " of shape ",
-              columns.sizes(),
-              "; pass the module's plan or none");
+              who, ": columns must be a float64 [2, D] = [2, ", width,
+              "] column plan (frequencies, kinds), but got ", columns.scalar_type(), " of shape ",
+              columns.sizes(), "; pass the module's plan or none");
   const at::Tensor host = columns.to(at::kCPU).contiguous();
   const double* data = host.data_ptr<double>();
   ColumnPlan plan;
@@ -84,66 +78,43 @@ ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, i
   plan.kind.resize(static_cast<size_t>(width));
   for (int64_t c = 0; c < width; ++c) {
     const double kind = data[width + c];
-    TORCH_CHECK(std::isfinite(data[c]) && (kind == 0.0 || kind == 1.0 || kind == 2.0),
-                who,
+    TORCH_CHECK(std::isfinite(data[c]) && (kind == 0.0 || kind == 1.0 || kind == 2.0), who,
                 ": columns must hold finite frequencies and kinds 0 (sine), 1 (cosine) or 2 "
                 "(zero), but column ",
-                c,
-                " has frequency ",
-                data[c],
-                " and kind ",
-                kind);
+                c, " has frequency ", data[c], " and kind ", kind);
     plan.kind[static_cast<size_t>(c)] = static_cast<ColumnPlan::Kind>(static_cast<int>(kind));
   }
   return plan;
 }
 
 void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, double base) {
-  TORCH_CHECK(d_model >= 1,
-              who,
-              ": d_model must be >= 1, but got ",
-              d_model,
+  TORCH_CHECK(d_model >= 1, who, ": d_model must be >= 1, but got ", d_model,
               "; pass the width of the embeddings the encoding is added to");
-  TORCH_CHECK(max_len >= 1,
-              who,
-              ": max_len must be >= 1, but got ",
-              max_len,
+  TORCH_CHECK(max_len >= 1, who, ": max_len must be >= 1, but got ", max_len,
               "; pass the number of positions the table must hold");
-  TORCH_CHECK(std::isfinite(base) && base > 0.0,
-              who,
-              ": base must be finite and > 0, but got ",
-              base,
-              "; the paper uses 10000");
+  TORCH_CHECK(std::isfinite(base) && base > 0.0, who, ": base must be finite and > 0, but got ",
+              base, "; the paper uses 10000");
   check_table_size(who, "a table of max_len * d_model", max_len, d_model, "max_len");
 }
 
-void check_table_request(const char* who,
-                         int64_t max_len,
-                         int64_t d_model,
-                         double base,
-                         int64_t offset,
-                         c10::ScalarType dtype) {
+void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base,
+                         int64_t offset, c10::ScalarType dtype) {
   check_table_arguments(who, max_len, d_model, base);
   check_float_dtype(who, "dtype", dtype);
-  TORCH_CHECK(
-      offset >= 0, who, ": offset must be >= 0, but got ", offset, "; positions start at 0");
-  TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - max_len,
-              who,
-              ": offset + max_len must fit in int64, but got offset = ",
-              offset,
-              " and max_len = ",
-              max_len);
+  TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
+              "; positions start at 0");
+  TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - max_len, who,
+              ": offset + max_len must fit in int64, but got offset = ", offset,
+              " and max_len = ", max_len);
 }
 
 ChannelLayout parse_channel_layout(const char* who, c10::string_view text) {
   if (text == "interleaved") {
     return ChannelLayout::kInterleaved;
   }
-  TORCH_CHECK(text == "concatenated",
-              who,
+  TORCH_CHECK(text == "concatenated", who,
               ": channels must be \"interleaved\" or \"concatenated\", but got \"",
-              std::string(text.data(), text.size()),
-              "\"");
+              std::string(text.data(), text.size()), "\"");
   return ChannelLayout::kConcatenated;
 }
 
@@ -151,11 +122,9 @@ FrequencySpacing parse_frequency_spacing(const char* who, c10::string_view text)
   if (text == "paper") {
     return FrequencySpacing::kPaper;
   }
-  TORCH_CHECK(text == "tensor2tensor",
-              who,
+  TORCH_CHECK(text == "tensor2tensor", who,
               ": frequencies must be \"paper\" or \"tensor2tensor\", but got \"",
-              std::string(text.data(), text.size()),
-              "\"");
+              std::string(text.data(), text.size()), "\"");
   return FrequencySpacing::kTensor2Tensor;
 }
 
@@ -195,8 +164,7 @@ void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const ColumnP
 
 } // namespace
 
-at::Tensor sinusoidal_rows(const at::Tensor& positions,
-                           const ColumnPlan& plan,
+at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
                            c10::ScalarType dtype) {
   const int64_t d_model = static_cast<int64_t>(plan.frequency.size());
   const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
@@ -214,11 +182,8 @@ at::Tensor sinusoidal_rows(const at::Tensor& positions,
   return rows.to(positions.device(), dtype);
 }
 
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t offset,
-                            const SinusoidSpec& spec,
-                            c10::ScalarType dtype,
-                            c10::Device device) {
+at::Tensor sinusoidal_table(int64_t max_len, int64_t offset, const SinusoidSpec& spec,
+                            c10::ScalarType dtype, c10::Device device) {
   const at::Tensor positions =
       at::arange(offset, offset + max_len, at::TensorOptions().dtype(at::kLong));
   return sinusoidal_rows(positions, column_plan(spec), dtype).to(device);

@@ -49,12 +49,8 @@ void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, do
 
 /// Checks a request for a table of positions `offset .. offset + max_len - 1` in `dtype`: the
 /// table arguments, a floating dtype and an offset that is >= 0 and does not overflow.
-void check_table_request(const char* who,
-                         int64_t max_len,
-                         int64_t d_model,
-                         double base,
-                         int64_t offset,
-                         c10::ScalarType dtype);
+void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base,
+                         int64_t offset, c10::ScalarType dtype);
 
 /// Parses the `channels` / `frequencies` strings of the operator schemas.
 ChannelLayout parse_channel_layout(const char* who, c10::string_view text);
@@ -66,16 +62,12 @@ const char* to_string(FrequencySpacing spacing);
 /// row of zeros) in `dtype`, on the device of `positions`, computed on the CPU in double precision
 /// and rounded once (positions on another device are copied there and the rows back). Every element
 /// is computed on its own, so the result does not depend on the number of threads.
-at::Tensor sinusoidal_rows(const at::Tensor& positions,
-                           const ColumnPlan& plan,
+at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
                            c10::ScalarType dtype);
 
 /// The `[max_len, d_model]` table of positions `offset ..` in `dtype` on `device`.
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t offset,
-                            const SinusoidSpec& spec,
-                            c10::ScalarType dtype,
-                            c10::Device device);
+at::Tensor sinusoidal_table(int64_t max_len, int64_t offset, const SinusoidSpec& spec,
+                            c10::ScalarType dtype, c10::Device device);
 
 } // namespace detail
 } // namespace posenc

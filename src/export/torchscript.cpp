@@ -29,8 +29,7 @@ namespace {
 // The names the exported code uses: `torch` (the native resolver's) and `RuntimeError`.
 struct ExportResolver : torch::jit::NativeResolver {
   std::shared_ptr<torch::jit::SugaredValue> resolveValue(
-      const std::string& name,
-      torch::jit::GraphFunction& function,
+      const std::string& name, torch::jit::GraphFunction& function,
       const torch::jit::SourceRange& location) override {
     if (name == "RuntimeError") {
       return std::make_shared<torch::jit::ExceptionValue>(name);
@@ -52,9 +51,7 @@ std::string class_body(const Source& source) {
   const std::string text(*source.text);
   size_t at = text.rfind("\nclass ");
   TORCH_INTERNAL_ASSERT(at != std::string::npos && text.find("\nclass ") == at,
-                        "posenc: the TorchScript source ",
-                        source.file,
-                        " must hold one class");
+                        "posenc: the TorchScript source ", source.file, " must hold one class");
   at = text.find('\n', at + 1);
   TORCH_INTERNAL_ASSERT(at != std::string::npos, "posenc: ", source.file, " has an empty class");
   return text.substr(at + 1);
@@ -62,8 +59,7 @@ std::string class_body(const Source& source) {
 
 // Registers the module's name `who` (what starts the error messages, `self.who`) and defines
 // the methods of the classes in `sources`, compiled together.
-void define(torch::jit::Module& module,
-            const std::string& who,
+void define(torch::jit::Module& module, const std::string& who,
             std::initializer_list<Source> sources) {
   module.register_attribute("who", c10::StringType::get(), who);
   std::string text;
@@ -84,12 +80,8 @@ constexpr Source kRotary{"rotary.py", &sources::rotary_py};
 constexpr Source kTokenEmbedding{"token_embedding.py", &sources::token_embedding_py};
 constexpr Source kTokenAndPosition{"token_and_position.py", &sources::token_and_position_py};
 
-torch::jit::Module sequence_module(const std::string& name,
-                                   int64_t d_model,
-                                   int64_t max_len,
-                                   bool batch_first,
-                                   double scale,
-                                   bool extrapolate) {
+torch::jit::Module sequence_module(const std::string& name, int64_t d_model, int64_t max_len,
+                                   bool batch_first, double scale, bool extrapolate) {
   torch::jit::Module exported("__torch__.posenc." + name);
   exported.register_attribute("d_model", c10::IntType::get(), d_model);
   exported.register_attribute("max_len", c10::IntType::get(), max_len);
@@ -104,23 +96,18 @@ torch::jit::Module sequence_module(const std::string& name,
 torch::jit::Module to_torchscript(const PositionalEncodingImpl& module) {
   const auto& options = module.options;
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  auto exported = sequence_module("PositionalEncoding",
-                                  options.d_model(),
-                                  options.max_len(),
-                                  options.batch_first(),
-                                  options.scale(),
-                                  extrapolate);
+  auto exported = sequence_module("PositionalEncoding", options.d_model(), options.max_len(),
+                                  options.batch_first(), options.scale(), extrapolate);
   exported.register_buffer("pe", module.pe.detach().clone());
   const detail::ColumnPlan plan =
       detail::column_plan({options.d_model(), options.base(), options.layout(), options.spacing()});
   // Plain tensor attributes, not buffers: the state dict keeps only `pe`, like the Python module's.
   // (Module.to() does not move attributes, so the code moves them to the input's device.)
-  exported.register_attribute("column_frequency",
-                              c10::TensorType::get(),
+  exported.register_attribute("column_frequency", c10::TensorType::get(),
                               at::tensor(plan.frequency, at::kDouble).to(module.pe.device()));
   std::vector<int64_t> kinds(plan.kind.begin(), plan.kind.end());
-  exported.register_attribute(
-      "column_kind", c10::TensorType::get(), at::tensor(kinds, at::kLong).to(module.pe.device()));
+  exported.register_attribute("column_kind", c10::TensorType::get(),
+                              at::tensor(kinds, at::kLong).to(module.pe.device()));
   define(exported, "PositionalEncoding", {kCommon, kOffset, kSequence, kSinusoidal});
   exported.eval();
   return exported;
@@ -128,12 +115,8 @@ torch::jit::Module to_torchscript(const PositionalEncodingImpl& module) {
 
 torch::jit::Module to_torchscript(const LearnedPositionalEmbeddingImpl& module) {
   const auto& options = module.options;
-  auto exported = sequence_module("LearnedPositionalEmbedding",
-                                  options.d_model(),
-                                  options.max_len(),
-                                  options.batch_first(),
-                                  options.scale(),
-                                  false);
+  auto exported = sequence_module("LearnedPositionalEmbedding", options.d_model(),
+                                  options.max_len(), options.batch_first(), options.scale(), false);
   exported.register_parameter("weight", module.weight.detach().clone(), /*is_buffer=*/false);
   define(exported, "LearnedPositionalEmbedding", {kCommon, kOffset, kSequence, kLearned});
   exported.eval();
@@ -146,22 +129,22 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   torch::jit::Module exported("__torch__.posenc.RotaryEmbedding");
   exported.register_attribute("max_len", c10::IntType::get(), options.max_len());
   exported.register_attribute("rotary_dim", c10::IntType::get(), rotary_dim);
-  exported.register_attribute(
-      "interleaved", c10::BoolType::get(), options.pairing() == RotaryPairing::kInterleaved);
+  exported.register_attribute("interleaved", c10::BoolType::get(),
+                              options.pairing() == RotaryPairing::kInterleaved);
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
-  exported.register_attribute(
-      "extrapolate", c10::BoolType::get(), options.beyond_max_len() == BeyondMaxLen::kExtrapolate);
+  exported.register_attribute("extrapolate", c10::BoolType::get(),
+                              options.beyond_max_len() == BeyondMaxLen::kExtrapolate);
   exported.register_buffer("cos", module.cos.detach().clone());
   exported.register_buffer("sin", module.sin.detach().clone());
   // The frequencies of the caches, for positions past them (a plain attribute, like
   // column_frequency above).
   const detail::RopeFrequencies frequencies =
       detail::rope_frequencies(detail::RopeSpec{rotary_dim, options.base()});
-  exported.register_attribute("inv_freq",
-                              c10::TensorType::get(),
-                              at::tensor(frequencies.inv_freq, at::kDouble).to(module.cos.device()));
   exported.register_attribute(
-      "attention_factor", c10::FloatType::get(), frequencies.attention_factor);
+      "inv_freq", c10::TensorType::get(),
+      at::tensor(frequencies.inv_freq, at::kDouble).to(module.cos.device()));
+  exported.register_attribute("attention_factor", c10::FloatType::get(),
+                              frequencies.attention_factor);
   define(exported, "RotaryEmbedding", {kCommon, kOffset, kRotary});
   exported.eval();
   return exported;
@@ -178,9 +161,8 @@ torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module) {
 
   torch::jit::Module exported("__torch__.posenc.TokenAndPositionEmbedding");
   exported.register_module("tokens", tokens);
-  exported.register_module(
-      "positions",
-      module.sinusoidal ? to_torchscript(*module.sinusoidal) : to_torchscript(*module.learned));
+  exported.register_module("positions", module.sinusoidal ? to_torchscript(*module.sinusoidal)
+                                                          : to_torchscript(*module.learned));
   exported.register_attribute("batch_first", c10::BoolType::get(), options.batch_first());
   exported.register_attribute("padding_idx", c10::IntType::get(), padding_idx);
   define(exported, "TokenAndPositionEmbedding", {kTokenAndPosition});

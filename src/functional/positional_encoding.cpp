@@ -14,27 +14,16 @@ namespace detail {
 
 namespace pd = posenc::detail;
 
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t d_model,
-                            double base,
-                            int64_t offset,
-                            ChannelLayout layout,
-                            FrequencySpacing spacing,
-                            at::ScalarType dtype,
+at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
+                            ChannelLayout layout, FrequencySpacing spacing, at::ScalarType dtype,
                             at::Device device) {
   pd::check_table_request("sinusoidal_table", max_len, d_model, base, offset, dtype);
   return pd::sinusoidal_table(max_len, offset, {d_model, base, layout, spacing}, dtype, device);
 }
 
-at::Tensor positional_encoding(const at::Tensor& x,
-                               const at::Tensor& table,
-                               int64_t offset,
-                               const at::Tensor& positions,
-                               bool batch_first,
-                               double scale,
-                               double dropout,
-                               bool training,
-                               bool inplace,
+at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                               const at::Tensor& positions, bool batch_first, double scale,
+                               double dropout, bool training, bool inplace,
                                const at::Tensor& columns) {
   // Called by a module, the messages keep the module's name; called directly, they name this.
   const pd::CallerScope caller(pd::caller_or("positional_encoding"), pd::caller_hint());
@@ -62,24 +51,13 @@ at::Tensor positional_encoding(const at::Tensor& x,
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
   constexpr const char* who = "positions_from_padding_mask";
   const char* layout = posenc::detail::sequence_layout(batch_first);
-  TORCH_CHECK(padding_mask.defined(),
-              who,
-              ": expected a padding mask of shape ",
-              layout,
+  TORCH_CHECK(padding_mask.defined(), who, ": expected a padding mask of shape ", layout,
               ", but got an undefined tensor");
-  TORCH_CHECK(padding_mask.dim() == 2,
-              who,
-              ": expected a padding mask of shape ",
-              layout,
-              ", but got a ",
-              padding_mask.dim(),
-              "-D tensor of shape ",
-              padding_mask.sizes());
+  TORCH_CHECK(padding_mask.dim() == 2, who, ": expected a padding mask of shape ", layout,
+              ", but got a ", padding_mask.dim(), "-D tensor of shape ", padding_mask.sizes());
   TORCH_CHECK(
-      padding_mask.scalar_type() == at::kBool,
-      who,
-      ": expected a bool padding mask (true = padding), but got ",
-      padding_mask.scalar_type(),
+      padding_mask.scalar_type() == at::kBool, who,
+      ": expected a bool padding mask (true = padding), but got ", padding_mask.scalar_type(),
       "; compare token ids with the padding id, e.g. tokens == pad, or use positions_from_tokens");
   // Each real token's position is the number of real tokens before it in its sequence.
   const at::Tensor real = padding_mask.logical_not().to(at::kLong);
@@ -90,8 +68,7 @@ at::Tensor positions_from_tokens(const at::Tensor& tokens, int64_t padding_idx, 
   TORCH_CHECK(tokens.defined(),
               "positions_from_tokens: expected token ids, but got an undefined tensor");
   TORCH_CHECK(at::isIntegralType(tokens.scalar_type(), /*includeBool=*/false),
-              "positions_from_tokens: expected integer token ids, but got ",
-              tokens.scalar_type());
+              "positions_from_tokens: expected integer token ids, but got ", tokens.scalar_type());
   return positions_from_padding_mask(tokens.eq(padding_idx), batch_first);
 }
 

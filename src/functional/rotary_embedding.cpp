@@ -11,40 +11,28 @@ namespace functional {
 
 namespace pd = posenc::detail;
 
-std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len,
-                                                int64_t rotary_dim,
+std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, int64_t rotary_dim,
                                                 const RotaryTablesFuncOptions& options) {
   constexpr const char* who = "rotary_tables";
   pd::check_rotary_arguments(who, max_len, rotary_dim, options.base());
   pd::check_float_dtype(who, "dtype", options.dtype());
   const auto positions = at::arange(max_len, at::TensorOptions().dtype(at::kLong));
-  auto tables = pd::rotary_rows(
-      positions, pd::rope_frequencies({rotary_dim, options.base()}), options.dtype());
+  auto tables = pd::rotary_rows(positions, pd::rope_frequencies({rotary_dim, options.base()}),
+                                options.dtype());
   return {tables.first.to(options.device()), tables.second.to(options.device())};
 }
 
 namespace detail {
 
-at::Tensor rotary_embedding(const at::Tensor& x,
-                            const at::Tensor& cos,
-                            const at::Tensor& sin,
-                            int64_t offset,
-                            const at::Tensor& positions,
-                            RotaryPairing pairing,
-                            bool heads_first,
-                            const at::Tensor& inv_freq,
-                            double attention_factor) {
+at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            int64_t offset, const at::Tensor& positions, RotaryPairing pairing,
+                            bool heads_first, const at::Tensor& inv_freq, double attention_factor) {
   const pd::CallerScope caller(pd::caller_or("rotary_embedding"), pd::caller_hint());
   return ops::apply_rotary(
-      x,
-      cos,
-      sin,
-      offset,
+      x, cos, sin, offset,
       positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt,
-      pairing == RotaryPairing::kInterleaved,
-      heads_first,
-      /*inverse=*/false,
-      inv_freq.defined() ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt,
+      pairing == RotaryPairing::kInterleaved, heads_first,
+      /*inverse=*/false, inv_freq.defined() ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt,
       attention_factor);
 }
 

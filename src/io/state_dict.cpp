@@ -35,8 +35,7 @@ std::string join(const std::vector<std::string>& names) {
 
 } // namespace
 
-void load_state_dict(torch::nn::Module& module,
-                     const std::string& path,
+void load_state_dict(torch::nn::Module& module, const std::string& path,
                      const LoadStateDictOptions& options) {
   const std::map<std::string, at::Tensor> entries = read_state_dict(path);
 
@@ -63,38 +62,19 @@ void load_state_dict(torch::nn::Module& module,
     used[key] = true;
     const at::Tensor& source = found->second;
     const at::Tensor& destination = target.second;
-    TORCH_CHECK(source.sizes() == destination.sizes(),
-                kWho,
-                ": size mismatch for '",
-                key,
-                "': the file has shape ",
-                source.sizes(),
-                ", the module has ",
-                destination.sizes(),
+    TORCH_CHECK(source.sizes() == destination.sizes(), kWho, ": size mismatch for '", key,
+                "': the file has shape ", source.sizes(), ", the module has ", destination.sizes(),
                 "; build the module with the options the checkpoint was saved with");
     if (destination.is_floating_point()) {
-      TORCH_CHECK(source.is_floating_point(),
-                  kWho,
-                  ": dtype mismatch for '",
-                  key,
-                  "': the file has ",
-                  source.scalar_type(),
-                  ", the module expects a floating dtype (it holds ",
-                  destination.scalar_type(),
+      TORCH_CHECK(source.is_floating_point(), kWho, ": dtype mismatch for '", key,
+                  "': the file has ", source.scalar_type(),
+                  ", the module expects a floating dtype (it holds ", destination.scalar_type(),
                   ")");
-      TORCH_CHECK(source.numel() == 0 || source.isfinite().all().item<bool>(),
-                  kWho,
-                  ": the entry '",
-                  key,
-                  "' holds NaN or infinite values; the file is corrupted");
+      TORCH_CHECK(source.numel() == 0 || source.isfinite().all().item<bool>(), kWho,
+                  ": the entry '", key, "' holds NaN or infinite values; the file is corrupted");
     } else {
-      TORCH_CHECK(source.scalar_type() == destination.scalar_type(),
-                  kWho,
-                  ": dtype mismatch for '",
-                  key,
-                  "': the file has ",
-                  source.scalar_type(),
-                  ", the module has ",
+      TORCH_CHECK(source.scalar_type() == destination.scalar_type(), kWho, ": dtype mismatch for '",
+                  key, "': the file has ", source.scalar_type(), ", the module has ",
                   destination.scalar_type());
     }
     assignments.emplace_back(destination, source);
@@ -107,23 +87,12 @@ void load_state_dict(torch::nn::Module& module,
     }
   }
   if (options.strict()) {
-    TORCH_CHECK(missing.empty(),
-                kWho,
-                ": '",
-                path,
-                "' lacks ",
-                join(missing),
-                "; check LoadStateDictOptions::prefix (now '",
-                options.prefix(),
+    TORCH_CHECK(missing.empty(), kWho, ": '", path, "' lacks ", join(missing),
+                "; check LoadStateDictOptions::prefix (now '", options.prefix(),
                 "') or pass strict(false)");
-    TORCH_CHECK(unexpected.empty(),
-                kWho,
-                ": '",
-                path,
-                "' has entries the module does not: ",
-                join(unexpected),
-                "; check LoadStateDictOptions::prefix (now '",
-                options.prefix(),
+    TORCH_CHECK(unexpected.empty(), kWho, ": '", path,
+                "' has entries the module does not: ", join(unexpected),
+                "; check LoadStateDictOptions::prefix (now '", options.prefix(),
                 "') or pass strict(false)");
   }
 

@@ -107,9 +107,7 @@ at::ScalarType storage_dtype(const std::string& global, const std::string& what)
 
 class Unpickler {
  public:
-  Unpickler(caffe2::serialize::PyTorchStreamReader& reader,
-            std::string what,
-            const char* data,
+  Unpickler(caffe2::serialize::PyTorchStreamReader& reader, std::string what, const char* data,
             size_t size)
       : reader_(reader), what_(std::move(what)), data_(data), size_(size) {}
 
@@ -264,8 +262,7 @@ class Unpickler {
           auto parts = pop_n(2);
           TORCH_CHECK(
               parts[0]->kind == Value::Kind::kString && parts[1]->kind == Value::Kind::kString,
-              what_,
-              ": corrupted pickle: STACK_GLOBAL needs two strings");
+              what_, ": corrupted pickle: STACK_GLOBAL needs two strings");
           push_global(parts[0]->text + "." + parts[1]->text);
           break;
         }
@@ -296,14 +293,8 @@ class Unpickler {
           push(top());
           break; // DUP
         default:
-          TORCH_CHECK(false,
-                      what_,
-                      ": unsupported pickle opcode 0x",
-                      std::hex,
-                      static_cast<int>(opcode),
-                      std::dec,
-                      " at byte ",
-                      at,
+          TORCH_CHECK(false, what_, ": unsupported pickle opcode 0x", std::hex,
+                      static_cast<int>(opcode), std::dec, " at byte ", at,
                       " of data.pkl; is this a file written by torch.save?");
       }
     }
@@ -317,15 +308,8 @@ class Unpickler {
 
   // --- input ---------------------------------------------------------------------------------
   const char* read_bytes(size_t n) {
-    TORCH_CHECK(n <= size_ - position_,
-                what_,
-                ": data.pkl is truncated (needs ",
-                n,
-                " more bytes at byte ",
-                position_,
-                " of ",
-                size_,
-                ")");
+    TORCH_CHECK(n <= size_ - position_, what_, ": data.pkl is truncated (needs ", n,
+                " more bytes at byte ", position_, " of ", size_, ")");
     const char* bytes = data_ + position_;
     position_ += n;
     return bytes;
@@ -343,8 +327,7 @@ class Unpickler {
       value |= ~uint64_t{0} << (8 * n); // sign-extend
     }
     if (!is_signed && n == 8) {
-      TORCH_CHECK(value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                  what_,
+      TORCH_CHECK(value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), what_,
                   ": length out of range");
     }
     return static_cast<int64_t>(value);
@@ -360,11 +343,8 @@ class Unpickler {
 
   // --- stack ---------------------------------------------------------------------------------
   void push(ValuePtr value) {
-    TORCH_CHECK(stack_.size() < kMaxStackDepth,
-                what_,
-                ": pickle stack deeper than ",
-                kMaxStackDepth,
-                " entries");
+    TORCH_CHECK(stack_.size() < kMaxStackDepth, what_, ": pickle stack deeper than ",
+                kMaxStackDepth, " entries");
     stack_.push_back(std::move(value));
   }
   void push_bool(bool b) {
@@ -409,11 +389,7 @@ class Unpickler {
   }
   Value& top_of_kind(Value::Kind kind, const char* opcode) {
     const ValuePtr& value = top();
-    TORCH_CHECK(value->kind == kind,
-                what_,
-                ": corrupted pickle: ",
-                opcode,
-                " on a ",
+    TORCH_CHECK(value->kind == kind, what_, ": corrupted pickle: ", opcode, " on a ",
                 kind_name(value->kind));
     return *value;
   }
@@ -435,8 +411,8 @@ class Unpickler {
   }
   ValuePtr memo(int64_t index) {
     const auto found = memo_.find(index);
-    TORCH_CHECK(
-        found != memo_.end(), what_, ": corrupted pickle: memo entry ", index, " is not defined");
+    TORCH_CHECK(found != memo_.end(), what_, ": corrupted pickle: memo entry ", index,
+                " is not defined");
     return found->second;
   }
   void add_pairs(Value& dict, const std::vector<ValuePtr>& items) {
@@ -458,26 +434,15 @@ class Unpickler {
   }
 
   int64_t as_int(const ValuePtr& value, const char* what) {
-    TORCH_CHECK(value->kind == Value::Kind::kInt,
-                what_,
-                ": expected an int for ",
-                what,
-                ", got ",
+    TORCH_CHECK(value->kind == Value::Kind::kInt, what_, ": expected an int for ", what, ", got ",
                 kind_name(value->kind));
     return value->integer;
   }
   std::vector<int64_t> as_ints(const ValuePtr& value, const char* what) {
-    TORCH_CHECK(value->kind == Value::Kind::kTuple || value->kind == Value::Kind::kList,
-                what_,
-                ": expected a tuple for ",
-                what,
-                ", got ",
-                kind_name(value->kind));
-    TORCH_CHECK(static_cast<int64_t>(value->items.size()) <= kMaxDims,
-                what_,
-                ": tensor of more than ",
-                kMaxDims,
-                " dimensions");
+    TORCH_CHECK(value->kind == Value::Kind::kTuple || value->kind == Value::Kind::kList, what_,
+                ": expected a tuple for ", what, ", got ", kind_name(value->kind));
+    TORCH_CHECK(static_cast<int64_t>(value->items.size()) <= kMaxDims, what_,
+                ": tensor of more than ", kMaxDims, " dimensions");
     std::vector<int64_t> ints;
     for (const auto& item : value->items) {
       ints.push_back(as_int(item, what));
@@ -486,17 +451,15 @@ class Unpickler {
   }
 
   ValuePtr reduce(const ValuePtr& callable, const ValuePtr& args) {
-    TORCH_CHECK(args->kind == Value::Kind::kTuple,
-                what_,
-                ": corrupted pickle: REDUCE arguments are a ",
-                kind_name(args->kind));
+    TORCH_CHECK(args->kind == Value::Kind::kTuple, what_,
+                ": corrupted pickle: REDUCE arguments are a ", kind_name(args->kind));
     const std::string name = callable->kind == Value::Kind::kGlobal ? callable->text : "";
     if (name == "collections.OrderedDict") {
       auto dict = make(Value::Kind::kDict);
       if (!args->items.empty()) { // OrderedDict([(key, value), ...])
         for (const auto& pair : args->items[0]->items) {
-          TORCH_CHECK(
-              pair->items.size() == 2, what_, ": corrupted pickle: OrderedDict item is not a pair");
+          TORCH_CHECK(pair->items.size() == 2, what_,
+                      ": corrupted pickle: OrderedDict item is not a pair");
           dict->entries.emplace_back(pair->items[0], pair->items[1]);
         }
       }
@@ -507,14 +470,13 @@ class Unpickler {
     }
     if (name ==
         "torch.jit._pickle.restore_type_tag") { // LibTorch's pickle_save wraps typed containers
-      TORCH_CHECK(
-          !args->items.empty(), what_, ": corrupted pickle: restore_type_tag without a value");
+      TORCH_CHECK(!args->items.empty(), what_,
+                  ": corrupted pickle: restore_type_tag without a value");
       return args->items[0];
     }
     if (name == "torch._utils._rebuild_parameter" ||
         name == "torch._utils._rebuild_parameter_with_state") {
-      TORCH_CHECK(!args->items.empty() && args->items[0]->kind == Value::Kind::kTensor,
-                  what_,
+      TORCH_CHECK(!args->items.empty() && args->items[0]->kind == Value::Kind::kTensor, what_,
                   ": corrupted pickle: parameter without data");
       return args->items[0];
     }
@@ -540,33 +502,16 @@ class Unpickler {
     const size_t itemsize = c10::elementSize(dtype);
     TORCH_CHECK(numel >= 0 &&
                     static_cast<uint64_t>(numel) <= std::numeric_limits<uint64_t>::max() / itemsize,
-                what_,
-                ": storage '",
-                key,
-                "' has an invalid size ",
-                numel);
+                what_, ": storage '", key, "' has an invalid size ", numel);
     const std::string record = "data/" + key;
-    TORCH_CHECK(reader_.hasRecord(record),
-                what_,
-                ": storage '",
-                key,
+    TORCH_CHECK(reader_.hasRecord(record), what_, ": storage '", key,
                 "' is missing from the archive (the file is truncated or corrupted)");
     at::DataPtr bytes;
     size_t stored = 0;
     std::tie(bytes, stored) = reader_.getRecord(record);
     const size_t needed = static_cast<size_t>(numel) * itemsize;
-    TORCH_CHECK(stored >= needed,
-                what_,
-                ": storage '",
-                key,
-                "' holds ",
-                stored,
-                " bytes, but ",
-                numel,
-                " elements of ",
-                dtype,
-                " need ",
-                needed,
+    TORCH_CHECK(stored >= needed, what_, ": storage '", key, "' holds ", stored, " bytes, but ",
+                numel, " elements of ", dtype, " need ", needed,
                 " (the file is truncated or corrupted)");
     auto value = make(Value::Kind::kStorage);
     value->tensor = at::empty({numel}, at::TensorOptions().dtype(dtype));
@@ -578,15 +523,14 @@ class Unpickler {
   }
 
   ValuePtr rebuild_tensor(const std::vector<ValuePtr>& args) {
-    TORCH_CHECK(args.size() >= 4 && args[0]->kind == Value::Kind::kStorage,
-                what_,
+    TORCH_CHECK(args.size() >= 4 && args[0]->kind == Value::Kind::kStorage, what_,
                 ": corrupted pickle: bad tensor arguments");
     const at::Tensor& storage = args[0]->tensor;
     const int64_t offset = as_int(args[1], "a storage offset");
     const std::vector<int64_t> sizes = as_ints(args[2], "tensor sizes");
     const std::vector<int64_t> strides = as_ints(args[3], "tensor strides");
-    TORCH_CHECK(
-        sizes.size() == strides.size(), what_, ": tensor sizes and strides differ in length");
+    TORCH_CHECK(sizes.size() == strides.size(), what_,
+                ": tensor sizes and strides differ in length");
     TORCH_CHECK(offset >= 0, what_, ": negative storage offset ", offset);
     // The largest element index the view reaches must lie inside the storage.
     int64_t last = offset;
@@ -600,20 +544,11 @@ class Unpickler {
         int64_t step = 0;
         TORCH_CHECK(!__builtin_mul_overflow(sizes[d] - 1, strides[d], &step) &&
                         !__builtin_add_overflow(last, step, &last),
-                    what_,
-                    ": tensor extent overflows");
+                    what_, ": tensor extent overflows");
       }
-      TORCH_CHECK(last < storage.numel(),
-                  what_,
-                  ": tensor of sizes ",
-                  c10::IntArrayRef(sizes),
-                  " and strides ",
-                  c10::IntArrayRef(strides),
-                  " at offset ",
-                  offset,
-                  " reaches past its storage of ",
-                  storage.numel(),
-                  " elements");
+      TORCH_CHECK(last < storage.numel(), what_, ": tensor of sizes ", c10::IntArrayRef(sizes),
+                  " and strides ", c10::IntArrayRef(strides), " at offset ", offset,
+                  " reaches past its storage of ", storage.numel(), " elements");
     }
     auto value = make(Value::Kind::kTensor);
     value->tensor =
@@ -641,39 +576,26 @@ std::vector<std::pair<std::string, at::Tensor>> read_archive(
     size_t n = 0;
     std::tie(order, n) = reader.getRecord("byteorder");
     const std::string byteorder(static_cast<const char*>(order.get()), n);
-    TORCH_CHECK(byteorder == "little",
-                what,
-                ": saved on a ",
-                byteorder,
+    TORCH_CHECK(byteorder == "little", what, ": saved on a ", byteorder,
                 "-endian machine; only little-endian files are supported");
   }
-  TORCH_CHECK(reader.hasRecord("data.pkl"),
-              what,
+  TORCH_CHECK(reader.hasRecord("data.pkl"), what,
               ": the archive has no data.pkl; it was not written by torch.save");
   at::DataPtr pickle;
   size_t size = 0;
   std::tie(pickle, size) = reader.getRecord("data.pkl");
   Unpickler unpickler(reader, what, static_cast<const char*>(pickle.get()), size);
   const ValuePtr root = unpickler.run();
-  TORCH_CHECK(root->kind == Value::Kind::kDict,
-              what,
-              " holds a ",
+  TORCH_CHECK(root->kind == Value::Kind::kDict, what, " holds a ",
               kind_name(root->kind) == std::string("object") ? root->text : kind_name(root->kind),
               ", not a state dict; save it in Python with torch.save(model.state_dict(), path)");
   std::vector<std::pair<std::string, at::Tensor>> entries;
   std::map<std::string, bool> seen;
   for (const auto& entry : root->entries) {
-    TORCH_CHECK(entry.first->kind == Value::Kind::kString,
-                what,
-                ": has a key of type ",
-                kind_name(entry.first->kind),
-                "; a state dict maps names (str) to tensors");
+    TORCH_CHECK(entry.first->kind == Value::Kind::kString, what, ": has a key of type ",
+                kind_name(entry.first->kind), "; a state dict maps names (str) to tensors");
     const std::string& key = entry.first->text;
-    TORCH_CHECK(entry.second->kind == Value::Kind::kTensor,
-                what,
-                ": the entry '",
-                key,
-                "' is a ",
+    TORCH_CHECK(entry.second->kind == Value::Kind::kTensor, what, ": the entry '", key, "' is a ",
                 entry.second->kind == Value::Kind::kOpaque ? entry.second->text
                                                            : kind_name(entry.second->kind),
                 ", not a tensor");
@@ -690,10 +612,7 @@ std::vector<std::pair<std::string, at::Tensor>> read_from(Source&& source,
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::forward<Source>(source));
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false,
-                what,
-                " is not a readable torch.save file (",
-                e.what_without_backtrace(),
+    TORCH_CHECK(false, what, " is not a readable torch.save file (", e.what_without_backtrace(),
                 "); save it in Python with torch.save(model.state_dict(), path) (PyTorch >= 1.6 "
                 "writes this zip format by default)");
   }
@@ -710,9 +629,7 @@ std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(
 std::vector<std::pair<std::string, at::Tensor>> read_torch_save_state_dict(
     const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  TORCH_CHECK(in.good(),
-              "load_state_dict: cannot open '",
-              path,
+  TORCH_CHECK(in.good(), "load_state_dict: cannot open '", path,
               "' for reading; check the path and its permissions");
   return read_from(&in, "load_state_dict: '" + path + "'");
 }

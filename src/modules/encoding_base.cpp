@@ -11,29 +11,21 @@
 namespace posenc {
 namespace detail {
 
-void load_slots(const char* who,
-                torch::serialize::InputArchive& archive,
+void load_slots(const char* who, torch::serialize::InputArchive& archive,
                 const std::vector<TableSlot>& slots) {
   std::vector<torch::Tensor> loaded(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const TableSlot& slot = slots[i];
     archive.read(slot.name, loaded[i], slot.is_buffer);
-    TORCH_CHECK(loaded[i].sizes() == at::IntArrayRef(slot.shape),
-                who,
-                ": the checkpoint's ",
-                slot.name,
-                " has shape ",
-                loaded[i].sizes(),
-                ", but this module's is ",
+    TORCH_CHECK(loaded[i].sizes() == at::IntArrayRef(slot.shape), who, ": the checkpoint's ",
+                slot.name, " has shape ", loaded[i].sizes(), ", but this module's is ",
                 at::IntArrayRef(slot.shape),
                 "; build the module with the options the checkpoint was saved with");
-    check_float_dtype(
-        who, ("the checkpoint's " + slot.name + " dtype").c_str(), loaded[i].scalar_type());
+    check_float_dtype(who, ("the checkpoint's " + slot.name + " dtype").c_str(),
+                      loaded[i].scalar_type());
     torch::NoGradGuard no_grad;
-    TORCH_CHECK(loaded[i].numel() == 0 || loaded[i].isfinite().all().item<bool>(),
-                who,
-                ": the checkpoint's ",
-                slot.name,
+    TORCH_CHECK(loaded[i].numel() == 0 || loaded[i].isfinite().all().item<bool>(), who,
+                ": the checkpoint's ", slot.name,
                 " holds NaN or infinite values; the file is corrupted");
   }
   torch::NoGradGuard no_grad;
@@ -43,8 +35,7 @@ void load_slots(const char* who,
   }
 }
 
-c10::ScalarType derived_table_dtype(const char* who,
-                                    c10::optional<c10::ScalarType> requested,
+c10::ScalarType derived_table_dtype(const char* who, c10::optional<c10::ScalarType> requested,
                                     c10::ScalarType current) {
   if (!requested) {
     return current;
@@ -53,9 +44,7 @@ c10::ScalarType derived_table_dtype(const char* who,
   return *requested == c10::kDouble ? c10::kDouble : c10::kFloat;
 }
 
-void set_buffer(torch::nn::Module& module,
-                const std::string& name,
-                torch::Tensor& member,
+void set_buffer(torch::nn::Module& module, const std::string& name, torch::Tensor& member,
                 torch::Tensor value) {
   if (module.named_buffers(/*recurse=*/false).contains(name)) {
     torch::NoGradGuard no_grad;
@@ -65,10 +54,8 @@ void set_buffer(torch::nn::Module& module,
   }
 }
 
-void move_derived_tables(const char* who,
-                         const std::vector<torch::Tensor*>& tables,
-                         c10::optional<torch::Device> device,
-                         c10::optional<torch::Dtype> dtype,
+void move_derived_tables(const char* who, const std::vector<torch::Tensor*>& tables,
+                         c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype,
                          bool non_blocking,
                          const std::function<void(torch::Dtype, torch::Device)>& rebuild) {
   const torch::Tensor& first = *tables.front();
@@ -93,13 +80,9 @@ std::string non_default(const char* name, double value, double fallback) {
   return out.str();
 }
 
-void check_positions_given(const char* who,
-                           const torch::Tensor& positions,
+void check_positions_given(const char* who, const torch::Tensor& positions,
                            const char* consecutive) {
-  TORCH_CHECK(positions.defined(),
-              who,
-              ": forward_positions needs positions; use ",
-              consecutive,
+  TORCH_CHECK(positions.defined(), who, ": forward_positions needs positions; use ", consecutive,
               " for consecutive ones");
 }
 

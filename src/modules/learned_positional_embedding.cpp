@@ -27,10 +27,8 @@ LearnedPositionalEmbeddingImpl::LearnedPositionalEmbeddingImpl(
 void LearnedPositionalEmbeddingImpl::reset() {
   detail::check_table_arguments(kName, options.max_len(), options.d_model(), /*base=*/1.0);
   detail::check_dropout(kName, options.dropout());
-  TORCH_CHECK(std::isfinite(options.init_std()) && options.init_std() >= 0,
-              kName,
-              ": init_std must be finite and >= 0, but got ",
-              options.init_std());
+  TORCH_CHECK(std::isfinite(options.init_std()) && options.init_std() >= 0, kName,
+              ": init_std must be finite and >= 0, but got ", options.init_std());
   detail::check_scale(kName, options.scale());
   if (named_parameters(/*recurse=*/false).contains("weight")) {
     torch::NoGradGuard no_grad;
@@ -58,19 +56,12 @@ void LearnedPositionalEmbeddingImpl::pretty_print(std::ostream& stream) const {
          << (options.inplace() ? ", inplace=true" : "") << ")";
 }
 
-torch::Tensor LearnedPositionalEmbeddingImpl::forward_at(const torch::Tensor& x,
-                                                         int64_t offset,
+torch::Tensor LearnedPositionalEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                                          const torch::Tensor& positions) {
   const detail::CallerScope caller(kName);
-  return functional::detail::positional_encoding(x,
-                                                 weight,
-                                                 offset,
-                                                 positions,
-                                                 options.batch_first(),
-                                                 options.scale(),
-                                                 options.dropout(),
-                                                 is_training(),
-                                                 options.inplace());
+  return functional::detail::positional_encoding(
+      x, weight, offset, positions, options.batch_first(), options.scale(), options.dropout(),
+      is_training(), options.inplace());
 }
 
 } // namespace posenc

@@ -38,9 +38,7 @@ void PositionalEncodingImpl::build_tables(torch::Dtype dtype, torch::Device devi
   const detail::SinusoidSpec spec = spec_of(options);
   columns_ = detail::column_plan_tensor(spec);
   detail::set_buffer(
-      *this,
-      "pe",
-      pe,
+      *this, "pe", pe,
       detail::sinusoidal_table(options.max_len(), /*offset=*/0, spec, dtype, device).unsqueeze(0));
 }
 
@@ -73,22 +71,14 @@ void PositionalEncodingImpl::pretty_print(std::ostream& stream) const {
   stream << ")";
 }
 
-torch::Tensor PositionalEncodingImpl::forward_at(const torch::Tensor& x,
-                                                 int64_t offset,
+torch::Tensor PositionalEncodingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                                  const torch::Tensor& positions) {
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
   const detail::CallerScope caller(
       kName, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
-  return functional::detail::positional_encoding(x,
-                                                 pe,
-                                                 offset,
-                                                 positions,
-                                                 options.batch_first(),
-                                                 options.scale(),
-                                                 options.dropout(),
-                                                 is_training(),
-                                                 options.inplace(),
-                                                 extrapolate ? columns_ : torch::Tensor());
+  return functional::detail::positional_encoding(
+      x, pe, offset, positions, options.batch_first(), options.scale(), options.dropout(),
+      is_training(), options.inplace(), extrapolate ? columns_ : torch::Tensor());
 }
 
 } // namespace posenc

@@ -21,16 +21,11 @@ RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_)
 }
 
 void RotaryEmbeddingImpl::reset() {
-  TORCH_CHECK(
-      options.head_dim() >= 2, kName, ": head_dim must be >= 2, but got ", options.head_dim());
+  TORCH_CHECK(options.head_dim() >= 2, kName, ": head_dim must be >= 2, but got ",
+              options.head_dim());
   const int64_t rotary_dim = options.rotated_width();
-  TORCH_CHECK(rotary_dim <= options.head_dim(),
-              kName,
-              ": rotary_dim (",
-              rotary_dim,
-              ") must be <= head_dim (",
-              options.head_dim(),
-              ")");
+  TORCH_CHECK(rotary_dim <= options.head_dim(), kName, ": rotary_dim (", rotary_dim,
+              ") must be <= head_dim (", options.head_dim(), ")");
   detail::check_rotary_arguments(kName, options.max_len(), rotary_dim, options.base());
   build_tables(cos.defined() ? cos.scalar_type() : torch::kFloat,
                cos.defined() ? cos.device() : torch::Device(torch::kCPU));
@@ -68,38 +63,23 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << ")";
 }
 
-torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x,
-                                              int64_t offset,
+torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                               const torch::Tensor& positions) {
   // The operator accepts any head width >= the rotated one (partial rotary from the caches alone);
   // the module knows head_dim, and an input of another width contradicts its options. (Heads
   // narrower than the rotated width get the operator's message.)
   TORCH_CHECK(!x.defined() || x.dim() != 4 || x.size(3) == options.head_dim() ||
                   x.size(3) < options.rotated_width(),
-              kName,
-              ": expected heads of width head_dim = ",
-              options.head_dim(),
-              ", but got ",
-              x.size(3),
-              " (input shape ",
-              x.sizes(),
-              "); build the module with head_dim = ",
-              x.size(3),
-              " or split the heads to ",
-              options.head_dim(),
-              " channels");
+              kName, ": expected heads of width head_dim = ", options.head_dim(), ", but got ",
+              x.size(3), " (input shape ", x.sizes(),
+              "); build the module with head_dim = ", x.size(3), " or split the heads to ",
+              options.head_dim(), " channels");
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
   const detail::CallerScope caller(
       kName, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
-  return functional::detail::rotary_embedding(x,
-                                              cos,
-                                              sin,
-                                              offset,
-                                              positions,
-                                              options.pairing(),
-                                              options.heads_first(),
-                                              extrapolate ? inv_freq_ : torch::Tensor(),
-                                              attention_factor_);
+  return functional::detail::rotary_embedding(
+      x, cos, sin, offset, positions, options.pairing(), options.heads_first(),
+      extrapolate ? inv_freq_ : torch::Tensor(), attention_factor_);
 }
 
 } // namespace posenc

@@ -27,8 +27,7 @@ Holder put_module(torch::nn::Module& parent, const std::string& name, Holder chi
 } // namespace
 
 TokenAndPositionEmbeddingOptions::TokenAndPositionEmbeddingOptions(int64_t vocab_size,
-                                                                   int64_t d_model,
-                                                                   int64_t max_len)
+                                                                   int64_t d_model, int64_t max_len)
     : vocab_size_(vocab_size),
       d_model_(d_model),
       max_len_(max_len),
@@ -42,23 +41,17 @@ TokenAndPositionEmbeddingImpl::TokenAndPositionEmbeddingImpl(
 }
 
 void TokenAndPositionEmbeddingImpl::reset() {
-  TORCH_CHECK(
-      options.vocab_size() >= 1, kWho, ": vocab_size must be >= 1, but got ", options.vocab_size());
+  TORCH_CHECK(options.vocab_size() >= 1, kWho, ": vocab_size must be >= 1, but got ",
+              options.vocab_size());
   TORCH_CHECK(options.d_model() >= 1, kWho, ": d_model must be >= 1, but got ", options.d_model());
-  detail::check_table_size(kWho,
-                           "a token table of vocab_size * d_model",
-                           options.vocab_size(),
-                           options.d_model(),
-                           "vocab_size");
+  detail::check_table_size(kWho, "a token table of vocab_size * d_model", options.vocab_size(),
+                           options.d_model(), "vocab_size");
   detail::check_scale(kWho, options.scale());
   if (options.padding_idx()) {
     const int64_t pad = *options.padding_idx();
-    TORCH_CHECK(pad >= 0 && pad < options.vocab_size(),
-                kWho,
-                ": padding_idx must be in [0, vocab_size) = [0, ",
-                options.vocab_size(),
-                "), but got ",
-                pad);
+    TORCH_CHECK(pad >= 0 && pad < options.vocab_size(), kWho,
+                ": padding_idx must be in [0, vocab_size) = [0, ", options.vocab_size(),
+                "), but got ", pad);
   }
   TORCH_CHECK(options.positions() == PositionKind::kSinusoidal ||
                   options.beyond_max_len() == BeyondMaxLen::kError,
@@ -110,34 +103,22 @@ void TokenAndPositionEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << ", dropout=" << options.dropout() << ", batch_first=" << options.batch_first() << ")";
 }
 
-torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids,
-                                                        int64_t offset,
+torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids, int64_t offset,
                                                         const torch::Tensor& given) {
   // What the operator cannot know: the accepted id dtypes (any integer type, as
   // torch::nn::Embedding) and where positions come from with padding_idx. Values are checked once,
   // by the operator.
   const char* layout = detail::sequence_layout(options.batch_first());
-  TORCH_CHECK(ids.defined(),
-              kWho,
-              ": expected token ids of shape ",
-              layout,
+  TORCH_CHECK(ids.defined(), kWho, ": expected token ids of shape ", layout,
               ", but got an undefined tensor");
-  TORCH_CHECK(ids.dim() == 2,
-              kWho,
-              ": expected token ids of shape ",
-              layout,
-              ", but got a ",
-              ids.dim(),
-              "-D tensor of shape ",
-              ids.sizes());
-  TORCH_CHECK(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-              kWho,
-              ": expected integer token ids, but got ",
-              ids.scalar_type());
+  TORCH_CHECK(ids.dim() == 2, kWho, ": expected token ids of shape ", layout, ", but got a ",
+              ids.dim(), "-D tensor of shape ", ids.sizes());
+  TORCH_CHECK(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false), kWho,
+              ": expected integer token ids, but got ", ids.scalar_type());
   torch::Tensor positions = given;
   if (!given.defined() && options.padding_idx()) {
-    TORCH_CHECK(
-        offset >= 0, kWho, ": offset must be >= 0, but got ", offset, "; positions start at 0");
+    TORCH_CHECK(offset >= 0, kWho, ": offset must be >= 0, but got ", offset,
+                "; positions start at 0");
     positions =
         functional::positions_from_tokens(ids, *options.padding_idx(), options.batch_first());
     if (offset != 0) {
@@ -147,21 +128,13 @@ torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids
   }
   const bool extrapolate = sinusoidal && options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
   const detail::CallerScope caller(
-      kWho,
-      sinusoidal && !extrapolate ? " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)"
-                                 : "");
+      kWho, sinusoidal && !extrapolate
+                ? " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)"
+                : "");
   return functional::detail::token_and_position_embedding(
-      ids.to(torch::kLong),
-      tokens->weight,
-      sinusoidal ? sinusoidal->pe : learned->weight,
-      offset,
-      positions,
-      options.batch_first(),
-      options.scale(),
-      options.padding_idx().value_or(-1),
-      options.dropout(),
-      is_training(),
-      extrapolate ? columns_ : torch::Tensor());
+      ids.to(torch::kLong), tokens->weight, sinusoidal ? sinusoidal->pe : learned->weight, offset,
+      positions, options.batch_first(), options.scale(), options.padding_idx().value_or(-1),
+      options.dropout(), is_training(), extrapolate ? columns_ : torch::Tensor());
 }
 
 } // namespace posenc

@@ -26,44 +26,31 @@ using EmptyFn = at::Tensor (*)(at::IntArrayRef sizes, const at::TensorOptions& o
 using AddLoop = void (*)(const at::Tensor& x, at::Tensor& out, const TableCall& call);
 
 /// out = rotate(x) for a checked call; x and out contiguous, out may be x.
-using RotaryLoop = void (*)(
-    const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved, bool inverse);
+using RotaryLoop = void (*)(const at::Tensor& x, at::Tensor& out, const RotaryCall& call,
+                            bool interleaved, bool inverse);
 
 /// out = dropout(weight[tokens] * scale + table[positions]) for a checked call, writing `mask`
 /// when `train && dropout > 0`; tokens and weight contiguous.
-using TokenLoop = void (*)(const at::Tensor& tokens,
-                           const at::Tensor& weight,
-                           at::Tensor& out,
-                           at::Tensor& mask,
-                           const TableCall& call,
-                           double dropout,
-                           bool drop);
+using TokenLoop = void (*)(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
+                           at::Tensor& mask, const TableCall& call, double dropout, bool drop);
 
 template <AddLoop loop, EmptyFn empty>
-at::Tensor add_position_table_kernel(const at::Tensor& x,
-                                     const at::Tensor& table,
-                                     int64_t offset,
-                                     bool batch_first,
-                                     OptionalTensor positions,
-                                     double scale,
+at::Tensor add_position_table_kernel(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                     bool batch_first, OptionalTensor positions, double scale,
                                      OptionalTensor columns) {
-  const TableCall call = prepare_table_call(
-      "posenc::add_position_table", x, table, offset, positions, batch_first, scale, columns);
+  const TableCall call = prepare_table_call("posenc::add_position_table", x, table, offset,
+                                            positions, batch_first, scale, columns);
   at::Tensor out = empty(x.sizes(), x.options());
   loop(x.contiguous(), out, call);
   return out;
 }
 
 template <AddLoop loop, EmptyFn empty>
-void add_position_table_inplace_kernel(at::Tensor& x,
-                                       const at::Tensor& table,
-                                       int64_t offset,
-                                       bool batch_first,
-                                       OptionalTensor positions,
-                                       double scale,
+void add_position_table_inplace_kernel(at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                       bool batch_first, OptionalTensor positions, double scale,
                                        OptionalTensor columns) {
-  const TableCall call = prepare_table_call(
-      "posenc::add_position_table_", x, table, offset, positions, batch_first, scale, columns);
+  const TableCall call = prepare_table_call("posenc::add_position_table_", x, table, offset,
+                                            positions, batch_first, scale, columns);
   at::assert_no_internal_overlap(x);
   if (x.is_contiguous()) {
     loop(x, x, call);
@@ -75,14 +62,9 @@ void add_position_table_inplace_kernel(at::Tensor& x,
 }
 
 template <AddLoop loop, EmptyFn empty>
-void add_position_table_out_kernel(const at::Tensor& x,
-                                   const at::Tensor& table,
-                                   int64_t offset,
-                                   bool batch_first,
-                                   OptionalTensor positions,
-                                   double scale,
-                                   OptionalTensor columns,
-                                   at::Tensor& out) {
+void add_position_table_out_kernel(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                   bool batch_first, OptionalTensor positions, double scale,
+                                   OptionalTensor columns, at::Tensor& out) {
   constexpr const char* op = "posenc::add_position_table_out";
   const TableCall call =
       prepare_table_call(op, x, table, offset, positions, batch_first, scale, columns);
@@ -97,43 +79,24 @@ void add_position_table_out_kernel(const at::Tensor& x,
 }
 
 template <RotaryLoop loop, EmptyFn empty>
-at::Tensor apply_rotary_kernel(const at::Tensor& x,
-                               const at::Tensor& cos,
-                               const at::Tensor& sin,
-                               int64_t offset,
-                               OptionalTensor positions,
-                               bool interleaved,
-                               bool heads_first,
-                               bool inverse,
-                               OptionalTensor inv_freq,
+at::Tensor apply_rotary_kernel(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                               int64_t offset, OptionalTensor positions, bool interleaved,
+                               bool heads_first, bool inverse, OptionalTensor inv_freq,
                                double attention_factor) {
-  const RotaryCall call = prepare_rotary_call(
-      "posenc::apply_rotary", x, cos, sin, offset, positions, heads_first, inv_freq, attention_factor);
+  const RotaryCall call = prepare_rotary_call("posenc::apply_rotary", x, cos, sin, offset,
+                                              positions, heads_first, inv_freq, attention_factor);
   at::Tensor out = empty(x.sizes(), x.options());
   loop(x.contiguous(), out, call, interleaved, inverse);
   return out;
 }
 
 template <RotaryLoop loop, EmptyFn empty>
-void apply_rotary_inplace_kernel(at::Tensor& x,
-                                 const at::Tensor& cos,
-                                 const at::Tensor& sin,
-                                 int64_t offset,
-                                 OptionalTensor positions,
-                                 bool interleaved,
-                                 bool heads_first,
-                                 bool inverse,
-                                 OptionalTensor inv_freq,
+void apply_rotary_inplace_kernel(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                 int64_t offset, OptionalTensor positions, bool interleaved,
+                                 bool heads_first, bool inverse, OptionalTensor inv_freq,
                                  double attention_factor) {
-  const RotaryCall call = prepare_rotary_call("posenc::apply_rotary_",
-                                              x,
-                                              cos,
-                                              sin,
-                                              offset,
-                                              positions,
-                                              heads_first,
-                                              inv_freq,
-                                              attention_factor);
+  const RotaryCall call = prepare_rotary_call("posenc::apply_rotary_", x, cos, sin, offset,
+                                              positions, heads_first, inv_freq, attention_factor);
   at::assert_no_internal_overlap(x);
   if (x.is_contiguous()) {
     loop(x, x, call, interleaved, inverse);
@@ -146,30 +109,17 @@ void apply_rotary_inplace_kernel(at::Tensor& x,
 
 template <TokenLoop loop, EmptyFn empty>
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_kernel(
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale,
-    int64_t /*padding_idx: a backward matter*/,
-    double dropout,
-    bool train,
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
+    bool batch_first, OptionalTensor positions, double scale,
+    int64_t /*padding_idx: a backward matter*/, double dropout, bool train,
     OptionalTensor columns) {
-  const TableCall call = prepare_token_call("posenc::token_and_position_embedding",
-                                            tokens,
-                                            weight,
-                                            table,
-                                            offset,
-                                            positions,
-                                            batch_first,
-                                            scale,
-                                            dropout,
-                                            columns);
+  const TableCall call =
+      prepare_token_call("posenc::token_and_position_embedding", tokens, weight, table, offset,
+                         positions, batch_first, scale, dropout, columns);
   at::Tensor out = empty({tokens.size(0), tokens.size(1), weight.size(1)}, weight.options());
   const bool drop = train && dropout > 0.0;
-  at::Tensor mask = empty(drop ? out.sizes() : at::IntArrayRef{0}, weight.options().dtype(at::kBool));
+  at::Tensor mask =
+      empty(drop ? out.sizes() : at::IntArrayRef{0}, weight.options().dtype(at::kBool));
   loop(tokens.contiguous(), weight.contiguous(), out, mask, call, dropout, drop);
   return {out, mask};
 }

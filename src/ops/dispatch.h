@@ -22,26 +22,15 @@ c10::TypedOperatorHandle<Signature> typed_op(const char* name) {
 
 /// posenc::_add_position_table_backward: the gradient of add_position_table with respect to
 /// `table`, shaped like `table`, holding `grad` summed into the rows it was added from.
-at::Tensor add_position_table_backward(const at::Tensor& grad,
-                                       const at::Tensor& table,
-                                       int64_t offset,
-                                       bool batch_first,
-                                       OptionalTensor positions);
+at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table,
+                                       int64_t offset, bool batch_first, OptionalTensor positions);
 
 /// posenc::_token_and_position_embedding_backward: the gradients with respect to `weight` and
 /// `table` (each computed when its `output_mask` entry is set).
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
-    const at::Tensor& grad,
-    const at::Tensor& mask,
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale,
-    int64_t padding_idx,
-    double dropout,
+    const at::Tensor& grad, const at::Tensor& mask, const at::Tensor& tokens,
+    const at::Tensor& weight, const at::Tensor& table, int64_t offset, bool batch_first,
+    OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
     std::array<bool, 2> output_mask);
 
 } // namespace ops

@@ -40,8 +40,9 @@ void with_table_data(const at::Tensor& table, F&& f) {
 /// The type a kernel computes in: float for float16/bfloat16/float32 operands, double as soon as
 /// either operand is double (the same promotion ATen applies).
 template <typename A, typename B>
-using acc_type_t = std::
-    conditional_t<std::is_same<A, double>::value || std::is_same<B, double>::value, double, float>;
+using acc_type_t =
+    std::conditional_t<std::is_same<A, double>::value || std::is_same<B, double>::value, double,
+                       float>;
 
 /// Loads a value into the compute type. bfloat16 is widened with integer operations (a 16-bit
 /// shift), which compilers vectorize; c10::BFloat16's own conversion is the same value.
@@ -85,13 +86,8 @@ struct SequenceRows {
 
   /// The rows of a checked table call (host code).
   static SequenceRows of(const TableCall& call) {
-    const bool given = call.positions.defined();
-    return {call.batch,
-            call.length,
-            call.batch_first,
-            call.offset,
-            given ? call.positions.data_ptr<int64_t>() : nullptr,
-            call.per_sequence()};
+    return {call.batch,  call.length,          call.batch_first,
+            call.offset, call.position_data(), call.per_sequence()};
   }
 
   C10_HOST_DEVICE int64_t position(int64_t i) const {
@@ -115,13 +111,8 @@ struct RotaryRows {
 
   /// The rows of a checked rotary call (host code).
   static RotaryRows of(const RotaryCall& call) {
-    const bool given = call.positions.defined();
-    return {call.length,
-            call.heads,
-            call.heads_first,
-            call.offset,
-            given ? call.positions.data_ptr<int64_t>() : nullptr,
-            call.per_sequence()};
+    return {call.length, call.heads,           call.heads_first,
+            call.offset, call.position_data(), call.per_sequence()};
   }
 
   C10_HOST_DEVICE int64_t position(int64_t i) const {

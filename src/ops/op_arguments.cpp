@@ -26,29 +26,23 @@ bool given(OptionalTensor tensor) {
 
 // What resolving a call's positions found out.
 struct Resolved {
-  bool past = false;     // some position lies at or past the table's end (only when extendable)
-  at::Tensor host;       // then: every position on the host, int64, of the positions' shape
+  bool past = false; // some position lies at or past the table's end (only when extendable)
+  at::Tensor host;   // then: every position on the host, int64, of the positions' shape
   std::pair<int64_t, int64_t> ids{0, -1}; // the range of `ids`, when given
 };
 
 // Checks the positions of a call (offset form or explicit) against a table of `max_len` rows and
 // fills `source`. Reads from the device at most once: the extremes of `ids` (token ids) and of the
 // positions, or, when positions may lie past the table (`extendable`), all positions.
-Resolved resolve_positions(const char* who,
-                           PositionSource& source,
-                           OptionalTensor positions,
-                           int64_t offset,
-                           at::IntArrayRef per_sequence,
-                           const char* per_sequence_name,
-                           const c10::Device& device,
-                           int64_t max_len,
-                           bool extendable,
-                           const at::Tensor& ids = at::Tensor()) {
+Resolved resolve_positions(const char* who, PositionSource& source, OptionalTensor positions,
+                           int64_t offset, at::IntArrayRef per_sequence,
+                           const char* per_sequence_name, const c10::Device& device,
+                           int64_t max_len, bool extendable, const at::Tensor& ids = at::Tensor()) {
   Resolved resolved;
   if (given(positions)) {
     detail::check_no_offset_with_positions(who, offset);
-    detail::check_positions_form(
-        who, *positions, source.length, per_sequence, per_sequence_name, device);
+    detail::check_positions_form(who, *positions, source.length, per_sequence, per_sequence_name,
+                                 device);
     const detail::HostValues host =
         extendable ? detail::host_read({ids}, *positions) : detail::host_read({ids, *positions});
     resolved.ids = host.ranges[0];
@@ -62,8 +56,8 @@ Resolved resolve_positions(const char* who,
     } else {
       range = host.ranges[1];
     }
-    detail::check_positions_range(
-        who, range.first, range.second, extendable ? -1 : max_len, caller_hint());
+    detail::check_positions_range(who, range.first, range.second, extendable ? -1 : max_len,
+                                  caller_hint());
     source.positions = positions->to(at::kLong).contiguous();
     resolved.past = range.second >= max_len;
     if (resolved.past) {
@@ -81,7 +75,8 @@ Resolved resolve_positions(const char* who,
     detail::check_offset(who, offset, source.length, max_len, caller_hint());
   }
   if (resolved.past) {
-    resolved.host = at::arange(offset, offset + source.length, at::TensorOptions().dtype(at::kLong));
+    resolved.host =
+        at::arange(offset, offset + source.length, at::TensorOptions().dtype(at::kLong));
   }
   return resolved;
 }
@@ -96,11 +91,8 @@ at::Tensor index_positions(const at::Tensor& host, const c10::Device& device) {
 // Rows past a sinusoidal table: the rows of exactly the positions used, gathered from the table
 // where they exist and computed from the column plan where they do not (each part is zero where the
 // other applies, so the sum is exact), then positions indexing them.
-void extend_table(const char* who,
-                  TableCall& call,
-                  const at::Tensor& host,
-                  const at::Tensor& columns,
-                  int64_t max_len) {
+void extend_table(const char* who, TableCall& call, const at::Tensor& host,
+                  const at::Tensor& columns, int64_t max_len) {
   const detail::ColumnPlan plan = detail::column_plan_from_tensor(who, columns, call.width);
   const at::Tensor flat = host.reshape({-1});
   const at::Tensor in_table = at::where(flat.lt(max_len), flat, -1);
@@ -115,6 +107,19 @@ void extend_table(const char* who,
   call.offset = 0;
 }
 
+// A table call over `sizes` ([B, L, ...] or [L, B, ...]) before its positions are resolved.
+TableCall table_call(const at::Tensor& table, int64_t width, at::IntArrayRef sizes,
+                     bool batch_first, double scale) {
+  TableCall call;
+  call.table = table;
+  call.width = width;
+  call.batch_first = batch_first;
+  call.scale = scale;
+  call.length = sizes[batch_first ? 1 : 0];
+  call.batch = sizes[batch_first ? 0 : 1];
+  return call;
+}
+
 } // namespace
 
 at::Tensor TableCall::kernel_table() const {
@@ -123,111 +128,53 @@ at::Tensor TableCall::kernel_table() const {
   return (direct ? rows : rows.to(at::kFloat)).contiguous();
 }
 
-TableCall prepare_table_call(const char* op,
-                             const at::Tensor& x,
-                             const at::Tensor& table,
-                             int64_t offset,
-                             OptionalTensor positions,
-                             bool batch_first,
-                             double scale,
-                             OptionalTensor columns) {
+TableCall prepare_table_call(const char* op, const at::Tensor& x, const at::Tensor& table,
+                             int64_t offset, OptionalTensor positions, bool batch_first,
+                             double scale, OptionalTensor columns) {
   const char* who = detail::caller_or(op);
-  TableCall call;
   const detail::TableShape shape = detail::check_table(who, table);
   detail::check_sequence_input(who, x, shape.width, batch_first, table.device());
   detail::check_scale(who, scale);
-  call.table = table;
-  call.width = shape.width;
-  call.batch_first = batch_first;
-  call.scale = scale;
-  call.length = x.size(batch_first ? 1 : 0);
-  call.batch = x.size(batch_first ? 0 : 1);
-  const Resolved resolved = resolve_positions(who,
-                                              call,
-                                              positions,
-                                              offset,
-                                              x.sizes().slice(0, 2),
-                                              detail::sequence_layout(batch_first),
-                                              x.device(),
-                                              shape.max_len,
-                                              given(columns));
+  TableCall call = table_call(table, shape.width, x.sizes(), batch_first, scale);
+  const Resolved resolved = resolve_positions(who, call, positions, offset, x.sizes().slice(0, 2),
+                                              detail::sequence_layout(batch_first), x.device(),
+                                              shape.max_len, given(columns));
   if (resolved.past) {
     extend_table(who, call, resolved.host, *columns, shape.max_len);
   }
   return call;
 }
 
-TableCall prepare_token_call(const char* op,
-                             const at::Tensor& tokens,
-                             const at::Tensor& weight,
-                             const at::Tensor& table,
-                             int64_t offset,
-                             OptionalTensor positions,
-                             bool batch_first,
-                             double scale,
-                             double dropout,
+TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at::Tensor& weight,
+                             const at::Tensor& table, int64_t offset, OptionalTensor positions,
+                             bool batch_first, double scale, double dropout,
                              OptionalTensor columns) {
   const char* who = detail::caller_or(op);
   const char* layout = detail::sequence_layout(batch_first);
-  TORCH_CHECK(tokens.defined() && tokens.dim() == 2,
-              who,
-              ": expected token ids of shape ",
-              layout,
-              ", but got ",
-              tokens.defined() ? tokens.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(tokens.scalar_type() == at::kLong,
-              who,
-              ": expected int64 token ids, but got ",
+  TORCH_CHECK(tokens.defined() && tokens.dim() == 2, who, ": expected token ids of shape ", layout,
+              ", but got ", tokens.defined() ? tokens.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(tokens.scalar_type() == at::kLong, who, ": expected int64 token ids, but got ",
               tokens.scalar_type());
-  TORCH_CHECK(weight.defined() && weight.dim() == 2,
-              who,
+  TORCH_CHECK(weight.defined() && weight.dim() == 2, who,
               ": expected the token embedding weight as [vocab, D], but got ",
               weight.defined() ? weight.sizes() : at::IntArrayRef{});
   detail::check_float_dtype(who, "the dtype of the token embedding weight", weight.scalar_type());
-  TORCH_CHECK(tokens.device() == weight.device(),
-              who,
-              ": expected the token ids on the module's device (",
-              weight.device(),
-              "), but got ",
+  TORCH_CHECK(tokens.device() == weight.device(), who,
+              ": expected the token ids on the module's device (", weight.device(), "), but got ",
               tokens.device());
   detail::check_dropout(who, dropout);
   detail::check_scale(who, scale);
-  TableCall call;
   const detail::TableShape shape = detail::check_table(who, table);
-  TORCH_CHECK(shape.width == weight.size(1) && table.device() == weight.device(),
-              who,
-              ": the position table must have D = ",
-              weight.size(1),
-              " columns on ",
-              weight.device(),
-              ", but has ",
-              shape.width,
-              " on ",
-              table.device());
-  call.table = table;
-  call.width = shape.width;
-  call.batch_first = batch_first;
-  call.scale = scale;
-  call.length = tokens.size(batch_first ? 1 : 0);
-  call.batch = tokens.size(batch_first ? 0 : 1);
-  const Resolved resolved = resolve_positions(who,
-                                              call,
-                                              positions,
-                                              offset,
-                                              tokens.sizes(),
-                                              layout,
-                                              tokens.device(),
-                                              shape.max_len,
-                                              given(columns),
-                                              tokens);
-  TORCH_CHECK(resolved.ids.first >= 0 && resolved.ids.second < weight.size(0),
-              who,
-              ": token ids must lie in [0, vocab_size) = [0, ",
-              weight.size(0),
-              "), but got ids from ",
-              resolved.ids.first,
-              " to ",
-              resolved.ids.second);
+  TORCH_CHECK(shape.width == weight.size(1) && table.device() == weight.device(), who,
+              ": the position table must have D = ", weight.size(1), " columns on ",
+              weight.device(), ", but has ", shape.width, " on ", table.device());
+  TableCall call = table_call(table, shape.width, tokens.sizes(), batch_first, scale);
+  const Resolved resolved =
+      resolve_positions(who, call, positions, offset, tokens.sizes(), layout, tokens.device(),
+                        shape.max_len, given(columns), tokens);
+  TORCH_CHECK(resolved.ids.first >= 0 && resolved.ids.second < weight.size(0), who,
+              ": token ids must lie in [0, vocab_size) = [0, ", weight.size(0),
+              "), but got ids from ", resolved.ids.first, " to ", resolved.ids.second);
   if (resolved.past) {
     extend_table(who, call, resolved.host, *columns, shape.max_len);
   }
@@ -244,26 +191,17 @@ at::Tensor RotaryCall::kernel_sin() const {
   return (direct ? sin : sin.to(at::kFloat)).contiguous();
 }
 
-RotaryCall prepare_rotary_call(const char* op,
-                               const at::Tensor& x,
-                               const at::Tensor& cos,
-                               const at::Tensor& sin,
-                               int64_t offset,
-                               OptionalTensor positions,
-                               bool heads_first,
-                               OptionalTensor inv_freq,
-                               double attention_factor) {
+RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Tensor& cos,
+                               const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                               bool heads_first, OptionalTensor inv_freq, double attention_factor) {
   const char* who = detail::caller_or(op);
   TORCH_CHECK(cos.defined() && sin.defined() && cos.dim() == 2 && cos.sizes() == sin.sizes() &&
                   cos.size(1) >= 1,
-              who,
-              ": cos and sin must be [max_len, R/2] tables of the same shape, but got ",
-              cos.defined() ? cos.sizes() : at::IntArrayRef{},
-              " and ",
+              who, ": cos and sin must be [max_len, R/2] tables of the same shape, but got ",
+              cos.defined() ? cos.sizes() : at::IntArrayRef{}, " and ",
               sin.defined() ? sin.sizes() : at::IntArrayRef{});
   detail::check_float_dtype(who, "the dtype of cos and sin", cos.scalar_type());
-  TORCH_CHECK(cos.scalar_type() == sin.scalar_type() && cos.device() == sin.device(),
-              who,
+  TORCH_CHECK(cos.scalar_type() == sin.scalar_type() && cos.device() == sin.device(), who,
               ": cos and sin must share dtype and device");
   detail::check_rotary_input(who, x, 2 * cos.size(1), heads_first, cos.device());
   RotaryCall call;
@@ -279,35 +217,23 @@ RotaryCall prepare_rotary_call(const char* op,
   if (given(inv_freq)) {
     TORCH_CHECK(inv_freq->dim() == 1 && inv_freq->size(0) == call.half &&
                     inv_freq->scalar_type() == at::kDouble,
-                who,
-                ": inv_freq must be a float64 [R/2] = [",
-                call.half,
-                "] tensor of frequencies, but got ",
-                inv_freq->scalar_type(),
-                " of shape ",
+                who, ": inv_freq must be a float64 [R/2] = [", call.half,
+                "] tensor of frequencies, but got ", inv_freq->scalar_type(), " of shape ",
                 inv_freq->sizes());
-    TORCH_CHECK(std::isfinite(attention_factor) && attention_factor > 0.0,
-                who,
-                ": attention_factor must be finite and > 0, but got ",
-                attention_factor);
+    TORCH_CHECK(std::isfinite(attention_factor) && attention_factor > 0.0, who,
+                ": attention_factor must be finite and > 0, but got ", attention_factor);
     const at::Tensor host = inv_freq->to(at::kCPU).contiguous();
     frequencies.inv_freq.assign(host.data_ptr<double>(), host.data_ptr<double>() + call.half);
     frequencies.attention_factor = attention_factor;
   }
   const int64_t batch_and_length[] = {call.batch, call.length};
-  const Resolved resolved = resolve_positions(who,
-                                              call,
-                                              positions,
-                                              offset,
-                                              batch_and_length,
-                                              "[B, L]",
-                                              x.device(),
-                                              cos.size(0),
-                                              given(inv_freq));
+  const Resolved resolved = resolve_positions(who, call, positions, offset, batch_and_length,
+                                              "[B, L]", x.device(), cos.size(0), given(inv_freq));
   if (resolved.past) {
     // cos/sin for exactly the positions used, computed from the frequencies (identical to the
     // cached values where both exist), and positions indexing them.
-    const auto rows = detail::rotary_rows(resolved.host.reshape({-1}), frequencies, cos.scalar_type());
+    const auto rows =
+        detail::rotary_rows(resolved.host.reshape({-1}), frequencies, cos.scalar_type());
     call.cos = rows.first.to(cos.device());
     call.sin = rows.second.to(cos.device());
     call.positions = index_positions(resolved.host, x.device());
@@ -319,22 +245,12 @@ RotaryCall prepare_rotary_call(const char* op,
 void prepare_out(const char* op, at::Tensor& out, const at::Tensor& x) {
   const char* who = detail::caller_or(op);
   TORCH_CHECK(out.defined(), who, ": out is undefined");
-  TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(),
-              who,
-              ": out must have the input's dtype and device (",
-              x.scalar_type(),
-              ", ",
-              x.device(),
-              "), but has ",
-              out.scalar_type(),
-              ", ",
-              out.device());
-  TORCH_CHECK(out.sizes() == x.sizes() || out.numel() == 0,
-              who,
-              ": out must have the input's shape ",
-              x.sizes(),
-              " (or be empty, to be resized), but has ",
-              out.sizes());
+  TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(), who,
+              ": out must have the input's dtype and device (", x.scalar_type(), ", ", x.device(),
+              "), but has ", out.scalar_type(), ", ", out.device());
+  TORCH_CHECK(out.sizes() == x.sizes() || out.numel() == 0, who,
+              ": out must have the input's shape ", x.sizes(),
+              " (or be empty, to be resized), but has ", out.sizes());
   if (out.numel() == 0 && x.numel() != 0) {
     out.resize_(x.sizes());
   }

@@ -31,6 +31,11 @@ struct PositionSource {
   bool per_sequence() const {
     return positions.defined() && positions.dim() == 2;
   }
+
+  /// The positions' data, or null in the offset form (host code).
+  const int64_t* position_data() const {
+    return positions.defined() ? positions.data_ptr<int64_t>() : nullptr;
+  }
 };
 
 /// A checked call of an operator that adds rows of a position table.
@@ -48,26 +53,15 @@ struct TableCall : PositionSource {
 };
 
 /// Checks the arguments of add_position_table and its in-place and out variants.
-TableCall prepare_table_call(const char* who,
-                             const at::Tensor& x,
-                             const at::Tensor& table,
-                             int64_t offset,
-                             OptionalTensor positions,
-                             bool batch_first,
-                             double scale,
-                             OptionalTensor columns);
+TableCall prepare_table_call(const char* who, const at::Tensor& x, const at::Tensor& table,
+                             int64_t offset, OptionalTensor positions, bool batch_first,
+                             double scale, OptionalTensor columns);
 
 /// Checks the arguments of token_and_position_embedding: int64 token ids `[B, L]` / `[L, B]` in
 /// [0, vocab), a floating weight `[vocab, D]`, a table with D columns, positions, dropout.
-TableCall prepare_token_call(const char* who,
-                             const at::Tensor& tokens,
-                             const at::Tensor& weight,
-                             const at::Tensor& table,
-                             int64_t offset,
-                             OptionalTensor positions,
-                             bool batch_first,
-                             double scale,
-                             double dropout,
+TableCall prepare_token_call(const char* who, const at::Tensor& tokens, const at::Tensor& weight,
+                             const at::Tensor& table, int64_t offset, OptionalTensor positions,
+                             bool batch_first, double scale, double dropout,
                              OptionalTensor columns);
 
 /// A checked call of apply_rotary.
@@ -86,15 +80,9 @@ struct RotaryCall : PositionSource {
 };
 
 /// Checks the arguments of apply_rotary and apply_rotary_.
-RotaryCall prepare_rotary_call(const char* who,
-                               const at::Tensor& x,
-                               const at::Tensor& cos,
-                               const at::Tensor& sin,
-                               int64_t offset,
-                               OptionalTensor positions,
-                               bool heads_first,
-                               OptionalTensor inv_freq,
-                               double attention_factor);
+RotaryCall prepare_rotary_call(const char* who, const at::Tensor& x, const at::Tensor& cos,
+                               const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                               bool heads_first, OptionalTensor inv_freq, double attention_factor);
 
 /// Prepares the `out` tensor of an out-variant: defined, on the device and of the dtype of `x`,
 /// either of x's shape or empty (then resized to x's shape), and overlapping neither itself nor

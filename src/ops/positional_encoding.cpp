@@ -44,104 +44,56 @@ const char* operator_namespace() {
 
 namespace ops {
 
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t d_model,
-                            double base,
-                            int64_t offset,
-                            c10::string_view channels,
-                            c10::string_view frequencies,
-                            c10::optional<at::ScalarType> dtype,
-                            c10::optional<at::Device> device) {
-  static const auto op = typed_op<at::Tensor(int64_t,
-                                             int64_t,
-                                             double,
-                                             int64_t,
-                                             c10::string_view,
-                                             c10::string_view,
-                                             c10::optional<at::ScalarType>,
-                                             c10::optional<at::Device>)>("posenc::sinusoidal_table");
+at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
+                            c10::string_view channels, c10::string_view frequencies,
+                            c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
+  static const auto op =
+      typed_op<at::Tensor(int64_t, int64_t, double, int64_t, c10::string_view, c10::string_view,
+                          c10::optional<at::ScalarType>, c10::optional<at::Device>)>(
+          "posenc::sinusoidal_table");
   return op.call(max_len, d_model, base, offset, channels, frequencies, dtype, device);
 }
 
-at::Tensor add_positional_encoding(const at::Tensor& x,
-                                   int64_t offset,
-                                   double base,
-                                   bool batch_first,
-                                   OptionalTensor positions,
-                                   double scale,
-                                   c10::string_view channels,
-                                   c10::string_view frequencies) {
-  static const auto op = typed_op<at::Tensor(const at::Tensor&,
-                                             int64_t,
-                                             double,
-                                             bool,
-                                             OptionalTensor,
-                                             double,
-                                             c10::string_view,
-                                             c10::string_view)>("posenc::add_positional_encoding");
+at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double base,
+                                   bool batch_first, OptionalTensor positions, double scale,
+                                   c10::string_view channels, c10::string_view frequencies) {
+  static const auto op =
+      typed_op<at::Tensor(const at::Tensor&, int64_t, double, bool, OptionalTensor, double,
+                          c10::string_view, c10::string_view)>("posenc::add_positional_encoding");
   return op.call(x, offset, base, batch_first, positions, scale, channels, frequencies);
 }
 
-at::Tensor add_position_table(const at::Tensor& x,
-                              const at::Tensor& table,
-                              int64_t offset,
-                              bool batch_first,
-                              OptionalTensor positions,
-                              double scale,
+at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                              bool batch_first, OptionalTensor positions, double scale,
                               OptionalTensor columns) {
-  static const auto op = typed_op<at::Tensor(const at::Tensor&,
-                                             const at::Tensor&,
-                                             int64_t,
-                                             bool,
-                                             OptionalTensor,
-                                             double,
-                                             OptionalTensor)>("posenc::add_position_table");
+  static const auto op =
+      typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor,
+                          double, OptionalTensor)>("posenc::add_position_table");
   return op.call(x, table, offset, batch_first, positions, scale, columns);
 }
 
-at::Tensor& add_position_table_(at::Tensor& x,
-                                const at::Tensor& table,
-                                int64_t offset,
-                                bool batch_first,
-                                OptionalTensor positions,
-                                double scale,
+at::Tensor& add_position_table_(at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                bool batch_first, OptionalTensor positions, double scale,
                                 OptionalTensor columns) {
-  static const auto op = typed_op<void(at::Tensor&,
-                                       const at::Tensor&,
-                                       int64_t,
-                                       bool,
-                                       OptionalTensor,
-                                       double,
-                                       OptionalTensor)>("posenc::add_position_table_");
+  static const auto op =
+      typed_op<void(at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double,
+                    OptionalTensor)>("posenc::add_position_table_");
   op.call(x, table, offset, batch_first, positions, scale, columns);
   return x;
 }
 
-at::Tensor& add_position_table_out(at::Tensor& out,
-                                   const at::Tensor& x,
-                                   const at::Tensor& table,
-                                   int64_t offset,
-                                   bool batch_first,
-                                   OptionalTensor positions,
-                                   double scale,
-                                   OptionalTensor columns) {
-  static const auto op = typed_op<void(const at::Tensor&,
-                                       const at::Tensor&,
-                                       int64_t,
-                                       bool,
-                                       OptionalTensor,
-                                       double,
-                                       OptionalTensor,
-                                       at::Tensor&)>("posenc::add_position_table_out");
+at::Tensor& add_position_table_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& table,
+                                   int64_t offset, bool batch_first, OptionalTensor positions,
+                                   double scale, OptionalTensor columns) {
+  static const auto op =
+      typed_op<void(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor, double,
+                    OptionalTensor, at::Tensor&)>("posenc::add_position_table_out");
   op.call(x, table, offset, batch_first, positions, scale, columns, out);
   return out;
 }
 
-at::Tensor add_position_table_backward(const at::Tensor& grad,
-                                       const at::Tensor& table,
-                                       int64_t offset,
-                                       bool batch_first,
-                                       OptionalTensor positions) {
+at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table,
+                                       int64_t offset, bool batch_first, OptionalTensor positions) {
   static const auto op =
       typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor)>(
           "posenc::_add_position_table_backward");

@@ -22,70 +22,26 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
 
 namespace ops {
 
-using RotarySignature = at::Tensor(const at::Tensor&,
-                                   const at::Tensor&,
-                                   const at::Tensor&,
-                                   int64_t,
-                                   OptionalTensor,
-                                   bool,
-                                   bool,
-                                   bool,
-                                   OptionalTensor,
-                                   double);
-using RotaryInplaceSignature = void(at::Tensor&,
-                                    const at::Tensor&,
-                                    const at::Tensor&,
-                                    int64_t,
-                                    OptionalTensor,
-                                    bool,
-                                    bool,
-                                    bool,
-                                    OptionalTensor,
-                                    double);
+using RotarySignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                                   OptionalTensor, bool, bool, bool, OptionalTensor, double);
+using RotaryInplaceSignature = void(at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                                    OptionalTensor, bool, bool, bool, OptionalTensor, double);
 
-at::Tensor apply_rotary(const at::Tensor& x,
-                        const at::Tensor& cos,
-                        const at::Tensor& sin,
-                        int64_t offset,
-                        OptionalTensor positions,
-                        bool interleaved,
-                        bool heads_first,
-                        bool inverse,
-                        OptionalTensor inv_freq,
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                        int64_t offset, OptionalTensor positions, bool interleaved,
+                        bool heads_first, bool inverse, OptionalTensor inv_freq,
                         double attention_factor) {
   static const auto op = typed_op<RotarySignature>("posenc::apply_rotary");
-  return op.call(x,
-                 cos,
-                 sin,
-                 offset,
-                 positions,
-                 interleaved,
-                 heads_first,
-                 inverse,
-                 inv_freq,
+  return op.call(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                  attention_factor);
 }
 
-at::Tensor& apply_rotary_(at::Tensor& x,
-                          const at::Tensor& cos,
-                          const at::Tensor& sin,
-                          int64_t offset,
-                          OptionalTensor positions,
-                          bool interleaved,
-                          bool heads_first,
-                          bool inverse,
-                          OptionalTensor inv_freq,
+at::Tensor& apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                          int64_t offset, OptionalTensor positions, bool interleaved,
+                          bool heads_first, bool inverse, OptionalTensor inv_freq,
                           double attention_factor) {
   static const auto op = typed_op<RotaryInplaceSignature>("posenc::apply_rotary_");
-  op.call(x,
-          cos,
-          sin,
-          offset,
-          positions,
-          interleaved,
-          heads_first,
-          inverse,
-          inv_freq,
+  op.call(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
           attention_factor);
   return x;
 }

@@ -1,5 +1,5 @@
-// The token-embedding family: token embedding, scale, positions and dropout in one pass. Schemas and
-// C++ entry points; kernels per backend in */token_embedding_kernel.*.
+// The token-embedding family: token embedding, scale, positions and dropout in one pass. Schemas
+// and C++ entry points; kernels per backend in */token_embedding_kernel.*.
 
 #include "ops/dispatch.h"
 
@@ -22,82 +22,28 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
 
 namespace ops {
 
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(const at::Tensor& tokens,
-                                                                const at::Tensor& weight,
-                                                                const at::Tensor& table,
-                                                                int64_t offset,
-                                                                bool batch_first,
-                                                                OptionalTensor positions,
-                                                                double scale,
-                                                                int64_t padding_idx,
-                                                                double dropout,
-                                                                bool train,
-                                                                OptionalTensor columns) {
-  static const auto op =
-      typed_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
-                                                  const at::Tensor&,
-                                                  const at::Tensor&,
-                                                  int64_t,
-                                                  bool,
-                                                  OptionalTensor,
-                                                  double,
-                                                  int64_t,
-                                                  double,
-                                                  bool,
-                                                  OptionalTensor)>(
-          "posenc::token_and_position_embedding");
-  return op.call(tokens,
-                 weight,
-                 table,
-                 offset,
-                 batch_first,
-                 positions,
-                 scale,
-                 padding_idx,
-                 dropout,
-                 train,
-                 columns);
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
+    bool batch_first, OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
+    bool train, OptionalTensor columns) {
+  static const auto op = typed_op<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, bool, OptionalTensor,
+      double, int64_t, double, bool, OptionalTensor)>("posenc::token_and_position_embedding");
+  return op.call(tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout,
+                 train, columns);
 }
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
-    const at::Tensor& grad,
-    const at::Tensor& mask,
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale,
-    int64_t padding_idx,
-    double dropout,
+    const at::Tensor& grad, const at::Tensor& mask, const at::Tensor& tokens,
+    const at::Tensor& weight, const at::Tensor& table, int64_t offset, bool batch_first,
+    OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
     std::array<bool, 2> output_mask) {
-  static const auto op =
-      typed_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
-                                                  const at::Tensor&,
-                                                  const at::Tensor&,
-                                                  const at::Tensor&,
-                                                  const at::Tensor&,
-                                                  int64_t,
-                                                  bool,
-                                                  OptionalTensor,
-                                                  double,
-                                                  int64_t,
-                                                  double,
-                                                  std::array<bool, 2>)>(
-          "posenc::_token_and_position_embedding_backward");
-  return op.call(grad,
-                 mask,
-                 tokens,
-                 weight,
-                 table,
-                 offset,
-                 batch_first,
-                 positions,
-                 scale,
-                 padding_idx,
-                 dropout,
-                 output_mask);
+  static const auto op = typed_op<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+      int64_t, bool, OptionalTensor, double, int64_t, double, std::array<bool, 2>)>(
+      "posenc::_token_and_position_embedding_backward");
+  return op.call(grad, mask, tokens, weight, table, offset, batch_first, positions, scale,
+                 padding_idx, dropout, output_mask);
 }
 
 } // namespace ops

@@ -22,15 +22,9 @@ namespace plot {
 
 std::array<uint8_t, 3> viridis(double t) {
   // matplotlib's viridis at t = 0, 1/9, ..., 1, interpolated linearly in RGB.
-  static const uint8_t anchors[10][3] = {{0x44, 0x01, 0x54},
-                                         {0x48, 0x28, 0x78},
-                                         {0x3e, 0x49, 0x89},
-                                         {0x31, 0x68, 0x8e},
-                                         {0x26, 0x82, 0x8e},
-                                         {0x1f, 0x9e, 0x89},
-                                         {0x35, 0xb7, 0x79},
-                                         {0x6e, 0xce, 0x58},
-                                         {0xb5, 0xde, 0x2b},
+  static const uint8_t anchors[10][3] = {{0x44, 0x01, 0x54}, {0x48, 0x28, 0x78}, {0x3e, 0x49, 0x89},
+                                         {0x31, 0x68, 0x8e}, {0x26, 0x82, 0x8e}, {0x1f, 0x9e, 0x89},
+                                         {0x35, 0xb7, 0x79}, {0x6e, 0xce, 0x58}, {0xb5, 0xde, 0x2b},
                                          {0xfd, 0xe7, 0x25}};
   const double x = std::min(1.0, std::max(0.0, std::isnan(t) ? 0.0 : t)) * 9.0;
   const int i = std::min(8, static_cast<int>(x));
@@ -76,14 +70,8 @@ std::string label(double v) {
   return buffer;
 }
 
-void text(cairo_t* cr,
-          const std::string& s,
-          double x,
-          double y,
-          double size,
-          double align_x,
-          double align_y,
-          double angle = 0.0) {
+void text(cairo_t* cr, const std::string& s, double x, double y, double size, double align_x,
+          double align_y, double angle = 0.0) {
   cairo_save(cr);
   cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
   cairo_set_font_size(cr, size);
@@ -98,15 +86,8 @@ void text(cairo_t* cr,
 }
 
 // Axes box with ticks and labels for x in [x0, x1] and y in [y0, y1] (y0 at the top when flipped).
-void axes(cairo_t* cr,
-          const Rect& r,
-          double x0,
-          double x1,
-          double y0,
-          double y1,
-          bool y_down,
-          const std::string& xlabel,
-          const std::string& ylabel) {
+void axes(cairo_t* cr, const Rect& r, double x0, double x1, double y0, double y1, bool y_down,
+          const std::string& xlabel, const std::string& ylabel) {
   cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
   cairo_set_line_width(cr, 1.0);
   cairo_rectangle(cr, r.x, r.y, r.w, r.h);
@@ -182,10 +163,7 @@ void colour_bar(cairo_t* cr, const Rect& r, double lo, double hi, const std::str
 
 Surface canvas(int width, int height, Context& cr) {
   TORCH_CHECK(width >= 200 && height >= 200,
-              "plot: figures need at least 200 x 200 pixels, but got ",
-              width,
-              " x ",
-              height);
+              "plot: figures need at least 200 x 200 pixels, but got ", width, " x ", height);
   Surface surface(cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height),
                   &cairo_surface_destroy);
   cr = Context(cairo_create(surface.get()), &cairo_destroy);
@@ -196,11 +174,8 @@ Surface canvas(int width, int height, Context& cr) {
 
 void save(cairo_surface_t* surface, const std::string& path) {
   const cairo_status_t status = cairo_surface_write_to_png(surface, path.c_str());
-  TORCH_CHECK(status == CAIRO_STATUS_SUCCESS,
-              "plot: cannot write '",
-              path,
-              "': ",
-              cairo_status_to_string(status));
+  TORCH_CHECK(status == CAIRO_STATUS_SUCCESS, "plot: cannot write '", path,
+              "': ", cairo_status_to_string(status));
 }
 
 void check_table(const at::Tensor& table) {
@@ -211,39 +186,24 @@ void check_table(const at::Tensor& table) {
 
 } // namespace
 
-void write_encoding_heatmap(const at::Tensor& table,
-                            const std::string& path,
-                            int width,
+void write_encoding_heatmap(const at::Tensor& table, const std::string& path, int width,
                             int height) {
   check_table(table);
   Context cr(nullptr, &cairo_destroy);
   Surface surface = canvas(width, height, cr);
   const Rect plot{80, 50, width - 230.0, height - 110.0};
   heatmap(cr.get(), table, plot, -1.0, 1.0);
-  axes(cr.get(),
-       plot,
-       0,
-       static_cast<double>(table.size(1)),
-       0,
-       static_cast<double>(table.size(0)),
-       /*y_down=*/true,
-       "embedding dimension i",
-       "position pos");
+  axes(cr.get(), plot, 0, static_cast<double>(table.size(1)), 0, static_cast<double>(table.size(0)),
+       /*y_down=*/true, "embedding dimension i", "position pos");
   colour_bar(cr.get(), {plot.x + plot.w + 30, plot.y, 20, plot.h}, -1.0, 1.0, "PE(pos, i)");
   text(cr.get(),
        "Sinusoidal positional encoding (" + std::to_string(table.size(0)) + " positions x " +
            std::to_string(table.size(1)) + " dimensions)",
-       width / 2.0,
-       16,
-       16,
-       0.5,
-       0.0);
+       width / 2.0, 16, 16, 0.5, 0.0);
   save(surface.get(), path);
 }
 
-void write_similarity_figure(const at::Tensor& table,
-                             const std::string& path,
-                             int width,
+void write_similarity_figure(const at::Tensor& table, const std::string& path, int width,
                              int height) {
   check_table(table);
   const at::Tensor pe = table.to(at::kDouble);
@@ -253,40 +213,21 @@ void write_similarity_figure(const at::Tensor& table,
   const double bottom = similarity.min().item<double>();
   Context cr(nullptr, &cairo_destroy);
   Surface surface = canvas(width, height, cr);
-  text(cr.get(),
-       "Dot products between positions: they depend only on the distance",
-       width / 2.0,
-       14,
-       16,
-       0.5,
-       0.0);
+  text(cr.get(), "Dot products between positions: they depend only on the distance", width / 2.0,
+       14, 16, 0.5, 0.0);
 
   // Left: the matrix PE(p) . PE(q).
   const double side = std::min(height - 110.0, width * 0.42);
   const Rect left{80, 50, side, side};
   heatmap(cr.get(), similarity, left, bottom, top);
-  axes(cr.get(),
-       left,
-       0,
-       static_cast<double>(positions),
-       0,
-       static_cast<double>(positions),
-       true,
-       "position q",
-       "position p");
+  axes(cr.get(), left, 0, static_cast<double>(positions), 0, static_cast<double>(positions), true,
+       "position q", "position p");
   colour_bar(cr.get(), {left.x + left.w + 20, left.y, 16, left.h}, bottom, top, "PE(p) . PE(q)");
 
   // Right: PE(p) . PE(p + k) against k, for several p.
   const Rect right{left.x + left.w + 210, 50, width - (left.x + left.w + 210) - 30, side};
   const int64_t span = positions / 2;
-  axes(cr.get(),
-       right,
-       0,
-       static_cast<double>(span),
-       bottom,
-       top,
-       false,
-       "distance k",
+  axes(cr.get(), right, 0, static_cast<double>(span), bottom, top, false, "distance k",
        "PE(p) . PE(p + k)");
   const double colours[4][3] = {
       {0.27, 0.0, 0.33}, {0.19, 0.41, 0.56}, {0.21, 0.72, 0.47}, {0.99, 0.6, 0.1}};
@@ -318,11 +259,7 @@ void make_directories(const std::string& directory) {
   for (size_t end = directory.find('/', 1);; end = directory.find('/', end + 1)) {
     const std::string prefix = directory.substr(0, end);
     if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
-      TORCH_CHECK(false,
-                  "plot: cannot create the directory '",
-                  prefix,
-                  "' (",
-                  std::strerror(errno),
+      TORCH_CHECK(false, "plot: cannot create the directory '", prefix, "' (", std::strerror(errno),
                   "); choose a writable output directory");
     }
     if (end == std::string::npos) {
@@ -330,14 +267,11 @@ void make_directories(const std::string& directory) {
     }
   }
   struct stat info {};
-  TORCH_CHECK(::stat(directory.c_str(), &info) == 0 && S_ISDIR(info.st_mode),
-              "plot: '",
-              directory,
+  TORCH_CHECK(::stat(directory.c_str(), &info) == 0 && S_ISDIR(info.st_mode), "plot: '", directory,
               "' exists but is not a directory; choose another output directory");
 }
 
-std::vector<std::string> write_encoding_figures(const std::string& directory,
-                                                int64_t max_len,
+std::vector<std::string> write_encoding_figures(const std::string& directory, int64_t max_len,
                                                 int64_t d_model) {
   make_directories(directory);
   const at::Tensor table = functional::sinusoidal_table(max_len, d_model);

@@ -12,27 +12,16 @@ namespace functional {
 
 namespace detail {
 /// `sinusoidal_table` with raw arguments.
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t d_model,
-                            double base,
-                            int64_t offset,
-                            ChannelLayout layout,
-                            FrequencySpacing spacing,
-                            at::ScalarType dtype,
+at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
+                            ChannelLayout layout, FrequencySpacing spacing, at::ScalarType dtype,
                             at::Device device);
 
 /// `positional_encoding` with raw arguments, as the modules call it: `inplace` writes into `x`;
 /// `columns` (the table's column plan, see `posenc::ops`) lets positions past the table be
 /// computed instead of raising.
-at::Tensor positional_encoding(const at::Tensor& x,
-                               const at::Tensor& table,
-                               int64_t offset,
-                               const at::Tensor& positions,
-                               bool batch_first,
-                               double scale,
-                               double dropout,
-                               bool training,
-                               bool inplace = false,
+at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                               const at::Tensor& positions, bool batch_first, double scale,
+                               double dropout, bool training, bool inplace = false,
                                const at::Tensor& columns = at::Tensor());
 } // namespace detail
 
@@ -51,16 +40,10 @@ at::Tensor positional_encoding(const at::Tensor& x,
 /// auto table = F::sinusoidal_table(/*max_len=*/8, /*d_model=*/6);
 /// auto t64 = F::sinusoidal_table(8, 6, F::SinusoidalTableFuncOptions().dtype(torch::kDouble));
 /// ```
-inline at::Tensor sinusoidal_table(int64_t max_len,
-                                   int64_t d_model,
+inline at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model,
                                    const SinusoidalTableFuncOptions& options = {}) {
-  return detail::sinusoidal_table(max_len,
-                                  d_model,
-                                  options.base(),
-                                  options.offset(),
-                                  options.layout(),
-                                  options.spacing(),
-                                  options.dtype(),
+  return detail::sinusoidal_table(max_len, d_model, options.base(), options.offset(),
+                                  options.layout(), options.spacing(), options.dtype(),
                                   options.device());
 }
 
@@ -80,23 +63,16 @@ inline at::Tensor sinusoidal_table(int64_t max_len,
 /// auto table = F::sinusoidal_table(5000, 512);
 /// auto y = F::positional_encoding(x, table, F::PositionalEncodingFuncOptions().offset(16));
 /// ```
-inline at::Tensor positional_encoding(const at::Tensor& x,
-                                      const at::Tensor& table,
+inline at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table,
                                       const PositionalEncodingFuncOptions& options = {}) {
-  return detail::positional_encoding(x,
-                                     table,
-                                     options.offset(),
-                                     options.positions(),
-                                     options.batch_first(),
-                                     options.scale(),
-                                     options.dropout(),
+  return detail::positional_encoding(x, table, options.offset(), options.positions(),
+                                     options.batch_first(), options.scale(), options.dropout(),
                                      options.training());
 }
 
 /// The functional form of `LearnedPositionalEmbedding::forward`: `dropout(x * scale +
 /// weight[positions])`, differentiable with respect to `x` and `weight`.
-inline at::Tensor learned_positional_embedding(const at::Tensor& x,
-                                               const at::Tensor& weight,
+inline at::Tensor learned_positional_embedding(const at::Tensor& x, const at::Tensor& weight,
                                                const PositionalEncodingFuncOptions& options = {}) {
   return positional_encoding(x, weight, options);
 }

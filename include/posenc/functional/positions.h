@@ -23,8 +23,7 @@ at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batc
 
 /// Positions from token ids (`[B, L]` or `[L, B]`, integral): tokens equal to `padding_idx` are
 /// padding.
-at::Tensor positions_from_tokens(const at::Tensor& tokens,
-                                 int64_t padding_idx,
+at::Tensor positions_from_tokens(const at::Tensor& tokens, int64_t padding_idx,
                                  bool batch_first = true);
 
 } // namespace functional

@@ -13,22 +13,16 @@ namespace functional {
 namespace detail {
 /// `rotary_embedding` with raw arguments, as RotaryEmbedding calls it: `inv_freq` (float64
 /// `[R/2]`, on the CPU) and `attention_factor` let positions past the caches be computed.
-at::Tensor rotary_embedding(const at::Tensor& x,
-                            const at::Tensor& cos,
-                            const at::Tensor& sin,
-                            int64_t offset,
-                            const at::Tensor& positions,
-                            RotaryPairing pairing,
-                            bool heads_first,
-                            const at::Tensor& inv_freq = at::Tensor(),
+at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            int64_t offset, const at::Tensor& positions, RotaryPairing pairing,
+                            bool heads_first, const at::Tensor& inv_freq = at::Tensor(),
                             double attention_factor = 1.0);
 } // namespace detail
 
 /// The rotary caches: `cos` and `sin` of `position * base^(-2i / rotary_dim)` for positions
 /// `0 .. max_len - 1` and `i < rotary_dim / 2`, two `[max_len, rotary_dim / 2]` tensors computed
 /// in float64 and rounded once to `options.dtype()`.
-std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len,
-                                                int64_t rotary_dim,
+std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, int64_t rotary_dim,
                                                 const RotaryTablesFuncOptions& options = {});
 
 /// Rotates queries or keys `x` (`[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) by the
@@ -42,12 +36,11 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len,
 /// auto [cos, sin] = F::rotary_tables(4096, 64);
 /// auto q_rot = F::rotary_embedding(q, cos, sin, F::RotaryEmbeddingFuncOptions().offset(past));
 /// ```
-inline at::Tensor rotary_embedding(const at::Tensor& x,
-                                   const at::Tensor& cos,
+inline at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos,
                                    const at::Tensor& sin,
                                    const RotaryEmbeddingFuncOptions& options = {}) {
-  return detail::rotary_embedding(
-      x, cos, sin, options.offset(), options.positions(), options.pairing(), options.heads_first());
+  return detail::rotary_embedding(x, cos, sin, options.offset(), options.positions(),
+                                  options.pairing(), options.heads_first());
 }
 
 } // namespace functional

@@ -42,8 +42,7 @@ struct LoadStateDictOptions {
 /// `max_len` is a shape mismatch, as in PyTorch. Build the module with the saved `max_len` (the
 /// message names it), or, since the sinusoidal table is a function of the options, load with
 /// `strict(false)` from a file without `pe`.
-void load_state_dict(torch::nn::Module& module,
-                     const std::string& path,
+void load_state_dict(torch::nn::Module& module, const std::string& path,
                      const LoadStateDictOptions& options = {});
 
 } // namespace posenc

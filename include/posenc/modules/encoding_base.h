@@ -48,30 +48,24 @@ struct TableSlot {
 /// Reads every slot from `archive` and checks its shape, floating dtype and finite values; only
 /// when all pass are the members overwritten (in their own dtype and device), so a bad checkpoint
 /// leaves the module unchanged.
-void load_slots(const char* who,
-                torch::serialize::InputArchive& archive,
+void load_slots(const char* who, torch::serialize::InputArchive& archive,
                 const std::vector<TableSlot>& slots);
 
 /// The dtype a derived table (sinusoidal `pe`, rotary `cos`/`sin`) takes when the module is cast to
 /// `requested`: float64 stays float64, everything else float32, so a table is never stored in 16
 /// bits. Checks that `requested` is one of the four float dtypes.
-c10::ScalarType derived_table_dtype(const char* who,
-                                    c10::optional<c10::ScalarType> requested,
+c10::ScalarType derived_table_dtype(const char* who, c10::optional<c10::ScalarType> requested,
                                     c10::ScalarType current);
 
 /// Registers `value` as the buffer `name` of `module`, or, when the buffer exists (a second
 /// reset()), replaces its data so that the member and named_buffers() stay one tensor.
-void set_buffer(torch::nn::Module& module,
-                const std::string& name,
-                torch::Tensor& member,
+void set_buffer(torch::nn::Module& module, const std::string& name, torch::Tensor& member,
                 torch::Tensor value);
 
 /// Moves and casts derived `tables` (all of one dtype) for `to()`: float64 recomputes them through
 /// `rebuild` (widening float32 would only append zero bits), anything else casts.
-void move_derived_tables(const char* who,
-                         const std::vector<torch::Tensor*>& tables,
-                         c10::optional<torch::Device> device,
-                         c10::optional<torch::Dtype> dtype,
+void move_derived_tables(const char* who, const std::vector<torch::Tensor*>& tables,
+                         c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype,
                          bool non_blocking,
                          const std::function<void(torch::Dtype, torch::Device)>& rebuild);
 
@@ -80,8 +74,7 @@ std::string non_default(const char* name, double value, double fallback);
 
 /// Checks that forward_positions got positions; `consecutive` names the forward for consecutive
 /// ones, e.g. "forward(x, offset)".
-void check_positions_given(const char* who,
-                           const torch::Tensor& positions,
+void check_positions_given(const char* who, const torch::Tensor& positions,
                            const char* consecutive);
 
 /// The base of posenc's modules: `forward(x, offset)`, `forward_positions(x, positions)`, `load`,
@@ -133,8 +126,7 @@ class EncodingModule : public torch::nn::Cloneable<Derived> {
   }
 
  private:
-  void to_impl(c10::optional<torch::Device> device,
-               c10::optional<torch::Dtype> dtype,
+  void to_impl(c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype,
                bool non_blocking) {
     if (!Derived::kDerivedTables) {
       if (device && dtype) {
@@ -146,11 +138,7 @@ class EncodingModule : public torch::nn::Cloneable<Derived> {
       }
       return;
     }
-    move_derived_tables(Derived::kName,
-                        derived().derived_tables(),
-                        device,
-                        dtype,
-                        non_blocking,
+    move_derived_tables(Derived::kName, derived().derived_tables(), device, dtype, non_blocking,
                         [this](torch::Dtype table_dtype, torch::Device table_device) {
                           derived().build_tables(table_dtype, table_device);
                         });

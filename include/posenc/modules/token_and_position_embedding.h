@@ -32,8 +32,7 @@ namespace posenc {
 ///     torch::nn::TransformerEncoderLayerOptions(256, 8), 6));
 /// auto hidden = encoder(embed(ids));   // ids: [L, B] int64
 /// ```
-class TokenAndPositionEmbeddingImpl
-    : public detail::EncodingModule<TokenAndPositionEmbeddingImpl> {
+class TokenAndPositionEmbeddingImpl : public detail::EncodingModule<TokenAndPositionEmbeddingImpl> {
  public:
   static constexpr const char* kName = "TokenAndPositionEmbedding";
   static constexpr bool kDerivedTables = false;
@@ -67,8 +66,7 @@ class TokenAndPositionEmbeddingImpl
 
  private:
   friend class detail::EncodingModule<TokenAndPositionEmbeddingImpl>;
-  torch::Tensor forward_at(const torch::Tensor& ids,
-                           int64_t offset,
+  torch::Tensor forward_at(const torch::Tensor& ids, int64_t offset,
                            const torch::Tensor& positions);
   void build_tables(torch::Dtype, torch::Device) {}
   std::vector<torch::Tensor*> derived_tables() {

@@ -20,25 +20,16 @@ using torch::autograd::variable_list;
 
 class AddPositionTableFunction : public torch::autograd::Function<AddPositionTableFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx,
-                            const at::Tensor& x,
-                            const at::Tensor& table,
-                            int64_t offset,
-                            bool batch_first,
-                            OptionalTensor positions,
-                            double scale,
-                            OptionalTensor columns) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& table,
+                            int64_t offset, bool batch_first, OptionalTensor positions,
+                            double scale, OptionalTensor columns) {
     at::AutoDispatchBelowADInplaceOrView guard;
     save(ctx, table, offset, batch_first, positions, scale);
     return add_position_table(x, table, offset, batch_first, positions, scale, columns);
   }
 
-  static void save(AutogradContext* ctx,
-                   const at::Tensor& table,
-                   int64_t offset,
-                   bool batch_first,
-                   OptionalTensor positions,
-                   double scale) {
+  static void save(AutogradContext* ctx, const at::Tensor& table, int64_t offset, bool batch_first,
+                   OptionalTensor positions, double scale) {
     ctx->saved_data["offset"] = offset;
     ctx->saved_data["batch_first"] = batch_first;
     ctx->saved_data["scale"] = scale;
@@ -50,9 +41,7 @@ class AddPositionTableFunction : public torch::autograd::Function<AddPositionTab
     at::Tensor grad_table;
     if (ctx->needs_input_grad(1) && grad.defined()) {
       const variable_list saved = ctx->get_saved_variables();
-      grad_table = add_position_table_backward(grad,
-                                               saved[0],
-                                               ctx->saved_data["offset"].toInt(),
+      grad_table = add_position_table_backward(grad, saved[0], ctx->saved_data["offset"].toInt(),
                                                ctx->saved_data["batch_first"].toBool(),
                                                optional_of(saved[1]));
     }
@@ -67,14 +56,9 @@ class AddPositionTableFunction : public torch::autograd::Function<AddPositionTab
 class AddPositionTableInplaceFunction
     : public torch::autograd::Function<AddPositionTableInplaceFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx,
-                            at::Tensor x,
-                            const at::Tensor& table,
-                            int64_t offset,
-                            bool batch_first,
-                            OptionalTensor positions,
-                            double scale,
-                            OptionalTensor columns) {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, const at::Tensor& table,
+                            int64_t offset, bool batch_first, OptionalTensor positions,
+                            double scale, OptionalTensor columns) {
     {
       at::AutoDispatchBelowAutograd guard; // ADInplaceOrView still runs and bumps x's version
       add_position_table_(x, table, offset, batch_first, positions, scale, columns);
@@ -95,12 +79,8 @@ class AddPositionTableInplaceFunction
 class AddPositionTableBackwardFunction
     : public torch::autograd::Function<AddPositionTableBackwardFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx,
-                            const at::Tensor& grad,
-                            const at::Tensor& table,
-                            int64_t offset,
-                            bool batch_first,
-                            OptionalTensor positions) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad, const at::Tensor& table,
+                            int64_t offset, bool batch_first, OptionalTensor positions) {
     at::AutoDispatchBelowADInplaceOrView guard;
     ctx->saved_data["offset"] = offset;
     ctx->saved_data["batch_first"] = batch_first;
@@ -113,12 +93,9 @@ class AddPositionTableBackwardFunction
     variable_list grads(5);
     if (ctx->needs_input_grad(0) && grad_grad_table.defined()) {
       const variable_list saved = ctx->get_saved_variables();
-      grads[0] = add_position_table(at::zeros_like(saved[0]),
-                                    grad_grad_table,
-                                    ctx->saved_data["offset"].toInt(),
-                                    ctx->saved_data["batch_first"].toBool(),
-                                    optional_of(saved[1]),
-                                    1.0);
+      grads[0] = add_position_table(
+          at::zeros_like(saved[0]), grad_grad_table, ctx->saved_data["offset"].toInt(),
+          ctx->saved_data["batch_first"].toBool(), optional_of(saved[1]), 1.0);
     }
     // The table only lends its shape: no gradient flows to it.
     return grads;
@@ -128,19 +105,13 @@ class AddPositionTableBackwardFunction
 class AddPositionalEncodingFunction
     : public torch::autograd::Function<AddPositionalEncodingFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx,
-                            const at::Tensor& x,
-                            int64_t offset,
-                            double base,
-                            bool batch_first,
-                            OptionalTensor positions,
-                            double scale,
-                            c10::string_view channels,
-                            c10::string_view frequencies) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t offset, double base,
+                            bool batch_first, OptionalTensor positions, double scale,
+                            c10::string_view channels, c10::string_view frequencies) {
     at::AutoDispatchBelowADInplaceOrView guard;
     ctx->saved_data["scale"] = scale;
-    return add_positional_encoding(
-        x, offset, base, batch_first, positions, scale, channels, frequencies);
+    return add_positional_encoding(x, offset, base, batch_first, positions, scale, channels,
+                                   frequencies);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -150,12 +121,8 @@ class AddPositionalEncodingFunction
   }
 };
 
-at::Tensor add_position_table_autograd(const at::Tensor& x,
-                                       const at::Tensor& table,
-                                       int64_t offset,
-                                       bool batch_first,
-                                       OptionalTensor positions,
-                                       double scale,
+at::Tensor add_position_table_autograd(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                       bool batch_first, OptionalTensor positions, double scale,
                                        OptionalTensor columns) {
   if (below_autograd_suffices(x, table)) {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -167,12 +134,8 @@ at::Tensor add_position_table_autograd(const at::Tensor& x,
   return AddPositionTableFunction::apply(x, table, offset, batch_first, positions, scale, columns);
 }
 
-void add_position_table_inplace_autograd(at::Tensor& x,
-                                         const at::Tensor& table,
-                                         int64_t offset,
-                                         bool batch_first,
-                                         OptionalTensor positions,
-                                         double scale,
+void add_position_table_inplace_autograd(at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                         bool batch_first, OptionalTensor positions, double scale,
                                          OptionalTensor columns) {
   if (below_autograd_suffices(x, table)) {
     at::AutoDispatchBelowAutograd guard;
@@ -182,18 +145,12 @@ void add_position_table_inplace_autograd(at::Tensor& x,
   if (columns.has_value() && columns->defined()) {
     check_fixed_table("posenc::add_position_table_", table, kExtendedTable);
   }
-  AddPositionTableInplaceFunction::apply(
-      x, table, offset, batch_first, positions, scale, columns);
+  AddPositionTableInplaceFunction::apply(x, table, offset, batch_first, positions, scale, columns);
 }
 
-void add_position_table_out_autograd(const at::Tensor& x,
-                                     const at::Tensor& table,
-                                     int64_t offset,
-                                     bool batch_first,
-                                     OptionalTensor positions,
-                                     double scale,
-                                     OptionalTensor columns,
-                                     at::Tensor& out) {
+void add_position_table_out_autograd(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                     bool batch_first, OptionalTensor positions, double scale,
+                                     OptionalTensor columns, at::Tensor& out) {
   TORCH_CHECK(below_autograd_suffices(x, table) && !out.requires_grad(),
               "posenc::add_position_table_out: the out= variant does not support autograd, but an "
               "argument requires grad; "
@@ -202,45 +159,30 @@ void add_position_table_out_autograd(const at::Tensor& x,
   add_position_table_out(out, x, table, offset, batch_first, positions, scale, columns);
 }
 
-at::Tensor add_position_table_backward_autograd(const at::Tensor& grad,
-                                                const at::Tensor& table,
-                                                int64_t offset,
-                                                bool batch_first,
+at::Tensor add_position_table_backward_autograd(const at::Tensor& grad, const at::Tensor& table,
+                                                int64_t offset, bool batch_first,
                                                 OptionalTensor positions) {
   return AddPositionTableBackwardFunction::apply(grad, table, offset, batch_first, positions);
 }
 
-at::Tensor add_positional_encoding_autograd(const at::Tensor& x,
-                                            int64_t offset,
-                                            double base,
-                                            bool batch_first,
-                                            OptionalTensor positions,
-                                            double scale,
-                                            c10::string_view channels,
+at::Tensor add_positional_encoding_autograd(const at::Tensor& x, int64_t offset, double base,
+                                            bool batch_first, OptionalTensor positions,
+                                            double scale, c10::string_view channels,
                                             c10::string_view frequencies) {
-  return AddPositionalEncodingFunction::apply(
-      x, offset, base, batch_first, positions, scale, channels, frequencies);
+  return AddPositionalEncodingFunction::apply(x, offset, base, batch_first, positions, scale,
+                                              channels, frequencies);
 }
 
-void add_position_table_inplace_view(at::Tensor& x,
-                                     const at::Tensor& table,
-                                     int64_t offset,
-                                     bool batch_first,
-                                     OptionalTensor positions,
-                                     double scale,
+void add_position_table_inplace_view(at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                     bool batch_first, OptionalTensor positions, double scale,
                                      OptionalTensor columns) {
   mutate_and_bump(
       x, [&] { add_position_table_(x, table, offset, batch_first, positions, scale, columns); });
 }
 
-void add_position_table_out_view(const at::Tensor& x,
-                                 const at::Tensor& table,
-                                 int64_t offset,
-                                 bool batch_first,
-                                 OptionalTensor positions,
-                                 double scale,
-                                 OptionalTensor columns,
-                                 at::Tensor& out) {
+void add_position_table_out_view(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                                 bool batch_first, OptionalTensor positions, double scale,
+                                 OptionalTensor columns, at::Tensor& out) {
   mutate_and_bump(out, [&] {
     add_position_table_out(out, x, table, offset, batch_first, positions, scale, columns);
   });

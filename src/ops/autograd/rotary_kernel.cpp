@@ -20,16 +20,9 @@ using torch::autograd::variable_list;
 constexpr const char* kFixedCaches =
     "cos and sin are fixed tables and get no gradient; pass cos.detach() and sin.detach()";
 
-void save_rotary(AutogradContext* ctx,
-                 const at::Tensor& cos,
-                 const at::Tensor& sin,
-                 int64_t offset,
-                 OptionalTensor positions,
-                 bool interleaved,
-                 bool heads_first,
-                 bool inverse,
-                 OptionalTensor inv_freq,
-                 double attention_factor) {
+void save_rotary(AutogradContext* ctx, const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
+                 OptionalTensor positions, bool interleaved, bool heads_first, bool inverse,
+                 OptionalTensor inv_freq, double attention_factor) {
   ctx->saved_data["offset"] = offset;
   ctx->saved_data["interleaved"] = interleaved;
   ctx->saved_data["heads_first"] = heads_first;
@@ -40,37 +33,14 @@ void save_rotary(AutogradContext* ctx,
 
 class ApplyRotaryFunction : public torch::autograd::Function<ApplyRotaryFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx,
-                            const at::Tensor& x,
-                            const at::Tensor& cos,
-                            const at::Tensor& sin,
-                            int64_t offset,
-                            OptionalTensor positions,
-                            bool interleaved,
-                            bool heads_first,
-                            bool inverse,
-                            OptionalTensor inv_freq,
-                            double attention_factor) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                            bool interleaved, bool heads_first, bool inverse,
+                            OptionalTensor inv_freq, double attention_factor) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    save_rotary(ctx,
-                cos,
-                sin,
-                offset,
-                positions,
-                interleaved,
-                heads_first,
-                inverse,
-                inv_freq,
+    save_rotary(ctx, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                 attention_factor);
-    return apply_rotary(x,
-                        cos,
-                        sin,
-                        offset,
-                        positions,
-                        interleaved,
-                        heads_first,
-                        inverse,
-                        inv_freq,
+    return apply_rotary(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                         attention_factor);
   }
 
@@ -78,16 +48,11 @@ class ApplyRotaryFunction : public torch::autograd::Function<ApplyRotaryFunction
     variable_list grads(10);
     if (grad_outputs[0].defined()) {
       const variable_list saved = ctx->get_saved_variables();
-      grads[0] = apply_rotary(grad_outputs[0],
-                              saved[0],
-                              saved[1],
-                              ctx->saved_data["offset"].toInt(),
-                              optional_of(saved[2]),
-                              ctx->saved_data["interleaved"].toBool(),
-                              ctx->saved_data["heads_first"].toBool(),
-                              !ctx->saved_data["inverse"].toBool(),
-                              optional_of(saved[3]),
-                              ctx->saved_data["attention_factor"].toDouble());
+      grads[0] = apply_rotary(
+          grad_outputs[0], saved[0], saved[1], ctx->saved_data["offset"].toInt(),
+          optional_of(saved[2]), ctx->saved_data["interleaved"].toBool(),
+          ctx->saved_data["heads_first"].toBool(), !ctx->saved_data["inverse"].toBool(),
+          optional_of(saved[3]), ctx->saved_data["attention_factor"].toDouble());
     }
     return grads;
   }
@@ -95,40 +60,17 @@ class ApplyRotaryFunction : public torch::autograd::Function<ApplyRotaryFunction
 
 class ApplyRotaryInplaceFunction : public torch::autograd::Function<ApplyRotaryInplaceFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx,
-                            at::Tensor x,
-                            const at::Tensor& cos,
-                            const at::Tensor& sin,
-                            int64_t offset,
-                            OptionalTensor positions,
-                            bool interleaved,
-                            bool heads_first,
-                            bool inverse,
-                            OptionalTensor inv_freq,
-                            double attention_factor) {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, const at::Tensor& cos,
+                            const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                            bool interleaved, bool heads_first, bool inverse,
+                            OptionalTensor inv_freq, double attention_factor) {
     {
       at::AutoDispatchBelowAutograd guard;
-      apply_rotary_(x,
-                    cos,
-                    sin,
-                    offset,
-                    positions,
-                    interleaved,
-                    heads_first,
-                    inverse,
-                    inv_freq,
+      apply_rotary_(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                     attention_factor);
     }
     ctx->mark_dirty({x});
-    save_rotary(ctx,
-                cos,
-                sin,
-                offset,
-                positions,
-                interleaved,
-                heads_first,
-                inverse,
-                inv_freq,
+    save_rotary(ctx, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                 attention_factor);
     return x;
   }
@@ -142,101 +84,43 @@ bool caches_need_grad(const at::Tensor& cos, const at::Tensor& sin) {
   return c10::GradMode::is_enabled() && (cos.requires_grad() || sin.requires_grad());
 }
 
-at::Tensor apply_rotary_autograd(const at::Tensor& x,
-                                 const at::Tensor& cos,
-                                 const at::Tensor& sin,
-                                 int64_t offset,
-                                 OptionalTensor positions,
-                                 bool interleaved,
-                                 bool heads_first,
-                                 bool inverse,
-                                 OptionalTensor inv_freq,
+at::Tensor apply_rotary_autograd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                 int64_t offset, OptionalTensor positions, bool interleaved,
+                                 bool heads_first, bool inverse, OptionalTensor inv_freq,
                                  double attention_factor) {
   if (!caches_need_grad(cos, sin) && below_autograd_suffices(x)) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return apply_rotary(x,
-                        cos,
-                        sin,
-                        offset,
-                        positions,
-                        interleaved,
-                        heads_first,
-                        inverse,
-                        inv_freq,
+    return apply_rotary(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                         attention_factor);
   }
   check_fixed_table("posenc::apply_rotary", cos, kFixedCaches);
   check_fixed_table("posenc::apply_rotary", sin, kFixedCaches);
-  return ApplyRotaryFunction::apply(x,
-                                    cos,
-                                    sin,
-                                    offset,
-                                    positions,
-                                    interleaved,
-                                    heads_first,
-                                    inverse,
-                                    inv_freq,
-                                    attention_factor);
+  return ApplyRotaryFunction::apply(x, cos, sin, offset, positions, interleaved, heads_first,
+                                    inverse, inv_freq, attention_factor);
 }
 
-void apply_rotary_inplace_autograd(at::Tensor& x,
-                                   const at::Tensor& cos,
-                                   const at::Tensor& sin,
-                                   int64_t offset,
-                                   OptionalTensor positions,
-                                   bool interleaved,
-                                   bool heads_first,
-                                   bool inverse,
-                                   OptionalTensor inv_freq,
+void apply_rotary_inplace_autograd(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                   int64_t offset, OptionalTensor positions, bool interleaved,
+                                   bool heads_first, bool inverse, OptionalTensor inv_freq,
                                    double attention_factor) {
   if (below_autograd_suffices(x)) {
     at::AutoDispatchBelowAutograd guard;
-    apply_rotary_(x,
-                  cos,
-                  sin,
-                  offset,
-                  positions,
-                  interleaved,
-                  heads_first,
-                  inverse,
-                  inv_freq,
+    apply_rotary_(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                   attention_factor);
     return;
   }
   check_fixed_table("posenc::apply_rotary_", cos, kFixedCaches);
   check_fixed_table("posenc::apply_rotary_", sin, kFixedCaches);
-  ApplyRotaryInplaceFunction::apply(x,
-                                    cos,
-                                    sin,
-                                    offset,
-                                    positions,
-                                    interleaved,
-                                    heads_first,
-                                    inverse,
-                                    inv_freq,
-                                    attention_factor);
+  ApplyRotaryInplaceFunction::apply(x, cos, sin, offset, positions, interleaved, heads_first,
+                                    inverse, inv_freq, attention_factor);
 }
 
-void apply_rotary_inplace_view(at::Tensor& x,
-                               const at::Tensor& cos,
-                               const at::Tensor& sin,
-                               int64_t offset,
-                               OptionalTensor positions,
-                               bool interleaved,
-                               bool heads_first,
-                               bool inverse,
-                               OptionalTensor inv_freq,
+void apply_rotary_inplace_view(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                               int64_t offset, OptionalTensor positions, bool interleaved,
+                               bool heads_first, bool inverse, OptionalTensor inv_freq,
                                double attention_factor) {
   mutate_and_bump(x, [&] {
-    apply_rotary_(x,
-                  cos,
-                  sin,
-                  offset,
-                  positions,
-                  interleaved,
-                  heads_first,
-                  inverse,
-                  inv_freq,
+    apply_rotary_(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                   attention_factor);
   });
 }

@@ -19,32 +19,17 @@ using torch::autograd::variable_list;
 
 class TokenAndPositionFunction : public torch::autograd::Function<TokenAndPositionFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx,
-                               const at::Tensor& tokens,
-                               const at::Tensor& weight,
-                               const at::Tensor& table,
-                               int64_t offset,
-                               bool batch_first,
-                               OptionalTensor positions,
-                               double scale,
-                               int64_t padding_idx,
-                               double dropout,
-                               bool train,
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& tokens,
+                               const at::Tensor& weight, const at::Tensor& table, int64_t offset,
+                               bool batch_first, OptionalTensor positions, double scale,
+                               int64_t padding_idx, double dropout, bool train,
                                OptionalTensor columns) {
     at::AutoDispatchBelowADInplaceOrView guard;
     at::Tensor out;
     at::Tensor mask;
-    std::tie(out, mask) = token_and_position_embedding(tokens,
-                                                       weight,
-                                                       table,
-                                                       offset,
-                                                       batch_first,
-                                                       positions,
-                                                       scale,
-                                                       padding_idx,
-                                                       dropout,
-                                                       train,
-                                                       columns);
+    std::tie(out, mask) =
+        token_and_position_embedding(tokens, weight, table, offset, batch_first, positions, scale,
+                                     padding_idx, dropout, train, columns);
     ctx->saved_data["offset"] = offset;
     ctx->saved_data["batch_first"] = batch_first;
     ctx->saved_data["scale"] = scale;
@@ -62,62 +47,30 @@ class TokenAndPositionFunction : public torch::autograd::Function<TokenAndPositi
     }
     const variable_list saved = ctx->get_saved_variables();
     const std::array<bool, 2> output_mask = {ctx->needs_input_grad(1), ctx->needs_input_grad(2)};
-    std::tie(grads[1], grads[2]) =
-        token_and_position_embedding_backward(grad_outputs[0],
-                                              saved[0],
-                                              saved[1],
-                                              saved[2],
-                                              saved[3],
-                                              ctx->saved_data["offset"].toInt(),
-                                              ctx->saved_data["batch_first"].toBool(),
-                                              optional_of(saved[4]),
-                                              ctx->saved_data["scale"].toDouble(),
-                                              ctx->saved_data["padding_idx"].toInt(),
-                                              ctx->saved_data["dropout"].toDouble(),
-                                              output_mask);
+    std::tie(grads[1], grads[2]) = token_and_position_embedding_backward(
+        grad_outputs[0], saved[0], saved[1], saved[2], saved[3], ctx->saved_data["offset"].toInt(),
+        ctx->saved_data["batch_first"].toBool(), optional_of(saved[4]),
+        ctx->saved_data["scale"].toDouble(), ctx->saved_data["padding_idx"].toInt(),
+        ctx->saved_data["dropout"].toDouble(), output_mask);
     return grads;
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_autograd(const at::Tensor& tokens,
-                                                                         const at::Tensor& weight,
-                                                                         const at::Tensor& table,
-                                                                         int64_t offset,
-                                                                         bool batch_first,
-                                                                         OptionalTensor positions,
-                                                                         double scale,
-                                                                         int64_t padding_idx,
-                                                                         double dropout,
-                                                                         bool train,
-                                                                         OptionalTensor columns) {
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_autograd(
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
+    bool batch_first, OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
+    bool train, OptionalTensor columns) {
   if (below_autograd_suffices(weight, table)) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return token_and_position_embedding(tokens,
-                                        weight,
-                                        table,
-                                        offset,
-                                        batch_first,
-                                        positions,
-                                        scale,
-                                        padding_idx,
-                                        dropout,
-                                        train,
-                                        columns);
+    return token_and_position_embedding(tokens, weight, table, offset, batch_first, positions,
+                                        scale, padding_idx, dropout, train, columns);
   }
   if (columns.has_value() && columns->defined()) {
     check_fixed_table("posenc::token_and_position_embedding", table, kExtendedTable);
   }
-  const variable_list outputs = TokenAndPositionFunction::apply(tokens,
-                                                                weight,
-                                                                table,
-                                                                offset,
-                                                                batch_first,
-                                                                positions,
-                                                                scale,
-                                                                padding_idx,
-                                                                dropout,
-                                                                train,
-                                                                columns);
+  const variable_list outputs =
+      TokenAndPositionFunction::apply(tokens, weight, table, offset, batch_first, positions, scale,
+                                      padding_idx, dropout, train, columns);
   return {outputs[0], outputs[1]};
 }
 

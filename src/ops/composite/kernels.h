@@ -15,35 +15,29 @@ namespace posenc {
 namespace ops {
 namespace composite {
 
-at::Tensor add_position_table(const at::Tensor& x,
-                              const at::Tensor& table,
-                              int64_t offset,
-                              bool batch_first,
-                              OptionalTensor positions,
-                              double scale,
+/// at::empty, as the operator kernels built from the loops below allocate (ops/backend_entries.h).
+at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options);
+
+/// The loops of the composite kernels (see ops/backend_entries.h).
+void add_loop(const at::Tensor& x, at::Tensor& out, const TableCall& call);
+void rotary_loop(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved,
+                 bool inverse);
+void token_loop(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
+                at::Tensor& mask, const TableCall& call, double dropout, bool drop);
+
+// The out-of-place operators, for the tests.
+
+at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                              bool batch_first, OptionalTensor positions, double scale,
                               OptionalTensor columns = c10::nullopt);
-at::Tensor apply_rotary(const at::Tensor& x,
-                        const at::Tensor& cos,
-                        const at::Tensor& sin,
-                        int64_t offset,
-                        OptionalTensor positions,
-                        bool interleaved,
-                        bool heads_first,
-                        bool inverse,
-                        OptionalTensor inv_freq = c10::nullopt,
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                        int64_t offset, OptionalTensor positions, bool interleaved,
+                        bool heads_first, bool inverse, OptionalTensor inv_freq = c10::nullopt,
                         double attention_factor = 1.0);
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale,
-    int64_t padding_idx,
-    double dropout,
-    bool train,
-    OptionalTensor columns = c10::nullopt);
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
+    bool batch_first, OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
+    bool train, OptionalTensor columns = c10::nullopt);
 
 } // namespace composite
 } // namespace ops

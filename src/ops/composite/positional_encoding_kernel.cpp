@@ -1,6 +1,7 @@
 // Composite kernels of the positional-encoding family (ATen operations only), registered as
 // CompositeExplicitAutograd: autograd comes from ../autograd.
 
+#include "ops/backend_entries.h"
 #include "ops/composite/kernels.h"
 #include "ops/composite/rows.h"
 
@@ -51,61 +52,27 @@ at::Tensor add_rows(const at::Tensor& x, const at::Tensor& rows, double scale) {
   return out;
 }
 
-at::Tensor add_position_table(const at::Tensor& x,
-                              const at::Tensor& table,
-                              int64_t offset,
-                              bool batch_first,
-                              OptionalTensor positions,
-                              double scale,
+at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::empty(sizes, options);
+}
+
+void add_loop(const at::Tensor& x, at::Tensor& out, const TableCall& call) {
+  out.copy_(add_rows(x, selected_rows(call), call.scale));
+}
+
+at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                              bool batch_first, OptionalTensor positions, double scale,
                               OptionalTensor columns) {
-  const TableCall call = prepare_table_call(
-      "posenc::add_position_table", x, table, offset, positions, batch_first, scale, columns);
-  return add_rows(x, selected_rows(call), scale);
+  return add_position_table_kernel<add_loop, empty>(x, table, offset, batch_first, positions, scale,
+                                                    columns);
 }
 
 namespace {
 
-void add_position_table_(at::Tensor& x,
-                         const at::Tensor& table,
-                         int64_t offset,
-                         bool batch_first,
-                         OptionalTensor positions,
-                         double scale,
-                         OptionalTensor columns) {
-  const TableCall call = prepare_table_call(
-      "posenc::add_position_table_", x, table, offset, positions, batch_first, scale, columns);
-  at::assert_no_internal_overlap(x);
-  x.copy_(add_rows(x, selected_rows(call), scale));
-}
-
-void add_position_table_out(const at::Tensor& x,
-                            const at::Tensor& table,
-                            int64_t offset,
-                            bool batch_first,
-                            OptionalTensor positions,
-                            double scale,
-                            OptionalTensor columns,
-                            at::Tensor& out) {
-  constexpr const char* op = "posenc::add_position_table_out";
-  const TableCall call =
-      prepare_table_call(op, x, table, offset, positions, batch_first, scale, columns);
-  prepare_out(op, out, x);
-  out.copy_(add_rows(x, selected_rows(call), scale));
-}
-
-at::Tensor add_position_table_backward(const at::Tensor& grad,
-                                       const at::Tensor& table,
-                                       int64_t offset,
-                                       bool batch_first,
-                                       OptionalTensor positions) {
-  const TableCall call = prepare_table_call("posenc::_add_position_table_backward",
-                                            grad,
-                                            table,
-                                            offset,
-                                            positions,
-                                            batch_first,
-                                            1.0,
-                                            c10::nullopt);
+at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table,
+                                       int64_t offset, bool batch_first, OptionalTensor positions) {
+  const TableCall call = prepare_table_call("posenc::_add_position_table_backward", grad, table,
+                                            offset, positions, batch_first, 1.0, c10::nullopt);
   at::Tensor grad_table = at::zeros_like(table, at::MemoryFormat::Contiguous);
   at::Tensor grad_rows = detail::table_rows(grad_table);
   const int64_t batch_dim = batch_first ? 0 : 1;
@@ -126,18 +93,11 @@ at::Tensor add_position_table_backward(const at::Tensor& grad,
   return grad_table;
 }
 
-at::Tensor sinusoidal_table(int64_t max_len,
-                            int64_t d_model,
-                            double base,
-                            int64_t offset,
-                            c10::string_view channels,
-                            c10::string_view frequencies,
-                            c10::optional<at::ScalarType> dtype,
-                            c10::optional<at::Device> device) {
+at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
+                            c10::string_view channels, c10::string_view frequencies,
+                            c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
   constexpr const char* who = "posenc::sinusoidal_table";
-  const detail::SinusoidSpec spec{d_model,
-                                  base,
-                                  detail::parse_channel_layout(who, channels),
+  const detail::SinusoidSpec spec{d_model, base, detail::parse_channel_layout(who, channels),
                                   detail::parse_frequency_spacing(who, frequencies)};
   const at::ScalarType out_dtype = dtype.value_or(at::kFloat);
   const at::Device out_device = device.value_or(at::Device(at::kCPU));
@@ -149,39 +109,25 @@ at::Tensor sinusoidal_table(int64_t max_len,
   return detail::sinusoidal_table(max_len, offset, spec, out_dtype, out_device);
 }
 
-at::Tensor add_positional_encoding(const at::Tensor& x,
-                                   int64_t offset,
-                                   double base,
-                                   bool batch_first,
-                                   OptionalTensor positions,
-                                   double scale,
-                                   c10::string_view channels,
-                                   c10::string_view frequencies) {
+at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double base,
+                                   bool batch_first, OptionalTensor positions, double scale,
+                                   c10::string_view channels, c10::string_view frequencies) {
   const char* who = detail::caller_or("posenc::add_positional_encoding");
   detail::check_sequence_input(who, x, detail::kAnyWidth, batch_first, x.device());
   detail::check_scale(who, scale);
   const int64_t length = x.size(batch_first ? 1 : 0);
-  const detail::SinusoidSpec spec{std::max<int64_t>(x.size(2), 1),
-                                  base,
+  const detail::SinusoidSpec spec{std::max<int64_t>(x.size(2), 1), base,
                                   detail::parse_channel_layout(who, channels),
                                   detail::parse_frequency_spacing(who, frequencies)};
   // The same rules as a table of L rows starting at `offset` (any position is allowed).
-  detail::check_table_request(who,
-                              std::max<int64_t>(length, 1),
-                              spec.d_model,
-                              base,
-                              std::max<int64_t>(offset, 0),
-                              at::kDouble);
+  detail::check_table_request(who, std::max<int64_t>(length, 1), spec.d_model, base,
+                              std::max<int64_t>(offset, 0), at::kDouble);
   // The positions on the host (one read from the device), where their rows are computed.
   at::Tensor checked;
   if (positions.has_value() && positions->defined()) {
     detail::check_no_offset_with_positions(who, offset);
-    detail::check_positions_form(who,
-                                 *positions,
-                                 length,
-                                 x.sizes().slice(0, 2),
-                                 detail::sequence_layout(batch_first),
-                                 x.device());
+    detail::check_positions_form(who, *positions, length, x.sizes().slice(0, 2),
+                                 detail::sequence_layout(batch_first), x.device());
     checked = detail::host_read({}, *positions).whole;
     if (checked.numel() > 0) {
       const auto extremes = std::minmax_element(checked.data_ptr<int64_t>(),
@@ -208,9 +154,11 @@ at::Tensor add_positional_encoding(const at::Tensor& x,
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("sinusoidal_table", TORCH_FN(composite::sinusoidal_table));
   m.impl("add_positional_encoding", TORCH_FN(composite::add_positional_encoding));
-  m.impl("add_position_table", TORCH_FN(composite::add_position_table));
-  m.impl("add_position_table_", TORCH_FN(composite::add_position_table_));
-  m.impl("add_position_table_out", TORCH_FN(composite::add_position_table_out));
+  using composite::add_loop;
+  using composite::empty;
+  m.impl("add_position_table", TORCH_FN((add_position_table_kernel<add_loop, empty>)));
+  m.impl("add_position_table_", TORCH_FN((add_position_table_inplace_kernel<add_loop, empty>)));
+  m.impl("add_position_table_out", TORCH_FN((add_position_table_out_kernel<add_loop, empty>)));
   m.impl("_add_position_table_backward", TORCH_FN(composite::add_position_table_backward));
 }
 

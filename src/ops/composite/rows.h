@@ -12,7 +12,8 @@ namespace ops {
 namespace composite {
 
 /// Rows `[N, D]` (one per position, in the order of `positions`) shaped to broadcast against x:
-/// positions `[L]` give `[1, L, D]` / `[L, 1, D]`, per-sequence positions `[B, L, D]` / `[L, B, D]`.
+/// positions `[L]` give `[1, L, D]` / `[L, 1, D]`, per-sequence positions `[B, L, D]` / `[L, B,
+/// D]`.
 at::Tensor broadcast_rows(const at::Tensor& rows, const at::Tensor& positions, bool batch_first);
 
 /// `table[positions]` of a checked call (zero rows for padding), shaped to broadcast against x.

@@ -2,6 +2,7 @@
 // CompositeExplicitAutograd for devices without a fused kernel. The CPU and CUDA kernels draw their
 // dropout masks differently (see ../cpu and ../cuda); on those devices this kernel never runs.
 
+#include "ops/backend_entries.h"
 #include "ops/composite/kernels.h"
 #include "ops/composite/rows.h"
 #include "ops/dispatch.h"
@@ -29,26 +30,16 @@ at::Tensor through_dropout(const at::Tensor& grad, const at::Tensor& mask, doubl
 }
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
-    const at::Tensor& grad,
-    const at::Tensor& mask,
-    const at::Tensor& tokens,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t offset,
-    bool batch_first,
-    OptionalTensor positions,
-    double scale,
-    int64_t padding_idx,
-    double dropout,
+    const at::Tensor& grad, const at::Tensor& mask, const at::Tensor& tokens,
+    const at::Tensor& weight, const at::Tensor& table, int64_t offset, bool batch_first,
+    OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
     std::array<bool, 2> output_mask) {
   const at::Tensor g = through_dropout(grad, mask, dropout);
   at::Tensor grad_weight;
   at::Tensor grad_table;
   if (output_mask[0]) {
-    grad_weight = at::embedding_dense_backward(g.mul(scale).to(weight.scalar_type()),
-                                               tokens,
-                                               weight.size(0),
-                                               padding_idx,
+    grad_weight = at::embedding_dense_backward(g.mul(scale).to(weight.scalar_type()), tokens,
+                                               weight.size(0), padding_idx,
                                                /*scale_grad_by_freq=*/false);
   }
   if (output_mask[1]) {
@@ -59,43 +50,31 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
 
 } // namespace
 
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(const at::Tensor& tokens,
-                                                                const at::Tensor& weight,
-                                                                const at::Tensor& table,
-                                                                int64_t offset,
-                                                                bool batch_first,
-                                                                OptionalTensor positions,
-                                                                double scale,
-                                                                int64_t /*padding_idx*/,
-                                                                double dropout,
-                                                                bool train,
-                                                                OptionalTensor columns) {
-  const TableCall call = prepare_token_call("posenc::token_and_position_embedding",
-                                            tokens,
-                                            weight,
-                                            table,
-                                            offset,
-                                            positions,
-                                            batch_first,
-                                            scale,
-                                            dropout,
-                                            columns);
-  at::Tensor out = add_rows(at::embedding(weight, tokens), selected_rows(call), scale);
-  at::Tensor mask = at::empty({0}, out.options().dtype(at::kBool));
-  if (train && dropout > 0.0) {
+void token_loop(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
+                at::Tensor& mask, const TableCall& call, double dropout, bool drop) {
+  at::Tensor sum = add_rows(at::embedding(weight, tokens), selected_rows(call), call.scale);
+  if (drop) {
     // Keep each element with probability 1 - p and scale the kept ones by 1 / (1 - p).
-    mask = at::empty(out.sizes(), out.options().dtype(at::kFloat))
-               .bernoulli_(1.0 - dropout)
-               .to(at::kBool);
-    out = through_dropout(out, mask, dropout);
+    mask.copy_(at::empty(out.sizes(), out.options().dtype(at::kFloat)).bernoulli_(1.0 - dropout));
+    sum = through_dropout(sum, mask, dropout);
   }
-  return {out, mask};
+  out.copy_(sum);
+}
+
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
+    bool batch_first, OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
+    bool train, OptionalTensor columns) {
+  return token_and_position_embedding_kernel<token_loop, empty>(
+      tokens, weight, table, offset, batch_first, positions, scale, padding_idx, dropout, train,
+      columns);
 }
 
 } // namespace composite
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
-  m.impl("token_and_position_embedding", TORCH_FN(composite::token_and_position_embedding));
+  m.impl("token_and_position_embedding",
+         TORCH_FN((token_and_position_embedding_kernel<composite::token_loop, composite::empty>)));
   m.impl("_token_and_position_embedding_backward",
          TORCH_FN(composite::token_and_position_embedding_backward));
 }

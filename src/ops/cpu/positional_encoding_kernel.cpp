@@ -1,5 +1,5 @@
-// CPU kernels of the positional-encoding family: one pass over the data, float16/bfloat16 converted in
-// registers (no float32 intermediate tensor), parallel over rows with at::parallel_for. Compiled
+// CPU kernels of the positional-encoding family: one pass over the data, float16/bfloat16 converted
+// in registers (no float32 intermediate tensor), parallel over rows with at::parallel_for. Compiled
 // with -ffp-contract=off so that every product and sum rounds exactly as in the composite kernels
 // (../composite), which they are tested against.
 
@@ -21,8 +21,8 @@ namespace {
 // One row: out = x * scale + t (t null: padding, zeros). Separate in-place versions keep the
 // vectorizer from falling back to scalar code when out is x.
 template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void add_row(
-    const scalar_t* x, scalar_t* out, const table_t* t, int64_t width, double scale) {
+POSENC_ROW_LOOP void add_row(const scalar_t* x, scalar_t* out, const table_t* t, int64_t width,
+                             double scale) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const acc_t s = static_cast<acc_t>(scale);
   if (t == nullptr) {
@@ -62,8 +62,8 @@ POSENC_ROW_LOOP void add_row_inplace(scalar_t* x, const table_t* t, int64_t widt
 }
 
 template <typename scalar_t, typename table_t>
-void add_one_row(
-    const scalar_t* x, scalar_t* out, const table_t* t, int64_t i, int64_t width, double scale) {
+void add_one_row(const scalar_t* x, scalar_t* out, const table_t* t, int64_t i, int64_t width,
+                 double scale) {
   if (x == out) {
     add_row_inplace(out + i * width, t, width, scale);
   } else {
@@ -73,13 +73,8 @@ void add_one_row(
 
 // out[i, :] = x[i, :] * scale + table[position(i), :] (zeros for padding). out may be x.
 template <typename scalar_t, typename table_t>
-void add_rows_loop(const scalar_t* x,
-                   scalar_t* out,
-                   const table_t* table,
-                   int64_t width,
-                   int64_t rows,
-                   SequenceRows where,
-                   double scale) {
+void add_rows_loop(const scalar_t* x, scalar_t* out, const table_t* table, int64_t width,
+                   int64_t rows, SequenceRows where, double scale) {
   if (width == 0 || rows == 0) {
     return; // nothing to add (and no block size to derive from a zero width)
   }
@@ -103,9 +98,7 @@ void add_rows_loop(const scalar_t* x,
   };
   if (!where.batch_first) { // [L, B, D]: the B rows of a position are adjacent
     at::parallel_for(
-        0,
-        length,
-        std::max<int64_t>(1, grain_rows(width) / std::max<int64_t>(batch, 1)),
+        0, length, std::max<int64_t>(1, grain_rows(width) / std::max<int64_t>(batch, 1)),
         [&](int64_t begin, int64_t end) {
           for (int64_t l = begin; l < end; ++l) {
             const int64_t p = position_of(l);
@@ -119,23 +112,21 @@ void add_rows_loop(const scalar_t* x,
   const int64_t block =
       std::max<int64_t>(1, (int64_t{128} << 10) / (width * static_cast<int64_t>(sizeof(table_t))));
   const int64_t blocks = (length + block - 1) / block;
-  at::parallel_for(
-      0,
-      blocks,
-      std::max<int64_t>(1, grain_rows(width) / std::max<int64_t>(batch * block, 1)),
-      [&](int64_t begin, int64_t end) {
-        for (int64_t k = begin; k < end; ++k) {
-          const int64_t first = k * block;
-          const int64_t last = std::min(length, first + block);
-          for (int64_t b = 0; b < batch; ++b) {
-            for (int64_t l = first; l < last; ++l) {
-              const int64_t p = position_of(l);
-              add_one_row(
-                  x, out, p < 0 ? nullptr : table + p * width, b * length + l, width, scale);
-            }
-          }
-        }
-      });
+  at::parallel_for(0, blocks,
+                   std::max<int64_t>(1, grain_rows(width) / std::max<int64_t>(batch * block, 1)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t k = begin; k < end; ++k) {
+                       const int64_t first = k * block;
+                       const int64_t last = std::min(length, first + block);
+                       for (int64_t b = 0; b < batch; ++b) {
+                         for (int64_t l = first; l < last; ++l) {
+                           const int64_t p = position_of(l);
+                           add_one_row(x, out, p < 0 ? nullptr : table + p * width, b * length + l,
+                                       width, scale);
+                         }
+                       }
+                     }
+                   });
 }
 
 void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call) {
@@ -146,8 +137,8 @@ void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_add_position_table_cpu", [&] {
         with_table_data(table, [&](const auto* t) {
-          add_rows_loop(
-              x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), t, width, rows, where, call.scale);
+          add_rows_loop(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), t, width, rows, where,
+                        call.scale);
         });
       });
 }
@@ -156,8 +147,7 @@ void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call) {
 } // namespace cpu
 
 TORCH_LIBRARY_IMPL(posenc, CPU, m) {
-  m.impl("add_position_table",
-         TORCH_FN((add_position_table_kernel<cpu::run_add, cpu::empty_cpu>)));
+  m.impl("add_position_table", TORCH_FN((add_position_table_kernel<cpu::run_add, cpu::empty_cpu>)));
   m.impl("add_position_table_",
          TORCH_FN((add_position_table_inplace_kernel<cpu::run_add, cpu::empty_cpu>)));
   m.impl("add_position_table_out",

@@ -21,13 +21,8 @@ namespace {
 // One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x: every pair is read
 // before it is written.
 template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void rotate_row(const scalar_t* x,
-                                scalar_t* out,
-                                const table_t* cos,
-                                const table_t* sin,
-                                int64_t half,
-                                bool interleaved,
-                                bool inverse) {
+POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                const table_t* sin, int64_t half, bool interleaved, bool inverse) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   for (int64_t k = 0; k < half; ++k) {
     const int64_t ia = interleaved ? 2 * k : k;
@@ -42,15 +37,8 @@ POSENC_ROW_LOOP void rotate_row(const scalar_t* x,
 }
 
 template <typename scalar_t, typename table_t>
-void rotary_loop(const scalar_t* x,
-                 scalar_t* out,
-                 const table_t* cos,
-                 const table_t* sin,
-                 int64_t rows,
-                 int64_t head_dim,
-                 int64_t half,
-                 RotaryRows where,
-                 bool interleaved,
+void rotary_loop(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin,
+                 int64_t rows, int64_t head_dim, int64_t half, RotaryRows where, bool interleaved,
                  bool inverse) {
   const bool in_place = x == out;
   at::parallel_for(0, rows, grain_rows(head_dim), [&](int64_t begin, int64_t end) {
@@ -72,8 +60,8 @@ void rotary_loop(const scalar_t* x,
   });
 }
 
-void run_rotary(
-    const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved, bool inverse) {
+void run_rotary(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved,
+                bool inverse) {
   const int64_t rows = call.batch * call.length * call.heads;
   const RotaryRows where = RotaryRows::of(call);
   const at::Tensor cos = call.kernel_cos();
@@ -82,16 +70,8 @@ void run_rotary(
       at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_apply_rotary_cpu", [&] {
         with_table_data(cos, [&](const auto* c) {
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
-          rotary_loop(x.data_ptr<scalar_t>(),
-                      out.data_ptr<scalar_t>(),
-                      c,
-                      sin.data_ptr<table_t>(),
-                      rows,
-                      call.head_dim,
-                      call.half,
-                      where,
-                      interleaved,
-                      inverse);
+          rotary_loop(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), c, sin.data_ptr<table_t>(),
+                      rows, call.head_dim, call.half, where, interleaved, inverse);
         });
       });
 }
@@ -101,8 +81,7 @@ void run_rotary(
 
 TORCH_LIBRARY_IMPL(posenc, CPU, m) {
   m.impl("apply_rotary", TORCH_FN((apply_rotary_kernel<cpu::run_rotary, cpu::empty_cpu>)));
-  m.impl("apply_rotary_",
-         TORCH_FN((apply_rotary_inplace_kernel<cpu::run_rotary, cpu::empty_cpu>)));
+  m.impl("apply_rotary_", TORCH_FN((apply_rotary_inplace_kernel<cpu::run_rotary, cpu::empty_cpu>)));
 }
 
 } // namespace ops

@@ -26,8 +26,8 @@ namespace {
 
 // One row without dropout: out = w * scale + t (t null: padding).
 template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void token_row(
-    const scalar_t* w, const table_t* t, scalar_t* out, int64_t width, double scale) {
+POSENC_ROW_LOOP void token_row(const scalar_t* w, const table_t* t, scalar_t* out, int64_t width,
+                               double scale) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const acc_t s = static_cast<acc_t>(scale);
   for (int64_t c = 0; c < width; ++c) {
@@ -51,15 +51,9 @@ inline uint32_t mix32(uint32_t h) {
 // (probability threshold / 2^32 = 1 - p): a counter-based draw, so the row vectorizes, and the
 // mask does not depend on how rows are split between threads.
 template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void token_row_dropout(const scalar_t* w,
-                                       const table_t* t,
-                                       scalar_t* out,
-                                       bool* mask,
-                                       int64_t width,
-                                       double scale,
-                                       uint32_t row_seed,
-                                       uint64_t threshold,
-                                       double inverse_keep) {
+POSENC_ROW_LOOP void token_row_dropout(const scalar_t* w, const table_t* t, scalar_t* out,
+                                       bool* mask, int64_t width, double scale, uint32_t row_seed,
+                                       uint64_t threshold, double inverse_keep) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const acc_t s = static_cast<acc_t>(scale);
   const acc_t ik = static_cast<acc_t>(inverse_keep);
@@ -77,17 +71,9 @@ POSENC_ROW_LOOP void token_row_dropout(const scalar_t* w,
 // Dropout keys come from one 64-bit draw of the default CPU generator per call: reproducible under
 // torch::manual_seed and independent of the thread count.
 template <typename scalar_t, typename table_t>
-void token_loop(const int64_t* tokens,
-                const scalar_t* weight,
-                const table_t* table,
-                scalar_t* out,
-                bool* mask,
-                int64_t width,
-                int64_t rows,
-                SequenceRows where,
-                double scale,
-                double dropout,
-                uint64_t key) {
+void token_loop(const int64_t* tokens, const scalar_t* weight, const table_t* table, scalar_t* out,
+                bool* mask, int64_t width, int64_t rows, SequenceRows where, double scale,
+                double dropout, uint64_t key) {
   const double keep = 1.0 - dropout;
   const double inverse_keep = keep > 0.0 ? 1.0 / keep : 0.0;
   const uint64_t threshold = static_cast<uint64_t>(keep * 4294967296.0);
@@ -106,19 +92,14 @@ void token_loop(const int64_t* tokens,
           mix32(static_cast<uint32_t>(row) ^
                 mix32(static_cast<uint32_t>(row >> 32) + static_cast<uint32_t>(key >> 32))) ^
           static_cast<uint32_t>(key);
-      token_row_dropout(
-          wi, ti, oi, mask + i * width, width, scale, mix32(row_seed), threshold, inverse_keep);
+      token_row_dropout(wi, ti, oi, mask + i * width, width, scale, mix32(row_seed), threshold,
+                        inverse_keep);
     }
   });
 }
 
-void run_token(const at::Tensor& tokens,
-               const at::Tensor& weight,
-               at::Tensor& out,
-               at::Tensor& mask,
-               const TableCall& call,
-               double dropout,
-               bool drop) {
+void run_token(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
+               at::Tensor& mask, const TableCall& call, double dropout, bool drop) {
   uint64_t key = 0;
   if (drop) {
     auto generator = at::detail::getDefaultCPUGenerator();
@@ -131,17 +112,9 @@ void run_token(const at::Tensor& tokens,
       at::kHalf, at::kBFloat16, weight.scalar_type(), "posenc_token_and_position_cpu", [&] {
         bool* mask_data = drop ? mask.data_ptr<bool>() : nullptr;
         with_table_data(table, [&](const auto* t) {
-          token_loop(tokens.data_ptr<int64_t>(),
-                     weight.data_ptr<scalar_t>(),
-                     t,
-                     out.data_ptr<scalar_t>(),
-                     mask_data,
-                     call.width,
-                     tokens.numel(),
-                     where,
-                     call.scale,
-                     dropout,
-                     key);
+          token_loop(tokens.data_ptr<int64_t>(), weight.data_ptr<scalar_t>(), t,
+                     out.data_ptr<scalar_t>(), mask_data, call.width, tokens.numel(), where,
+                     call.scale, dropout, key);
         });
       });
 }

@@ -1,5 +1,5 @@
-// CUDA kernels of the positional-encoding family: the same operations as ../cpu, one pass over the data,
-// float16/bfloat16 converted in registers. Arguments are checked on the host by the shared
+// CUDA kernels of the positional-encoding family: the same operations as ../cpu, one pass over the
+// data, float16/bfloat16 converted in registers. Arguments are checked on the host by the shared
 // prepare_* functions (../op_arguments.h) before anything is launched.
 // Loads and stores are 16 bytes wide where the row width and the pointers allow.
 
@@ -19,13 +19,8 @@ namespace cuda {
 namespace {
 
 template <typename scalar_t, typename table_t, int N>
-__global__ void add_rows_kernel(const scalar_t* x,
-                                scalar_t* out,
-                                const table_t* table,
-                                int64_t width,
-                                int64_t packs,
-                                SequenceRows where,
-                                double scale) {
+__global__ void add_rows_kernel(const scalar_t* x, scalar_t* out, const table_t* table,
+                                int64_t width, int64_t packs, SequenceRows where, double scale) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const acc_t s = static_cast<acc_t>(scale);
   const bool unit = scale == 1.0;
@@ -49,13 +44,8 @@ __global__ void add_rows_kernel(const scalar_t* x,
 }
 
 template <typename scalar_t, typename table_t>
-void launch_add(const scalar_t* x,
-                scalar_t* out,
-                const table_t* table,
-                int64_t width,
-                int64_t rows,
-                SequenceRows where,
-                double scale) {
+void launch_add(const scalar_t* x, scalar_t* out, const table_t* table, int64_t width, int64_t rows,
+                SequenceRows where, double scale) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int n = vector_width<scalar_t>(width, {x, out});
   const int64_t packs = rows * width / n;
@@ -84,13 +74,13 @@ void run_add(const at::Tensor& x, at::Tensor& out, const TableCall& call) {
   const int64_t rows = x.numel() == 0 ? 0 : x.numel() / width;
   const SequenceRows where = SequenceRows::of(call);
   const at::Tensor table = call.kernel_table();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_add_position_table_cuda", [&] {
-        with_table_data(table, [&](const auto* t) {
-          launch_add(
-              x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), t, width, rows, where, call.scale);
-        });
-      });
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),
+                                  "posenc_add_position_table_cuda", [&] {
+                                    with_table_data(table, [&](const auto* t) {
+                                      launch_add(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                                 t, width, rows, where, call.scale);
+                                    });
+                                  });
 }
 
 } // namespace

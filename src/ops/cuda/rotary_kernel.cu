@@ -20,17 +20,9 @@ namespace {
 // One thread per rotated pair; a second grid-stride pass copies the channels past the rotated
 // ones (out-of-place only).
 template <typename scalar_t, typename table_t>
-__global__ void rotary_kernel(const scalar_t* x,
-                              scalar_t* out,
-                              const table_t* cos,
-                              const table_t* sin,
-                              int64_t rows,
-                              int64_t head_dim,
-                              int64_t half,
-                              RotaryRows where,
-                              bool interleaved,
-                              bool inverse,
-                              bool copy_rest) {
+__global__ void rotary_kernel(const scalar_t* x, scalar_t* out, const table_t* cos,
+                              const table_t* sin, int64_t rows, int64_t head_dim, int64_t half,
+                              RotaryRows where, bool interleaved, bool inverse, bool copy_rest) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const int64_t pairs = rows * half;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -57,8 +49,7 @@ __global__ void rotary_kernel(const scalar_t* x,
   if (copy_rest) {
     const int64_t rest = head_dim - 2 * half;
     for (int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-         index < rows * rest;
-         index += stride) {
+         index < rows * rest; index += stride) {
       const int64_t row = index / rest;
       const int64_t c = 2 * half + (index - row * rest);
       out[row * head_dim + c] = x[row * head_dim + c];
@@ -66,8 +57,8 @@ __global__ void rotary_kernel(const scalar_t* x,
   }
 }
 
-void run_rotary(
-    const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved, bool inverse) {
+void run_rotary(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved,
+                bool inverse) {
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t rows = call.batch * call.length * call.heads;
   if (rows == 0) {
@@ -82,18 +73,9 @@ void run_rotary(
       at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_apply_rotary_cuda", [&] {
         with_table_data(cos, [&](const auto* c) {
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
-          rotary_kernel<scalar_t, table_t>
-              <<<blocks_for(rows * call.half), kThreads, 0, stream>>>(x.data_ptr<scalar_t>(),
-                                                                      out.data_ptr<scalar_t>(),
-                                                                      c,
-                                                                      sin.data_ptr<table_t>(),
-                                                                      rows,
-                                                                      call.head_dim,
-                                                                      call.half,
-                                                                      where,
-                                                                      interleaved,
-                                                                      inverse,
-                                                                      copy_rest);
+          rotary_kernel<scalar_t, table_t><<<blocks_for(rows * call.half), kThreads, 0, stream>>>(
+              x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), c, sin.data_ptr<table_t>(), rows,
+              call.head_dim, call.half, where, interleaved, inverse, copy_rest);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         });
       });

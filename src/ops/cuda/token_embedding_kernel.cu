@@ -1,5 +1,5 @@
-// CUDA kernels of the token-embedding family: the same operations as ../cpu, one pass over the data,
-// float16/bfloat16 converted in registers. Arguments are checked on the host by the shared
+// CUDA kernels of the token-embedding family: the same operations as ../cpu, one pass over the
+// data, float16/bfloat16 converted in registers. Arguments are checked on the host by the shared
 // prepare_* functions (../op_arguments.h) before anything is launched.
 //
 // Dropout draws from Philox (curand) seeded by the default CUDA generator, as ATen's fused dropout
@@ -11,10 +11,10 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
-#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/PhiloxUtils.cuh>
 
 #include <curand_kernel.h>
@@ -28,16 +28,9 @@ namespace {
 
 // Each thread handles 4 consecutive elements of a row (the 4 uniforms of one curand_uniform4 call).
 template <typename scalar_t, typename table_t>
-__global__ void token_kernel(const int64_t* tokens,
-                             const scalar_t* weight,
-                             const table_t* table,
-                             scalar_t* out,
-                             bool* mask,
-                             int64_t width,
-                             int64_t groups,
-                             SequenceRows where,
-                             double scale,
-                             float keep,
+__global__ void token_kernel(const int64_t* tokens, const scalar_t* weight, const table_t* table,
+                             scalar_t* out, bool* mask, int64_t width, int64_t groups,
+                             SequenceRows where, double scale, float keep,
                              at::PhiloxCudaState philox) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const acc_t s = static_cast<acc_t>(scale);
@@ -76,13 +69,8 @@ __global__ void token_kernel(const int64_t* tokens,
   }
 }
 
-void run_token(const at::Tensor& tokens,
-               const at::Tensor& weight,
-               at::Tensor& out,
-               at::Tensor& mask,
-               const TableCall& call,
-               double dropout,
-               bool drop) {
+void run_token(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
+               at::Tensor& mask, const TableCall& call, double dropout, bool drop) {
   const c10::cuda::CUDAGuard guard(weight.device());
   const int64_t width = call.width;
   const int64_t groups = tokens.numel() * ((width + 3) / 4);
@@ -106,18 +94,9 @@ void run_token(const at::Tensor& tokens,
         const float keep = static_cast<float>(1.0 - dropout);
         with_table_data(table, [&](const auto* t) {
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(t)>>;
-          token_kernel<scalar_t, table_t>
-              <<<blocks_for(groups), kThreads, 0, stream>>>(tokens.data_ptr<int64_t>(),
-                                                            weight.data_ptr<scalar_t>(),
-                                                            t,
-                                                            out.data_ptr<scalar_t>(),
-                                                            mask_data,
-                                                            width,
-                                                            groups,
-                                                            where,
-                                                            call.scale,
-                                                            keep,
-                                                            philox);
+          token_kernel<scalar_t, table_t><<<blocks_for(groups), kThreads, 0, stream>>>(
+              tokens.data_ptr<int64_t>(), weight.data_ptr<scalar_t>(), t, out.data_ptr<scalar_t>(),
+              mask_data, width, groups, where, call.scale, keep, philox);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         });
       });

@@ -16,10 +16,9 @@ namespace ops {
 namespace meta {
 
 inline void check_input(const char* who, const at::Tensor& x, int64_t dims) {
-  TORCH_CHECK(
-      x.dim() == dims, who, ": expected a ", dims, "-D input, but got a ", x.dim(), "-D tensor");
-  TORCH_CHECK(detail::is_supported_float(x.scalar_type()),
-              who,
+  TORCH_CHECK(x.dim() == dims, who, ": expected a ", dims, "-D input, but got a ", x.dim(),
+              "-D tensor");
+  TORCH_CHECK(detail::is_supported_float(x.scalar_type()), who,
               ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ",
               x.scalar_type());
 }
@@ -30,8 +29,7 @@ inline void check_input(const char* who, const at::Tensor& x, int64_t dims) {
 inline void check_positions(const char* who, OptionalTensor positions, const at::Tensor& x) {
   if (positions.has_value() && positions->defined()) {
     detail::check_positions_device(who, *positions, x.device());
-    TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false),
-                who,
+    TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false), who,
                 ": positions must be an integer tensor (int64 or int32), but got ",
                 positions->scalar_type());
   }
@@ -40,11 +38,9 @@ inline void check_positions(const char* who, OptionalTensor positions, const at:
 /// A table `[max_len, D]` or `[1, max_len, D]` on the device of the input `x`.
 inline void check_table(const char* who, const at::Tensor& table, const at::Tensor& x) {
   detail::check_input_device(who, x, table.device(), "the encoding table");
-  TORCH_CHECK(table.dim() == 2 || table.dim() == 3,
-              who,
+  TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the encoding table as [max_len, D] or [1, max_len, D], but got a ",
-              table.dim(),
-              "-D tensor");
+              table.dim(), "-D tensor");
 }
 
 } // namespace meta

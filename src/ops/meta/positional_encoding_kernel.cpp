@@ -10,13 +10,8 @@ namespace ops {
 namespace meta {
 namespace {
 
-at::Tensor add_position_table(const at::Tensor& x,
-                              const at::Tensor& table,
-                              int64_t,
-                              bool,
-                              OptionalTensor positions,
-                              double,
-                              OptionalTensor) {
+at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t, bool,
+                              OptionalTensor positions, double, OptionalTensor) {
   const char* who = detail::caller_or("posenc::add_position_table");
   check_input(who, x, 3);
   check_table(who, table, x);
@@ -24,56 +19,36 @@ at::Tensor add_position_table(const at::Tensor& x,
   return at::empty_like(x);
 }
 
-void add_position_table_(at::Tensor& x,
-                         const at::Tensor& table,
-                         int64_t offset,
-                         bool batch_first,
-                         OptionalTensor positions,
-                         double scale,
-                         OptionalTensor columns) {
+void add_position_table_(at::Tensor& x, const at::Tensor& table, int64_t offset, bool batch_first,
+                         OptionalTensor positions, double scale, OptionalTensor columns) {
   add_position_table(x, table, offset, batch_first, positions, scale, columns);
 }
 
-void add_position_table_out(const at::Tensor& x,
-                            const at::Tensor& table,
-                            int64_t offset,
-                            bool batch_first,
-                            OptionalTensor positions,
-                            double scale,
-                            OptionalTensor columns,
-                            at::Tensor& out) {
+void add_position_table_out(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                            bool batch_first, OptionalTensor positions, double scale,
+                            OptionalTensor columns, at::Tensor& out) {
   add_position_table(x, table, offset, batch_first, positions, scale, columns);
   TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(),
               "posenc::add_position_table_out: out must have the input's dtype and device (",
-              x.scalar_type(),
-              ", ",
-              x.device(),
-              "), but has ",
-              out.scalar_type(),
-              ", ",
+              x.scalar_type(), ", ", x.device(), "), but has ", out.scalar_type(), ", ",
               out.device());
 }
 
-at::Tensor add_position_table_backward(
-    const at::Tensor& grad, const at::Tensor& table, int64_t, bool, OptionalTensor positions) {
+at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table, int64_t,
+                                       bool, OptionalTensor positions) {
   check_input("posenc::_add_position_table_backward", grad, 3);
   check_table("posenc::_add_position_table_backward", table, grad);
   check_positions("posenc::_add_position_table_backward", positions, grad);
   return at::empty_like(table, at::MemoryFormat::Contiguous);
 }
 
-at::Tensor add_positional_encoding(const at::Tensor& x,
-                                   int64_t offset,
-                                   double,
-                                   bool,
-                                   OptionalTensor positions,
-                                   double,
-                                   c10::string_view,
+at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double, bool,
+                                   OptionalTensor positions, double, c10::string_view,
                                    c10::string_view) {
   check_input("posenc::add_positional_encoding", x, 3);
   check_positions("posenc::add_positional_encoding", positions, x);
-  TORCH_CHECK(
-      offset >= 0, "posenc::add_positional_encoding: offset must be >= 0, but got ", offset);
+  TORCH_CHECK(offset >= 0, "posenc::add_positional_encoding: offset must be >= 0, but got ",
+              offset);
   return at::empty_like(x);
 }
 

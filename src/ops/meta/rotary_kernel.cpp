@@ -10,11 +10,8 @@ namespace ops {
 namespace meta {
 namespace {
 
-void check_rotary(const char* who,
-                  const at::Tensor& x,
-                  const at::Tensor& cos,
-                  const at::Tensor& sin,
-                  OptionalTensor positions) {
+void check_rotary(const char* who, const at::Tensor& x, const at::Tensor& cos,
+                  const at::Tensor& sin, OptionalTensor positions) {
   check_input(who, x, 4);
   TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2, who, ": cos and sin must be [max_len, R/2] tables");
   TORCH_CHECK(cos.device() == sin.device(), who, ": cos and sin must share dtype and device");
@@ -22,30 +19,14 @@ void check_rotary(const char* who,
   check_positions(who, positions, x);
 }
 
-at::Tensor apply_rotary(const at::Tensor& x,
-                        const at::Tensor& cos,
-                        const at::Tensor& sin,
-                        int64_t,
-                        OptionalTensor positions,
-                        bool,
-                        bool,
-                        bool,
-                        OptionalTensor,
-                        double) {
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t,
+                        OptionalTensor positions, bool, bool, bool, OptionalTensor, double) {
   check_rotary(detail::caller_or("posenc::apply_rotary"), x, cos, sin, positions);
   return at::empty_like(x);
 }
 
-void apply_rotary_(at::Tensor& x,
-                   const at::Tensor& cos,
-                   const at::Tensor& sin,
-                   int64_t,
-                   OptionalTensor positions,
-                   bool,
-                   bool,
-                   bool,
-                   OptionalTensor,
-                   double) {
+void apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t,
+                   OptionalTensor positions, bool, bool, bool, OptionalTensor, double) {
   check_rotary(detail::caller_or("posenc::apply_rotary_"), x, cos, sin, positions);
 }
 

@@ -15,39 +15,22 @@ namespace ops {
 namespace meta {
 namespace {
 
-std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(const at::Tensor& tokens,
-                                                                const at::Tensor& weight,
-                                                                const at::Tensor& table,
-                                                                int64_t,
-                                                                bool,
-                                                                OptionalTensor positions,
-                                                                double,
-                                                                int64_t,
-                                                                double dropout,
-                                                                bool train,
-                                                                OptionalTensor) {
+std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t, bool,
+    OptionalTensor positions, double, int64_t, double dropout, bool train, OptionalTensor) {
   const char* who = detail::caller_or("posenc::token_and_position_embedding");
-  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
-              who,
+  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, who,
               ": expected int64 token ids of 2 dimensions");
-  TORCH_CHECK(weight.dim() == 2 && detail::is_supported_float(weight.scalar_type()),
-              who,
+  TORCH_CHECK(weight.dim() == 2 && detail::is_supported_float(weight.scalar_type()), who,
               ": expected a floating [vocab, D] weight");
-  TORCH_CHECK(tokens.device() == weight.device(),
-              who,
-              ": expected the token ids on the module's device (",
-              weight.device(),
-              "), but got ",
+  TORCH_CHECK(tokens.device() == weight.device(), who,
+              ": expected the token ids on the module's device (", weight.device(), "), but got ",
               tokens.device());
-  TORCH_CHECK(table.dim() == 2 || table.dim() == 3,
-              who,
+  TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the table as [max_len, D] or [1, max_len, D]");
-  TORCH_CHECK(table.device() == weight.device(),
-              who,
-              ": the position table must be on the weight's device (",
-              weight.device(),
-              "), but is on ",
-              table.device());
+  TORCH_CHECK(table.device() == weight.device(), who,
+              ": the position table must be on the weight's device (", weight.device(),
+              "), but is on ", table.device());
   check_positions(who, positions, tokens);
   // [B, L] ids and a [V, D] weight give [B, L, D]; ATen's embedding computes that shape without
   // reading sizes here, so symbolic shapes pass through.
@@ -58,17 +41,8 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(const at::Tensor
 }
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor&,
-    const at::Tensor& weight,
-    const at::Tensor& table,
-    int64_t,
-    bool,
-    OptionalTensor,
-    double,
-    int64_t,
-    double,
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor& weight,
+    const at::Tensor& table, int64_t, bool, OptionalTensor, double, int64_t, double,
     std::array<bool, 2> output_mask) {
   return {output_mask[0] ? at::empty_like(weight, at::MemoryFormat::Contiguous) : at::Tensor(),
           output_mask[1] ? at::empty_like(table, at::MemoryFormat::Contiguous) : at::Tensor()};
