@@ -48,6 +48,12 @@ at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table, int
 
 } // namespace detail
 
+at::Tensor sinusoidal_columns(int64_t d_model, const SinusoidalTableFuncOptions& options) {
+  posenc::detail::check_table_arguments("sinusoidal_columns", 1, d_model, options.base());
+  return posenc::detail::column_plan_tensor(
+      {d_model, options.base(), options.layout(), options.spacing()});
+}
+
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
   constexpr const char* who = "positions_from_padding_mask";
   const char* layout = posenc::detail::sequence_layout(batch_first);

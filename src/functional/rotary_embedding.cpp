@@ -5,6 +5,7 @@
 #include "detail/rotary.h"
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/tensor.h>
 
 namespace posenc {
 namespace functional {
@@ -20,6 +21,12 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, int64_t rotary_
   auto tables = pd::rotary_rows(positions, pd::rope_frequencies({rotary_dim, options.base()}),
                                 options.dtype());
   return {tables.first.to(options.device()), tables.second.to(options.device())};
+}
+
+at::Tensor rotary_inv_freq(int64_t rotary_dim, const RotaryTablesFuncOptions& options) {
+  pd::check_rotary_arguments("rotary_inv_freq", 1, rotary_dim, options.base());
+  return at::tensor(pd::rope_frequencies({rotary_dim, options.base()}).inv_freq,
+                    at::TensorOptions().dtype(at::kDouble));
 }
 
 namespace detail {

@@ -47,6 +47,12 @@ inline at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model,
                                   options.device());
 }
 
+/// The column plan of a sinusoidal encoding of width `d_model` (base, layout and spacing from
+/// `options`): a float64 CPU tensor `[2, d_model]`, row 0 each column's frequency, row 1 its kind
+/// (0 sine, 1 cosine, 2 zero). Passed as `columns` to the posenc operators, it lets positions past
+/// a table be computed, exactly as the table's rows were.
+at::Tensor sinusoidal_columns(int64_t d_model, const SinusoidalTableFuncOptions& options = {});
+
 /// Adds rows of a position table to `x` and applies dropout: `dropout(x * scale + table[p])`
 /// for positions `p = offset .. offset + L - 1` or the explicit `positions`. The functional form
 /// of `PositionalEncoding::forward` and `LearnedPositionalEmbedding::forward`.

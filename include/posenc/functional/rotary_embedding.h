@@ -25,6 +25,11 @@ at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at
 std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, int64_t rotary_dim,
                                                 const RotaryTablesFuncOptions& options = {});
 
+/// The frequencies of the rotary caches, `base^(-2i / rotary_dim)` for `i < rotary_dim / 2`: a
+/// float64 CPU tensor `[rotary_dim / 2]`, what `rotary_tables` computes its angles from (and what
+/// the posenc::apply_rotary operator takes as `inv_freq` for positions past the caches).
+at::Tensor rotary_inv_freq(int64_t rotary_dim, const RotaryTablesFuncOptions& options = {});
+
 /// Rotates queries or keys `x` (`[B, L, H, Dh]`, or `[B, H, L, Dh]` with `heads_first`) by the
 /// positions' angles: the functional form of `RotaryEmbedding::forward`. `cos`/`sin` come from
 /// `rotary_tables`; the first `2 * cos.size(1)` channels are rotated, the rest pass through. The
