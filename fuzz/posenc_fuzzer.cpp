@@ -16,6 +16,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -324,72 +325,157 @@ void fuzz_token(FuzzedDataProvider& in) {
   }
 }
 
+// The encoding's definition as data, for positions past a table: none, the real column plan of a
+// sinusoid of `width`, or a malformed one (wrong shape, dtype, or kinds).
+c10::optional<torch::Tensor> pick_columns(FuzzedDataProvider& in, int64_t width) {
+  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+    case 0:
+    case 1:
+      return width >= 1 ? c10::optional<torch::Tensor>(posenc::functional::sinusoidal_columns(width))
+                        : c10::nullopt;
+    case 2:
+      return torch::randn({2, width + in.ConsumeIntegralInRange<int64_t>(0, 1)}, torch::kDouble);
+    case 3:
+      return torch::zeros({2, width});
+    default:
+      return c10::nullopt;
+  }
+}
+
+// Moves `t` to the meta device now and then: every kernel must then reject the mixed call.
+torch::Tensor maybe_meta(FuzzedDataProvider& in, const torch::Tensor& t, bool& moved) {
+  if (in.ConsumeIntegralInRange<int>(0, 11) != 0) {
+    return t;
+  }
+  moved = true;
+  return t.to(torch::Device(torch::kMeta));
+}
+
+// True when the defined tensors of a call lie on more than one device.
+bool mixed_devices(std::initializer_list<c10::optional<torch::Tensor>> tensors) {
+  c10::optional<torch::Device> device;
+  for (const auto& t : tensors) {
+    if (!t || !t->defined()) {
+      continue;
+    }
+    if (device && *device != t->device()) {
+      return true;
+    }
+    device = t->device();
+  }
+  return false;
+}
+
+// Bitwise equality (NaN included) of two tensors of one shape and dtype.
+bool same_bits(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.is_meta()) {
+    return true;
+  }
+  const auto ca = a.contiguous();
+  const auto cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
 void fuzz_ops(FuzzedDataProvider& in) {
   const int64_t width = in.ConsumeIntegralInRange<int64_t>(0, 16);
-  const auto table =
+  bool mixed = false; // the arguments of the call lie on two devices
+  const auto table = maybe_meta(
+      in,
       torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 20),
                     in.ConsumeBool() ? width : in.ConsumeIntegralInRange<int64_t>(0, 16)})
-          .to(pick_dtype(in));
+          .to(pick_dtype(in)),
+      mixed);
   const auto x = pick_input(in, width);
-  const c10::optional<torch::Tensor> positions =
+  c10::optional<torch::Tensor> positions =
       in.ConsumeBool() ? c10::optional<torch::Tensor>(
-                             pick_positions(in, x, 1, table.dim() > 0 ? table.size(0) : 0))
+                             pick_positions(in, x, 1, table.dim() > 0 ? table.size(0) + 4 : 0))
                        : c10::nullopt;
+  if (positions) {
+    positions = maybe_meta(in, *positions, mixed);
+  }
+  const auto columns = pick_columns(in, table.dim() == 2 ? table.size(1) : width);
   const int64_t offset = in.ConsumeIntegralInRange<int64_t>(-2, 25);
   const bool batch_first = in.ConsumeBool();
   const double scale = pick_double(in, {1.0, std::nan("")}, -3, 3);
-  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
-    case 0:
-      check_result(posenc::ops::add_position_table(x, table, offset, batch_first, positions, scale),
-                   x);
-      break;
-    case 1: {
-      auto copy = x.clone();
-      posenc::ops::add_position_table_(copy, table, offset, batch_first, positions, scale);
-      break;
+  const int which = in.ConsumeIntegralInRange<int>(0, 5);
+  try {
+    switch (which) {
+      case 0:
+        mixed = mixed_devices({x, table, positions});
+        check_result(
+            posenc::ops::add_position_table(x, table, offset, batch_first, positions, scale, columns),
+            x);
+        break;
+      case 1: {
+        auto copy = x.clone();
+        const auto before = copy.clone();
+        mixed = mixed_devices({copy, table, positions});
+        try {
+          posenc::ops::add_position_table_(copy, table, offset, batch_first, positions, scale,
+                                           columns);
+        } catch (const c10::Error&) {
+          if (!same_bits(copy, before)) {
+            abort(); // a rejected in-place call changed its target
+          }
+          throw;
+        }
+        break;
+      }
+      case 2: {
+        auto out = in.ConsumeBool() ? torch::empty_like(x) : torch::empty({0}, x.options());
+        out = maybe_meta(in, out, mixed);
+        mixed = mixed_devices({x, table, positions, out});
+        posenc::ops::add_position_table_out(out, x, table, offset, batch_first, positions, scale,
+                                            columns);
+        break;
+      }
+      case 3:
+        mixed = mixed_devices({x, positions});
+        check_result(posenc::ops::add_positional_encoding(
+                         x, offset, pick_double(in, {10000.0, 0.0}, 1, 1e5), batch_first,
+                         positions, scale),
+                     x);
+        break;
+      case 4: {
+        const auto cos = maybe_meta(
+            in,
+            torch::randn(
+                {in.ConsumeIntegralInRange<int64_t>(0, 20), in.ConsumeIntegralInRange<int64_t>(0, 5)}),
+            mixed);
+        const auto sin = in.ConsumeBool() ? torch::randn(cos.sizes(), cos.options())
+                                          : torch::randn({2, 2});
+        const auto inv_freq =
+            in.ConsumeBool() && cos.dim() == 2 && cos.size(1) >= 1
+                ? c10::optional<torch::Tensor>(posenc::functional::rotary_inv_freq(2 * cos.size(1)))
+                : c10::nullopt;
+        const auto q = pick_input(in, 2 * (cos.dim() == 2 ? cos.size(1) : 0), 4);
+        mixed = mixed_devices({q, cos, sin, positions});
+        check_result(posenc::ops::apply_rotary(q, cos, sin, offset, positions, in.ConsumeBool(),
+                                               in.ConsumeBool(), in.ConsumeBool(), inv_freq,
+                                               pick_double(in, {1.0, 0.0}, 0.5, 2)),
+                     q);
+        break;
+      }
+      default: {
+        const auto weight =
+            torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 10), width}).to(pick_dtype(in));
+        const auto ids = torch::randint(
+            -1, 11,
+            {in.ConsumeIntegralInRange<int64_t>(0, 3), in.ConsumeIntegralInRange<int64_t>(0, 5)},
+            torch::kLong);
+        mixed = mixed_devices({ids, weight, table, positions});
+        posenc::ops::token_and_position_embedding(
+            ids, weight, table, offset, batch_first, positions, scale,
+            in.ConsumeIntegralInRange<int64_t>(-1, 10), pick_double(in, {0.0, 0.5, 1.0, 2.0}, 0, 1),
+            in.ConsumeBool(), columns);
+        break;
+      }
     }
-    case 2: {
-      auto out = in.ConsumeBool() ? torch::empty_like(x) : torch::empty({0}, x.options());
-      posenc::ops::add_position_table_out(out, x, table, offset, batch_first, positions, scale);
-      break;
-    }
-    case 3:
-      check_result(
-          posenc::ops::add_positional_encoding(
-              x, offset, pick_double(in, {10000.0, 0.0}, 1, 1e5), batch_first, positions, scale),
-          x);
-      break;
-    case 4: {
-      const auto cos = torch::randn(
-          {in.ConsumeIntegralInRange<int64_t>(0, 20), in.ConsumeIntegralInRange<int64_t>(0, 5)});
-      const auto sin = in.ConsumeBool() ? torch::randn(cos.sizes()) : torch::randn({2, 2});
-      const auto q = pick_input(in, 2 * (cos.dim() == 2 ? cos.size(1) : 0), 4);
-      check_result(
-          posenc::ops::apply_rotary(
-              q, cos, sin, offset, positions, in.ConsumeBool(), in.ConsumeBool(), in.ConsumeBool()),
-          q);
-      break;
-    }
-    default: {
-      const auto weight =
-          torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 10), width}).to(pick_dtype(in));
-      const auto ids = torch::randint(
-          -1,
-          11,
-          {in.ConsumeIntegralInRange<int64_t>(0, 3), in.ConsumeIntegralInRange<int64_t>(0, 5)},
-          torch::kLong);
-      posenc::ops::token_and_position_embedding(ids,
-                                                weight,
-                                                table,
-                                                offset,
-                                                batch_first,
-                                                positions,
-                                                scale,
-                                                in.ConsumeIntegralInRange<int64_t>(-1, 10),
-                                                pick_double(in, {0.0, 0.5, 1.0, 2.0}, 0, 1),
-                                                in.ConsumeBool());
-      break;
-    }
+  } catch (const c10::Error&) {
+    return;
+  }
+  if (mixed) {
+    abort(); // a call with arguments on two devices returned instead of raising
   }
 }
 

@@ -13,28 +13,24 @@
 namespace posenc {
 namespace detail {
 
-namespace {
-thread_local const char* caller_name = nullptr;
-thread_local const char* caller_advice = "";
-} // namespace
+CallerScope::Caller& CallerScope::current() {
+  static thread_local Caller caller;
+  return caller;
+}
 
 CallerScope::CallerScope(const char* name, const char* hint)
-    : previous_name_(caller_name), previous_hint_(caller_advice) {
-  caller_name = name;
-  caller_advice = hint;
+    : slot_(current()), previous_(slot_) {
+  slot_ = {name, hint};
+}
+
+CallerScope::CallerScope(KeepOuter, const char* name) : slot_(current()), previous_(slot_) {
+  if (slot_.name == nullptr) {
+    slot_ = {name, ""};
+  }
 }
 
 CallerScope::~CallerScope() {
-  caller_name = previous_name_;
-  caller_advice = previous_hint_;
-}
-
-const char* caller_or(const char* op_name) {
-  return caller_name != nullptr ? caller_name : op_name;
-}
-
-const char* caller_hint() {
-  return caller_advice;
+  slot_ = previous_;
 }
 
 const char* sequence_layout(bool batch_first) {

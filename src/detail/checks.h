@@ -36,21 +36,38 @@ inline bool is_supported_float(c10::ScalarType dtype) {
 ///   return ops::add_position_table(...);   // errors read "PositionalEncoding: ..."
 class CallerScope {
  public:
+  /// Names the entry point for the calls made while the scope lives.
   explicit CallerScope(const char* name, const char* hint = "");
+  /// Names `name` only when no outer scope named one (a functional form called by a module keeps
+  /// the module's name).
+  struct KeepOuter {};
+  CallerScope(KeepOuter, const char* name);
   ~CallerScope();
   CallerScope(const CallerScope&) = delete;
   CallerScope& operator=(const CallerScope&) = delete;
 
+  /// The current entry point's name (null outside any scope) and advice.
+  struct Caller {
+    const char* name = nullptr;
+    const char* hint = "";
+  };
+  static Caller& current();
+
  private:
-  const char* previous_name_;
-  const char* previous_hint_;
+  Caller& slot_;
+  Caller previous_;
 };
 
 /// The name of the current CallerScope, or `op_name` outside one.
-const char* caller_or(const char* op_name);
+inline const char* caller_or(const char* op_name) {
+  const char* name = CallerScope::current().name;
+  return name != nullptr ? name : op_name;
+}
 
 /// The advice of the current CallerScope ("" outside one).
-const char* caller_hint();
+inline const char* caller_hint() {
+  return CallerScope::current().hint;
+}
 
 /// "[B, L] (batch_first=true)" or "[L, B] (batch_first=false)".
 const char* sequence_layout(bool batch_first);

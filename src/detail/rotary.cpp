@@ -34,6 +34,10 @@ RopeFrequencies rope_frequencies(const RopeSpec& spec) {
   return result;
 }
 
+RopeSpec rope_spec(const RotaryEmbeddingOptions& options) {
+  return {options.rotated_width(), options.base()};
+}
+
 namespace {
 template <typename T>
 void fill_rotary_rows(const int64_t* positions, int64_t count, const RopeFrequencies& frequencies,

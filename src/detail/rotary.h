@@ -3,6 +3,8 @@
 // Rotary position embedding (RoPE): its frequencies (the one definition every cache builder,
 // extrapolation path and the TorchScript export use), the cos/sin rows and the rotation itself.
 
+#include <posenc/options/rotary_embedding.h>
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -30,6 +32,9 @@ struct RopeFrequencies {
 /// The frequencies of `spec`. A new RoPE variant (position interpolation, NTK, YaRN, ...) is a
 /// change here and in its options.
 RopeFrequencies rope_frequencies(const RopeSpec& spec);
+
+/// The spec a RotaryEmbedding's options define (the module, its caches and its export all use it).
+RopeSpec rope_spec(const RotaryEmbeddingOptions& options);
 
 /// Checks the arguments that define rotary caches.
 void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base);

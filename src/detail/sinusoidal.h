@@ -5,6 +5,7 @@
 // use.
 
 #include <posenc/enums.h>
+#include <posenc/options/positional_encoding.h>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
@@ -23,6 +24,11 @@ struct SinusoidSpec {
   ChannelLayout layout = ChannelLayout::kInterleaved;
   FrequencySpacing spacing = FrequencySpacing::kPaper;
 };
+
+/// The spec a PositionalEncoding's options define (the module, its table and its export use it).
+inline SinusoidSpec sinusoid_spec(const PositionalEncodingOptions& options) {
+  return {options.d_model(), options.base(), options.layout(), options.spacing()};
+}
 
 /// What column c of the encoding holds: sin or cos of position * frequency[c], or zero.
 struct ColumnPlan {

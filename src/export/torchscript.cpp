@@ -100,7 +100,7 @@ torch::jit::Module to_torchscript(const PositionalEncodingImpl& module) {
                                   options.batch_first(), options.scale(), extrapolate);
   exported.register_buffer("pe", module.pe.detach().clone());
   const detail::ColumnPlan plan =
-      detail::column_plan({options.d_model(), options.base(), options.layout(), options.spacing()});
+      detail::column_plan(detail::sinusoid_spec(options));
   // Plain tensor attributes, not buffers: the state dict keeps only `pe`, like the Python module's.
   // (Module.to() does not move attributes, so the code moves them to the input's device.)
   exported.register_attribute("column_frequency", c10::TensorType::get(),
@@ -139,7 +139,7 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   // The frequencies of the caches, for positions past them (a plain attribute, like
   // column_frequency above).
   const detail::RopeFrequencies frequencies =
-      detail::rope_frequencies(detail::RopeSpec{rotary_dim, options.base()});
+      detail::rope_frequencies(detail::rope_spec(options));
   exported.register_attribute(
       "inv_freq", c10::TensorType::get(),
       at::tensor(frequencies.inv_freq, at::kDouble).to(module.cos.device()));

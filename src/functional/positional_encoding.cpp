@@ -26,7 +26,7 @@ at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table, int
                                double dropout, bool training, bool inplace,
                                const at::Tensor& columns) {
   // Called by a module, the messages keep the module's name; called directly, they name this.
-  const pd::CallerScope caller(pd::caller_or("positional_encoding"), pd::caller_hint());
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "positional_encoding");
   pd::check_dropout(pd::caller_or(""), dropout);
   const c10::optional<at::Tensor> given =
       positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt;

@@ -34,7 +34,7 @@ namespace detail {
 at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                             int64_t offset, const at::Tensor& positions, RotaryPairing pairing,
                             bool heads_first, const at::Tensor& inv_freq, double attention_factor) {
-  const pd::CallerScope caller(pd::caller_or("rotary_embedding"), pd::caller_hint());
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_embedding");
   return ops::apply_rotary(
       x, cos, sin, offset,
       positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt,

@@ -16,7 +16,7 @@ at::Tensor token_and_position_embedding(const at::Tensor& tokens, const at::Tens
                                         const at::Tensor& positions, bool batch_first, double scale,
                                         int64_t padding_idx, double dropout, bool training,
                                         const at::Tensor& columns) {
-  const pd::CallerScope caller(pd::caller_or("token_and_position_embedding"), pd::caller_hint());
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "token_and_position_embedding");
   return std::get<0>(ops::token_and_position_embedding(
       tokens, weight, table, offset, batch_first,
       positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt, scale, padding_idx,

@@ -10,12 +10,6 @@
 
 namespace posenc {
 
-namespace {
-detail::SinusoidSpec spec_of(const PositionalEncodingOptions& options) {
-  return {options.d_model(), options.base(), options.layout(), options.spacing()};
-}
-} // namespace
-
 PositionalEncodingOptions::PositionalEncodingOptions(int64_t d_model, int64_t max_len)
     : d_model_(d_model), max_len_(max_len) {}
 
@@ -35,7 +29,7 @@ void PositionalEncodingImpl::reset() {
 }
 
 void PositionalEncodingImpl::build_tables(torch::Dtype dtype, torch::Device device) {
-  const detail::SinusoidSpec spec = spec_of(options);
+  const detail::SinusoidSpec spec = detail::sinusoid_spec(options);
   columns_ = detail::column_plan_tensor(spec);
   detail::set_buffer(
       *this, "pe", pe,

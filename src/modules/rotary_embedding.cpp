@@ -32,8 +32,7 @@ void RotaryEmbeddingImpl::reset() {
 }
 
 void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device) {
-  const detail::RopeFrequencies frequencies =
-      detail::rope_frequencies({options.rotated_width(), options.base()});
+  const detail::RopeFrequencies frequencies = detail::rope_frequencies(detail::rope_spec(options));
   inv_freq_ = at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble));
   attention_factor_ = frequencies.attention_factor;
   const auto positions =

@@ -51,11 +51,11 @@ void add_position_table_inplace_kernel(at::Tensor& x, const at::Tensor& table, i
                                        OptionalTensor columns) {
   const TableCall call = prepare_table_call("posenc::add_position_table_", x, table, offset,
                                             positions, batch_first, scale, columns);
-  at::assert_no_internal_overlap(x);
-  if (x.is_contiguous()) {
+  if (x.is_contiguous()) { // (a contiguous tensor cannot overlap itself)
     loop(x, x, call);
     return;
   }
+  at::assert_no_internal_overlap(x);
   at::Tensor work = x.contiguous();
   loop(work, work, call);
   x.copy_(work);
@@ -97,11 +97,11 @@ void apply_rotary_inplace_kernel(at::Tensor& x, const at::Tensor& cos, const at:
                                  double attention_factor) {
   const RotaryCall call = prepare_rotary_call("posenc::apply_rotary_", x, cos, sin, offset,
                                               positions, heads_first, inv_freq, attention_factor);
-  at::assert_no_internal_overlap(x);
-  if (x.is_contiguous()) {
+  if (x.is_contiguous()) { // (a contiguous tensor cannot overlap itself)
     loop(x, x, call, interleaved, inverse);
     return;
   }
+  at::assert_no_internal_overlap(x);
   at::Tensor work = x.contiguous();
   loop(work, work, call, interleaved, inverse);
   x.copy_(work);

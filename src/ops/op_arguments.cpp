@@ -122,12 +122,22 @@ TableCall table_call(const at::Tensor& table, int64_t width, at::IntArrayRef siz
 
 } // namespace
 
-at::Tensor TableCall::kernel_table() const {
-  const at::Tensor rows = detail::table_rows(table);
-  const bool direct = rows.scalar_type() == at::kFloat || rows.scalar_type() == at::kDouble;
-  return (direct ? rows : rows.to(at::kFloat)).contiguous();
+namespace {
+// A table as the hand-written kernels read it: contiguous float32 or float64, as given when it is
+// (a contiguous [1, max_len, D] table is read as its rows directly: no view on the decode path),
+// else widened (float16/bfloat16 to float32, exactly) and made contiguous.
+at::Tensor kernel_readable(const at::Tensor& table) {
+  const at::ScalarType dtype = table.scalar_type();
+  if (table.is_contiguous() && (dtype == at::kFloat || dtype == at::kDouble)) {
+    return table;
+  }
+  return detail::table_rows(table).to(dtype == at::kDouble ? at::kDouble : at::kFloat).contiguous();
 }
+} // namespace
 
+at::Tensor TableCall::kernel_table() const {
+  return kernel_readable(table);
+}
 TableCall prepare_table_call(const char* op, const at::Tensor& x, const at::Tensor& table,
                              int64_t offset, OptionalTensor positions, bool batch_first,
                              double scale, OptionalTensor columns) {
@@ -182,13 +192,11 @@ TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at:
 }
 
 at::Tensor RotaryCall::kernel_cos() const {
-  const bool direct = cos.scalar_type() == at::kFloat || cos.scalar_type() == at::kDouble;
-  return (direct ? cos : cos.to(at::kFloat)).contiguous();
+  return kernel_readable(cos);
 }
 
 at::Tensor RotaryCall::kernel_sin() const {
-  const bool direct = sin.scalar_type() == at::kFloat || sin.scalar_type() == at::kDouble;
-  return (direct ? sin : sin.to(at::kFloat)).contiguous();
+  return kernel_readable(sin);
 }
 
 RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Tensor& cos,

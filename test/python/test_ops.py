@@ -96,7 +96,40 @@ def test_double_backward_of_table_gradient(posenc_ops):
     assert torch.autograd.gradcheck(lambda g: posenc_ops._add_position_table_backward(g, table, 2, True), (grad,))
 
 
+def interleaved_columns(d_model, base=10000.0):
+    """The column plan of the paper's table: frequency base^(-2(c//2)/d), sine on even columns."""
+    column = torch.arange(d_model, dtype=torch.float64)
+    frequency = base ** (-2.0 * torch.div(column, 2, rounding_mode="floor") / d_model)
+    return torch.stack([frequency, (column % 2)])
+
+
+def test_columns_extend_a_table_exactly(posenc_ops):
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, 10)
+    small = posenc_ops.sinusoidal_table(8, 10)
+    large = posenc_ops.sinusoidal_table(64, 10)
+    got = posenc_ops.add_position_table(x, small, 30, True, columns=interleaved_columns(10))
+    assert torch.equal(got, posenc_ops.add_position_table(x, large, 30, True))
+    with pytest.raises(RuntimeError, match="positions offset .. offset \\+ L - 1 must lie in the table"):
+        posenc_ops.add_position_table(x, small, 30, True)
+
+
+def test_inv_freq_extends_rotary_caches_exactly(posenc_ops):
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 3, 8)
+    angles = torch.arange(64, dtype=torch.float64)[:, None] * (10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    cos, sin = angles.cos().float(), angles.sin().float()
+    inv_freq = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    got = posenc_ops.apply_rotary(x, cos[:4], sin[:4], 40, inv_freq=inv_freq)
+    # Rows past the caches come from the C library's float64 cos/sin, the reference's from torch's:
+    # both within an ulp of float64, so the float32 caches can differ in their last bit at most.
+    assert torch.allclose(got, posenc_ops.apply_rotary(x, cos, sin, 40), rtol=0, atol=2e-6)
+    with pytest.raises(RuntimeError, match="must lie in the table"):
+        posenc_ops.apply_rotary(x, cos[:4], sin[:4], 40)
+
+
 OPCHECK_CASES = [
+    ("add_position_table", lambda ops: (torch.randn(2, 5, 10), ops.sinusoidal_table(4, 10), 3, True, None, 1.0, interleaved_columns(10))),
     ("add_position_table", lambda ops: (torch.randn(2, 5, 8), ops.sinusoidal_table(16, 8), 3, True)),
     ("add_position_table", lambda ops: (torch.randn(5, 2, 8, dtype=torch.float64, requires_grad=True), torch.randn(1, 16, 8, dtype=torch.float64, requires_grad=True), 0, False)),
     ("add_position_table", lambda ops: (torch.randn(2, 5, 8).to(torch.bfloat16), ops.sinusoidal_table(16, 8), 11, True)),
