@@ -373,6 +373,9 @@ bool same_bits(const torch::Tensor& a, const torch::Tensor& b) {
   }
   const auto ca = a.contiguous();
   const auto cb = b.contiguous();
+  if (ca.nbytes() == 0) {
+    return cb.nbytes() == 0; // an empty tensor's data pointer may be null
+  }
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
