@@ -52,6 +52,18 @@ int64_t pick_size(FuzzedDataProvider& in, int64_t hi) {
   }
 }
 
+// An offset: mostly small, sometimes anywhere in int64 (near its ends, offset + L overflows).
+int64_t pick_offset(FuzzedDataProvider& in, int64_t hi) {
+  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    case 0:
+      return in.ConsumeIntegral<int64_t>();
+    case 1:
+      return std::numeric_limits<int64_t>::max() - in.ConsumeIntegralInRange<int64_t>(0, 8);
+    default:
+      return in.ConsumeIntegralInRange<int64_t>(-2, hi);
+  }
+}
+
 torch::Dtype pick_dtype(FuzzedDataProvider& in) {
   const torch::Dtype dtypes[] = {torch::kFloat,
                                  torch::kFloat,
@@ -189,6 +201,56 @@ void check_export(const posenc::PositionalEncoding& pe,
   check_values(exported, x, pe->pe, offset, options.batch_first(), options.scale());
 }
 
+// Where the module rejected an offset, its TorchScript export must reject it too (offset + L can
+// overflow int64 in the exported code as well).
+template <typename Module>
+void check_export_rejects(const Module& module, const torch::Tensor& x, int64_t offset,
+                          const c10::Error& error) {
+  const std::string message = error.what_without_backtrace();
+  if (message.find("offset") == std::string::npos) {
+    return;
+  }
+  try {
+    posenc::to_torchscript(module).forward({x, offset});
+  } catch (const std::exception&) {
+    return;
+  }
+  std::cerr << "posenc_fuzzer: the exported module accepted offset " << offset << " for input "
+            << x.sizes() << ", which the module rejects: " << message << "\n";
+  abort();
+}
+
+// Runs module(x, offset); with `check_export`, holds its TorchScript export to the same outcome:
+// an error where the module rejects the offset, a result of the same shape and dtype otherwise.
+template <typename Module>
+torch::Tensor forward_and_export(const Module& module, const torch::Tensor& x, int64_t offset,
+                                 bool check_export) {
+  torch::Tensor y;
+  try {
+    y = module->forward(x, offset);
+  } catch (const c10::Error& error) {
+    if (check_export) {
+      check_export_rejects(module, x, offset, error);
+    }
+    throw;
+  }
+  if (check_export) {
+    torch::Tensor exported;
+    try {
+      exported = posenc::to_torchscript(module).forward({x, offset}).toTensor();
+    } catch (const std::exception&) {
+      return y; // TorchScript's own errors are not c10::Errors; a stricter export is allowed
+    }
+    if (exported.sizes() != y.sizes() || exported.scalar_type() != y.scalar_type()) {
+      std::cerr << "posenc_fuzzer: the exported module returned " << exported.sizes() << " "
+                << exported.scalar_type() << " where the module returned " << y.sizes() << " "
+                << y.scalar_type() << " (offset " << offset << ")\n";
+      abort();
+    }
+  }
+  return y;
+}
+
 void fuzz_sinusoidal(FuzzedDataProvider& in) {
   posenc::PositionalEncodingOptions options(pick_size(in, 48), pick_size(in, 64));
   options
@@ -222,9 +284,10 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
   torch::Tensor y;
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
     case 0: {
-      const int64_t offset = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 80)
-                                              : in.ConsumeIntegral<int64_t>();
-      y = pe(x, offset);
+      const int64_t offset = pick_offset(in, 80);
+      const bool export_check = in.ConsumeIntegralInRange<int>(0, 7) == 0 && !pe->is_training() &&
+                                !with_grad && !options.inplace();
+      y = forward_and_export(pe, x, offset, export_check);
       check_result(y, original);
       if (pe->is_training() && options.dropout() != 0.0) {
         return;
@@ -239,7 +302,7 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
           abort();
         }
       }
-      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && !pe->is_training()) {
+      if (export_check) {
         check_export(pe, original, offset, options);
       }
       return;
@@ -284,9 +347,10 @@ void fuzz_rotary(FuzzedDataProvider& in) {
                                        : posenc::BeyondMaxLen::kExtrapolate);
   posenc::RotaryEmbedding rope(options);
   const auto x = pick_input(in, options.head_dim(), 4);
+  const bool export_check = in.ConsumeIntegralInRange<int>(0, 7) == 0;
   const auto y =
       in.ConsumeBool()
-          ? rope(x, in.ConsumeIntegralInRange<int64_t>(-2, 60))
+          ? forward_and_export(rope, x, pick_offset(in, 60), export_check)
           : rope->forward_positions(
                 x, pick_positions(in, x, options.heads_first() ? 2 : 1, options.max_len()));
   check_result(y, x);
@@ -319,7 +383,8 @@ void fuzz_token(FuzzedDataProvider& in) {
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
     ids = ids.to(torch::kFloat);
   }
-  const auto y = embed(ids, in.ConsumeIntegralInRange<int64_t>(-1, 40));
+  const bool export_check = in.ConsumeIntegralInRange<int>(0, 7) == 0 && !embed->is_training();
+  const auto y = forward_and_export(embed, ids, pick_offset(in, 40), export_check);
   if (y.dim() != 3 || y.size(2) != options.d_model()) {
     abort();
   }
@@ -379,10 +444,62 @@ bool same_bits(const torch::Tensor& a, const torch::Tensor& b) {
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
+// A tensor of `like`'s shape and dtype on the memory of `input` (its start or its end, so that the
+// overlap is full or partial), or an undefined tensor where none fits: the target of an in-place or
+// out= call that shares memory with one of the call's inputs. posenc must then raise (it rejects
+// any overlap between what it writes and what it reads), as ATen's assert_no_overlap does.
+torch::Tensor view_of(FuzzedDataProvider& in, const c10::optional<torch::Tensor>& input,
+                      const torch::Tensor& like) {
+  if (!input || !input->defined() || input->is_meta() || like.is_meta() || like.numel() == 0 ||
+      !input->is_contiguous() || !at::isFloatingType(like.scalar_type())) {
+    return {};
+  }
+  try {
+    const auto flat = input->view(like.scalar_type()).reshape(-1);
+    if (flat.numel() < like.numel()) {
+      return {};
+    }
+    const int64_t start = in.ConsumeBool() ? 0 : flat.numel() - like.numel();
+    return flat.narrow(0, start, like.numel()).view(like.sizes());
+  } catch (const c10::Error&) {
+    return {};
+  }
+}
+
+// How an in-place target relates to autograd: a plain tensor, a leaf that requires grad, or a view
+// of one. Autograd forbids writing the last two in place: posenc must raise before writing.
+torch::Tensor pick_grad_target(FuzzedDataProvider& in, const torch::Tensor& x, bool& forbidden) {
+  const int kind = in.ConsumeIntegralInRange<int>(0, 5);
+  if (kind > 1 || x.is_meta() || !at::isFloatingType(x.scalar_type())) {
+    return x;
+  }
+  forbidden = true;
+  auto leaf = x.detach().clone().requires_grad_(true);
+  return kind == 0 ? leaf : leaf.view(x.sizes());
+}
+
+// A call rejected in place must leave its target as it was; one that had to be rejected (mixed
+// devices, an aliased or autograd-forbidden target) must not return.
+template <typename F>
+void run_inplace(torch::Tensor& target, bool must_raise, F&& call) {
+  const auto before = target.detach().clone();
+  try {
+    call();
+  } catch (const c10::Error&) {
+    if (!same_bits(target.detach(), before)) {
+      abort(); // a rejected in-place call changed its target
+    }
+    throw;
+  }
+  if (must_raise) {
+    abort(); // an in-place call that had to be rejected returned
+  }
+}
+
 void fuzz_ops(FuzzedDataProvider& in) {
   const int64_t width = in.ConsumeIntegralInRange<int64_t>(0, 16);
   bool mixed = false; // the arguments of the call lie on two devices
-  const auto table = maybe_meta(
+  auto table = maybe_meta(
       in,
       torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 20),
                     in.ConsumeBool() ? width : in.ConsumeIntegralInRange<int64_t>(0, 16)})
@@ -396,40 +513,60 @@ void fuzz_ops(FuzzedDataProvider& in) {
   if (positions) {
     positions = maybe_meta(in, *positions, mixed);
   }
-  const auto columns = pick_columns(in, table.dim() == 2 ? table.size(1) : width);
-  const int64_t offset = in.ConsumeIntegralInRange<int64_t>(-2, 25);
+  auto columns = pick_columns(in, table.dim() == 2 ? table.size(1) : width);
+  if (columns) {
+    columns = maybe_meta(in, *columns, mixed);
+  }
+  const int64_t offset = pick_offset(in, 25);
   const bool batch_first = in.ConsumeBool();
   const double scale = pick_double(in, {1.0, std::nan("")}, -3, 3);
   const int which = in.ConsumeIntegralInRange<int>(0, 5);
   try {
     switch (which) {
       case 0:
-        mixed = mixed_devices({x, table, positions});
+        mixed = mixed_devices({x, table, positions, columns});
         check_result(
             posenc::ops::add_position_table(x, table, offset, batch_first, positions, scale, columns),
             x);
         break;
       case 1: {
-        auto copy = x.clone();
-        const auto before = copy.clone();
-        mixed = mixed_devices({copy, table, positions});
-        try {
-          posenc::ops::add_position_table_(copy, table, offset, batch_first, positions, scale,
-                                           columns);
-        } catch (const c10::Error&) {
-          if (!same_bits(copy, before)) {
-            abort(); // a rejected in-place call changed its target
+        bool forbidden = false;
+        auto target = in.ConsumeIntegralInRange<int>(0, 3) == 0
+                          ? view_of(in, in.ConsumeBool() ? c10::optional<torch::Tensor>(table)
+                                                         : in.ConsumeBool() ? positions : columns,
+                                    x)
+                          : torch::Tensor();
+        forbidden = target.defined();
+        if (!target.defined()) {
+          target = pick_grad_target(in, x.clone(), forbidden);
+          if (table.defined() && in.ConsumeIntegralInRange<int>(0, 7) == 0 && !table.is_meta() &&
+              at::isFloatingType(table.scalar_type())) {
+            table.requires_grad_(true); // the in-place result then joins the graph
           }
-          throw;
         }
+        mixed = mixed_devices({target, table, positions, columns});
+        run_inplace(target, forbidden || mixed, [&] {
+          posenc::ops::add_position_table_(target, table, offset, batch_first, positions, scale,
+                                           columns);
+        });
         break;
       }
       case 2: {
         auto out = in.ConsumeBool() ? torch::empty_like(x) : torch::empty({0}, x.options());
         out = maybe_meta(in, out, mixed);
-        mixed = mixed_devices({x, table, positions, out});
+        const auto alias =
+            view_of(in, in.ConsumeBool() ? c10::optional<torch::Tensor>(table) : positions, x);
+        const bool aliased = alias.defined() && in.ConsumeBool();
+        if (aliased) {
+          out = alias;
+        }
+        mixed = mixed_devices({x, table, positions, columns, out});
         posenc::ops::add_position_table_out(out, x, table, offset, batch_first, positions, scale,
                                             columns);
+        if (aliased) {
+          abort(); // an out= call writing into one of its inputs returned
+        }
+        check_result(out, x);
         break;
       }
       case 3:
@@ -447,26 +584,53 @@ void fuzz_ops(FuzzedDataProvider& in) {
             mixed);
         const auto sin = in.ConsumeBool() ? torch::randn(cos.sizes(), cos.options())
                                           : torch::randn({2, 2});
-        const auto inv_freq =
+        auto inv_freq =
             in.ConsumeBool() && cos.dim() == 2 && cos.size(1) >= 1
                 ? c10::optional<torch::Tensor>(posenc::functional::rotary_inv_freq(2 * cos.size(1)))
                 : c10::nullopt;
+        if (inv_freq) {
+          inv_freq = maybe_meta(in, *inv_freq, mixed);
+        }
         const auto q = pick_input(in, 2 * (cos.dim() == 2 ? cos.size(1) : 0), 4);
-        mixed = mixed_devices({q, cos, sin, positions});
-        check_result(posenc::ops::apply_rotary(q, cos, sin, offset, positions, in.ConsumeBool(),
-                                               in.ConsumeBool(), in.ConsumeBool(), inv_freq,
-                                               pick_double(in, {1.0, 0.0}, 0.5, 2)),
-                     q);
+        const bool interleaved = in.ConsumeBool();
+        const bool heads_first = in.ConsumeBool();
+        const bool inverse = in.ConsumeBool();
+        const double factor = pick_double(in, {1.0, 0.0, 1e300}, 0.5, 2);
+        if (in.ConsumeBool()) {
+          mixed = mixed_devices({q, cos, sin, positions, inv_freq});
+          check_result(posenc::ops::apply_rotary(q, cos, sin, offset, positions, interleaved,
+                                                 heads_first, inverse, inv_freq, factor),
+                       q);
+          break;
+        }
+        // In place: the target may alias cos, sin or positions, or be forbidden by autograd.
+        bool forbidden = false;
+        auto target = in.ConsumeIntegralInRange<int>(0, 3) == 0
+                          ? view_of(in, in.ConsumeBool() ? c10::optional<torch::Tensor>(cos)
+                                                         : in.ConsumeBool() ? c10::optional<torch::Tensor>(sin)
+                                                                            : positions,
+                                    q)
+                          : torch::Tensor();
+        forbidden = target.defined();
+        if (!target.defined()) {
+          target = pick_grad_target(in, q.clone(), forbidden);
+        }
+        mixed = mixed_devices({target, cos, sin, positions, inv_freq});
+        run_inplace(target, forbidden || mixed, [&] {
+          posenc::ops::apply_rotary_(target, cos, sin, offset, positions, interleaved, heads_first,
+                                     inverse, inv_freq, factor);
+        });
         break;
       }
       default: {
-        const auto weight =
-            torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 10), width}).to(pick_dtype(in));
+        const auto weight = maybe_meta(
+            in, torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 10), width}).to(pick_dtype(in)),
+            mixed);
         const auto ids = torch::randint(
             -1, 11,
             {in.ConsumeIntegralInRange<int64_t>(0, 3), in.ConsumeIntegralInRange<int64_t>(0, 5)},
             torch::kLong);
-        mixed = mixed_devices({ids, weight, table, positions});
+        mixed = mixed_devices({ids, weight, table, positions, columns});
         posenc::ops::token_and_position_embedding(
             ids, weight, table, offset, batch_first, positions, scale,
             in.ConsumeIntegralInRange<int64_t>(-1, 10), pick_double(in, {0.0, 0.5, 1.0, 2.0}, 0, 1),

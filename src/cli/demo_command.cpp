@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "demo/reversal.h"
 #include "plot/figures.h"
 
@@ -98,9 +99,11 @@ void add_demo_command(CLI::App& app) {
       "demo",
       "Train a small transformer to reverse sequences, with and without positional encodings");
   cmd->add_option("--steps", args->options.steps, "Training steps per encoding")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(1));
   cmd->add_option("--seed", args->options.seed, "Random seed (the run is deterministic for a seed)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0));
   cmd->add_option("--device", args->device, "cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));

@@ -1,4 +1,7 @@
 #include "cli/commands.h"
+#include "cli/validators.h"
+
+#include "cli/output.h"
 
 #include <posenc/export.h>
 #include <posenc/modules/positional_encoding.h>
@@ -7,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 
 namespace posenc {
@@ -19,7 +23,7 @@ struct ExportArgs {
   int64_t max_len = 0;
   int64_t d_model = 0;
   int64_t head_dim = 0;
-  int64_t rotary_dim = 0;
+  c10::optional<int64_t> rotary_dim; // default: head_dim
   double base = 10000.0;
   double scale = 1.0;
   bool seq_first = false;
@@ -33,7 +37,9 @@ struct ExportArgs {
 
 template <typename Module>
 void save(const Module& module, const std::string& path) {
-  to_torchscript(module).save(path);
+  std::ostringstream bytes;
+  to_torchscript(module).save(bytes);
+  write_file(path, bytes.str());
   std::cout << "wrote " << path << ": TorchScript " << *module
             << "; load it with torch.jit.load (Python) or torch::jit::load (C++)\n";
 }
@@ -47,8 +53,8 @@ void run_export(const ExportArgs& args) {
                                                : RotaryPairing::kHalfSplit)
         .heads_first(args.heads_first)
         .beyond_max_len(beyond);
-    if (args.rotary_dim > 0) {
-      options.rotary_dim(args.rotary_dim);
+    if (args.rotary_dim) {
+      options.rotary_dim(*args.rotary_dim);
     }
     save(RotaryEmbedding(options), args.output);
     return;
@@ -77,13 +83,18 @@ void add_export_command(CLI::App& app) {
                   "sinusoidal (PositionalEncoding) or rotary (RotaryEmbedding)")
       ->capture_default_str()
       ->check(CLI::IsMember({"sinusoidal", "rotary"}));
-  cmd->add_option("--max-len", args->max_len, "Number of positions the table holds")->required();
-  cmd->add_option("--d-model", args->d_model, "Encoding width (sinusoidal)");
-  cmd->add_option("--head-dim", args->head_dim, "Head width (rotary)");
-  cmd->add_option("--rotary-dim", args->rotary_dim,
-                  "Rotated channels per head (rotary; default: head-dim)");
+  cmd->add_option("--max-len", args->max_len, "Number of positions the table holds")
+      ->required()
+      ->check(at_least(1));
+  cmd->add_option("--d-model", args->d_model, "Encoding width (sinusoidal)")->check(at_least(1));
+  cmd->add_option("--head-dim", args->head_dim, "Head width (rotary)")->check(at_least(1));
+  cmd->add_option_function<int64_t>(
+         "--rotary-dim", [args](const int64_t& value) { args->rotary_dim = value; },
+         "Rotated channels per head (rotary; default: head-dim)")
+      ->check(at_least(1));
   cmd->add_option("--base", args->base, "Base of the wavelength progression")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("--scale", args->scale, "Factor the input is multiplied by (sinusoidal)")
       ->capture_default_str();
   cmd->add_option("--layout", args->layout, "Channel layout (sinusoidal)")

@@ -1,6 +1,7 @@
 // posenc: the command-line program. `posenc --help` lists the subcommands.
 
 #include "cli/commands.h"
+#include "cli/output.h"
 
 #include <posenc/version.h>
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   posenc::cli::add_plot_command(app);
   try {
     app.parse(argc, argv);
+    posenc::cli::flush_stdout();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const c10::Error& e) {

@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "plot/figures.h"
 
 #include <posenc/functional/positional_encoding.h>
@@ -25,16 +26,24 @@ void add_plot_command(CLI::App& app) {
   auto args = std::make_shared<PlotArgs>();
   CLI::App* cmd = app.add_subcommand(
       "plot", "Draw the encoding as PNG figures: a heatmap and the similarity between positions");
-  cmd->add_option("--max-len", args->max_len, "Number of positions")->capture_default_str();
-  cmd->add_option("--d-model", args->d_model, "Encoding width")->capture_default_str();
+  cmd->add_option("--max-len", args->max_len, "Number of positions (at least 2)")
+      ->capture_default_str()
+      ->check(at_least(2));
+  cmd->add_option("--d-model", args->d_model, "Encoding width")
+      ->capture_default_str()
+      ->check(at_least(1));
   cmd->add_option("--base", args->base, "Base of the wavelength progression")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("-o,--output-dir", args->directory,
                   "Directory for positional_encoding.png and position_similarity.png")
       ->capture_default_str();
-  cmd->add_option("--width", args->width, "Width of the heatmap in pixels")->capture_default_str();
+  cmd->add_option("--width", args->width, "Width of the heatmap in pixels")
+      ->capture_default_str()
+      ->check(CLI::Range(200, 10000));
   cmd->add_option("--height", args->height, "Height of the heatmap in pixels")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(200, 10000));
   cmd->callback([args] {
     namespace F = posenc::functional;
     const auto table = F::sinusoidal_table(args->max_len, args->d_model,

@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 #include "cli/table_format.h"
+#include "cli/validators.h"
 
 #include <posenc/functional/positional_encoding.h>
 
@@ -41,11 +42,18 @@ void add_table_command(CLI::App& app) {
   auto args = std::make_shared<TableArgs>();
   CLI::App* cmd =
       app.add_subcommand("table", "Print the sinusoidal encoding table [max_len, d_model]");
-  cmd->add_option("--max-len", args->max_len, "Number of positions (rows)")->required();
-  cmd->add_option("--d-model", args->d_model, "Encoding width (columns)")->required();
+  cmd->add_option("--max-len", args->max_len, "Number of positions (rows)")
+      ->required()
+      ->check(at_least(1));
+  cmd->add_option("--d-model", args->d_model, "Encoding width (columns)")
+      ->required()
+      ->check(at_least(1));
   cmd->add_option("--base", args->base, "Base of the wavelength progression")
-      ->capture_default_str();
-  cmd->add_option("--offset", args->offset, "Position of the first row")->capture_default_str();
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--offset", args->offset, "Position of the first row")
+      ->capture_default_str()
+      ->check(at_least(0));
   cmd->add_option("--format", args->format,
                   "text: PyTorch's tensor printout; csv: one row per line")
       ->capture_default_str()

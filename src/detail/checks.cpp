@@ -18,8 +18,7 @@ CallerScope::Caller& CallerScope::current() {
   return caller;
 }
 
-CallerScope::CallerScope(const char* name, const char* hint)
-    : slot_(current()), previous_(slot_) {
+CallerScope::CallerScope(const char* name, const char* hint) : slot_(current()), previous_(slot_) {
   slot_ = {name, hint};
 }
 
@@ -44,6 +43,22 @@ void check_dropout(const char* who, double p) {
 
 void check_scale(const char* who, double scale) {
   TORCH_CHECK(std::isfinite(scale), who, ": scale must be finite, but got ", scale);
+}
+
+void check_scale(const char* who, double scale, c10::ScalarType dtype) {
+  check_scale(who, scale);
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  TORCH_CHECK(dtype == c10::kDouble || std::abs(scale) <= kFloatMax, who,
+              ": scale must lie in [-3.4028e38, 3.4028e38] for ", dtype,
+              " inputs (computed in float32), but got ", scale,
+              "; pass float64 inputs or a smaller scale");
+}
+
+void check_argument_device(const char* who, const at::Tensor& tensor, const char* what,
+                           const c10::Device& device) {
+  TORCH_CHECK(tensor.device() == device, who, ": expected all tensors of the call on one device, ",
+              "but ", what, " is on ", tensor.device(), " and the input on ", device, "; move ",
+              what, " with .to(", device, ")");
 }
 
 void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype) {

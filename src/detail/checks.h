@@ -78,6 +78,20 @@ void check_dropout(const char* who, double p);
 /// Checks that a scale is finite.
 void check_scale(const char* who, double scale);
 
+/// Checks a scale for inputs of `dtype`: finite and, since inputs narrower than float64 are
+/// computed in float32, within float32's range for them (a larger scale would round to infinity
+/// and turn zeros into NaN).
+void check_scale(const char* who, double scale, c10::ScalarType dtype);
+
+/// Largest frequency posenc accepts (about 1.95e289): any int64 position times it stays a finite
+/// float64 angle, so every angle posenc forms is a number.
+constexpr double kMaxFrequency = 1.7976931348623157e308 / 9223372036854775808.0;
+
+/// Checks that `tensor`, an argument named `what` of a call on `device` ("columns", "inv_freq",
+/// "out"), lies on that device: every tensor argument of one call must, as for ATen's operators.
+void check_argument_device(const char* who, const at::Tensor& tensor, const char* what,
+                           const c10::Device& device);
+
 /// Checks a floating dtype requested for a table or a `.to(dtype)` call.
 void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype);
 

@@ -78,9 +78,10 @@ ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, i
   plan.kind.resize(static_cast<size_t>(width));
   for (int64_t c = 0; c < width; ++c) {
     const double kind = data[width + c];
-    TORCH_CHECK(std::isfinite(data[c]) && (kind == 0.0 || kind == 1.0 || kind == 2.0), who,
-                ": columns must hold finite frequencies and kinds 0 (sine), 1 (cosine) or 2 "
-                "(zero), but column ",
+    TORCH_CHECK(std::abs(data[c]) <= kMaxFrequency && (kind == 0.0 || kind == 1.0 || kind == 2.0),
+                who,
+                ": columns must hold frequencies in [-1.9e289, 1.9e289] (so that every angle is a "
+                "finite number) and kinds 0 (sine), 1 (cosine) or 2 (zero), but column ",
                 c, " has frequency ", data[c], " and kind ", kind);
     plan.kind[static_cast<size_t>(c)] = static_cast<ColumnPlan::Kind>(static_cast<int>(kind));
   }
@@ -92,7 +93,11 @@ void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, do
               "; pass the width of the embeddings the encoding is added to");
   TORCH_CHECK(max_len >= 1, who, ": max_len must be >= 1, but got ", max_len,
               "; pass the number of positions the table must hold");
-  TORCH_CHECK(std::isfinite(base) && base > 0.0, who, ": base must be finite and > 0, but got ",
+  // Frequencies lie between 1 and 1 / base; a base below 1 / kMaxFrequency would give angles that
+  // overflow (and NaN at position 0, where the angle is 0 * inf).
+  TORCH_CHECK(std::isfinite(base) && base >= 1.0 / kMaxFrequency, who,
+              ": base must be finite and >= 5.2e-290 (so that every angle position * base^-e is a "
+              "finite number), but got ",
               base, "; the paper uses 10000");
   check_table_size(who, "a table of max_len * d_model", max_len, d_model, "max_len");
 }

@@ -117,8 +117,8 @@ torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids
               ": expected integer token ids, but got ", ids.scalar_type());
   torch::Tensor positions = given;
   if (!given.defined() && options.padding_idx()) {
-    TORCH_CHECK(offset >= 0, kWho, ": offset must be >= 0, but got ", offset,
-                "; positions start at 0");
+    // (offset + L must fit in int64 too: the positions below are formed by adding them)
+    detail::check_offset_start(kWho, offset, ids.size(options.batch_first() ? 1 : 0));
     positions =
         functional::positions_from_tokens(ids, *options.padding_idx(), options.batch_first());
     if (offset != 0) {

@@ -49,8 +49,11 @@ template <AddLoop loop, EmptyFn empty>
 void add_position_table_inplace_kernel(at::Tensor& x, const at::Tensor& table, int64_t offset,
                                        bool batch_first, OptionalTensor positions, double scale,
                                        OptionalTensor columns) {
-  const TableCall call = prepare_table_call("posenc::add_position_table_", x, table, offset,
-                                            positions, batch_first, scale, columns);
+  constexpr const char* op = "posenc::add_position_table_";
+  const TableCall call =
+      prepare_table_call(op, x, table, offset, positions, batch_first, scale, columns);
+  check_no_overlap(op, x, "x",
+                   {{"the table", table}, {"positions", positions}, {"columns", columns}});
   if (x.is_contiguous()) { // (a contiguous tensor cannot overlap itself)
     loop(x, x, call);
     return;
@@ -69,6 +72,8 @@ void add_position_table_out_kernel(const at::Tensor& x, const at::Tensor& table,
   const TableCall call =
       prepare_table_call(op, x, table, offset, positions, batch_first, scale, columns);
   prepare_out(op, out, x);
+  check_no_overlap(op, out, "out",
+                   {{"the table", table}, {"positions", positions}, {"columns", columns}});
   if (out.is_contiguous()) {
     loop(x.contiguous(), out, call);
     return;
@@ -95,8 +100,11 @@ void apply_rotary_inplace_kernel(at::Tensor& x, const at::Tensor& cos, const at:
                                  int64_t offset, OptionalTensor positions, bool interleaved,
                                  bool heads_first, bool inverse, OptionalTensor inv_freq,
                                  double attention_factor) {
-  const RotaryCall call = prepare_rotary_call("posenc::apply_rotary_", x, cos, sin, offset,
-                                              positions, heads_first, inv_freq, attention_factor);
+  constexpr const char* op = "posenc::apply_rotary_";
+  const RotaryCall call = prepare_rotary_call(op, x, cos, sin, offset, positions, heads_first,
+                                              inv_freq, attention_factor);
+  check_no_overlap(op, x, "x",
+                   {{"cos", cos}, {"sin", sin}, {"positions", positions}, {"inv_freq", inv_freq}});
   if (x.is_contiguous()) { // (a contiguous tensor cannot overlap itself)
     loop(x, x, call, interleaved, inverse);
     return;

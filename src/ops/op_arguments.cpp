@@ -5,6 +5,7 @@
 #include "detail/sinusoidal.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/where.h>
@@ -12,6 +13,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 namespace posenc {
@@ -144,7 +147,8 @@ TableCall prepare_table_call(const char* op, const at::Tensor& x, const at::Tens
   const char* who = detail::caller_or(op);
   const detail::TableShape shape = detail::check_table(who, table);
   detail::check_sequence_input(who, x, shape.width, batch_first, table.device());
-  detail::check_scale(who, scale);
+  detail::check_scale(who, scale, x.scalar_type());
+  check_definition_device(who, columns, "columns", table.device());
   TableCall call = table_call(table, shape.width, x.sizes(), batch_first, scale);
   const Resolved resolved = resolve_positions(who, call, positions, offset, x.sizes().slice(0, 2),
                                               detail::sequence_layout(batch_first), x.device(),
@@ -173,11 +177,12 @@ TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at:
               ": expected the token ids on the module's device (", weight.device(), "), but got ",
               tokens.device());
   detail::check_dropout(who, dropout);
-  detail::check_scale(who, scale);
+  detail::check_scale(who, scale, weight.scalar_type());
   const detail::TableShape shape = detail::check_table(who, table);
   TORCH_CHECK(shape.width == weight.size(1) && table.device() == weight.device(), who,
               ": the position table must have D = ", weight.size(1), " columns on ",
               weight.device(), ", but has ", shape.width, " on ", table.device());
+  check_definition_device(who, columns, "columns", table.device());
   TableCall call = table_call(table, shape.width, tokens.sizes(), batch_first, scale);
   const Resolved resolved =
       resolve_positions(who, call, positions, offset, tokens.sizes(), layout, tokens.device(),
@@ -210,7 +215,8 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
               sin.defined() ? sin.sizes() : at::IntArrayRef{});
   detail::check_float_dtype(who, "the dtype of cos and sin", cos.scalar_type());
   TORCH_CHECK(cos.scalar_type() == sin.scalar_type() && cos.device() == sin.device(), who,
-              ": cos and sin must share dtype and device");
+              ": cos and sin must share dtype and device, but cos is ", cos.scalar_type(), " on ",
+              cos.device(), " and sin ", sin.scalar_type(), " on ", sin.device());
   detail::check_rotary_input(who, x, 2 * cos.size(1), heads_first, cos.device());
   RotaryCall call;
   call.cos = cos;
@@ -228,10 +234,23 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
                 who, ": inv_freq must be a float64 [R/2] = [", call.half,
                 "] tensor of frequencies, but got ", inv_freq->scalar_type(), " of shape ",
                 inv_freq->sizes());
-    TORCH_CHECK(std::isfinite(attention_factor) && attention_factor > 0.0, who,
-                ": attention_factor must be finite and > 0, but got ", attention_factor);
+    check_definition_device(who, inv_freq, "inv_freq", cos.device());
+    // cos/sin carry the factor, so it must be a finite number in their dtype.
+    const double largest = cos.scalar_type() == at::kDouble ? std::numeric_limits<double>::max()
+                           : cos.scalar_type() == at::kHalf ? 65504.0
+                                                            : std::numeric_limits<float>::max();
+    TORCH_CHECK(attention_factor > 0.0 && attention_factor <= largest, who,
+                ": attention_factor must be > 0 and at most ", largest, " (the largest ",
+                cos.scalar_type(), " of the cos/sin caches that carry it), but got ",
+                attention_factor);
     const at::Tensor host = inv_freq->to(at::kCPU).contiguous();
     frequencies.inv_freq.assign(host.data_ptr<double>(), host.data_ptr<double>() + call.half);
+    for (const double frequency : frequencies.inv_freq) {
+      TORCH_CHECK(std::abs(frequency) <= detail::kMaxFrequency, who,
+                  ": inv_freq must hold frequencies in [-1.9e289, 1.9e289] (so that every angle "
+                  "is a finite number), but holds ",
+                  frequency);
+    }
     frequencies.attention_factor = attention_factor;
   }
   const int64_t batch_and_length[] = {call.batch, call.length};
@@ -250,20 +269,35 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   return call;
 }
 
-void prepare_out(const char* op, at::Tensor& out, const at::Tensor& x) {
-  const char* who = detail::caller_or(op);
+void check_out(const char* who, const at::Tensor& out, const at::Tensor& x) {
   TORCH_CHECK(out.defined(), who, ": out is undefined");
   TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(), who,
               ": out must have the input's dtype and device (", x.scalar_type(), ", ", x.device(),
               "), but has ", out.scalar_type(), ", ", out.device());
-  TORCH_CHECK(out.sizes() == x.sizes() || out.numel() == 0, who,
-              ": out must have the input's shape ", x.sizes(),
-              " (or be empty, to be resized), but has ", out.sizes());
-  if (out.numel() == 0 && x.numel() != 0) {
-    out.resize_(x.sizes());
-  }
+}
+
+void prepare_out(const char* op, at::Tensor& out, const at::Tensor& x) {
+  const char* who = detail::caller_or(op);
+  check_out(who, out, x);
+  // PyTorch's rule: an out of another shape is resized (with a deprecation warning unless it is
+  // empty).
+  at::native::resize_output(out, x.sizes());
   at::assert_no_internal_overlap(out);
   at::assert_no_partial_overlap(out, x);
+}
+
+void check_no_overlap(const char* op, const at::Tensor& written, const char* written_name,
+                      std::initializer_list<NamedInput> inputs) {
+  for (const NamedInput& input : inputs) {
+    if (input.tensor == nullptr || !input.tensor->defined()) {
+      continue;
+    }
+    const at::MemOverlapStatus status = at::get_overlap_status(written, *input.tensor);
+    TORCH_CHECK(status == at::MemOverlapStatus::No || status == at::MemOverlapStatus::TooHard,
+                detail::caller_or(op), ": ", written_name, " shares memory with ", input.name,
+                ", which the operation reads while writing ", written_name,
+                "; pass a clone() of one of them");
+  }
 }
 
 bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b) {
@@ -271,6 +305,25 @@ bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b) {
     return true;
   }
   return !(a.defined() && a.requires_grad()) && !(b.defined() && b.requires_grad());
+}
+
+void check_definition_device(const char* who, OptionalTensor tensor, const char* what,
+                             const c10::Device& device) {
+  if (given(tensor)) {
+    detail::check_argument_device(who, *tensor, what, device);
+  }
+}
+
+void check_token_backward_devices(const at::Tensor& grad, const at::Tensor& mask,
+                                  const at::Tensor& tokens, const at::Tensor& weight,
+                                  const at::Tensor& table, OptionalTensor positions) {
+  constexpr const char* who = "posenc::_token_and_position_embedding_backward";
+  const c10::Device device = weight.device();
+  detail::check_argument_device(who, grad, "grad", device);
+  detail::check_argument_device(who, mask, "the dropout mask", device);
+  detail::check_argument_device(who, tokens, "the token ids", device);
+  detail::check_argument_device(who, table, "the table", device);
+  check_definition_device(who, positions, "positions", device);
 }
 
 c10::optional<at::Tensor> optional_of(const at::Tensor& tensor) {

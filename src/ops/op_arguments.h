@@ -13,6 +13,7 @@
 #include <c10/util/Optional.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace posenc {
 namespace ops {
@@ -84,10 +85,40 @@ RotaryCall prepare_rotary_call(const char* who, const at::Tensor& x, const at::T
                                const at::Tensor& sin, int64_t offset, OptionalTensor positions,
                                bool heads_first, OptionalTensor inv_freq, double attention_factor);
 
-/// Prepares the `out` tensor of an out-variant: defined, on the device and of the dtype of `x`,
-/// either of x's shape or empty (then resized to x's shape), and overlapping neither itself nor
-/// `x` in part.
+/// Checks the `out` tensor of an out-variant: defined, on the device and of the dtype of `x`.
+void check_out(const char* who, const at::Tensor& out, const at::Tensor& x);
+
+/// Prepares the `out` tensor of an out-variant: checked (check_out), resized to x's shape by
+/// PyTorch's rule (silently when empty, else with its deprecation warning), and overlapping
+/// neither itself nor `x` in part (`out` may be `x`).
 void prepare_out(const char* who, at::Tensor& out, const at::Tensor& x);
+
+/// An input of a call that writes a tensor, by name ("the table", "positions").
+struct NamedInput {
+  NamedInput(const char* name, const at::Tensor& tensor) : name(name), tensor(&tensor) {}
+  NamedInput(const char* name, OptionalTensor tensor)
+      : name(name), tensor(tensor.has_value() ? &*tensor : nullptr) {}
+  const char* name;
+  const at::Tensor* tensor; // null or undefined: not given
+};
+
+/// Checks that `written` (an in-place target or `out`, named `written_name`) shares no memory with
+/// any of `inputs` (undefined ones skipped): the kernels read them while writing, so any overlap
+/// would give a result that depends on the order of the writes. Raises, as ATen's
+/// assert_no_overlap does.
+void check_no_overlap(const char* who, const at::Tensor& written, const char* written_name,
+                      std::initializer_list<NamedInput> inputs);
+
+/// Checks that every tensor argument of _token_and_position_embedding_backward lies on the
+/// weight's device.
+void check_token_backward_devices(const at::Tensor& grad, const at::Tensor& mask,
+                                  const at::Tensor& tokens, const at::Tensor& weight,
+                                  const at::Tensor& table, OptionalTensor positions);
+
+/// Checks that an optional definition tensor (`columns`, `inv_freq`), when given, lies on the
+/// call's `device`.
+void check_definition_device(const char* who, OptionalTensor tensor, const char* what,
+                             const c10::Device& device);
 
 /// True when no argument needs autograd: then the forward may skip the autograd layer.
 bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b = at::Tensor());

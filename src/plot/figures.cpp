@@ -1,5 +1,7 @@
 #include "plot/figures.h"
 
+#include "cli/output.h"
+
 #include <posenc/functional/positional_encoding.h>
 
 #include <ATen/ops/matmul.h>
@@ -172,10 +174,20 @@ Surface canvas(int width, int height, Context& cr) {
   return surface;
 }
 
+// Encodes the PNG in memory, then writes it with every error checked (cairo's own file writer
+// does not report a failed flush: a full disk gave a truncated file and success).
 void save(cairo_surface_t* surface, const std::string& path) {
-  const cairo_status_t status = cairo_surface_write_to_png(surface, path.c_str());
-  TORCH_CHECK(status == CAIRO_STATUS_SUCCESS, "plot: cannot write '", path,
+  std::string bytes;
+  const cairo_status_t status = cairo_surface_write_to_png_stream(
+      surface,
+      [](void* closure, const unsigned char* data, unsigned int length) {
+        static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
+        return CAIRO_STATUS_SUCCESS;
+      },
+      &bytes);
+  TORCH_CHECK(status == CAIRO_STATUS_SUCCESS, "plot: cannot encode '", path,
               "': ", cairo_status_to_string(status));
+  cli::write_file(path, bytes);
 }
 
 void check_table(const at::Tensor& table) {

@@ -535,3 +535,50 @@ def test_builtin_check_rejects_other_operators(posenc_ops):
     """... or an operator outside aten, here posenc's own."""
     with pytest.raises(AssertionError, match="posenc::"):
         assert_builtin_code(torch.jit.script(CallsPosencOperator()))
+
+
+# --- offsets at the ends of int64 and scales past float32, as the C++ modules check them -----------
+
+INT64_MAX = 2**63 - 1
+
+
+def export_with(posenc_cli, path, *args):
+    subprocess.run([posenc_cli, "export", "--max-len", "16", *map(str, args), "-o", str(path)], check=True, capture_output=True)
+    return torch.jit.load(str(path))
+
+
+@pytest.mark.parametrize("extrapolate", [False, True])
+@pytest.mark.parametrize("module", ["sinusoidal", "rotary"])
+def test_offsets_that_overflow_int64_are_rejected(posenc_cli, tmp_path, module, extrapolate):
+    flags = ["--module", module] + (["--head-dim", 8] if module == "rotary" else ["--d-model", 8]) + (["--extrapolate"] if extrapolate else [])
+    exported = export_with(posenc_cli, tmp_path / "m.pt", *flags)
+    x = torch.zeros(1, 5, 2, 8) if module == "rotary" else torch.zeros(1, 5, 8)
+    for offset in (INT64_MAX, INT64_MAX - 4):  # offset + 5 wraps around to a negative number
+        with pytest.raises(torch.jit.Error, match=f"offset \\+ L must fit in int64, but got offset = {offset} and L = 5"):
+            exported(x, offset)
+    # The largest offset that fits: past the table, an error or, extrapolated, numbers.
+    if extrapolate:
+        y = exported(x, INT64_MAX - 5)
+        assert y.shape == x.shape and torch.isfinite(y).all()
+    else:
+        with pytest.raises(torch.jit.Error, match="must lie in the table"):
+            exported(x, INT64_MAX - 5)
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_token_and_position_offsets_that_overflow_int64_are_rejected(test_tool, tmp_path, learned):
+    args = ["export-token", "--vocab", 30, "--d-model", 8, "--max-len", 16, "--padding-idx", 0] + (["--learned"] if learned else [])
+    test_tool(*args, tmp_path / "token.pt")
+    exported = torch.jit.load(str(tmp_path / "token.pt"))
+    ids = torch.tensor([[0, 3, 4, 5]])
+    with pytest.raises(torch.jit.Error, match=f"offset \\+ L must fit in int64, but got offset = {INT64_MAX - 2} and L = 4"):
+        exported(ids, INT64_MAX - 2)
+
+
+def test_scales_past_float32_are_rejected_for_float32_inputs(posenc_cli, tmp_path):
+    exported = export_with(posenc_cli, tmp_path / "pe.pt", "--d-model", 8, "--scale", "1e300")
+    with pytest.raises(torch.jit.Error, match=r"scale must lie in \[-3.4028e38, 3.4028e38\] for Float inputs"):
+        exported(torch.zeros(1, 3, 8))
+    # float64 inputs are computed in float64: 0 * 1e300 + pe is pe, not NaN
+    y = exported(torch.zeros(1, 3, 8, dtype=torch.float64))
+    assert torch.equal(y[0], exported.pe[0, :3].double())

@@ -27,7 +27,8 @@ struct PositionalEncodingOptions {
   TORCH_ARG(int64_t, d_model);
   /// Number of positions the precomputed table `pe` holds: positions `0 .. max_len - 1`.
   TORCH_ARG(int64_t, max_len);
-  /// Base of the geometric progression of wavelengths. Must be finite and > 0. Default: 10000.
+  /// Base of the geometric progression of wavelengths. Must be finite and >= 5.2e-290
+  /// (every angle a finite number). Default: 10000.
   TORCH_ARG(double, base) = 10000.0;
   /// Probability of zeroing an element of the output in training mode, in [0, 1]. Default: 0.
   TORCH_ARG(double, dropout) = 0.0;

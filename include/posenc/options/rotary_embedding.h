@@ -23,8 +23,8 @@ struct RotaryEmbeddingOptions {
   TORCH_ARG(int64_t, head_dim);
   /// Number of positions the cos/sin caches hold: positions `0 .. max_len - 1`.
   TORCH_ARG(int64_t, max_len);
-  /// Base of the frequencies base^(-2i / rotary_dim). Must be finite and > 0. Default: 10000
-  /// (LLaMA 3 uses 500000).
+  /// Base of the frequencies base^(-2i / rotary_dim). Must be finite and >= 5.2e-290 (every angle
+  /// a finite number). Default: 10000 (LLaMA 3 uses 500000).
   TORCH_ARG(double, base) = 10000.0;
   /// Number of leading channels of each head that are rotated (partial rotary, GPT-NeoX's
   /// rotary_pct, GPT-J's rotary_dim); the rest pass through. Even, 2 <= rotary_dim <= head_dim.

@@ -36,6 +36,8 @@ class SequenceMethods:
         return rows.unsqueeze(1)
 
     def _add(self, x: Tensor, rows: Tensor) -> Tensor:
+        if x.dtype != 7 and (self.scale > 3.4028234663852886e38 or self.scale < -3.4028234663852886e38):
+            raise RuntimeError(self.who + ": scale must lie in [-3.4028e38, 3.4028e38] for " + self._dtype_name(x.dtype) + " inputs (computed in float32), but got " + str(self.scale) + "; pass float64 inputs or a smaller scale")
         if self.scale == 1.0:
             return torch.add(x, rows).to(x.dtype)
         return torch.add(rows, x, alpha=self.scale).to(x.dtype)

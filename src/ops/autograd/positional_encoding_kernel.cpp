@@ -137,6 +137,7 @@ at::Tensor add_position_table_autograd(const at::Tensor& x, const at::Tensor& ta
 void add_position_table_inplace_autograd(at::Tensor& x, const at::Tensor& table, int64_t offset,
                                          bool batch_first, OptionalTensor positions, double scale,
                                          OptionalTensor columns) {
+  check_inplace_allowed(x, !below_autograd_suffices(x, table));
   if (below_autograd_suffices(x, table)) {
     at::AutoDispatchBelowAutograd guard;
     add_position_table_(x, table, offset, batch_first, positions, scale, columns);

@@ -114,7 +114,7 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
                                    c10::string_view channels, c10::string_view frequencies) {
   const char* who = detail::caller_or("posenc::add_positional_encoding");
   detail::check_sequence_input(who, x, detail::kAnyWidth, batch_first, x.device());
-  detail::check_scale(who, scale);
+  detail::check_scale(who, scale, x.scalar_type());
   const int64_t length = x.size(batch_first ? 1 : 0);
   const detail::SinusoidSpec spec{std::max<int64_t>(x.size(2), 1), base,
                                   detail::parse_channel_layout(who, channels),

@@ -34,6 +34,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
     const at::Tensor& weight, const at::Tensor& table, int64_t offset, bool batch_first,
     OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
     std::array<bool, 2> output_mask) {
+  check_token_backward_devices(grad, mask, tokens, weight, table, positions);
   const at::Tensor g = through_dropout(grad, mask, dropout);
   at::Tensor grad_weight;
   at::Tensor grad_table;

@@ -2,6 +2,7 @@
 
 #include "ops/meta/meta_checks.h"
 
+#include <ATen/native/Resize.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
@@ -11,11 +12,12 @@ namespace meta {
 namespace {
 
 at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t, bool,
-                              OptionalTensor positions, double, OptionalTensor) {
+                              OptionalTensor positions, double, OptionalTensor columns) {
   const char* who = detail::caller_or("posenc::add_position_table");
   check_input(who, x, 3);
   check_table(who, table, x);
   check_positions(who, positions, x);
+  check_definition_device(who, columns, "columns", x.device());
   return at::empty_like(x);
 }
 
@@ -28,10 +30,8 @@ void add_position_table_out(const at::Tensor& x, const at::Tensor& table, int64_
                             bool batch_first, OptionalTensor positions, double scale,
                             OptionalTensor columns, at::Tensor& out) {
   add_position_table(x, table, offset, batch_first, positions, scale, columns);
-  TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(),
-              "posenc::add_position_table_out: out must have the input's dtype and device (",
-              x.scalar_type(), ", ", x.device(), "), but has ", out.scalar_type(), ", ",
-              out.device());
+  check_out(detail::caller_or("posenc::add_position_table_out"), out, x);
+  at::native::resize_output(out, x.sizes());
 }
 
 at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table, int64_t,

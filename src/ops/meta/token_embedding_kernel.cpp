@@ -17,7 +17,7 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t, bool,
-    OptionalTensor positions, double, int64_t, double dropout, bool train, OptionalTensor) {
+    OptionalTensor positions, double, int64_t, double dropout, bool train, OptionalTensor columns) {
   const char* who = detail::caller_or("posenc::token_and_position_embedding");
   TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, who,
               ": expected int64 token ids of 2 dimensions");
@@ -32,6 +32,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
               ": the position table must be on the weight's device (", weight.device(),
               "), but is on ", table.device());
   check_positions(who, positions, tokens);
+  check_definition_device(who, columns, "columns", weight.device());
   // [B, L] ids and a [V, D] weight give [B, L, D]; ATen's embedding computes that shape without
   // reading sizes here, so symbolic shapes pass through.
   at::Tensor out = at::embedding(weight, tokens);
@@ -41,9 +42,10 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
 }
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_backward(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor& weight,
-    const at::Tensor& table, int64_t, bool, OptionalTensor, double, int64_t, double,
-    std::array<bool, 2> output_mask) {
+    const at::Tensor& grad, const at::Tensor& mask, const at::Tensor& tokens,
+    const at::Tensor& weight, const at::Tensor& table, int64_t, bool, OptionalTensor positions,
+    double, int64_t, double, std::array<bool, 2> output_mask) {
+  check_token_backward_devices(grad, mask, tokens, weight, table, positions);
   return {output_mask[0] ? at::empty_like(weight, at::MemoryFormat::Contiguous) : at::Tensor(),
           output_mask[1] ? at::empty_like(table, at::MemoryFormat::Contiguous) : at::Tensor()};
 }
