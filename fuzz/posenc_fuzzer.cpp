@@ -223,7 +223,7 @@ void check_export_rejects(const Module& module, const torch::Tensor& x, int64_t 
 // Runs module(x, offset); with `check_export`, holds its TorchScript export to the same outcome:
 // an error where the module rejects the offset, a result of the same shape and dtype otherwise.
 template <typename Module>
-torch::Tensor forward_and_export(const Module& module, const torch::Tensor& x, int64_t offset,
+torch::Tensor forward_and_export(Module& module, const torch::Tensor& x, int64_t offset,
                                  bool check_export) {
   torch::Tensor y;
   try {
