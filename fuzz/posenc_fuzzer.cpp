@@ -201,30 +201,54 @@ void check_export(const posenc::PositionalEncoding& pe,
   check_values(exported, x, pe->pe, offset, options.batch_first(), options.scale());
 }
 
-// Where the module rejected an offset, its TorchScript export must reject it too (offset + L can
-// overflow int64 in the exported code as well).
+// Where the module rejected an offset, its TorchScript export must reject it too, with an error
+// about the offset (offset + L can overflow int64 in the exported code as well, and a wrapped-around
+// sum would slice an empty table and fail, if at all, later and elsewhere).
 template <typename Module>
-void check_export_rejects(const Module& module, const torch::Tensor& x, int64_t offset,
+void check_export_rejects(Module& module, const torch::Tensor& x, int64_t offset,
                           const c10::Error& error) {
   const std::string message = error.what_without_backtrace();
   if (message.find("offset") == std::string::npos) {
     return;
   }
   try {
-    posenc::to_torchscript(module).forward({x, offset});
-  } catch (const std::exception&) {
+    module->forward(x, 0); // only inputs whose one problem is the offset: an input with several
+  } catch (const c10::Error&) { // may be rejected for any of them first
     return;
   }
-  std::cerr << "posenc_fuzzer: the exported module accepted offset " << offset << " for input "
-            << x.sizes() << ", which the module rejects: " << message << "\n";
+  std::string exported_message = "<no error>";
+  try {
+    posenc::to_torchscript(module).forward({x, offset});
+  } catch (const std::exception& exported_error) {
+    // The last line: TorchScript's traceback before it quotes the source, which names `offset`.
+    exported_message = exported_error.what();
+    while (!exported_message.empty() && exported_message.back() == '\n') {
+      exported_message.pop_back();
+    }
+    exported_message = exported_message.substr(exported_message.rfind('\n') + 1);
+    if (exported_message.find("offset") != std::string::npos) {
+      return; // rejected for the same reason (an error elsewhere, e.g. a broadcast, is not)
+    }
+  }
+  std::cerr << "posenc_fuzzer: the exported module did not reject offset " << offset
+            << " for input " << x.sizes() << ", which the module rejects (" << message
+            << "); it gave: " << exported_message << "\n";
   abort();
 }
 
 // Runs module(x, offset); with `check_export`, holds its TorchScript export to the same outcome:
 // an error where the module rejects the offset, a result of the same shape and dtype otherwise.
+// The export is also tried at the largest offset, where offset + L overflows int64 for every
+// L >= 1: the module and the export must both reject it.
 template <typename Module>
 torch::Tensor forward_and_export(Module& module, const torch::Tensor& x, int64_t offset,
                                  bool check_export) {
+  if (check_export && offset != std::numeric_limits<int64_t>::max()) {
+    try {
+      forward_and_export(module, x, std::numeric_limits<int64_t>::max(), true);
+    } catch (const c10::Error&) {
+    }
+  }
   torch::Tensor y;
   try {
     y = module->forward(x, offset);

@@ -45,6 +45,9 @@ void fill_rotary_rows(const int64_t* positions, int64_t count, const RopeFrequen
   const std::vector<double>& frequency = frequencies.inv_freq;
   const int64_t half = static_cast<int64_t>(frequency.size());
   const double factor = frequencies.attention_factor;
+  if (half == 0 || count == 0) {
+    return;
+  }
   at::parallel_for(0, count, std::max<int64_t>(1, 2048 / half), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t i = 0; i < half; ++i) {

@@ -145,6 +145,9 @@ namespace {
 template <typename T>
 void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const ColumnPlan& plan, T* out) {
   const int64_t d_model = static_cast<int64_t>(plan.frequency.size());
+  if (d_model == 0 || count == 0) {
+    return; // nothing to write (and no grain to size from a zero width)
+  }
   // Each element costs a double-precision sin or cos (~20 ns), so a few thousand elements are
   // worth a task.
   const int64_t grain = std::max<int64_t>(1, 4096 / d_model);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace F = posenc::functional;
 using posenc::BeyondMaxLen;
@@ -205,6 +206,15 @@ TEST_F(OpBoundary, InvFreqExtendsRotaryCachesExactly) {
   EXPECT_TRUE(torch::equal(posenc::ops::apply_rotary(x, small.first, small.second, 30,
                                                      c10::nullopt, false, false, false, inv_freq),
                            posenc::ops::apply_rotary(x, large.first, large.second, 30)));
+}
+
+// Found by the fuzzer: rows past a table of width 0 were sized with a division by the width.
+TEST_F(OpBoundary, ColumnsExtendAZeroWidthTable) {
+  const auto table = torch::zeros({2, 0});
+  const auto columns = torch::zeros({2, 0}, torch::kDouble);
+  const auto y = posenc::ops::add_position_table(torch::zeros({1, 3, 0}), table, 1, true,
+                                                 c10::nullopt, 1.0, columns);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{1, 3, 0}));
 }
 
 TEST_F(OpBoundary, BadColumnsAreRejected) {
