@@ -137,8 +137,9 @@ at::Tensor add_position_table_autograd(const at::Tensor& x, const at::Tensor& ta
 void add_position_table_inplace_autograd(at::Tensor& x, const at::Tensor& table, int64_t offset,
                                          bool batch_first, OptionalTensor positions, double scale,
                                          OptionalTensor columns) {
-  check_inplace_allowed(x, !below_autograd_suffices(x, table));
-  if (below_autograd_suffices(x, table)) {
+  const bool needs_graph = !below_autograd_suffices(x, table);
+  check_inplace_allowed(x, needs_graph);
+  if (!needs_graph) {
     at::AutoDispatchBelowAutograd guard;
     add_position_table_(x, table, offset, batch_first, positions, scale, columns);
     return;

@@ -103,8 +103,9 @@ void apply_rotary_inplace_autograd(at::Tensor& x, const at::Tensor& cos, const a
                                    int64_t offset, OptionalTensor positions, bool interleaved,
                                    bool heads_first, bool inverse, OptionalTensor inv_freq,
                                    double attention_factor) {
-  check_inplace_allowed(x, !below_autograd_suffices(x, cos) || !below_autograd_suffices(sin));
-  if (!caches_need_grad(cos, sin) && below_autograd_suffices(x)) {
+  const bool needs_graph = caches_need_grad(cos, sin) || !below_autograd_suffices(x);
+  check_inplace_allowed(x, needs_graph);
+  if (!needs_graph) {
     at::AutoDispatchBelowAutograd guard;
     apply_rotary_(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
                   attention_factor);
