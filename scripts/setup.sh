@@ -16,7 +16,7 @@ flavours=("$@")
 [ ${#flavours[@]} -gt 0 ] || flavours=(debian pip)
 
 common=(build-essential cmake ninja-build git pkg-config libcli11-dev libgtest-dev googletest
-  libbenchmark-dev libcairo2-dev libpng-dev clang libclang-rt-14-dev libomp-14-dev valgrind python3 python3-venv)
+  libbenchmark-dev nlohmann-json3-dev libcairo2-dev libpng-dev clang libclang-rt-14-dev libomp-14-dev valgrind python3 python3-venv)
 # OpenBLAS replaces the reference BLAS that libtorch-dev pulls in (update-alternatives): about 9x
 # faster matrix products for Debian's LibTorch.
 debian=(libtorch-dev libopenblas0-pthread python3-torch python3-numpy python3-pytest)
@@ -29,6 +29,8 @@ for flavour in "${flavours[@]}"; do
     *) echo "setup.sh: unknown flavour '$flavour' (expected debian or pip)" >&2; exit 2 ;;
   esac
 done
+
+transformers_version=5.23.0
 
 missing=()
 for package in "${packages[@]}"; do
@@ -50,6 +52,14 @@ for flavour in "${flavours[@]}"; do
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 numpy pytest
   fi
+  # The libraries posenc is compared with, pinned (their own code is the reference of the tests
+  # that name them); torch is pinned alongside so that no dependency can upgrade it.
+  if ! "$venv/bin/python" -c "import sys, transformers; sys.exit(transformers.__version__ != '$transformers_version')" 2>/dev/null; then
+    echo "setup: installing transformers==$transformers_version"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 "transformers==$transformers_version"
+  fi
+  "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '2.11.0')" || {
+    echo "setup: torch in $venv is not 2.11.0 any more; remove $venv and run setup again" >&2; exit 1; }
   if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
     echo "setup: warning: no CUDA toolkit (nvcc) found; pip's LibTorch is a CUDA build and CMake needs the toolkit to use it" >&2
   fi

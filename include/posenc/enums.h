@@ -44,6 +44,27 @@ enum class RotaryPairing {
   kInterleaved,
 };
 
+/// How a rotary embedding's frequencies are derived from `base` (the `rope_type` of Hugging Face
+/// transformers' `rope_parameters`; every variant's parameters are in RopeScalingOptions).
+enum class RopeType {
+  /// base^(-2i / R): the RoFormer paper, LLaMA 1/2, Mistral, Qwen 2.5 without scaling.
+  kDefault,
+  /// Position interpolation (Chen et al., "kaiokendev"): every frequency divided by `factor`.
+  kLinear,
+  /// Dynamic NTK-aware scaling: the base grows with the length of the call past
+  /// `max_position_embeddings` (frequencies then depend on the call, see RotaryEmbeddingOptions).
+  kDynamic,
+  /// YaRN (Peng et al.): interpolation for long wavelengths, extrapolation for short ones, a
+  /// linear ramp between, and an attention factor (Qwen 2.5/3 long context, DeepSeek V2/V3).
+  kYarn,
+  /// LongRoPE (Phi-3/3.5/4): per-frequency factors, short below `original_max_position_embeddings`,
+  /// long past it, and an attention factor.
+  kLongRope,
+  /// LLaMA 3.1's smooth interpolation between the long (divided by `factor`) and short
+  /// (unchanged) wavelengths.
+  kLlama3,
+};
+
 /// Which positions TokenAndPositionEmbedding adds.
 enum class PositionKind {
   /// The fixed sinusoidal encoding (PositionalEncoding).
@@ -63,6 +84,20 @@ inline std::ostream& operator<<(std::ostream& stream, BeyondMaxLen policy) {
 }
 inline std::ostream& operator<<(std::ostream& stream, PositionKind kind) {
   return stream << (kind == PositionKind::kSinusoidal ? "sinusoidal" : "learned");
+}
+inline const char* rope_type_name(RopeType type) {
+  switch (type) {
+    case RopeType::kDefault: return "default";
+    case RopeType::kLinear: return "linear";
+    case RopeType::kDynamic: return "dynamic";
+    case RopeType::kYarn: return "yarn";
+    case RopeType::kLongRope: return "longrope";
+    case RopeType::kLlama3: return "llama3";
+  }
+  return "unknown";
+}
+inline std::ostream& operator<<(std::ostream& stream, RopeType type) {
+  return stream << rope_type_name(type);
 }
 inline std::ostream& operator<<(std::ostream& stream, RotaryPairing pairing) {
   return stream << (pairing == RotaryPairing::kHalfSplit ? "half_split" : "interleaved");

@@ -14,6 +14,9 @@ void add_table_command(CLI::App& app);
 /// `posenc export`: writes a PositionalEncoding or RotaryEmbedding as TorchScript.
 void add_export_command(CLI::App& app);
 
+/// `posenc rope`: the frequencies, wavelengths and attention factor of a rotary embedding.
+void add_rope_command(CLI::App& app);
+
 /// `posenc demo`: trains a transformer on a task that needs positions, with each encoding.
 void add_demo_command(CLI::App& app);
 

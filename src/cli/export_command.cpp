@@ -4,6 +4,7 @@
 #include "cli/output.h"
 
 #include <posenc/export.h>
+#include <posenc/io/hf_config.h>
 #include <posenc/modules/positional_encoding.h>
 #include <posenc/modules/rotary_embedding.h>
 
@@ -32,6 +33,7 @@ struct ExportArgs {
   std::string layout = "interleaved";
   std::string spacing = "paper";
   std::string pairing = "half_split";
+  std::string hf_config;
   std::string output;
 };
 
@@ -46,6 +48,19 @@ void save(const Module& module, const std::string& path) {
 
 void run_export(const ExportArgs& args) {
   const BeyondMaxLen beyond = args.extrapolate ? BeyondMaxLen::kExtrapolate : BeyondMaxLen::kError;
+  if (args.module == "rotary" && !args.hf_config.empty()) {
+    // Everything but the layout, the pairing and the policy past max_len comes from the config;
+    // --max-len, if given, replaces max_position_embeddings as the caches' length.
+    RotaryEmbeddingOptions options = io::read_hf_rope_config_file(args.hf_config).options;
+    if (args.max_len > 0) {
+      options.max_len(args.max_len);
+    }
+    options.heads_first(args.heads_first).beyond_max_len(beyond);
+    options.pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
+                                                  : RotaryPairing::kHalfSplit);
+    save(RotaryEmbedding(options), args.output);
+    return;
+  }
   if (args.module == "rotary") {
     RotaryEmbeddingOptions options(args.head_dim, args.max_len);
     options.base(args.base)
@@ -83,9 +98,14 @@ void add_export_command(CLI::App& app) {
                   "sinusoidal (PositionalEncoding) or rotary (RotaryEmbedding)")
       ->capture_default_str()
       ->check(CLI::IsMember({"sinusoidal", "rotary"}));
-  cmd->add_option("--max-len", args->max_len, "Number of positions the table holds")
-      ->required()
+  cmd->add_option("--max-len", args->max_len,
+                  "Number of positions the table holds (required, except with --hf-config: "
+                  "max_position_embeddings)")
       ->check(at_least(1));
+  cmd->add_option("--hf-config", args->hf_config,
+                  "A Hugging Face config.json: head width, rope_theta, partial rotary and "
+                  "rope_scaling / rope_parameters from it (rotary)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--d-model", args->d_model, "Encoding width (sinusoidal)")->check(at_least(1));
   cmd->add_option("--head-dim", args->head_dim, "Head width (rotary)")->check(at_least(1));
   cmd->add_option_function<int64_t>(
@@ -113,7 +133,21 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--extrapolate", args->extrapolate,
                 "Compute positions past max-len on the fly instead of raising");
   cmd->add_option("-o,--output", args->output, "Output file (.pt)")->required();
-  cmd->callback([args] { run_export(*args); });
+  cmd->callback([args, cmd] {
+    const bool from_config = !args->hf_config.empty();
+    if (from_config && args->module != "rotary") {
+      throw CLI::ValidationError("--hf-config", "applies to --module rotary only");
+    }
+    if (!from_config && args->max_len == 0) {
+      throw CLI::RequiredError("--max-len");
+    }
+    for (const char* name : {"--head-dim", "--rotary-dim", "--base"}) {
+      if (from_config && cmd->count(name) > 0) {
+        throw CLI::ValidationError(name, "comes from --hf-config; do not pass both");
+      }
+    }
+    run_export(*args);
+  });
 }
 
 } // namespace cli

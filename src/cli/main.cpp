@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   posenc::cli::add_table_command(app);
   posenc::cli::add_export_command(app);
+  posenc::cli::add_rope_command(app);
   posenc::cli::add_demo_command(app);
   posenc::cli::add_plot_command(app);
   try {

@@ -6,6 +6,7 @@
 #include <posenc/options/rotary_embedding.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 
 #include <cstdint>
 #include <utility>
@@ -20,21 +21,49 @@ struct RopeSpec {
   int64_t rotary_dim = 2;
   /// Base of the frequencies base^(-2i / R).
   double base = 10000.0;
+  /// The scaling variant, with max_position_embeddings and original_max_position_embeddings
+  /// resolved (rope_spec fills them).
+  RopeScalingOptions scaling;
+  /// Per-frequency divisors (empty: none).
+  std::vector<double> freq_factors;
+  /// Whether cos/sin carry the variant's attention factor.
+  bool attention_factor_in_cos_sin = true;
 };
 
 /// A rotary embedding's frequencies, in double precision: the angle of pair i at position p is
-/// p * inv_freq[i]; cos and sin are multiplied by `attention_factor` (1 for the plain RoPE).
+/// p * inv_freq[i]; cos and sin are multiplied by `attention_factor` (1 for the plain RoPE, and
+/// when the variant's factor is left to the softmax scale).
 struct RopeFrequencies {
   std::vector<double> inv_freq;
   double attention_factor = 1.0;
+  /// The variant's attention factor (yarn, longrope; 1 for the others), whether or not cos/sin
+  /// carry it.
+  double variant_attention_factor = 1.0;
 };
 
-/// The frequencies of `spec`. A new RoPE variant (position interpolation, NTK, YaRN, ...) is a
-/// change here and in its options.
-RopeFrequencies rope_frequencies(const RopeSpec& spec);
+/// The frequencies of `spec` for a call whose last position is `seq_len - 1` (only dynamic and
+/// longrope depend on it; unset: a call within the model's context). A new RoPE variant is a
+/// change here and in its options. Checks `spec` (check_rope_spec) with `who` in the messages.
+RopeFrequencies rope_frequencies(const RopeSpec& spec,
+                                 c10::optional<int64_t> seq_len = c10::nullopt,
+                                 const char* who = "rope_frequencies");
 
-/// The spec a RotaryEmbedding's options define (the module, its caches and its export all use it).
+/// Checks every parameter of `spec` (messages name `who`).
+void check_rope_spec(const char* who, const RopeSpec& spec);
+
+/// The length past which a call's frequencies differ from those of shorter calls (dynamic:
+/// max_position_embeddings, longrope: original_max_position_embeddings), or unset when they never
+/// do.
+c10::optional<int64_t> rope_switch_length(const RopeSpec& spec);
+
+/// The spec a RotaryEmbedding's options define (the module, its caches and its export all use
+/// it): max_position_embeddings defaults to max_len, original_max_position_embeddings to
+/// max_position_embeddings.
 RopeSpec rope_spec(const RotaryEmbeddingOptions& options);
+
+/// The spec of the functional forms (max_position_embeddings defaults to `max_len`).
+RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions& options,
+                   int64_t max_len);
 
 /// Checks the arguments that define rotary caches.
 void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base);

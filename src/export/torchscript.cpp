@@ -5,6 +5,7 @@
 #include "torchscript_sources.h"
 
 #include <ATen/core/jit_type.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/frontend/resolver.h>
@@ -138,13 +139,30 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   exported.register_buffer("sin", module.sin.detach().clone());
   // The frequencies of the caches, for positions past them (a plain attribute, like
   // column_frequency above).
-  const detail::RopeFrequencies frequencies =
-      detail::rope_frequencies(detail::rope_spec(options));
+  const detail::RopeSpec spec = detail::rope_spec(options);
+  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec);
   exported.register_attribute(
       "inv_freq", c10::TensorType::get(),
       at::tensor(frequencies.inv_freq, at::kDouble).to(module.cos.device()));
   exported.register_attribute("attention_factor", c10::FloatType::get(),
                               frequencies.attention_factor);
+  // dynamic and longrope: the frequencies of calls past `switch_len` (-1: none). LongRoPE's are
+  // fixed (long_inv_freq); dynamic NTK's follow from the call's length, the base, the factor and
+  // the per-frequency divisors.
+  const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
+  exported.register_attribute("switch_len", c10::IntType::get(), switch_length.value_or(-1));
+  const bool longrope = spec.scaling.type() == RopeType::kLongRope;
+  exported.register_attribute(
+      "long_inv_freq", c10::TensorType::get(),
+      longrope ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1).inv_freq, at::kDouble)
+               : at::empty({0}, at::kDouble));
+  exported.register_attribute("ntk_base", c10::FloatType::get(), spec.base);
+  exported.register_attribute("ntk_factor", c10::FloatType::get(),
+                              spec.scaling.factor().value_or(1.0));
+  std::vector<double> divisors = spec.freq_factors;
+  divisors.resize(static_cast<size_t>(rotary_dim / 2), 1.0);
+  exported.register_attribute("freq_divisors", c10::TensorType::get(),
+                              at::tensor(divisors, at::kDouble));
   define(exported, "RotaryEmbedding", {kCommon, kOffset, kRotary});
   exported.eval();
   return exported;

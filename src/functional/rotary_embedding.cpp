@@ -18,15 +18,48 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, int64_t rotary_
   pd::check_rotary_arguments(who, max_len, rotary_dim, options.base());
   pd::check_float_dtype(who, "dtype", options.dtype());
   const auto positions = at::arange(max_len, at::TensorOptions().dtype(at::kLong));
-  auto tables = pd::rotary_rows(positions, pd::rope_frequencies({rotary_dim, options.base()}),
-                                options.dtype());
+  auto tables = pd::rotary_rows(
+      positions,
+      pd::rope_frequencies(pd::rope_spec(rotary_dim, options, max_len), options.seq_len(), who),
+      options.dtype());
   return {tables.first.to(options.device()), tables.second.to(options.device())};
 }
 
+namespace {
+// The spec of the table-less functional forms: max_position_embeddings must be given where the
+// variant reads it.
+pd::RopeSpec spec_without_table(const char* who, int64_t rotary_dim,
+                                const RotaryTablesFuncOptions& options) {
+  pd::check_rotary_arguments(who, 1, rotary_dim, options.base());
+  const RopeScalingOptions& scaling = options.scaling();
+  const bool reads_length = scaling.type() == RopeType::kDynamic ||
+                            ((scaling.type() == RopeType::kYarn ||
+                              scaling.type() == RopeType::kLongRope ||
+                              scaling.type() == RopeType::kLlama3) &&
+                             !scaling.original_max_position_embeddings()) ||
+                            ((scaling.type() == RopeType::kYarn ||
+                              scaling.type() == RopeType::kLongRope) &&
+                             !scaling.factor());
+  TORCH_CHECK(!reads_length || scaling.max_position_embeddings(), who, ": rope type '",
+              scaling.type(),
+              "' reads the model's context length; set scaling.max_position_embeddings (and "
+              "original_max_position_embeddings)");
+  return pd::rope_spec(rotary_dim, options, scaling.max_position_embeddings().value_or(1));
+}
+} // namespace
+
 at::Tensor rotary_inv_freq(int64_t rotary_dim, const RotaryTablesFuncOptions& options) {
-  pd::check_rotary_arguments("rotary_inv_freq", 1, rotary_dim, options.base());
-  return at::tensor(pd::rope_frequencies({rotary_dim, options.base()}).inv_freq,
-                    at::TensorOptions().dtype(at::kDouble));
+  constexpr const char* who = "rotary_inv_freq";
+  return at::tensor(
+      pd::rope_frequencies(spec_without_table(who, rotary_dim, options), options.seq_len(), who)
+          .inv_freq,
+      at::TensorOptions().dtype(at::kDouble));
+}
+
+double rotary_attention_factor(int64_t rotary_dim, const RotaryTablesFuncOptions& options) {
+  constexpr const char* who = "rotary_attention_factor";
+  return pd::rope_frequencies(spec_without_table(who, rotary_dim, options), options.seq_len(), who)
+      .variant_attention_factor;
 }
 
 namespace detail {

@@ -8,8 +8,11 @@
 #include <c10/util/Exception.h>
 
 #include <ios>
+#include <limits>
 
 namespace posenc {
+
+RopeScalingOptions::RopeScalingOptions(RopeType type) : type_(type) {}
 
 RotaryEmbeddingOptions::RotaryEmbeddingOptions(int64_t head_dim, int64_t max_len)
     : head_dim_(head_dim), max_len_(max_len) {}
@@ -27,14 +30,17 @@ void RotaryEmbeddingImpl::reset() {
   TORCH_CHECK(rotary_dim <= options.head_dim(), kName, ": rotary_dim (", rotary_dim,
               ") must be <= head_dim (", options.head_dim(), ")");
   detail::check_rotary_arguments(kName, options.max_len(), rotary_dim, options.base());
+  detail::check_rope_spec(kName, detail::rope_spec(options));
   build_tables(cos.defined() ? cos.scalar_type() : torch::kFloat,
                cos.defined() ? cos.device() : torch::Device(torch::kCPU));
 }
 
 void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device) {
-  const detail::RopeFrequencies frequencies = detail::rope_frequencies(detail::rope_spec(options));
+  const detail::RopeFrequencies frequencies =
+      detail::rope_frequencies(detail::rope_spec(options), c10::nullopt, kName);
   inv_freq_ = at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble));
   attention_factor_ = frequencies.attention_factor;
+  variant_attention_factor_ = frequencies.variant_attention_factor;
   const auto positions =
       torch::arange(options.max_len(), torch::TensorOptions().dtype(torch::kLong));
   auto tables = detail::rotary_rows(positions, frequencies, dtype);
@@ -59,7 +65,66 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   if (options.beyond_max_len() != BeyondMaxLen::kError) {
     stream << ", beyond_max_len=" << options.beyond_max_len();
   }
+  const RopeScalingOptions& scaling = options.scaling();
+  if (scaling.type() != RopeType::kDefault) {
+    stream << ", rope_type=" << scaling.type();
+    if (scaling.factor()) {
+      stream << ", factor=" << *scaling.factor();
+    }
+    const detail::RopeSpec spec = detail::rope_spec(options);
+    if (scaling.type() == RopeType::kDynamic) {
+      stream << ", max_position_embeddings=" << *spec.scaling.max_position_embeddings();
+    }
+    if (scaling.type() == RopeType::kYarn || scaling.type() == RopeType::kLongRope ||
+        scaling.type() == RopeType::kLlama3) {
+      stream << ", original_max_position_embeddings="
+             << *spec.scaling.original_max_position_embeddings();
+    }
+    if (scaling.type() == RopeType::kYarn || scaling.type() == RopeType::kLongRope) {
+      stream << ", attention_factor=" << variant_attention_factor_;
+      if (!options.attention_factor_in_cos_sin()) {
+        stream << " (not in cos/sin)";
+      }
+    }
+  }
+  if (!options.freq_factors().empty()) {
+    stream << ", freq_factors=[" << options.freq_factors().size() << "]";
+  }
   stream << ")";
+}
+
+torch::Tensor RotaryEmbeddingImpl::inv_freq() const {
+  return inv_freq_.clone();
+}
+
+double RotaryEmbeddingImpl::attention_factor() const {
+  return variant_attention_factor_;
+}
+
+torch::Tensor RotaryEmbeddingImpl::inv_freq(int64_t seq_len) const {
+  TORCH_CHECK(seq_len >= 1, kName, ": seq_len must be >= 1 (a call's last position + 1), but got ",
+              seq_len);
+  return at::tensor(detail::rope_frequencies(detail::rope_spec(options), seq_len, kName).inv_freq,
+                    at::TensorOptions().dtype(at::kDouble));
+}
+
+c10::optional<int64_t> RotaryEmbeddingImpl::call_end(int64_t offset, int64_t length,
+                                                    const torch::Tensor& positions) const {
+  if (!positions.defined()) {
+    // offset + length, if it is a valid call's end (the operator reports the others).
+    if (offset < 0 || length < 1 || offset > std::numeric_limits<int64_t>::max() - length) {
+      return c10::nullopt;
+    }
+    return offset + length;
+  }
+  if (positions.numel() == 0 || !c10::isIntegralType(positions.scalar_type(), false)) {
+    return c10::nullopt;
+  }
+  const int64_t last = positions.max().item<int64_t>();
+  if (last < 0 || last == std::numeric_limits<int64_t>::max()) {
+    return c10::nullopt;
+  }
+  return last + 1;
 }
 
 torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
@@ -76,6 +141,23 @@ torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t of
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
   const detail::CallerScope caller(
       kName, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
+  const detail::RopeSpec spec = detail::rope_spec(options);
+  const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
+  if (switch_length && x.defined() && x.dim() == 4) {
+    // dynamic / longrope: a call reaching past the switch length rotates all of its positions
+    // with the frequencies of its own length, computed for exactly the rows it uses (an empty
+    // slice of the caches makes every position one "past the caches").
+    const int64_t length = x.size(options.heads_first() ? 2 : 1);
+    const c10::optional<int64_t> end = call_end(offset, length, positions);
+    if (end && *end > *switch_length && (extrapolate || *end <= options.max_len())) {
+      const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, end, kName);
+      return functional::detail::rotary_embedding(
+          x, cos.narrow(0, 0, 0), sin.narrow(0, 0, 0), offset, positions, options.pairing(),
+          options.heads_first(),
+          at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble)),
+          frequencies.attention_factor);
+    }
+  }
   return functional::detail::rotary_embedding(
       x, cos, sin, offset, positions, options.pairing(), options.heads_first(),
       extrapolate ? inv_freq_ : torch::Tensor(), attention_factor_);

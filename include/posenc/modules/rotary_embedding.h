@@ -51,6 +51,16 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   // `x`. forward_positions(x, positions): explicit positions, `[B, L]` or `[L]` (-1 = padding: not
   // rotated). (Both from detail::EncodingModule.)
 
+  /// The frequencies of the caches (float64 `[rotary_dim / 2]`, CPU): pair i of position p turns
+  /// by p * inv_freq[i]. For dynamic and longrope scaling, those of calls within the model's
+  /// context; `inv_freq(seq_len)` gives those of a call ending at position seq_len - 1.
+  torch::Tensor inv_freq() const;
+  torch::Tensor inv_freq(int64_t seq_len) const;
+
+  /// The scaling variant's attention factor (yarn, longrope; 1 for the others). cos and sin carry
+  /// it unless `attention_factor_in_cos_sin(false)`: then multiply the softmax scale by its square.
+  double attention_factor() const;
+
   /// The options this module was built with.
   RotaryEmbeddingOptions options;
 
@@ -70,6 +80,12 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   /// BeyondMaxLen::kExtrapolate.
   torch::Tensor inv_freq_;
   double attention_factor_ = 1.0;
+  double variant_attention_factor_ = 1.0;
+
+  /// The last position + 1 of a call (explicit positions: their maximum, one host read), or unset
+  /// when the call is invalid (the operator reports it).
+  c10::optional<int64_t> call_end(int64_t offset, int64_t length,
+                                  const torch::Tensor& positions) const;
 };
 
 /// A `ModuleHolder` subclass for `RotaryEmbeddingImpl`.

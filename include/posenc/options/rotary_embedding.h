@@ -6,8 +6,56 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace posenc {
+
+/// How a rotary embedding's frequencies are scaled for long contexts: the `rope_scaling` /
+/// `rope_parameters` block of a Hugging Face `config.json`, with the parameters and defaults of
+/// transformers' `modeling_rope_utils.py` (`posenc::io::rotary_options_from_hf_config` reads it).
+///
+/// Example (LLaMA 3.1):
+/// ```
+/// auto scaling = posenc::RopeScalingOptions(posenc::RopeType::kLlama3)
+///                    .factor(8.0).low_freq_factor(1.0).high_freq_factor(4.0)
+///                    .original_max_position_embeddings(8192);
+/// posenc::RotaryEmbedding rope(
+///     posenc::RotaryEmbeddingOptions(128, 131072).base(500000.0).scaling(scaling));
+/// ```
+struct RopeScalingOptions {
+  /* implicit */ RopeScalingOptions(RopeType type = RopeType::kDefault);
+
+  /// The variant. Default: kDefault (no scaling).
+  TORCH_ARG(RopeType, type);
+  /// Scaling factor (linear, dynamic, yarn, llama3; longrope's attention factor). yarn and
+  /// longrope without it use max_position_embeddings / original_max_position_embeddings.
+  TORCH_ARG(c10::optional<double>, factor) = c10::nullopt;
+  /// The model's context length (HF `max_position_embeddings`): dynamic's reference length and
+  /// yarn's/longrope's default factor. Default: the module's `max_len`.
+  TORCH_ARG(c10::optional<int64_t>, max_position_embeddings) = c10::nullopt;
+  /// The pre-training context length (yarn, longrope, llama3). Default: max_position_embeddings.
+  TORCH_ARG(c10::optional<int64_t>, original_max_position_embeddings) = c10::nullopt;
+  /// yarn: the number of rotations that bounds extrapolation (fast) and interpolation (slow).
+  TORCH_ARG(double, beta_fast) = 32.0;
+  TORCH_ARG(double, beta_slow) = 1.0;
+  /// yarn: DeepSeek's mscale and mscale_all_dim (attention factor mscale(f, mscale) /
+  /// mscale(f, mscale_all_dim) when both are given and non-zero).
+  TORCH_ARG(c10::optional<double>, mscale) = c10::nullopt;
+  TORCH_ARG(c10::optional<double>, mscale_all_dim) = c10::nullopt;
+  /// yarn: round the correction range outwards to whole dimensions (HF's default) or not
+  /// (gpt-oss). Default: true.
+  TORCH_ARG(bool, truncate) = true;
+  /// yarn, longrope: the attention factor; if unset, the variant's formula.
+  TORCH_ARG(c10::optional<double>, attention_factor) = c10::nullopt;
+  /// longrope: one factor per frequency (R/2 each), used by calls that stay within
+  /// original_max_position_embeddings (short) or go past it (long).
+  TORCH_ARG(std::vector<double>, short_factor);
+  TORCH_ARG(std::vector<double>, long_factor);
+  /// llama3: wavelengths above original / low_freq_factor are divided by `factor`, those below
+  /// original / high_freq_factor kept, and those between interpolated smoothly.
+  TORCH_ARG(double, low_freq_factor) = 1.0;
+  TORCH_ARG(double, high_freq_factor) = 4.0;
+};
 
 /// Options for the `RotaryEmbedding` module.
 ///
@@ -37,6 +85,26 @@ struct RotaryEmbeddingOptions {
   TORCH_ARG(bool, heads_first) = false;
   /// Positions at or past `max_len`: an error (default) or cos/sin computed on the fly.
   TORCH_ARG(BeyondMaxLen, beyond_max_len) = BeyondMaxLen::kError;
+  /// Long-context scaling of the frequencies (linear, dynamic NTK, YaRN, LongRoPE, LLaMA 3).
+  /// Default: none.
+  ///
+  /// dynamic and longrope frequencies depend on the call: a call whose last position p_max has
+  /// p_max + 1 > max_position_embeddings (dynamic) or > original_max_position_embeddings
+  /// (longrope) rotates all of its positions with the frequencies of the length p_max + 1 (NTK
+  /// base) or the long factors; other calls use the caches. The module keeps no state between
+  /// calls: during KV-cache decoding, keys rotated by earlier calls keep the frequencies of their
+  /// call (as in HF transformers, vLLM and llama.cpp), and a call's result depends only on its own
+  /// arguments (HF's dynamic module keeps the largest length seen until a call falls back below
+  /// max_position_embeddings; it matches posenc whenever the sequence only grows).
+  TORCH_ARG(RopeScalingOptions, scaling) = RopeScalingOptions();
+  /// Per-frequency divisors applied after the scaling (llama.cpp's "freq factors", e.g. from a
+  /// GGUF `rope_freqs` tensor): `inv_freq[i] / freq_factors[i]`; empty or R/2 positive values.
+  TORCH_ARG(std::vector<double>, freq_factors);
+  /// Whether the variant's attention factor (yarn, longrope) multiplies cos and sin (HF
+  /// transformers, vLLM) or is left to the caller's softmax scale (DeepSeek's reference code:
+  /// multiply the softmax scale by attention_factor^2). The factor is available as
+  /// `RotaryEmbeddingImpl::attention_factor()` either way. Default: true.
+  TORCH_ARG(bool, attention_factor_in_cos_sin) = true;
 
  public:
   /// The number of rotated channels: `rotary_dim` if set, else `head_dim`.
@@ -51,6 +119,16 @@ namespace functional {
 struct RotaryTablesFuncOptions {
   /// Base of the frequencies. Default: 10000.
   TORCH_ARG(double, base) = 10000.0;
+  /// Long-context scaling. Default: none.
+  TORCH_ARG(RopeScalingOptions, scaling) = RopeScalingOptions();
+  /// dynamic and longrope: the length of the call the frequencies serve (its last position + 1).
+  /// Default: unset, the frequencies of calls within the model's context (HF's at
+  /// initialisation: the plain base for dynamic, the short factors for longrope).
+  TORCH_ARG(c10::optional<int64_t>, seq_len) = c10::nullopt;
+  /// Per-frequency divisors applied after the scaling; empty or R/2 values. Default: none.
+  TORCH_ARG(std::vector<double>, freq_factors);
+  /// Whether cos and sin carry the variant's attention factor. Default: true.
+  TORCH_ARG(bool, attention_factor_in_cos_sin) = true;
   /// dtype of the tables; values are computed in float64 and rounded once. Default: float32.
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat;
   /// Device of the tables. Default: CPU.

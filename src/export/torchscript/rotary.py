@@ -32,15 +32,37 @@ class RotaryMethods:
         s = self.sin.index_select(0, in_table.clamp(min=0)).masked_fill(outside, 0.0)
         past = flat >= self.max_len
         if self.extrapolate and bool(past.any()):
-            angle = flat.to(7).unsqueeze(1) * self.inv_freq.to(flat.device).unsqueeze(0)
-            computed_c = torch.cos(angle)
-            computed_s = torch.sin(angle)
-            if self.attention_factor != 1.0:
-                computed_c = computed_c * self.attention_factor
-                computed_s = computed_s * self.attention_factor
-            c = torch.where(past.unsqueeze(1), computed_c.to(c.dtype), c)
-            s = torch.where(past.unsqueeze(1), computed_s.to(s.dtype), s)
+            computed_c, computed_s = self._computed(flat, self.inv_freq)
+            c = torch.where(past.unsqueeze(1), computed_c, c)
+            s = torch.where(past.unsqueeze(1), computed_s, s)
         return c, s
+
+    # cos and sin of `flat` (int64 positions; -1: no rotation) computed in float64 from the
+    # frequencies `inv_freq` and rounded once to the caches' dtype.
+    def _computed(self, flat: Tensor, inv_freq: Tensor) -> Tuple[Tensor, Tensor]:
+        angle = flat.to(7).unsqueeze(1) * inv_freq.to(flat.device).unsqueeze(0)
+        c = torch.cos(angle)
+        s = torch.sin(angle)
+        if self.attention_factor != 1.0:
+            c = c * self.attention_factor
+            s = s * self.attention_factor
+        padding = (flat < 0).unsqueeze(1)
+        c = c.masked_fill(padding, 1.0)
+        s = s.masked_fill(padding, 0.0)
+        return c.to(self.cos.dtype), s.to(self.sin.dtype)
+
+    # dynamic NTK and LongRoPE: a call whose last position + 1 (`end`) exceeds `switch_len` rotates
+    # all of its positions with the frequencies of its length (posenc::detail::rope_frequencies).
+    def _switches(self, end: int) -> bool:
+        return self.switch_len >= 0 and end > self.switch_len and (self.extrapolate or end <= self.max_len)
+
+    def _call_inv_freq(self, end: int) -> Tensor:
+        if self.long_inv_freq.numel() > 0:
+            return self.long_inv_freq
+        dim = float(self.rotary_dim)
+        base = self.ntk_base * (self.ntk_factor * float(end) / float(self.switch_len) - (self.ntk_factor - 1.0)) ** (dim / (dim - 2.0))
+        exponents = torch.arange(0, self.rotary_dim, 2).to(7) / dim
+        return 1.0 / torch.pow(base, exponents) / self.freq_divisors
 
     def _broadcast(self, rows: Tensor, batch: int, length: int) -> Tensor:
         if self.heads_first:
@@ -75,7 +97,9 @@ class RotaryMethods:
         self._check_input(x)
         length = x.size(2) if self.heads_first else x.size(1)
         self._check_offset(offset, length)
-        if offset + length <= self.max_len:
+        if length > 0 and self._switches(offset + length):
+            c, s = self._computed(torch.arange(offset, offset + length, device=x.device), self._call_inv_freq(offset + length))
+        elif offset + length <= self.max_len:
             c = self.cos[offset:offset + length]
             s = self.sin[offset:offset + length]
         else:
@@ -86,6 +110,10 @@ class RotaryMethods:
         self._check_input(x)
         length = x.size(2) if self.heads_first else x.size(1)
         self._check_positions(positions, length, [x.size(0), length], "[B, L]", x, -1 if self.extrapolate else self.max_len)
-        c, s = self._tables(positions)
+        end = int(positions.max()) + 1 if positions.numel() > 0 else 0
+        if end > 0 and self._switches(end):
+            c, s = self._computed(positions.reshape(-1).to(4), self._call_inv_freq(end))
+        else:
+            c, s = self._tables(positions)
         batch = positions.size(0) if positions.dim() == 2 else 1
         return self._rotate(x, self._broadcast(c, batch, length), self._broadcast(s, batch, length))

@@ -1,0 +1,46 @@
+#pragma once
+
+/// Rotary embedding options from a Hugging Face `config.json`, as transformers reads them
+/// (`modeling_rope_utils.py`, transformers 4 and 5).
+///
+/// Part of the `posenc::io` library (JSON parsed with nlohmann-json), not included by
+/// `<posenc/posenc.h>`: link `posenc::io` and include this header to use it.
+
+#include <posenc/options/rotary_embedding.h>
+
+#include <cstdint>
+#include <string>
+
+namespace posenc {
+namespace io {
+
+/// What a model's `config.json` says about its attention heads and rotary embedding.
+struct HfRopeConfig {
+  /// head_dim (`head_dim`, else hidden_size / num_attention_heads), max_len =
+  /// max_position_embeddings, base = rope_theta, rotary_dim = int(head_dim *
+  /// partial_rotary_factor), and the scaling of `rope_parameters` / `rope_scaling`.
+  RotaryEmbeddingOptions options{2, 1};
+  /// num_attention_heads and num_key_value_heads (= num_attention_heads when absent).
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+};
+
+/// Reads the rotary embedding of a `config.json` given as text. Both forms are understood:
+/// transformers 4's `rope_theta` + `rope_scaling: {"type" | "rope_type": ..., ...}` and
+/// transformers 5's `rope_parameters: {"rope_type": ..., "rope_theta": ..., ...}`; a
+/// vision-language config's `text_config` is read when the top level has no attention heads.
+/// rope types: default, linear, dynamic, yarn, longrope, llama3, with transformers' parameter
+/// names and defaults (yarn: beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a
+/// factor: max_position_embeddings / original_max_position_embeddings; a top-level
+/// original_max_position_embeddings wins, as Phi-3's configs need).
+///
+/// Throws a `c10::Error` that names the field for malformed JSON, missing or ill-typed fields,
+/// unknown rope types, per-layer rope parameters and multimodal (mrope_section) configs.
+HfRopeConfig read_hf_rope_config(const std::string& json_text,
+                                 const std::string& source = "config.json");
+
+/// `read_hf_rope_config` of the file at `path`.
+HfRopeConfig read_hf_rope_config_file(const std::string& path);
+
+} // namespace io
+} // namespace posenc

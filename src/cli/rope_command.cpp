@@ -1,0 +1,86 @@
+#include "cli/commands.h"
+#include "cli/validators.h"
+
+#include <posenc/functional/rotary_embedding.h>
+#include <posenc/io/hf_config.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+namespace posenc {
+namespace cli {
+
+namespace {
+
+struct RopeArgs {
+  std::string hf_config;
+  int64_t seq_len = 0; // 0: a call within the model's context
+  std::string format = "text";
+};
+
+void run_rope(const RopeArgs& args) {
+  namespace F = posenc::functional;
+  const io::HfRopeConfig config = io::read_hf_rope_config_file(args.hf_config);
+  const RotaryEmbeddingOptions& options = config.options;
+  const RopeScalingOptions& scaling = options.scaling();
+  auto table_options = F::RotaryTablesFuncOptions().base(options.base()).scaling(scaling);
+  if (args.seq_len > 0) {
+    table_options.seq_len(args.seq_len);
+  }
+  const int64_t rotary_dim = options.rotated_width();
+  const at::Tensor inv_freq = F::rotary_inv_freq(rotary_dim, table_options);
+  const double attention_factor = F::rotary_attention_factor(rotary_dim, table_options);
+  const double* frequency = inv_freq.data_ptr<double>();
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  if (args.format == "csv") {
+    std::cout << "pair,inv_freq,wavelength\n";
+  } else {
+    std::cout << args.hf_config << ": rope_type " << scaling.type() << ", rope_theta "
+              << options.base() << ", head_dim " << options.head_dim() << ", rotary_dim "
+              << rotary_dim << ", max_position_embeddings " << *scaling.max_position_embeddings()
+              << ", heads " << config.num_attention_heads << " (key/value "
+              << config.num_key_value_heads << ")\n";
+    if (args.seq_len > 0) {
+      std::cout << "frequencies of a call ending at position " << args.seq_len - 1 << "\n";
+    }
+    std::cout << "attention factor: " << attention_factor
+              << " (HF multiplies cos and sin by it)\n";
+    std::cout << "pair          inv_freq        wavelength (positions)\n";
+  }
+  char line[128];
+  for (int64_t i = 0; i < inv_freq.numel(); ++i) {
+    const double wavelength = kTwoPi / frequency[i];
+    std::snprintf(line, sizeof(line), args.format == "csv" ? "%lld,%.17g,%.17g\n"
+                                                           : "%4lld  %16.9e  %16.9e\n",
+                  static_cast<long long>(i), frequency[i], wavelength);
+    std::cout << line;
+  }
+  if (args.format == "csv") {
+    std::cout << "# attention_factor," << attention_factor << "\n";
+  }
+}
+
+} // namespace
+
+void add_rope_command(CLI::App& app) {
+  auto args = std::make_shared<RopeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "rope", "Print the frequencies, wavelengths and attention factor of a model's RoPE");
+  cmd->add_option("--hf-config", args->hf_config, "A Hugging Face config.json")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--seq-len", args->seq_len,
+                  "Length of the call (last position + 1): dynamic and longrope frequencies "
+                  "depend on it (default: a call within the model's context)")
+      ->check(at_least(1));
+  cmd->add_option("--format", args->format, "text or csv")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "csv"}));
+  cmd->callback([args] { run_rope(*args); });
+}
+
+} // namespace cli
+} // namespace posenc

@@ -1,0 +1,230 @@
+#include <posenc/io/hf_config.h>
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace posenc {
+namespace io {
+namespace {
+
+using nlohmann::json;
+
+// The JSON value of `key` in `object`, or null when absent (HF treats both alike).
+const json& field(const json& object, const char* key) {
+  static const json null_value;
+  const auto found = object.find(key);
+  return found == object.end() ? null_value : *found;
+}
+
+const char* type_name(const json& value) {
+  return value.type_name();
+}
+
+// A field that is a number, or unset when absent or null.
+c10::optional<double> number(const std::string& source, const json& object, const char* key,
+                             const char* where) {
+  const json& value = field(object, key);
+  if (value.is_null()) {
+    return c10::nullopt;
+  }
+  TORCH_CHECK(value.is_number(), source, ": ", where, key, " must be a number, but is a ",
+              type_name(value));
+  const double result = value.get<double>();
+  TORCH_CHECK(std::isfinite(result), source, ": ", where, key, " must be finite, but is ", result);
+  return result;
+}
+
+// A field that is a whole number, or unset when absent or null.
+c10::optional<int64_t> integer(const std::string& source, const json& object, const char* key,
+                               const char* where) {
+  const c10::optional<double> value = number(source, object, key, where);
+  if (!value) {
+    return c10::nullopt;
+  }
+  TORCH_CHECK(std::floor(*value) == *value && std::abs(*value) < 9.0e15, source, ": ", where, key,
+              " must be a whole number, but is ", *value);
+  return static_cast<int64_t>(*value);
+}
+
+std::vector<double> numbers(const std::string& source, const json& object, const char* key,
+                            const char* where) {
+  const json& value = field(object, key);
+  TORCH_CHECK(value.is_array(), source, ": ", where, key,
+              " must be a list of numbers (one per frequency), but is ",
+              value.is_null() ? "missing" : type_name(value));
+  std::vector<double> result;
+  result.reserve(value.size());
+  for (const json& element : value) {
+    TORCH_CHECK(element.is_number(), source, ": ", where, key,
+                " must hold numbers only, but holds a ", type_name(element));
+    result.push_back(element.get<double>());
+  }
+  return result;
+}
+
+RopeType rope_type_of(const std::string& source, const std::string& name, const char* where) {
+  for (const RopeType type : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic,
+                              RopeType::kYarn, RopeType::kLongRope, RopeType::kLlama3}) {
+    if (name == rope_type_name(type)) {
+      return type;
+    }
+  }
+  TORCH_CHECK(false, source, ": unknown ", where, "rope_type '", name,
+              "'; posenc knows default, linear, dynamic, yarn, longrope and llama3");
+}
+
+json parse(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& error) {
+    TORCH_CHECK(false, source, ": not valid JSON (", error.what(), ")");
+  }
+}
+
+} // namespace
+
+HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string& source) {
+  const json document = parse(json_text, source);
+  TORCH_CHECK(document.is_object(), source, ": expected a JSON object (a model's config.json), but "
+              "got a ", type_name(document));
+  // Vision-language models (Qwen2-VL, LLaVA, ...) keep the language model's fields in text_config.
+  const bool nested = field(document, "num_attention_heads").is_null() &&
+                      field(document, "text_config").is_object();
+  const json& config = nested ? field(document, "text_config") : document;
+  const char* top = nested ? "text_config." : "";
+
+  // rope_parameters (transformers 5) or rope_scaling (transformers 4); either may be null.
+  const bool v5 = !field(config, "rope_parameters").is_null();
+  const json& rope = v5 ? field(config, "rope_parameters") : field(config, "rope_scaling");
+  static const json empty_object = json::object();
+  TORCH_CHECK(rope.is_null() || rope.is_object(), source, ": ", top,
+              v5 ? "rope_parameters" : "rope_scaling", " must be an object, but is a ",
+              type_name(rope));
+  const json& parameters = rope.is_null() ? empty_object : rope;
+  const std::string where_string =
+      std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.");
+  const char* where = where_string.c_str();
+  for (const auto& item : parameters.items()) {
+    TORCH_CHECK(!item.value().is_object(), source, ": ", where, item.key(),
+                " is an object: per-layer rope parameters (one set per layer type) are not "
+                "supported; pass the config of one layer type");
+  }
+  TORCH_CHECK(field(parameters, "mrope_section").is_null(), source, ": ", where,
+              "mrope_section: multimodal RoPE (Qwen2-VL's M-RoPE) is not supported by this "
+              "reader");
+
+  HfRopeConfig result;
+  const c10::optional<int64_t> heads = integer(source, config, "num_attention_heads", top);
+  const c10::optional<int64_t> head_dim_field = integer(source, config, "head_dim", top);
+  const c10::optional<int64_t> hidden = integer(source, config, "hidden_size", top);
+  TORCH_CHECK(heads && *heads >= 1, source, ": ", top,
+              "num_attention_heads must be a whole number >= 1, but is ",
+              heads ? std::to_string(*heads) : std::string("missing"));
+  TORCH_CHECK(head_dim_field || hidden, source, ": ", top,
+              "head_dim or hidden_size is needed to know the width of a head, but neither is "
+              "given");
+  const int64_t head_dim = head_dim_field ? *head_dim_field : *hidden / *heads;
+  TORCH_CHECK(head_dim >= 2, source, ": the head width must be >= 2, but is ", head_dim,
+              head_dim_field ? " (head_dim)" : " (hidden_size / num_attention_heads)");
+  result.num_attention_heads = *heads;
+  result.num_key_value_heads =
+      integer(source, config, "num_key_value_heads", top).value_or(*heads);
+  TORCH_CHECK(result.num_key_value_heads >= 1 && *heads % result.num_key_value_heads == 0, source,
+              ": ", top, "num_key_value_heads must divide num_attention_heads (", *heads,
+              "), but is ", result.num_key_value_heads);
+
+  const c10::optional<int64_t> max_positions =
+      integer(source, config, "max_position_embeddings", top);
+  TORCH_CHECK(max_positions && *max_positions >= 1, source, ": ", top,
+              "max_position_embeddings must be a whole number >= 1 (the cos/sin caches hold that "
+              "many positions), but is ",
+              max_positions ? std::to_string(*max_positions) : std::string("missing"));
+
+  // rope_theta and partial_rotary_factor: inside the rope parameters first, then beside them.
+  const double base = number(source, parameters, "rope_theta", where)
+                          .value_or(number(source, config, "rope_theta", top).value_or(10000.0));
+  const double partial = number(source, parameters, "partial_rotary_factor", where)
+                             .value_or(number(source, config, "partial_rotary_factor", top)
+                                           .value_or(1.0));
+  TORCH_CHECK(partial > 0.0 && partial <= 1.0, source,
+              ": partial_rotary_factor must lie in (0, 1], but is ", partial);
+  const auto rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
+  TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, source,
+              ": the rotated width int(head_dim * partial_rotary_factor) = int(", head_dim, " * ",
+              partial, ") = ", rotary_dim, " must be even and >= 2");
+
+  const json& type_value =
+      field(parameters, "rope_type").is_null() ? field(parameters, "type")
+                                               : field(parameters, "rope_type");
+  TORCH_CHECK(type_value.is_null() || type_value.is_string(), source, ": ", where,
+              "rope_type must be a string, but is a ", type_name(type_value));
+  const RopeType type =
+      rope_type_of(source, type_value.is_null() ? "default" : type_value.get<std::string>(), where);
+
+  RopeScalingOptions scaling(type);
+  scaling.max_position_embeddings(*max_positions);
+  scaling.factor(number(source, parameters, "factor", where));
+  if (type == RopeType::kYarn || type == RopeType::kLongRope || type == RopeType::kLlama3) {
+    // A top-level original_max_position_embeddings wins (Phi-3), then the rope parameters', then
+    // max_position_embeddings.
+    const c10::optional<int64_t> original =
+        integer(source, config, "original_max_position_embeddings", top);
+    scaling.original_max_position_embeddings(
+        original ? original
+                 : integer(source, parameters, "original_max_position_embeddings", where)
+                       .value_or(*max_positions));
+  }
+  scaling.attention_factor(number(source, parameters, "attention_factor", where));
+  if (type == RopeType::kYarn) {
+    // HF: `get("beta_fast") or 32`, so 0 means the default too.
+    const double fast = number(source, parameters, "beta_fast", where).value_or(0.0);
+    const double slow = number(source, parameters, "beta_slow", where).value_or(0.0);
+    scaling.beta_fast(fast != 0.0 ? fast : 32.0).beta_slow(slow != 0.0 ? slow : 1.0);
+    scaling.mscale(number(source, parameters, "mscale", where));
+    scaling.mscale_all_dim(number(source, parameters, "mscale_all_dim", where));
+    const json& truncate = field(parameters, "truncate");
+    TORCH_CHECK(truncate.is_null() || truncate.is_boolean(), source, ": ", where,
+                "truncate must be true or false, but is a ", type_name(truncate));
+    scaling.truncate(truncate.is_null() || truncate.get<bool>());
+  }
+  if (type == RopeType::kLongRope) {
+    scaling.short_factor(numbers(source, parameters, "short_factor", where));
+    scaling.long_factor(numbers(source, parameters, "long_factor", where));
+  }
+  if (type == RopeType::kLlama3) {
+    const c10::optional<double> low = number(source, parameters, "low_freq_factor", where);
+    const c10::optional<double> high = number(source, parameters, "high_freq_factor", where);
+    TORCH_CHECK(low && high, source, ": ", where,
+                "llama3 needs low_freq_factor and high_freq_factor (LLaMA 3.1: 1 and 4)");
+    scaling.low_freq_factor(*low).high_freq_factor(*high);
+  }
+  const bool needs_factor =
+      type == RopeType::kLinear || type == RopeType::kDynamic || type == RopeType::kLlama3;
+  TORCH_CHECK(!needs_factor || scaling.factor(), source, ": ", where, "factor is needed by rope "
+              "type '", type, "'");
+
+  result.options = RotaryEmbeddingOptions(head_dim, *max_positions)
+                       .base(base)
+                       .rotary_dim(rotary_dim)
+                       .scaling(scaling);
+  return result;
+}
+
+HfRopeConfig read_hf_rope_config_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  TORCH_CHECK(file.good(), "read_hf_rope_config_file: cannot open '", path, "'");
+  std::ostringstream text;
+  text << file.rdbuf();
+  TORCH_CHECK(!file.bad(), "read_hf_rope_config_file: reading '", path, "' failed");
+  return read_hf_rope_config(text.str(), path);
+}
+
+} // namespace io
+} // namespace posenc

@@ -1,0 +1,458 @@
+// RoPE scaling variants (linear, dynamic NTK, YaRN, LongRoPE, LLaMA 3, freq factors), the module's
+// per-call frequencies for dynamic and longrope, and options from a Hugging Face config.json.
+// The frequencies are compared with references written here in long double from the variants'
+// definitions (the papers and transformers' modeling_rope_utils.py); test/python/test_rope_hf.py
+// compares with transformers' own functions.
+
+#include <posenc/export.h>
+#include <posenc/io/hf_config.h>
+#include <posenc/posenc.h>
+
+#include "test_util.h"
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace F = posenc::functional;
+using posenc::RopeScalingOptions;
+using posenc::RopeType;
+using posenc::RotaryEmbedding;
+using posenc::RotaryEmbeddingOptions;
+using posenc_test::printed;
+
+namespace {
+
+using LD = long double;
+constexpr LD kPi = 3.141592653589793238462643383279502884L;
+
+std::vector<LD> plain(LD base, int64_t dim) {
+  std::vector<LD> inv(static_cast<size_t>(dim / 2));
+  for (size_t i = 0; i < inv.size(); ++i) {
+    inv[i] = std::pow(base, -static_cast<LD>(2 * i) / static_cast<LD>(dim));
+  }
+  return inv;
+}
+
+// The variants, from their definitions.
+std::vector<LD> yarn_reference(LD base, int64_t dim, LD factor, LD original, LD beta_fast,
+                               LD beta_slow, bool truncate) {
+  const auto correction = [&](LD rotations) {
+    return static_cast<LD>(dim) * std::log(original / (rotations * 2 * kPi)) / (2 * std::log(base));
+  };
+  LD low = correction(beta_fast), high = correction(beta_slow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max<LD>(low, 0);
+  high = std::min<LD>(high, dim - 1);
+  if (low == high) {
+    high += 0.001L;
+  }
+  std::vector<LD> inv = plain(base, dim);
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const LD ramp = std::clamp<LD>((static_cast<LD>(i) - low) / (high - low), 0, 1);
+    inv[i] = inv[i] / factor * ramp + inv[i] * (1 - ramp);
+  }
+  return inv;
+}
+
+std::vector<LD> llama3_reference(LD base, int64_t dim, LD factor, LD low, LD high, LD original) {
+  std::vector<LD> inv = plain(base, dim);
+  for (LD& f : inv) {
+    const LD wavelength = 2 * kPi / f;
+    if (wavelength > original / low) {
+      f /= factor;
+    } else if (wavelength >= original / high) {
+      const LD smooth = (original / wavelength - low) / (high - low);
+      f = (1 - smooth) * f / factor + smooth * f;
+    }
+  }
+  return inv;
+}
+
+void expect_frequencies(const torch::Tensor& got, const std::vector<LD>& expected) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(expected.size()));
+  const auto values = got.contiguous();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    // float64 evaluation of the same formula: a few ulp.
+    EXPECT_NEAR(values.data_ptr<double>()[i], static_cast<double>(expected[i]),
+                4e-16 * std::abs(static_cast<double>(expected[i])) + 1e-300)
+        << "frequency " << i;
+  }
+}
+
+RotaryEmbeddingOptions options_with(RopeScalingOptions scaling, int64_t max_len = 64,
+                                    int64_t head_dim = 16) {
+  return RotaryEmbeddingOptions(head_dim, max_len).base(10000.0).scaling(std::move(scaling));
+}
+
+TEST(RopeScaling, LinearDividesEveryFrequency) {
+  RotaryEmbedding rope(options_with(RopeScalingOptions(RopeType::kLinear).factor(4.0)));
+  std::vector<LD> expected = plain(10000, 16);
+  for (LD& f : expected) {
+    f /= 4;
+  }
+  expect_frequencies(rope->inv_freq(), expected);
+  EXPECT_DOUBLE_EQ(rope->attention_factor(), 1.0);
+  // The caches are cos/sin of p * inv_freq.
+  const auto angle = torch::arange(64, torch::kDouble).unsqueeze(1) * rope->inv_freq().unsqueeze(0);
+  EXPECT_TRUE(torch::allclose(rope->cos.to(torch::kDouble), angle.cos(), 0, 1e-7));
+}
+
+TEST(RopeScaling, Llama3MatchesItsDefinition) {
+  auto scaling = RopeScalingOptions(RopeType::kLlama3)
+                     .factor(8.0)
+                     .low_freq_factor(1.0)
+                     .high_freq_factor(4.0)
+                     .original_max_position_embeddings(8192);
+  RotaryEmbedding rope(RotaryEmbeddingOptions(128, 16).base(500000.0).scaling(scaling));
+  const std::vector<LD> expected = llama3_reference(500000, 128, 8, 1, 4, 8192);
+  expect_frequencies(rope->inv_freq(), expected);
+  // All three regimes occur for LLaMA 3.1's parameters.
+  const std::vector<LD> unscaled = plain(500000, 128);
+  int kept = 0, divided = 0, smoothed = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    kept += expected[i] == unscaled[i];
+    divided += std::abs(expected[i] - unscaled[i] / 8) < 1e-30L;
+    smoothed += expected[i] != unscaled[i] && std::abs(expected[i] - unscaled[i] / 8) >= 1e-30L;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0);
+}
+
+TEST(RopeScaling, YarnFrequenciesAndAttentionFactor) {
+  for (const bool truncate : {true, false}) {
+    auto scaling = RopeScalingOptions(RopeType::kYarn)
+                       .factor(4.0)
+                       .original_max_position_embeddings(32768)
+                       .truncate(truncate);
+    RotaryEmbedding rope(RotaryEmbeddingOptions(128, 8).base(1000000.0).scaling(scaling));
+    expect_frequencies(rope->inv_freq(),
+                       yarn_reference(1000000, 128, 4, 32768, 32, 1, truncate));
+    EXPECT_NEAR(rope->attention_factor(), 0.1 * std::log(4.0) + 1.0, 1e-15);
+    // cos/sin carry the factor.
+    EXPECT_NEAR(rope->cos[0][0].item<double>(), 0.1 * std::log(4.0) + 1.0, 1e-6);
+  }
+  // DeepSeek: mscale / mscale_all_dim, and the factor left to the softmax scale.
+  auto deepseek = RopeScalingOptions(RopeType::kYarn)
+                      .factor(40.0)
+                      .original_max_position_embeddings(4096)
+                      .mscale(0.707)
+                      .mscale_all_dim(1.0)
+                      .beta_fast(32)
+                      .beta_slow(1);
+  RotaryEmbedding rope(RotaryEmbeddingOptions(64, 8)
+                           .scaling(deepseek)
+                           .attention_factor_in_cos_sin(false));
+  const double expected = (0.1 * 0.707 * std::log(40.0) + 1) / (0.1 * std::log(40.0) + 1);
+  EXPECT_NEAR(rope->attention_factor(), expected, 1e-15);
+  EXPECT_EQ(rope->cos[0][0].item<double>(), 1.0);
+  // Without a factor: max_position_embeddings / original.
+  RotaryEmbedding implied(RotaryEmbeddingOptions(64, 8).scaling(
+      RopeScalingOptions(RopeType::kYarn)
+          .max_position_embeddings(131072)
+          .original_max_position_embeddings(32768)));
+  EXPECT_NEAR(implied->attention_factor(), 0.1 * std::log(4.0) + 1.0, 1e-15);
+}
+
+TEST(RopeScaling, DynamicNtkDependsOnTheCallsLength) {
+  auto scaling = RopeScalingOptions(RopeType::kDynamic).factor(2.0).max_position_embeddings(32);
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8, 128).scaling(scaling));
+  // Within max_position_embeddings: the plain frequencies.
+  expect_frequencies(rope->inv_freq(), plain(10000, 8));
+  expect_frequencies(rope->inv_freq(32), plain(10000, 8));
+  // A call ending at position 99: base * (2 * 100 / 32 - 1)^(8 / 6).
+  const LD base = 10000.0L * std::pow(2.0L * 100 / 32 - 1, 8.0L / 6);
+  expect_frequencies(rope->inv_freq(100), plain(base, 8));
+
+  rope->to(torch::kDouble);
+  const auto x = torch::randn({2, 100, 3, 8}, torch::kDouble);
+  const auto y = rope(x);
+  // Every position of that call turns with the call's frequencies, including those < 32.
+  RotaryEmbedding plain_rope(RotaryEmbeddingOptions(8, 128).base(static_cast<double>(base)));
+  plain_rope->to(torch::kDouble);
+  EXPECT_TRUE(torch::allclose(y, plain_rope(x), 0, 1e-12));
+  // A call within 32 positions uses the caches (the plain base).
+  const auto short_x = x.narrow(1, 0, 20);
+  RotaryEmbedding reference(RotaryEmbeddingOptions(8, 128));
+  reference->to(torch::kDouble);
+  EXPECT_TRUE(torch::equal(rope(short_x), reference(short_x)));
+  // Decoding one token at position 99 (offset form and explicit positions) uses the frequencies of
+  // length 100, as the whole call above did for its last position.
+  const auto step = x.narrow(1, 99, 1);
+  EXPECT_TRUE(torch::allclose(rope(step, 99), y.narrow(1, 99, 1), 0, 1e-12));
+  EXPECT_TRUE(torch::allclose(rope->forward_positions(step, torch::tensor({99}, torch::kLong)),
+                              y.narrow(1, 99, 1), 0, 1e-12));
+  // Past max_len (128) the usual rule applies.
+  EXPECT_POSENC_ERROR(rope(step, 128), "max_len");
+}
+
+TEST(RopeScaling, LongRopeSwitchesFactorsPastTheOriginalContext) {
+  std::vector<double> short_factor = {1.0, 1.1, 1.3, 1.7};
+  std::vector<double> long_factor = {1.0, 2.0, 4.0, 16.0};
+  auto scaling = RopeScalingOptions(RopeType::kLongRope)
+                     .short_factor(short_factor)
+                     .long_factor(long_factor)
+                     .max_position_embeddings(128)
+                     .original_max_position_embeddings(32);
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8, 128).scaling(scaling));
+  std::vector<LD> expected_short = plain(10000, 8), expected_long = plain(10000, 8);
+  for (size_t i = 0; i < 4; ++i) {
+    expected_short[i] /= short_factor[i];
+    expected_long[i] /= long_factor[i];
+  }
+  expect_frequencies(rope->inv_freq(), expected_short);
+  expect_frequencies(rope->inv_freq(32), expected_short);
+  expect_frequencies(rope->inv_freq(33), expected_long);
+  const double factor = std::sqrt(1 + std::log(4.0) / std::log(32.0));
+  EXPECT_NEAR(rope->attention_factor(), factor, 1e-15);
+
+  rope->to(torch::kDouble);
+  const auto x = torch::randn({1, 40, 2, 8}, torch::kDouble);
+  const auto y = rope(x);
+  // Reference: rotate with the long frequencies, times the attention factor.
+  const auto angle = torch::arange(40, torch::kDouble).unsqueeze(1) * rope->inv_freq(40).unsqueeze(0);
+  const auto c = (angle.cos() * factor).view({1, 40, 1, 4});
+  const auto s = (angle.sin() * factor).view({1, 40, 1, 4});
+  const auto a = x.narrow(3, 0, 4), b = x.narrow(3, 4, 4);
+  const auto expected = torch::cat({a * c - b * s, a * s + b * c}, 3);
+  EXPECT_TRUE(torch::allclose(y, expected, 0, 1e-12));
+  // Short calls: the caches (short factors).
+  EXPECT_TRUE(torch::equal(rope(x.narrow(1, 0, 32)).narrow(1, 0, 5),
+                           rope(x.narrow(1, 0, 5))));
+}
+
+TEST(RopeScaling, FreqFactorsDivideAfterTheScaling) {
+  RotaryEmbedding rope(options_with(RopeScalingOptions(RopeType::kLinear).factor(2.0), 8, 8)
+                           .freq_factors({1.0, 2.0, 4.0, 8.0}));
+  std::vector<LD> expected = plain(10000, 8);
+  for (size_t i = 0; i < 4; ++i) {
+    expected[i] /= 2 * std::pow(2.0L, static_cast<LD>(i));
+  }
+  expect_frequencies(rope->inv_freq(), expected);
+  EXPECT_NE(printed(*rope).find("freq_factors=[4]"), std::string::npos);
+}
+
+TEST(RopeScaling, FunctionalFormsAgreeWithTheModule) {
+  auto scaling = RopeScalingOptions(RopeType::kYarn).factor(8.0).original_max_position_embeddings(64);
+  RotaryEmbedding rope(RotaryEmbeddingOptions(16, 32).scaling(scaling));
+  const auto tables =
+      F::rotary_tables(32, 16, F::RotaryTablesFuncOptions().scaling(scaling.max_position_embeddings(32)));
+  EXPECT_TRUE(torch::equal(tables.first, rope->cos));
+  EXPECT_TRUE(torch::equal(tables.second, rope->sin));
+  EXPECT_TRUE(torch::equal(F::rotary_inv_freq(16, F::RotaryTablesFuncOptions().scaling(scaling)),
+                           rope->inv_freq()));
+  EXPECT_DOUBLE_EQ(F::rotary_attention_factor(16, F::RotaryTablesFuncOptions().scaling(scaling)),
+                   rope->attention_factor());
+  EXPECT_POSENC_ERROR(
+      F::rotary_inv_freq(16, F::RotaryTablesFuncOptions().scaling(
+                                 RopeScalingOptions(RopeType::kDynamic).factor(2.0))),
+      "set scaling.max_position_embeddings");
+}
+
+TEST(RopeScaling, PrettyPrintNamesTheVariant) {
+  RotaryEmbedding rope(options_with(
+      RopeScalingOptions(RopeType::kYarn).factor(4.0).original_max_position_embeddings(16)));
+  const std::string text = printed(*rope);
+  EXPECT_NE(text.find("rope_type=yarn, factor=4, original_max_position_embeddings=16, "
+                      "attention_factor=1.13"),
+            std::string::npos)
+      << text;
+}
+
+TEST(RopeScaling, BadParametersAreClearErrors) {
+  using O = RopeScalingOptions;
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLinear))),
+                      "rope type 'linear' needs a scaling factor");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLinear).factor(0.0))),
+                      "finite number > 0, but got 0");
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(options_with(O(RopeType::kLinear).factor(std::nan("")))),
+      "finite number > 0");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(2, 8).scaling(
+                          O(RopeType::kDynamic).factor(2.0))),
+                      "R >= 4");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0).beta_fast(0))),
+                      "beta_fast and beta_slow must be finite numbers > 0");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0)).base(1.0)),
+                      "base must be > 1");
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(options_with(O(RopeType::kLongRope).short_factor({1, 1}).long_factor({1, 1}))),
+      "one value per frequency (R / 2 = 8)");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLlama3)
+                                                       .factor(8.0)
+                                                       .low_freq_factor(4.0)
+                                                       .high_freq_factor(4.0))),
+                      "0 < low_freq_factor < high_freq_factor");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O()).freq_factors({1.0, -1.0})),
+                      "freq_factors must be empty or hold one divisor per frequency");
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(options_with(O()).freq_factors(std::vector<double>(8, 0.0))),
+      "freq_factors must hold finite numbers > 0");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kYarn)
+                                                       .factor(2.0)
+                                                       .original_max_position_embeddings(0))),
+                      "must be >= 1");
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0).attention_factor(-1.0))),
+      "attention_factor must be a finite number > 0");
+  // A frequency that is not a number (a huge factor underflows nothing, but freq_factors can
+  // overflow): rejected with the variant's name.
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLinear).factor(1e-300))
+                                          .freq_factors(std::vector<double>(8, 1e-300))),
+                      "rope type 'linear' with these parameters");
+}
+
+TEST(RopeScaling, ExportedDynamicAndLongRopeSwitchLikeTheModule) {
+  torch::manual_seed(0);
+  auto dynamic = RopeScalingOptions(RopeType::kDynamic).factor(3.0).max_position_embeddings(16);
+  auto longrope = RopeScalingOptions(RopeType::kLongRope)
+                      .short_factor({1.0, 1.5, 2.0, 3.0})
+                      .long_factor({1.0, 3.0, 9.0, 27.0})
+                      .original_max_position_embeddings(16);
+  for (const auto& scaling : {dynamic, longrope}) {
+    RotaryEmbedding rope(RotaryEmbeddingOptions(10, 48)
+                             .rotary_dim(8)
+                             .scaling(scaling)
+                             .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+    auto exported = posenc::to_torchscript(*rope);
+    const auto x = torch::randn({2, 40, 3, 10});
+    for (int64_t offset : {0, 10, 30, 70}) {
+      const auto part = x.narrow(1, 0, 10);
+      const auto expected = rope(part, offset);
+      const auto got = exported.forward({part, offset}).toTensor();
+      EXPECT_TRUE(torch::allclose(got, expected, 0, 2e-6)) << scaling.type() << " offset " << offset;
+    }
+    const auto positions = torch::tensor({{0, 5, 17, 3}, {1, 2, 3, 4}}, torch::kLong);
+    const auto part = x.narrow(1, 0, 4);
+    EXPECT_TRUE(torch::allclose(exported.run_method("forward_positions", part, positions).toTensor(),
+                                rope->forward_positions(part, positions), 0, 2e-6))
+        << scaling.type();
+  }
+}
+
+// --- config.json -------------------------------------------------------------------------------
+
+TEST(HfConfig, Llama31BothForms) {
+  const std::string v4 = R"({"hidden_size": 4096, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+  const std::string v5 = R"({"hidden_size": 4096, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "max_position_embeddings": 131072,
+    "rope_parameters": {"rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+  for (const auto& text : {v4, v5}) {
+    const auto config = posenc::io::read_hf_rope_config(text);
+    const auto& options = config.options;
+    EXPECT_EQ(options.head_dim(), 128);
+    EXPECT_EQ(options.rotated_width(), 128);
+    EXPECT_EQ(options.max_len(), 131072);
+    EXPECT_EQ(options.base(), 500000.0);
+    EXPECT_EQ(options.scaling().type(), RopeType::kLlama3);
+    EXPECT_EQ(*options.scaling().factor(), 8.0);
+    EXPECT_EQ(*options.scaling().original_max_position_embeddings(), 8192);
+    EXPECT_EQ(config.num_attention_heads, 32);
+    EXPECT_EQ(config.num_key_value_heads, 8);
+    expect_frequencies(F::rotary_inv_freq(128, F::RotaryTablesFuncOptions()
+                                                   .base(options.base())
+                                                   .scaling(options.scaling())),
+                       llama3_reference(500000, 128, 8, 1, 4, 8192));
+  }
+}
+
+TEST(HfConfig, Phi3LongRopeQwenYarnAndPartialRotary) {
+  std::string factors = "[";
+  for (int i = 0; i < 48; ++i) {
+    factors += (i ? "," : "") + std::to_string(1.0 + i * 0.01);
+  }
+  factors += "]";
+  // Phi-3: the top-level original_max_position_embeddings wins; "type" is the v4 key; a
+  // partial_rotary_factor of 0.75 rotates 96 of 128 channels.
+  const std::string phi = R"({"hidden_size": 4096, "num_attention_heads": 32,
+    "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+    "partial_rotary_factor": 0.75, "rope_theta": 10000.0,
+    "rope_scaling": {"type": "longrope", "short_factor": )" + factors + R"(, "long_factor": )" +
+                          factors + R"(, "original_max_position_embeddings": 1}})";
+  const auto config = posenc::io::read_hf_rope_config(phi);
+  EXPECT_EQ(config.options.rotated_width(), 96);
+  EXPECT_EQ(config.options.scaling().type(), RopeType::kLongRope);
+  EXPECT_EQ(*config.options.scaling().original_max_position_embeddings(), 4096);
+  EXPECT_EQ(config.options.scaling().short_factor().size(), 48u);
+  // Qwen: yarn with beta 0 = default, explicit head_dim, text_config of a VL config.
+  const auto qwen = posenc::io::read_hf_rope_config(R"({"model_type": "x", "text_config": {
+    "hidden_size": 2048, "head_dim": 128, "num_attention_heads": 16, "num_key_value_heads": 2,
+    "max_position_embeddings": 40960, "rope_theta": 1000000,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 0,
+                     "original_max_position_embeddings": 32768}}})");
+  EXPECT_EQ(qwen.options.head_dim(), 128);
+  EXPECT_EQ(qwen.options.scaling().beta_fast(), 32.0);
+  EXPECT_TRUE(qwen.options.scaling().truncate());
+  EXPECT_EQ(qwen.num_key_value_heads, 2);
+  // No rope block at all: the plain RoPE, rope_theta default 10000.
+  const auto plain_config = posenc::io::read_hf_rope_config(
+      R"({"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 32,
+          "rope_scaling": null})");
+  EXPECT_EQ(plain_config.options.scaling().type(), RopeType::kDefault);
+  EXPECT_EQ(plain_config.options.base(), 10000.0);
+  EXPECT_EQ(plain_config.options.head_dim(), 16);
+}
+
+TEST(HfConfig, MalformedConfigsAreClearErrors) {
+  using posenc::io::read_hf_rope_config;
+  const std::string heads = R"("hidden_size": 64, "num_attention_heads": 4, )";
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{"), "not valid JSON");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("[]"), "expected a JSON object");
+  EXPECT_POSENC_ERROR(read_hf_rope_config(R"({"hidden_size": 64, "max_position_embeddings": 8})"),
+                      "num_attention_heads must be a whole number >= 1, but is missing");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads + R"("max_position_embeddings": "8"})"),
+                      "max_position_embeddings must be a number, but is a string");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads + R"("max_position_embeddings": 8.5})"),
+                      "must be a whole number");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads + R"("rope_theta": 1e4})"),
+                      "max_position_embeddings must be a whole number >= 1");
+  EXPECT_POSENC_ERROR(
+      read_hf_rope_config("{" + heads +
+                          R"("max_position_embeddings": 8, "rope_scaling": {"rope_type": "su"}})"),
+      "unknown rope_scaling.rope_type 'su'");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_scaling": {"rope_type": "linear"}})"),
+                      "factor is needed by rope type 'linear'");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8}})"),
+                      "llama3 needs low_freq_factor and high_freq_factor");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_scaling": {"rope_type": "longrope", "short_factor": [1, "a"]}})"),
+                      "short_factor must hold numbers only");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}})"),
+                      "mrope_section");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_parameters": {"full_attention": {"rope_type": "default"}}})"),
+                      "per-layer rope parameters");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "partial_rotary_factor": 0.33})"),
+                      "must be even and >= 2");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_scaling": {"rope_type": "yarn", "factor": 2, "truncate": "yes"}})"),
+                      "truncate must be true or false");
+  EXPECT_POSENC_ERROR(posenc::io::read_hf_rope_config_file("/nonexistent/config.json"),
+                      "cannot open");
+}
+
+} // namespace
