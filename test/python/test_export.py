@@ -377,7 +377,7 @@ ROTARY_CASES = {
 @pytest.mark.parametrize("case", ROTARY_CASES)
 def test_rotary_source_scripts_like_the_export(posenc_cli, tmp_path, case):
     flags, scalars = ROTARY_CASES[case]
-    scalars = dict(scalars, max_len=16, attention_factor=1.0)
+    scalars = dict(scalars, max_len=16, attention_factor=1.0, switch_len=-1, ntk_base=10000.0, ntk_factor=1.0)
     path = tmp_path / "rotary.pt"
     args = [posenc_cli, "export", "--module", "rotary", "--max-len", "16", "--head-dim", "8", "-o", str(path), *flags]
     subprocess.run(args, check=True, capture_output=True)
@@ -386,7 +386,7 @@ def test_rotary_source_scripts_like_the_export(posenc_cli, tmp_path, case):
     expected = torch.pow(torch.tensor(10000.0, dtype=torch.float64), -torch.arange(half, dtype=torch.float64) * 2 / scalars["rotary_dim"])
     assert exported.inv_freq.dtype == torch.float64
     assert torch.allclose(exported.inv_freq, expected, rtol=1e-14, atol=0)
-    scripted = scripted_like("RotaryEmbedding", exported, "RotaryEmbedding", scalars, tensors=["inv_freq"], buffers=["cos", "sin"])
+    scripted = scripted_like("RotaryEmbedding", exported, "RotaryEmbedding", scalars, tensors=["inv_freq", "long_inv_freq", "freq_divisors"], buffers=["cos", "sin"])
     assert_same_methods(scripted, exported)
 
     generator = torch.Generator().manual_seed(1)

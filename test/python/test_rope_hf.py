@@ -1,0 +1,229 @@
+"""posenc's RoPE scaling variants against Hugging Face transformers' own code (pinned in
+scripts/setup.sh): the frequencies and attention factors of `ROPE_INIT_FUNCTIONS` (and the
+models' default), and the queries/keys that `LlamaRotaryEmbedding` + `apply_rotary_pos_emb` rotate,
+at positions near the end of the range, for configs in both forms (transformers 4's
+`rope_theta` + `rope_scaling`, transformers 5's `rope_parameters`).
+
+posenc's side is the real path a user takes: config.json -> posenc::io::read_hf_rope_config ->
+RotaryEmbedding -> `posenc export --hf-config` (TorchScript), loaded here with torch.jit.load.
+
+Tolerances. HF computes frequencies in float32 (`base ** (arange / dim)` in float32) and angles in
+float32 (`inv_freq @ position_ids` under `.float()`): at position p its angle error is about
+p * 2^-24 radians, i.e. ~1e-3 near position 16k. posenc computes both in float64 and rounds
+cos/sin once. So each comparison is made against a float64 evaluation of HF's own functions
+(`ROPE_INIT_FUNCTIONS` run with torch.float/torch.float32 mapped to float64), and asserts that
+posenc's error is no larger than HF's (plus one float32 ulp of the output), and that posenc and HF
+differ by no more than the sum of both errors.
+"""
+
+import contextlib
+import json
+import math
+import subprocess
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="transformers is installed in the pip test environment only (scripts/setup.sh)")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
+
+HEAD_DIM = 64
+HEADS = 4
+MAX_POS = 2048
+ORIGINAL = 512
+
+
+def longrope_factors(scale, pairs=HEAD_DIM // 2):
+    return [1.0 + scale * i / pairs for i in range(pairs)]
+
+
+# name -> (rope type, its parameters), for max_position_embeddings MAX_POS
+VARIANTS = {
+    "default": ("default", {}),
+    "linear": ("linear", {"factor": 4.0}),
+    "dynamic": ("dynamic", {"factor": 2.0}),
+    "yarn": ("yarn", {"factor": 4.0, "original_max_position_embeddings": ORIGINAL}),
+    "yarn_no_truncate": ("yarn", {"factor": 4.0, "original_max_position_embeddings": ORIGINAL, "truncate": False, "beta_fast": 16, "beta_slow": 2}),
+    "yarn_deepseek": ("yarn", {"factor": 4.0, "original_max_position_embeddings": ORIGINAL, "mscale": 0.707, "mscale_all_dim": 1.0}),
+    "yarn_attention_factor": ("yarn", {"factor": 4.0, "original_max_position_embeddings": ORIGINAL, "attention_factor": 1.25}),
+    "longrope": ("longrope", {"short_factor": longrope_factors(0.5), "long_factor": longrope_factors(8.0), "original_max_position_embeddings": ORIGINAL}),
+    "llama3": ("llama3", {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": ORIGINAL}),
+}
+
+
+def config_dict(name, form, theta=500000.0, partial=None):
+    rope_type, parameters = VARIANTS[name]
+    config = {"hidden_size": HEAD_DIM * HEADS, "num_attention_heads": HEADS, "num_key_value_heads": 2,
+              "max_position_embeddings": MAX_POS, "intermediate_size": 64, "num_hidden_layers": 1}
+    if partial is not None:
+        config["partial_rotary_factor"] = partial
+        if rope_type == "longrope":  # one factor per rotated pair
+            pairs = int(HEAD_DIM * partial) // 2
+            parameters = {**parameters, "short_factor": longrope_factors(0.5, pairs), "long_factor": longrope_factors(8.0, pairs)}
+    if form == "v4":
+        config["rope_theta"] = theta
+        if rope_type != "default":
+            config["rope_scaling"] = {"rope_type": rope_type, **parameters}
+    else:
+        config["rope_parameters"] = {"rope_type": rope_type, "rope_theta": theta, **parameters}
+    return config
+
+
+def hf_config(config):
+    return LlamaConfig(**json.loads(json.dumps(config)))
+
+
+def hf_frequencies(config, seq_len=None):
+    """inv_freq and attention factor from transformers' own functions."""
+    rope_type = config.rope_parameters["rope_type"]
+    if rope_type == "default":
+        return LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    return ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
+
+
+@contextlib.contextmanager
+def float64_everywhere():
+    """Runs transformers' frequency functions in float64: their float32 dtypes (torch.float,
+    torch.float32, Tensor.float()) mean float64 while this is active."""
+    saved = torch.float, torch.float32, torch.Tensor.float
+    torch.float = torch.float32 = torch.float64
+    torch.Tensor.float = torch.Tensor.double
+    try:
+        yield
+    finally:
+        torch.float, torch.float32, torch.Tensor.float = saved
+
+
+def hf_frequencies_float64(config, seq_len=None):
+    with float64_everywhere():
+        inv_freq, factor = hf_frequencies(config, seq_len)
+    assert inv_freq.dtype == torch.float64
+    return inv_freq, factor
+
+
+def export(posenc_cli, tmp_path, config, *extra):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    out = tmp_path / "rope.pt"
+    result = subprocess.run([posenc_cli, "export", "--module", "rotary", "--hf-config", str(path), "--heads-first", "-o", str(out), *extra],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return torch.jit.load(str(out))
+
+
+def rotate_reference(q, k, positions, inv_freq64, factor):
+    """HF's apply_rotary_pos_emb on float64 inputs with float64 cos/sin of float64 angles."""
+    angles = positions.to(torch.float64)[:, None] * inv_freq64[None, :]
+    emb = torch.cat((angles, angles), dim=-1)
+    cos = (emb.cos() * factor)[None]
+    sin = (emb.sin() * factor)[None]
+    q_rot = q.to(torch.float64)
+    k_rot = k.to(torch.float64)
+    rotary = cos.shape[-1]
+    q_out, k_out = apply_rotary_pos_emb(q_rot[..., :rotary], k_rot[..., :rotary], cos, sin)
+    return torch.cat((q_out, q_rot[..., rotary:]), -1), torch.cat((k_out, k_rot[..., rotary:]), -1)
+
+
+def hf_rotate(module, q, k, positions):
+    cos, sin = module(q, positions[None])
+    rotary = cos.shape[-1]
+    q_out, k_out = apply_rotary_pos_emb(q[..., :rotary], k[..., :rotary], cos, sin)
+    return torch.cat((q_out, q[..., rotary:]), -1), torch.cat((k_out, k[..., rotary:]), -1)
+
+
+def max_error(value, reference):
+    return (value.to(torch.float64) - reference).abs().max().item()
+
+
+@pytest.mark.parametrize("form", ["v4", "v5"])
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_frequencies_and_attention_factor_match_transformers(posenc_cli, tmp_path, name, form):
+    config = config_dict(name, form)
+    exported = export(posenc_cli, tmp_path, config)
+    hf = hf_config(config)
+    inv_freq, factor = hf_frequencies(hf)
+    inv_freq64, factor64 = hf_frequencies_float64(hf)
+    ours = exported.inv_freq
+    assert ours.dtype == torch.float64 and ours.shape == inv_freq64.shape
+    # posenc is float64 throughout: a few ulp from HF's functions evaluated in float64.
+    torch.testing.assert_close(ours, inv_freq64, rtol=1e-14, atol=0)
+    # HF's float32 frequencies: within float32 rounding of a pow (a few ulp of float32).
+    torch.testing.assert_close(ours.float(), inv_freq, rtol=4e-7, atol=0)
+    assert (ours - inv_freq64).abs().max() <= (inv_freq.double() - inv_freq64).abs().max()
+    # The attention factor: cos/sin carry it (the cache's first cos is the factor itself).
+    assert math.isclose(factor, factor64, rel_tol=1e-15)
+    assert math.isclose(exported.attention_factor, factor, rel_tol=1e-15)
+    assert math.isclose(exported.cos[0, 0].item(), factor, rel_tol=1e-7)
+
+
+@pytest.mark.parametrize("form", ["v4", "v5"])
+@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("partial", [None, 0.5])
+def test_rotated_queries_and_keys_match_transformers_near_the_end(posenc_cli, tmp_path, name, form, partial):
+    if name == "default" and partial is not None:
+        pytest.skip("LLaMA's default RoPE ignores partial_rotary_factor (models with partial rotary define their own default)")
+    config = config_dict(name, form, partial=partial)
+    exported = export(posenc_cli, tmp_path, config)
+    hf = hf_config(config)
+    module = LlamaRotaryEmbedding(hf)
+    torch.manual_seed(0)
+    length = 16
+    q = torch.randn(2, HEADS, length, HEAD_DIM)
+    k = torch.randn(2, 2, length, HEAD_DIM)
+    offset = MAX_POS - length
+    positions = torch.arange(offset, offset + length)
+    inv_freq64, factor = hf_frequencies_float64(hf, seq_len=offset + length)
+    q_ref, k_ref = rotate_reference(q, k, positions, inv_freq64, factor)
+    q_hf, k_hf = hf_rotate(module, q, k, positions)
+    q_ours, k_ours = exported(q, offset), exported(k, offset)
+    for ours, theirs, reference in ((q_ours, q_hf, q_ref), (k_ours, k_hf, k_ref)):
+        ulp = 2 ** -23 * reference.abs().max().item()
+        ours_error, hf_error = max_error(ours, reference), max_error(theirs, reference)
+        assert ours_error <= hf_error + ulp, f"posenc's error {ours_error:.3g} exceeds HF's {hf_error:.3g}"
+        assert ours_error <= 4 * ulp
+        assert max_error(ours, theirs.double()) <= ours_error + hf_error + 1e-12
+
+
+@pytest.mark.parametrize("name", ["dynamic", "longrope"])
+def test_prefill_past_the_context_then_decoding_matches_transformers(posenc_cli, tmp_path, name):
+    """dynamic and longrope frequencies follow the call's length: a prefill past the context and
+    then single-token decoding steps, as HF's stateful module sees them (its sequence only grows,
+    where posenc's stateless rule and HF's agree)."""
+    config = config_dict(name, "v5")
+    exported = export(posenc_cli, tmp_path, config, "--max-len", str(2 * MAX_POS))
+    hf = hf_config(config)
+    module = LlamaRotaryEmbedding(hf)
+    torch.manual_seed(1)
+    prefill = MAX_POS + 100
+    q = torch.randn(1, HEADS, prefill + 2, HEAD_DIM)
+    k = torch.randn(1, 2, prefill + 2, HEAD_DIM)
+    steps = [(0, prefill), (prefill, prefill + 1), (prefill + 1, prefill + 2)]
+    for start, end in steps:
+        positions = torch.arange(start, end)
+        q_step, k_step = q[:, :, start:end], k[:, :, start:end]
+        q_hf, k_hf = hf_rotate(module, q_step, k_step, positions)
+        inv_freq64, factor = hf_frequencies_float64(hf, seq_len=end)
+        q_ref, k_ref = rotate_reference(q_step, k_step, positions, inv_freq64, factor)
+        q_ours, k_ours = exported(q_step, start), exported(k_step, start)
+        for ours, theirs, reference in ((q_ours, q_hf, q_ref), (k_ours, k_hf, k_ref)):
+            ulp = 2 ** -23 * reference.abs().max().item()
+            ours_error, hf_error = max_error(ours, reference), max_error(theirs, reference)
+            assert ours_error <= hf_error + ulp
+            assert ours_error <= 4 * ulp
+
+
+def test_rope_command_prints_transformers_frequencies(posenc_cli, tmp_path):
+    config = config_dict("llama3", "v4")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = subprocess.run([posenc_cli, "rope", "--hf-config", str(path), "--format", "csv"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split(",") for line in result.stdout.splitlines()[1:] if not line.startswith("#")]
+    printed = torch.tensor([float(row[1]) for row in rows], dtype=torch.float64)
+    inv_freq64, _ = hf_frequencies_float64(hf_config(config))
+    torch.testing.assert_close(printed, inv_freq64, rtol=1e-15, atol=0)
+    wavelengths = torch.tensor([float(row[2]) for row in rows], dtype=torch.float64)
+    torch.testing.assert_close(wavelengths, 2 * math.pi / inv_freq64, rtol=1e-15, atol=0)
+    assert result.stdout.splitlines()[-1] == "# attention_factor,1"
