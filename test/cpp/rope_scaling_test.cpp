@@ -270,34 +270,34 @@ TEST(RopeScaling, PrettyPrintNamesTheVariant) {
 
 TEST(RopeScaling, BadParametersAreClearErrors) {
   using O = RopeScalingOptions;
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLinear))),
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLinear))),
                       "rope type 'linear' needs a scaling factor");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLinear).factor(0.0))),
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLinear).factor(0.0))),
                       "finite number > 0, but got 0");
   EXPECT_POSENC_ERROR(
       RotaryEmbedding(options_with(O(RopeType::kLinear).factor(std::nan("")))),
       "finite number > 0");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(2, 8).scaling(
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(RotaryEmbeddingOptions(2, 8).scaling(
                           O(RopeType::kDynamic).factor(2.0))),
                       "R >= 4");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0).beta_fast(0))),
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0).beta_fast(0))),
                       "beta_fast and beta_slow must be finite numbers > 0");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0)).base(1.0)),
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0)).base(1.0)),
                       "base must be > 1");
   EXPECT_POSENC_ERROR(
       RotaryEmbedding(options_with(O(RopeType::kLongRope).short_factor({1, 1}).long_factor({1, 1}))),
       "one value per frequency (R / 2 = 8)");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLlama3)
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLlama3)
                                                        .factor(8.0)
                                                        .low_freq_factor(4.0)
                                                        .high_freq_factor(4.0))),
                       "0 < low_freq_factor < high_freq_factor");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O()).freq_factors({1.0, -1.0})),
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O()).freq_factors({1.0, -1.0})),
                       "freq_factors must be empty or hold one divisor per frequency");
   EXPECT_POSENC_ERROR(
       RotaryEmbedding(options_with(O()).freq_factors(std::vector<double>(8, 0.0))),
       "freq_factors must hold finite numbers > 0");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kYarn)
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kYarn)
                                                        .factor(2.0)
                                                        .original_max_position_embeddings(0))),
                       "must be >= 1");
@@ -306,7 +306,7 @@ TEST(RopeScaling, BadParametersAreClearErrors) {
       "attention_factor must be a finite number > 0");
   // A frequency that is not a number (a huge factor underflows nothing, but freq_factors can
   // overflow): rejected with the variant's name.
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLinear).factor(1e-300))
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLinear).factor(1e-300))
                                           .freq_factors(std::vector<double>(8, 1e-300))),
                       "rope type 'linear' with these parameters");
 }
