@@ -25,6 +25,9 @@
 ///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
 ///       bool batch_first=True, Tensor? positions=None, float scale=1., int padding_idx=-1,
 ///       float dropout=0., bool train=False, Tensor? columns=None) -> (Tensor, Tensor)
+///   posenc::packed_positions(Tensor cu_seqlens, int total, Tensor? start_positions=None) -> Tensor
+///   posenc::context_parallel_positions(int seq_len, int world_size, int rank, bool zigzag=False,
+///       Device? device=None) -> Tensor
 ///
 /// The in-place and out variants return nothing (the way mutating custom operators compose with
 /// torch.compile and torch.export); the C++ functions below return the mutated tensor. The
@@ -136,6 +139,22 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     bool batch_first = true, const c10::optional<at::Tensor>& positions = c10::nullopt,
     double scale = 1.0, int64_t padding_idx = -1, double dropout = 0.0, bool train = false,
     const c10::optional<at::Tensor>& columns = c10::nullopt);
+
+/// Positions of packed sequences (flash-attn varlen, TransformerEngine's THD format): `total`
+/// tokens, sequence s holding tokens cu_seqlens[s] .. cu_seqlens[s + 1] - 1 (`cu_seqlens`: 1-D
+/// int32 or int64, 0 first, non-decreasing, `total` last); its tokens get positions
+/// start_positions[s], start_positions[s] + 1, ... (default 0: positions restart at each
+/// sequence). An int64 `[total]` tensor on the device of `cu_seqlens` (one device-to-host read).
+at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
+                            const c10::optional<at::Tensor>& start_positions = c10::nullopt);
+
+/// Positions of one rank's shard of a `seq_len` sequence under context parallelism: chunk `rank`
+/// of `world_size` equal chunks, or, `zigzag`, TransformerEngine's load-balanced split into
+/// `2 * world_size` chunks of which rank r holds chunks r and 2 * world_size - 1 - r. int64, on
+/// `device` (default CPU).
+at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
+                                      bool zigzag = false,
+                                      c10::optional<at::Device> device = c10::nullopt);
 
 } // namespace ops
 

@@ -54,6 +54,20 @@ at::Tensor sinusoidal_columns(int64_t d_model, const SinusoidalTableFuncOptions&
       {d_model, options.base(), options.layout(), options.spacing()});
 }
 
+at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
+                            const at::Tensor& start_positions) {
+  const posenc::detail::CallerScope caller(posenc::detail::CallerScope::KeepOuter{}, "packed_positions");
+  return ops::packed_positions(
+      cu_seqlens, total,
+      start_positions.defined() ? c10::optional<at::Tensor>(start_positions) : c10::nullopt);
+}
+
+at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
+                                      bool zigzag, const c10::Device& device) {
+  const posenc::detail::CallerScope caller(posenc::detail::CallerScope::KeepOuter{}, "context_parallel_positions");
+  return ops::context_parallel_positions(seq_len, world_size, rank, zigzag, device);
+}
+
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
   constexpr const char* who = "positions_from_padding_mask";
   const char* layout = posenc::detail::sequence_layout(batch_first);

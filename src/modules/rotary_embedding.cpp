@@ -1,5 +1,7 @@
 #include <posenc/modules/rotary_embedding.h>
 
+#include <posenc/functional/positions.h>
+
 #include "detail/checks.h"
 #include "detail/rotary.h"
 
@@ -91,6 +93,25 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
     stream << ", freq_factors=[" << options.freq_factors().size() << "]";
   }
   stream << ")";
+}
+
+torch::Tensor RotaryEmbeddingImpl::forward_packed(const torch::Tensor& x,
+                                                  const torch::Tensor& cu_seqlens,
+                                                  const torch::Tensor& start_positions) {
+  TORCH_CHECK(x.defined() && x.dim() == 3, kName,
+              ": forward_packed expects packed queries or keys [T, H, head_dim], but got ",
+              x.defined() ? x.sizes() : at::IntArrayRef{},
+              "; for padded batches [B, L, H, head_dim] call forward or forward_positions");
+  TORCH_CHECK(cu_seqlens.defined(), kName, ": forward_packed needs cu_seqlens");
+  const torch::Tensor positions = [&] {
+    const detail::CallerScope caller(kName);
+    return functional::packed_positions(cu_seqlens, x.size(0), start_positions);
+  }();
+  // [T, H, Dh] as a batch of one in the module's layout.
+  const bool heads_first = options.heads_first();
+  const torch::Tensor batch = heads_first ? x.transpose(0, 1).unsqueeze(0) : x.unsqueeze(0);
+  const torch::Tensor out = forward_at(batch, 0, positions.to(x.device()));
+  return heads_first ? out.squeeze(0).transpose(0, 1) : out.squeeze(0);
 }
 
 torch::Tensor RotaryEmbeddingImpl::inv_freq() const {

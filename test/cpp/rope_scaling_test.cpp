@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -453,6 +454,110 @@ TEST(HfConfig, MalformedConfigsAreClearErrors) {
                       "truncate must be true or false");
   EXPECT_POSENC_ERROR(posenc::io::read_hf_rope_config_file("/nonexistent/config.json"),
                       "cannot open");
+}
+
+} // namespace
+
+// --- packed sequences and context-parallel shards ---------------------------------------------
+
+namespace {
+
+TEST(PackedPositions, RestartOrStartWhereGiven) {
+  const auto cu = torch::tensor({0, 3, 3, 5}, torch::kInt);
+  EXPECT_TRUE(torch::equal(F::packed_positions(cu, 5), torch::tensor({0, 1, 2, 0, 1}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(F::packed_positions(cu.to(torch::kLong), 5,
+                                               torch::tensor({4, 7, 10}, torch::kLong)),
+                           torch::tensor({4, 5, 6, 10, 11}, torch::kLong)));
+  EXPECT_EQ(F::packed_positions(torch::tensor({0}, torch::kLong).repeat({2}), 0).numel(), 0);
+}
+
+TEST(PackedPositions, BadArgumentsAreClearErrors) {
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({1, 3}, torch::kLong), 3),
+                      "must start at 0 and end at the number of packed tokens T = 3");
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0, 4, 3}, torch::kLong), 3),
+                      "cu_seqlens must not decrease");
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0, 2}, torch::kLong), 3),
+                      "end at the number of packed tokens T = 3");
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0.0, 2.0}), 2),
+                      "cu_seqlens must be a 1-D int32 or int64 tensor");
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0}, torch::kLong), 0),
+                      "at least 2 entries");
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0, 2}, torch::kLong), 2,
+                                          torch::tensor({0, 0}, torch::kLong)),
+                      "start_positions must hold one position per sequence (1)");
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0, 2}, torch::kLong), 2,
+                                          torch::tensor({-1}, torch::kLong)),
+                      "start_positions must be >= 0");
+  EXPECT_POSENC_ERROR(
+      F::packed_positions(torch::tensor({0, 2}, torch::kLong), 2,
+                          torch::tensor({std::numeric_limits<int64_t>::max()}, torch::kLong)),
+      "past the int64 range");
+  EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0, 2}, torch::kLong), -1),
+                      "total (the number of packed tokens) must be >= 0");
+}
+
+TEST(PackedPositions, ForwardPackedRotatesEachSequenceFromItsStart) {
+  torch::manual_seed(0);
+  for (const bool heads_first : {false, true}) {
+    RotaryEmbedding rope(RotaryEmbeddingOptions(8, 64).heads_first(heads_first));
+    const auto packed = torch::randn({7, 3, 8}); // sequences of 4 and 3 tokens
+    const auto cu = torch::tensor({0, 4, 7}, torch::kInt);
+    const auto start = torch::tensor({0, 20}, torch::kLong);
+    const auto out = rope->forward_packed(packed, cu, start);
+    ASSERT_EQ(out.sizes(), packed.sizes());
+    const auto as_batch = [&](const torch::Tensor& t) {  // [L, H, D] -> the module's layout
+      return heads_first ? t.transpose(0, 1).unsqueeze(0) : t.unsqueeze(0);
+    };
+    const auto back = [&](const torch::Tensor& t) {
+      return heads_first ? t.squeeze(0).transpose(0, 1) : t.squeeze(0);
+    };
+    EXPECT_TRUE(torch::equal(out.narrow(0, 0, 4), back(rope(as_batch(packed.narrow(0, 0, 4)), 0))));
+    EXPECT_TRUE(torch::equal(out.narrow(0, 4, 3), back(rope(as_batch(packed.narrow(0, 4, 3)), 20))));
+  }
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8, 64));
+  EXPECT_POSENC_ERROR(rope->forward_packed(torch::randn({2, 7, 3, 8}), torch::tensor({0, 7})),
+                      "forward_packed expects packed queries or keys [T, H, head_dim]");
+  EXPECT_POSENC_ERROR(rope->forward_packed(torch::randn({7, 3, 8}), torch::tensor({0, 6})),
+                      "RotaryEmbedding: cu_seqlens must start at 0 and end");
+}
+
+TEST(ContextParallel, ShardsCoverTheSequenceAndRotateLikeIt) {
+  EXPECT_TRUE(torch::equal(F::context_parallel_positions(8, 2, 1),
+                           torch::tensor({4, 5, 6, 7}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(F::context_parallel_positions(8, 2, 0, true),
+                           torch::tensor({0, 1, 6, 7}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(F::context_parallel_positions(8, 2, 1, true),
+                           torch::tensor({2, 3, 4, 5}, torch::kLong)));
+  torch::manual_seed(0);
+  RotaryEmbedding rope(RotaryEmbeddingOptions(16, 64));
+  const auto x = torch::randn({2, 24, 2, 16});
+  const auto whole = rope(x);
+  for (const bool zigzag : {false, true}) {
+    for (const int64_t world : {1, 2, 3}) {
+      std::vector<int64_t> seen;
+      for (int64_t rank = 0; rank < world; ++rank) {
+        const auto positions = F::context_parallel_positions(24, world, rank, zigzag);
+        const auto shard = x.index_select(1, positions);
+        EXPECT_TRUE(torch::equal(rope->forward_positions(shard, positions),
+                                 whole.index_select(1, positions)));
+        for (int64_t i = 0; i < positions.numel(); ++i) {
+          seen.push_back(positions[i].item<int64_t>());
+        }
+      }
+      std::sort(seen.begin(), seen.end());
+      std::vector<int64_t> all(24);
+      for (int64_t i = 0; i < 24; ++i) {
+        all[static_cast<size_t>(i)] = i;
+      }
+      EXPECT_EQ(seen, all);
+    }
+  }
+  EXPECT_POSENC_ERROR(F::context_parallel_positions(10, 3, 0), "multiple of world_size = 3");
+  EXPECT_POSENC_ERROR(F::context_parallel_positions(12, 2, 0, true).sum();
+                      F::context_parallel_positions(10, 2, 0, true),
+                      "multiple of 2 * world_size = 4");
+  EXPECT_POSENC_ERROR(F::context_parallel_positions(8, 2, 2), "0 <= rank < world_size");
+  EXPECT_POSENC_ERROR(F::context_parallel_positions(8, 0, 0), "world_size >= 1");
 }
 
 } // namespace

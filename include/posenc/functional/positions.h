@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 
 namespace posenc {
@@ -25,6 +27,32 @@ at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batc
 /// padding.
 at::Tensor positions_from_tokens(const at::Tensor& tokens, int64_t padding_idx,
                                  bool batch_first = true);
+
+/// Positions of packed sequences (flash-attn varlen, TransformerEngine THD): int64 `[total]`,
+/// restarting at each sequence of `cu_seqlens` (`[0, l0, l0 + l1, ..., total]`, int32 or
+/// int64), or starting at `start_positions[s]` (e.g. each sequence's KV-cache length). The
+/// functional form of the posenc::packed_positions operator.
+///
+/// Example:
+/// ```
+/// // cu_seqlens [0, 3, 5], start_positions [0, 10]  ->  [0, 1, 2, 10, 11]
+/// auto positions = posenc::functional::packed_positions(cu_seqlens, 5, start_positions);
+/// ```
+at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
+                            const at::Tensor& start_positions = at::Tensor());
+
+/// Positions of rank `rank`'s shard of a `seq_len` sequence under context parallelism: the
+/// contiguous split (chunk `rank` of `world_size`) or TransformerEngine's zigzag split (chunks
+/// `rank` and `2 * world_size - 1 - rank` of `2 * world_size`). int64 on `device`.
+///
+/// Example:
+/// ```
+/// // seq_len 8, world_size 2, rank 0, zigzag  ->  [0, 1, 6, 7]
+/// auto positions = posenc::functional::context_parallel_positions(8, 2, 0, /*zigzag=*/true);
+/// ```
+at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
+                                      bool zigzag = false,
+                                      const c10::Device& device = c10::Device(c10::kCPU));
 
 } // namespace functional
 } // namespace posenc

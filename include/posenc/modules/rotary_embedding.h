@@ -51,6 +51,14 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   // `x`. forward_positions(x, positions): explicit positions, `[B, L]` or `[L]` (-1 = padding: not
   // rotated). (Both from detail::EncodingModule.)
 
+  /// Rotates packed sequences (flash-attn varlen / TransformerEngine THD): `x` is `[T, H,
+  /// head_dim]` (whatever `heads_first`), sequence s holds tokens cu_seqlens[s] ..
+  /// cu_seqlens[s + 1] - 1 and its positions start at start_positions[s] (default 0: they restart
+  /// at each sequence). Returns `[T, H, head_dim]`. (dynamic/longrope: the frequencies of the
+  /// pack's largest position.)
+  torch::Tensor forward_packed(const torch::Tensor& x, const torch::Tensor& cu_seqlens,
+                               const torch::Tensor& start_positions = {});
+
   /// The frequencies of the caches (float64 `[rotary_dim / 2]`, CPU): pair i of position p turns
   /// by p * inv_freq[i]. For dynamic and longrope scaling, those of calls within the model's
   /// context; `inv_freq(seq_len)` gives those of a call ending at position seq_len - 1.

@@ -1,0 +1,109 @@
+// The positions family: positions of packed sequences and of context-parallel shards, to pass as
+// `positions` to the other operators. Schemas, C++ entry points and kernels (composite: a small
+// host computation; Meta: the shape).
+
+#include "ops/dispatch.h"
+
+#include "detail/checks.h"
+#include "detail/positions.h"
+
+#include <posenc/ops.h>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <vector>
+
+namespace posenc {
+
+TORCH_LIBRARY_FRAGMENT(posenc, m) {
+  m.def("packed_positions(Tensor cu_seqlens, int total, Tensor? start_positions=None) -> Tensor");
+  m.def(
+      "context_parallel_positions(int seq_len, int world_size, int rank, bool zigzag=False, "
+      "Device? device=None) -> Tensor");
+}
+
+namespace ops {
+
+namespace {
+
+constexpr const char* kPacked = "posenc::packed_positions";
+
+void check_index_vector(const at::Tensor& tensor, const char* what, const at::Tensor& cu_seqlens) {
+  TORCH_CHECK(tensor.dim() == 1 && (tensor.scalar_type() == at::kInt ||
+                                    tensor.scalar_type() == at::kLong),
+              detail::caller_or(kPacked), ": ", what,
+              " must be a 1-D int32 or int64 tensor, but got ", tensor.scalar_type(), " of shape ",
+              tensor.sizes());
+  detail::check_argument_device(detail::caller_or(kPacked), tensor, what, cu_seqlens.device());
+}
+
+void check_packed_arguments(const at::Tensor& cu_seqlens, int64_t total,
+                            OptionalTensor start_positions) {
+  check_index_vector(cu_seqlens, "cu_seqlens", cu_seqlens);
+  TORCH_CHECK(total >= 0, detail::caller_or(kPacked),
+              ": total (the number of packed tokens) must be >= 0, but got ", total);
+  if (start_positions.has_value() && start_positions->defined()) {
+    check_index_vector(*start_positions, "start_positions", cu_seqlens);
+  }
+}
+
+std::vector<int64_t> host_values(const at::Tensor& tensor) {
+  const at::Tensor host = tensor.to(at::kCPU, at::kLong).contiguous();
+  return {host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel()};
+}
+
+at::Tensor packed_positions_kernel(const at::Tensor& cu_seqlens, int64_t total,
+                                   OptionalTensor start_positions) {
+  check_packed_arguments(cu_seqlens, total, start_positions);
+  const bool given = start_positions.has_value() && start_positions->defined();
+  const std::vector<int64_t> positions =
+      detail::packed_positions(detail::caller_or(kPacked), host_values(cu_seqlens), total,
+                               given ? host_values(*start_positions) : std::vector<int64_t>());
+  return at::tensor(positions, at::TensorOptions().dtype(at::kLong)).to(cu_seqlens.device());
+}
+
+at::Tensor packed_positions_meta(const at::Tensor& cu_seqlens, int64_t total,
+                                 OptionalTensor start_positions) {
+  check_packed_arguments(cu_seqlens, total, start_positions);
+  return at::empty({total}, cu_seqlens.options().dtype(at::kLong));
+}
+
+at::Tensor context_parallel_positions_kernel(int64_t seq_len, int64_t world_size, int64_t rank,
+                                             bool zigzag, c10::optional<at::Device> device) {
+  const std::vector<int64_t> positions = detail::context_parallel_positions(
+      detail::caller_or("posenc::context_parallel_positions"), seq_len, world_size, rank, zigzag);
+  return at::tensor(positions, at::TensorOptions().dtype(at::kLong))
+      .to(device.value_or(at::Device(at::kCPU)));
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
+  m.impl("packed_positions", TORCH_FN(packed_positions_kernel));
+  m.impl("context_parallel_positions", TORCH_FN(context_parallel_positions_kernel));
+}
+
+TORCH_LIBRARY_IMPL(posenc, Meta, m) {
+  m.impl("packed_positions", TORCH_FN(packed_positions_meta));
+}
+
+using PackedSignature = at::Tensor(const at::Tensor&, int64_t, OptionalTensor);
+using ShardSignature = at::Tensor(int64_t, int64_t, int64_t, bool, c10::optional<at::Device>);
+
+at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
+                            const c10::optional<at::Tensor>& start_positions) {
+  static const auto op = typed_op<PackedSignature>("posenc::packed_positions");
+  return op.call(cu_seqlens, total, start_positions);
+}
+
+at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
+                                      bool zigzag, c10::optional<at::Device> device) {
+  static const auto op = typed_op<ShardSignature>("posenc::context_parallel_positions");
+  return op.call(seq_len, world_size, rank, zigzag, device);
+}
+
+} // namespace ops
+} // namespace posenc
