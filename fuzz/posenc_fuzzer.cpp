@@ -5,6 +5,7 @@
 // escapes to libFuzzer and is reported as a crash, as are the sanitizers' findings.
 
 #include <posenc/export.h>
+#include <posenc/io/hf_config.h>
 #include <posenc/io/state_dict.h>
 #include <posenc/posenc.h>
 
@@ -358,6 +359,9 @@ void fuzz_learned(FuzzedDataProvider& in) {
   }
 }
 
+void fuzz_rope_scaling(FuzzedDataProvider& in);
+void fuzz_hf_config(FuzzedDataProvider& in);
+
 void fuzz_rotary(FuzzedDataProvider& in) {
   posenc::RotaryEmbeddingOptions options(pick_size(in, 32), pick_size(in, 48));
   if (in.ConsumeBool()) {
@@ -378,6 +382,87 @@ void fuzz_rotary(FuzzedDataProvider& in) {
           : rope->forward_positions(
                 x, pick_positions(in, x, options.heads_first() ? 2 : 1, options.max_len()));
   check_result(y, x);
+  // Bytes left over (the seeds and regressions of the plain module end before): the scaling
+  // variants, or a config.json.
+  if (in.remaining_bytes() > 0) {
+    if (in.ConsumeBool()) {
+      fuzz_rope_scaling(in);
+    } else {
+      fuzz_hf_config(in);
+    }
+  }
+}
+
+std::vector<double> pick_factors(FuzzedDataProvider& in, int64_t count) {
+  std::vector<double> factors(static_cast<size_t>(std::max<int64_t>(0, count)));
+  for (double& factor : factors) {
+    factor = pick_double(in, {1.0, 0.0, -1.0, std::nan(""), 1e308}, 0.01, 64.0);
+  }
+  return factors;
+}
+
+// RoPE scaling (every variant, its parameters and freq_factors; bytes left after fuzz_rotary):
+// a module is built or rejected, and its forward is a finite result of the input's shape.
+void fuzz_rope_scaling(FuzzedDataProvider& in) {
+  const auto type = static_cast<posenc::RopeType>(in.ConsumeIntegralInRange<int>(0, 5));
+  const int64_t head_dim = pick_size(in, 32);
+  const int64_t max_len = pick_size(in, 64);
+  posenc::RopeScalingOptions scaling(type);
+  if (in.ConsumeBool()) {
+    scaling.factor(pick_double(in, {1.0, 0.0, -2.0, std::nan(""), 1e300}, 0.01, 100.0));
+  }
+  if (in.ConsumeBool()) {
+    scaling.max_position_embeddings(pick_size(in, 64));
+  }
+  if (in.ConsumeBool()) {
+    scaling.original_max_position_embeddings(pick_size(in, 64));
+  }
+  scaling.beta_fast(pick_double(in, {32.0, 0.0, -1.0}, 0.01, 64.0))
+      .beta_slow(pick_double(in, {1.0, 0.0, std::nan("")}, 0.01, 64.0))
+      .truncate(in.ConsumeBool())
+      .low_freq_factor(pick_double(in, {1.0, 0.0, 4.0}, 0.01, 8.0))
+      .high_freq_factor(pick_double(in, {4.0, 1.0, 1e308}, 0.01, 8.0));
+  if (in.ConsumeBool()) {
+    scaling.mscale(pick_double(in, {0.707, 0.0, std::nan("")}, -4.0, 4.0))
+        .mscale_all_dim(pick_double(in, {1.0, 0.0, -10.0}, -4.0, 4.0));
+  }
+  if (in.ConsumeBool()) {
+    scaling.attention_factor(pick_double(in, {1.0, 0.0, 1e300}, 0.01, 4.0));
+  }
+  const int64_t half = std::max<int64_t>(0, std::min<int64_t>(head_dim, 64)) / 2;
+  scaling.short_factor(pick_factors(in, half + in.ConsumeIntegralInRange<int>(-1, 1)))
+      .long_factor(pick_factors(in, half + in.ConsumeIntegralInRange<int>(-1, 1)));
+  posenc::RotaryEmbeddingOptions options(head_dim, max_len);
+  options.base(pick_double(in, {10000.0, 1.0, 0.5}, 1.5, 1e6))
+      .scaling(scaling)
+      .attention_factor_in_cos_sin(in.ConsumeBool())
+      .beyond_max_len(in.ConsumeBool() ? posenc::BeyondMaxLen::kError
+                                       : posenc::BeyondMaxLen::kExtrapolate);
+  if (in.ConsumeBool()) {
+    options.freq_factors(pick_factors(in, half));
+  }
+  posenc::RotaryEmbedding rope(options);
+  const auto x = pick_input(in, options.head_dim(), 4);
+  const auto y = in.ConsumeBool()
+                     ? rope(x, pick_offset(in, 100))
+                     : rope->forward_positions(x, pick_positions(in, x, 1, options.max_len()));
+  check_result(y, x);
+}
+
+// config.json bytes: read or rejected; what is read builds a module (small ones) or frequencies.
+void fuzz_hf_config(FuzzedDataProvider& in) {
+  const posenc::io::HfRopeConfig config =
+      posenc::io::read_hf_rope_config(in.ConsumeRandomLengthString(2048));
+  const posenc::RotaryEmbeddingOptions& options = config.options;
+  if (options.max_len() <= 256 && options.head_dim() <= 256) {
+    posenc::RotaryEmbedding rope(options);
+    const auto x = torch::randn({1, std::min<int64_t>(options.max_len(), 4), 1, options.head_dim()});
+    check_result(rope(x), x);
+  } else {
+    namespace F = posenc::functional;
+    F::rotary_inv_freq(options.rotated_width(),
+                       F::RotaryTablesFuncOptions().base(options.base()).scaling(options.scaling()));
+  }
 }
 
 void fuzz_token(FuzzedDataProvider& in) {

@@ -1,0 +1,102 @@
+"""Packed sequences and context-parallel shards through the operators: posenc::packed_positions and
+posenc::context_parallel_positions, and a torch.distributed run (gloo, 2 processes on the CPU)
+proving that rotating each rank's shard at its positions equals rotating the whole sequence."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from conftest import requires_torch
+
+
+def rope_tables(max_len, rotary_dim, base=10000.0):
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq
+    return angles.cos().float(), angles.sin().float()
+
+
+def test_packed_positions_restart_or_start_where_given(posenc_ops):
+    cu = torch.tensor([0, 3, 3, 5], dtype=torch.int32)
+    assert posenc_ops.packed_positions(cu, 5).tolist() == [0, 1, 2, 0, 1]
+    start = torch.tensor([4, 7, 10])
+    assert posenc_ops.packed_positions(cu, 5, start).tolist() == [4, 5, 6, 10, 11]
+    with pytest.raises(RuntimeError, match="cu_seqlens must not decrease"):
+        posenc_ops.packed_positions(torch.tensor([0, 4, 3]), 3)
+    with pytest.raises(RuntimeError, match="must start at 0 and end at the number of packed tokens T = 6"):
+        posenc_ops.packed_positions(cu, 6)
+
+
+def test_packed_sequences_rotate_like_each_sequence(posenc_ops):
+    """[T, H, Dh] packed tokens rotated at packed positions equal each sequence rotated alone."""
+    torch.manual_seed(0)
+    cos, sin = rope_tables(64, 16)
+    lengths, starts = [5, 1, 7], [0, 30, 12]
+    cu = torch.tensor([0, 5, 6, 13], dtype=torch.int32)
+    packed = torch.randn(13, 4, 16)
+    positions = posenc_ops.packed_positions(cu, 13, torch.tensor(starts))
+    rotated = posenc_ops.apply_rotary(packed[None], cos, sin, positions=positions)[0]
+    for s, (length, start) in enumerate(zip(lengths, starts)):
+        alone = posenc_ops.apply_rotary(packed[None, cu[s]:cu[s + 1]], cos, sin, start)[0]
+        assert torch.equal(rotated[cu[s]:cu[s + 1]], alone)
+
+
+def test_context_parallel_positions(posenc_ops):
+    assert posenc_ops.context_parallel_positions(8, 2, 1).tolist() == [4, 5, 6, 7]
+    assert posenc_ops.context_parallel_positions(8, 2, 0, True).tolist() == [0, 1, 6, 7]
+    assert posenc_ops.context_parallel_positions(8, 2, 1, zigzag=True).tolist() == [2, 3, 4, 5]
+    with pytest.raises(RuntimeError, match="multiple of 2 \\* world_size = 4"):
+        posenc_ops.context_parallel_positions(10, 2, 0, True)
+    with pytest.raises(RuntimeError, match="0 <= rank < world_size"):
+        posenc_ops.context_parallel_positions(8, 2, 2)
+
+
+@requires_torch(2, 4, "torch.library.opcheck")
+@pytest.mark.parametrize("args", [
+    (torch.tensor([0, 3, 3, 5], dtype=torch.int32), 5),
+    (torch.tensor([0, 2, 6]), 6, torch.tensor([9, 0])),
+])
+def test_opcheck_packed_positions(posenc_ops, args):
+    torch.library.opcheck(posenc_ops.packed_positions.default, args)
+
+
+@requires_torch(2, 4, "torch.library.opcheck")
+def test_opcheck_context_parallel_positions(posenc_ops):
+    torch.library.opcheck(posenc_ops.context_parallel_positions.default, (12, 3, 1), {"zigzag": True})
+
+
+SEQ_LEN, WORLD = 32, 2
+
+
+def _rank_main(rank, library, store):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        torch.ops.load_library(library)
+        ops = torch.ops.posenc
+        torch.manual_seed(0)  # every rank holds the same full sequence, and keeps its shard only
+        q = torch.randn(2, SEQ_LEN, 4, 16)
+        cos, sin = rope_tables(8, 16)  # short caches: most positions come from inv_freq
+        inv_freq = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+        whole = ops.apply_rotary(q, cos, sin, 0, inv_freq=inv_freq)
+        for zigzag in (False, True):
+            positions = ops.context_parallel_positions(SEQ_LEN, WORLD, rank, zigzag)
+            shard = ops.apply_rotary(q.index_select(1, positions).contiguous(), cos, sin, positions=positions, inv_freq=inv_freq)
+            shards = [torch.empty_like(shard) for _ in range(WORLD)]
+            all_positions = [torch.empty_like(positions) for _ in range(WORLD)]
+            dist.all_gather(shards, shard)
+            dist.all_gather(all_positions, positions)
+            assembled = torch.full_like(whole, float("nan"))
+            for part, where in zip(shards, all_positions):
+                assembled[:, where] = part
+            assert torch.equal(assembled, whole), f"rank {rank}, zigzag {zigzag}: the shards differ from the whole sequence"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="this torch has no gloo backend")
+def test_rotating_shards_equals_rotating_the_sequence_gloo(posenc_ops, tmp_path):
+    library = os.environ["POSENC_LIBRARY"]
+    mp.spawn(_rank_main, args=(library, str(tmp_path / "store")), nprocs=WORLD, join=True)
