@@ -456,12 +456,14 @@ void fuzz_hf_config(FuzzedDataProvider& in) {
   const posenc::RotaryEmbeddingOptions& options = config.options;
   if (options.max_len() <= 256 && options.head_dim() <= 256) {
     posenc::RotaryEmbedding rope(options);
-    const auto x = torch::randn({1, std::min<int64_t>(options.max_len(), 4), 1, options.head_dim()});
+    const int64_t length = std::min<int64_t>(options.max_len(), 4);
+    const auto x = torch::randn({1, length, 1, options.head_dim()});
     check_result(rope(x), x);
   } else {
     namespace F = posenc::functional;
-    F::rotary_inv_freq(options.rotated_width(),
-                       F::RotaryTablesFuncOptions().base(options.base()).scaling(options.scaling()));
+    const auto table_options =
+        F::RotaryTablesFuncOptions().base(options.base()).scaling(options.scaling());
+    F::rotary_inv_freq(options.rotated_width(), table_options);
   }
 }
 

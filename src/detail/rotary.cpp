@@ -31,15 +31,17 @@ constexpr double kPi = 3.14159265358979323846;
 std::vector<double> default_frequencies(double base, int64_t rotary_dim) {
   std::vector<double> inv_freq(static_cast<size_t>(rotary_dim / 2));
   for (size_t i = 0; i < inv_freq.size(); ++i) {
-    inv_freq[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+    const double exponent = static_cast<double>(2 * i) / static_cast<double>(rotary_dim);
+    inv_freq[i] = 1.0 / std::pow(base, exponent);
   }
   return inv_freq;
 }
 
 // YaRN's and LongRoPE's default factor: the context extension max / original.
 double extension_factor(const RopeScalingOptions& scaling) {
-  return scaling.factor().value_or(static_cast<double>(*scaling.max_position_embeddings()) /
-                                   static_cast<double>(*scaling.original_max_position_embeddings()));
+  const auto max = static_cast<double>(*scaling.max_position_embeddings());
+  const auto original = static_cast<double>(*scaling.original_max_position_embeddings());
+  return scaling.factor().value_or(max / original);
 }
 
 // YaRN's mscale: 1 for scale <= 1, else 0.1 * mscale * ln(scale) + 1.
@@ -54,7 +56,8 @@ RopeFrequencies yarn_frequencies(const RopeSpec& spec) {
   RopeFrequencies result;
   if (scaling.attention_factor()) {
     result.variant_attention_factor = *scaling.attention_factor();
-  } else if (scaling.mscale().value_or(0.0) != 0.0 && scaling.mscale_all_dim().value_or(0.0) != 0.0) {
+  } else if (scaling.mscale().value_or(0.0) != 0.0 &&
+             scaling.mscale_all_dim().value_or(0.0) != 0.0) {
     result.variant_attention_factor =
         yarn_mscale(factor, *scaling.mscale()) / yarn_mscale(factor, *scaling.mscale_all_dim());
   } else {
@@ -91,10 +94,9 @@ RopeFrequencies longrope_frequencies(const RopeSpec& spec, c10::optional<int64_t
   const int64_t original = *scaling.original_max_position_embeddings();
   const double factor = extension_factor(scaling);
   RopeFrequencies result;
-  result.variant_attention_factor =
-      scaling.attention_factor().value_or(
-          factor <= 1.0 ? 1.0
-                        : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original))));
+  const double log_original = std::log(static_cast<double>(original));
+  result.variant_attention_factor = scaling.attention_factor().value_or(
+      factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / log_original));
   const std::vector<double>& ext =
       seq_len && *seq_len > original ? scaling.long_factor() : scaling.short_factor();
   result.inv_freq = default_frequencies(spec.base, spec.rotary_dim);
@@ -253,7 +255,8 @@ RopeFrequencies rope_frequencies(const RopeSpec& spec, c10::optional<int64_t> se
               ": the rope type '", scaling.type(), "' gives the attention factor ",
               result.variant_attention_factor, "; it must be a finite number > 0 (check mscale, "
               "mscale_all_dim or attention_factor)");
-  result.attention_factor = spec.attention_factor_in_cos_sin ? result.variant_attention_factor : 1.0;
+  result.attention_factor =
+      spec.attention_factor_in_cos_sin ? result.variant_attention_factor : 1.0;
   return result;
 }
 

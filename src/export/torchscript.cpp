@@ -152,10 +152,11 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
   exported.register_attribute("switch_len", c10::IntType::get(), switch_length.value_or(-1));
   const bool longrope = spec.scaling.type() == RopeType::kLongRope;
-  exported.register_attribute(
-      "long_inv_freq", c10::TensorType::get(),
-      longrope ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1).inv_freq, at::kDouble)
-               : at::empty({0}, at::kDouble));
+  const at::Tensor long_inv_freq =
+      longrope ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1).inv_freq,
+                            at::kDouble)
+               : at::empty({0}, at::kDouble);
+  exported.register_attribute("long_inv_freq", c10::TensorType::get(), long_inv_freq);
   exported.register_attribute("ntk_base", c10::FloatType::get(), spec.base);
   exported.register_attribute("ntk_factor", c10::FloatType::get(),
                               spec.scaling.factor().value_or(1.0));

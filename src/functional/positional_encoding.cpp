@@ -10,9 +10,10 @@
 
 namespace posenc {
 namespace functional {
-namespace detail {
 
 namespace pd = posenc::detail;
+
+namespace detail {
 
 at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
                             ChannelLayout layout, FrequencySpacing spacing, at::ScalarType dtype,
@@ -56,7 +57,7 @@ at::Tensor sinusoidal_columns(int64_t d_model, const SinusoidalTableFuncOptions&
 
 at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
                             const at::Tensor& start_positions) {
-  const posenc::detail::CallerScope caller(posenc::detail::CallerScope::KeepOuter{}, "packed_positions");
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "packed_positions");
   return ops::packed_positions(
       cu_seqlens, total,
       start_positions.defined() ? c10::optional<at::Tensor>(start_positions) : c10::nullopt);
@@ -64,7 +65,7 @@ at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
 
 at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
                                       bool zigzag, const c10::Device& device) {
-  const posenc::detail::CallerScope caller(posenc::detail::CallerScope::KeepOuter{}, "context_parallel_positions");
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "context_parallel_positions");
   return ops::context_parallel_positions(seq_len, world_size, rank, zigzag, device);
 }
 

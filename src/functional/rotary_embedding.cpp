@@ -31,15 +31,17 @@ namespace {
 pd::RopeSpec spec_without_table(const char* who, int64_t rotary_dim,
                                 const RotaryTablesFuncOptions& options) {
   pd::check_rotary_arguments(who, 1, rotary_dim, options.base());
+  // dynamic reads max_position_embeddings; yarn/longrope/llama3 default their original length to
+  // it, and yarn/longrope their factor to max / original.
   const RopeScalingOptions& scaling = options.scaling();
-  const bool reads_length = scaling.type() == RopeType::kDynamic ||
-                            ((scaling.type() == RopeType::kYarn ||
-                              scaling.type() == RopeType::kLongRope ||
-                              scaling.type() == RopeType::kLlama3) &&
-                             !scaling.original_max_position_embeddings()) ||
-                            ((scaling.type() == RopeType::kYarn ||
-                              scaling.type() == RopeType::kLongRope) &&
-                             !scaling.factor());
+  const RopeType type = scaling.type();
+  const bool extends_context =
+      type == RopeType::kYarn || type == RopeType::kLongRope || type == RopeType::kLlama3;
+  const bool implied_factor =
+      (type == RopeType::kYarn || type == RopeType::kLongRope) && !scaling.factor();
+  const bool reads_length = type == RopeType::kDynamic ||
+                            (extends_context && !scaling.original_max_position_embeddings()) ||
+                            implied_factor;
   TORCH_CHECK(!reads_length || scaling.max_position_embeddings(), who, ": rope type '",
               scaling.type(),
               "' reads the model's context length; set scaling.max_position_embeddings (and "

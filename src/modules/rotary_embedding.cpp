@@ -32,17 +32,23 @@ void RotaryEmbeddingImpl::reset() {
   TORCH_CHECK(rotary_dim <= options.head_dim(), kName, ": rotary_dim (", rotary_dim,
               ") must be <= head_dim (", options.head_dim(), ")");
   detail::check_rotary_arguments(kName, options.max_len(), rotary_dim, options.base());
-  detail::check_rope_spec(kName, detail::rope_spec(options));
   build_tables(cos.defined() ? cos.scalar_type() : torch::kFloat,
                cos.defined() ? cos.device() : torch::Device(torch::kCPU));
 }
 
 void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device) {
-  const detail::RopeFrequencies frequencies =
-      detail::rope_frequencies(detail::rope_spec(options), c10::nullopt, kName);
-  inv_freq_ = at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble));
+  // rope_frequencies checks every scaling parameter before anything is built.
+  const detail::RopeSpec spec = detail::rope_spec(options);
+  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, kName);
+  const auto float64 = at::TensorOptions().dtype(at::kDouble);
+  inv_freq_ = at::tensor(frequencies.inv_freq, float64);
   attention_factor_ = frequencies.attention_factor;
   variant_attention_factor_ = frequencies.variant_attention_factor;
+  switch_length_ = detail::rope_switch_length(spec);
+  long_inv_freq_ =
+      spec.scaling.type() == RopeType::kLongRope
+          ? at::tensor(detail::rope_frequencies(spec, *switch_length_ + 1, kName).inv_freq, float64)
+          : torch::Tensor();
   const auto positions =
       torch::arange(options.max_len(), torch::TensorOptions().dtype(torch::kLong));
   auto tables = detail::rotary_rows(positions, frequencies, dtype);
@@ -162,21 +168,23 @@ torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t of
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
   const detail::CallerScope caller(
       kName, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
-  const detail::RopeSpec spec = detail::rope_spec(options);
-  const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
-  if (switch_length && x.defined() && x.dim() == 4) {
+  if (switch_length_ && x.defined() && x.dim() == 4) {
     // dynamic / longrope: a call reaching past the switch length rotates all of its positions
-    // with the frequencies of its own length, computed for exactly the rows it uses (an empty
-    // slice of the caches makes every position one "past the caches").
+    // with the frequencies of its own length (longrope: the long ones, computed once), for
+    // exactly the rows it uses (an empty slice of the caches makes every position one "past the
+    // caches"). Other calls take the cached path below.
     const int64_t length = x.size(options.heads_first() ? 2 : 1);
     const c10::optional<int64_t> end = call_end(offset, length, positions);
-    if (end && *end > *switch_length && (extrapolate || *end <= options.max_len())) {
-      const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, end, kName);
+    if (end && *end > *switch_length_ && (extrapolate || *end <= options.max_len())) {
+      const torch::Tensor frequencies =
+          long_inv_freq_.defined()
+              ? long_inv_freq_
+              : at::tensor(
+                    detail::rope_frequencies(detail::rope_spec(options), end, kName).inv_freq,
+                    at::TensorOptions().dtype(at::kDouble));
       return functional::detail::rotary_embedding(
           x, cos.narrow(0, 0, 0), sin.narrow(0, 0, 0), offset, positions, options.pairing(),
-          options.heads_first(),
-          at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble)),
-          frequencies.attention_factor);
+          options.heads_first(), frequencies, attention_factor_);
     }
   }
   return functional::detail::rotary_embedding(

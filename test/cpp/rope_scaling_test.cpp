@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -136,8 +136,7 @@ TEST(RopeScaling, YarnFrequenciesAndAttentionFactor) {
                        .original_max_position_embeddings(32768)
                        .truncate(truncate);
     RotaryEmbedding rope(RotaryEmbeddingOptions(128, 8).base(1000000.0).scaling(scaling));
-    expect_frequencies(rope->inv_freq(),
-                       yarn_reference(1000000, 128, 4, 32768, 32, 1, truncate));
+    expect_frequencies(rope->inv_freq(), yarn_reference(1000000, 128, 4, 32768, 32, 1, truncate));
     EXPECT_NEAR(rope->attention_factor(), 0.1 * std::log(4.0) + 1.0, 1e-15);
     // cos/sin carry the factor.
     EXPECT_NEAR(rope->cos[0][0].item<double>(), 0.1 * std::log(4.0) + 1.0, 1e-6);
@@ -150,17 +149,16 @@ TEST(RopeScaling, YarnFrequenciesAndAttentionFactor) {
                       .mscale_all_dim(1.0)
                       .beta_fast(32)
                       .beta_slow(1);
-  RotaryEmbedding rope(RotaryEmbeddingOptions(64, 8)
-                           .scaling(deepseek)
-                           .attention_factor_in_cos_sin(false));
+  RotaryEmbedding rope(
+      RotaryEmbeddingOptions(64, 8).scaling(deepseek).attention_factor_in_cos_sin(false));
   const double expected = (0.1 * 0.707 * std::log(40.0) + 1) / (0.1 * std::log(40.0) + 1);
   EXPECT_NEAR(rope->attention_factor(), expected, 1e-15);
   EXPECT_EQ(rope->cos[0][0].item<double>(), 1.0);
   // Without a factor: max_position_embeddings / original.
-  RotaryEmbedding implied(RotaryEmbeddingOptions(64, 8).scaling(
-      RopeScalingOptions(RopeType::kYarn)
-          .max_position_embeddings(131072)
-          .original_max_position_embeddings(32768)));
+  RotaryEmbedding implied(
+      RotaryEmbeddingOptions(64, 8).scaling(RopeScalingOptions(RopeType::kYarn)
+                                                .max_position_embeddings(131072)
+                                                .original_max_position_embeddings(32768)));
   EXPECT_NEAR(implied->attention_factor(), 0.1 * std::log(4.0) + 1.0, 1e-15);
 }
 
@@ -220,15 +218,15 @@ TEST(RopeScaling, LongRopeSwitchesFactorsPastTheOriginalContext) {
   const auto x = torch::randn({1, 40, 2, 8}, torch::kDouble);
   const auto y = rope(x);
   // Reference: rotate with the long frequencies, times the attention factor.
-  const auto angle = torch::arange(40, torch::kDouble).unsqueeze(1) * rope->inv_freq(40).unsqueeze(0);
+  const auto angle =
+      torch::arange(40, torch::kDouble).unsqueeze(1) * rope->inv_freq(40).unsqueeze(0);
   const auto c = (angle.cos() * factor).view({1, 40, 1, 4});
   const auto s = (angle.sin() * factor).view({1, 40, 1, 4});
   const auto a = x.narrow(3, 0, 4), b = x.narrow(3, 4, 4);
   const auto expected = torch::cat({a * c - b * s, a * s + b * c}, 3);
   EXPECT_TRUE(torch::allclose(y, expected, 0, 1e-12));
   // Short calls: the caches (short factors).
-  EXPECT_TRUE(torch::equal(rope(x.narrow(1, 0, 32)).narrow(1, 0, 5),
-                           rope(x.narrow(1, 0, 5))));
+  EXPECT_TRUE(torch::equal(rope(x.narrow(1, 0, 32)).narrow(1, 0, 5), rope(x.narrow(1, 0, 5))));
 }
 
 TEST(RopeScaling, FreqFactorsDivideAfterTheScaling) {
@@ -243,10 +241,11 @@ TEST(RopeScaling, FreqFactorsDivideAfterTheScaling) {
 }
 
 TEST(RopeScaling, FunctionalFormsAgreeWithTheModule) {
-  auto scaling = RopeScalingOptions(RopeType::kYarn).factor(8.0).original_max_position_embeddings(64);
+  auto scaling =
+      RopeScalingOptions(RopeType::kYarn).factor(8.0).original_max_position_embeddings(64);
   RotaryEmbedding rope(RotaryEmbeddingOptions(16, 32).scaling(scaling));
-  const auto tables =
-      F::rotary_tables(32, 16, F::RotaryTablesFuncOptions().scaling(scaling.max_position_embeddings(32)));
+  const auto tables = F::rotary_tables(
+      32, 16, F::RotaryTablesFuncOptions().scaling(scaling.max_position_embeddings(32)));
   EXPECT_TRUE(torch::equal(tables.first, rope->cos));
   EXPECT_TRUE(torch::equal(tables.second, rope->sin));
   EXPECT_TRUE(torch::equal(F::rotary_inv_freq(16, F::RotaryTablesFuncOptions().scaling(scaling)),
@@ -275,32 +274,29 @@ TEST(RopeScaling, BadParametersAreClearErrors) {
                       "rope type 'linear' needs a scaling factor");
   EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLinear).factor(0.0))),
                       "finite number > 0, but got 0");
-  EXPECT_POSENC_ERROR(
-      RotaryEmbedding(options_with(O(RopeType::kLinear).factor(std::nan("")))),
-      "finite number > 0");
-  EXPECT_POSENC_ERROR((void)RotaryEmbedding(RotaryEmbeddingOptions(2, 8).scaling(
-                          O(RopeType::kDynamic).factor(2.0))),
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O(RopeType::kLinear).factor(std::nan("")))),
+                      "finite number > 0");
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(
+                          RotaryEmbeddingOptions(2, 8).scaling(O(RopeType::kDynamic).factor(2.0))),
                       "R >= 4");
-  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0).beta_fast(0))),
-                      "beta_fast and beta_slow must be finite numbers > 0");
+  EXPECT_POSENC_ERROR(
+      (void)RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0).beta_fast(0))),
+      "beta_fast and beta_slow must be finite numbers > 0");
   EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0)).base(1.0)),
                       "base must be > 1");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(
+                          O(RopeType::kLongRope).short_factor({1, 1}).long_factor({1, 1}))),
+                      "one value per frequency (R / 2 = 8)");
   EXPECT_POSENC_ERROR(
-      RotaryEmbedding(options_with(O(RopeType::kLongRope).short_factor({1, 1}).long_factor({1, 1}))),
-      "one value per frequency (R / 2 = 8)");
-  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLlama3)
-                                                       .factor(8.0)
-                                                       .low_freq_factor(4.0)
-                                                       .high_freq_factor(4.0))),
-                      "0 < low_freq_factor < high_freq_factor");
+      (void)RotaryEmbedding(options_with(
+          O(RopeType::kLlama3).factor(8.0).low_freq_factor(4.0).high_freq_factor(4.0))),
+      "0 < low_freq_factor < high_freq_factor");
   EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O()).freq_factors({1.0, -1.0})),
                       "freq_factors must be empty or hold one divisor per frequency");
-  EXPECT_POSENC_ERROR(
-      RotaryEmbedding(options_with(O()).freq_factors(std::vector<double>(8, 0.0))),
-      "freq_factors must hold finite numbers > 0");
-  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kYarn)
-                                                       .factor(2.0)
-                                                       .original_max_position_embeddings(0))),
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O()).freq_factors(std::vector<double>(8, 0.0))),
+                      "freq_factors must hold finite numbers > 0");
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(
+                          O(RopeType::kYarn).factor(2.0).original_max_position_embeddings(0))),
                       "must be >= 1");
   EXPECT_POSENC_ERROR(
       RotaryEmbedding(options_with(O(RopeType::kYarn).factor(2.0).attention_factor(-1.0))),
@@ -308,7 +304,7 @@ TEST(RopeScaling, BadParametersAreClearErrors) {
   // A frequency that is not a number (a huge factor underflows nothing, but freq_factors can
   // overflow): rejected with the variant's name.
   EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLinear).factor(1e-300))
-                                          .freq_factors(std::vector<double>(8, 1e-300))),
+                                                .freq_factors(std::vector<double>(8, 1e-300))),
                       "rope type 'linear' with these parameters");
 }
 
@@ -320,22 +316,23 @@ TEST(RopeScaling, ExportedDynamicAndLongRopeSwitchLikeTheModule) {
                       .long_factor({1.0, 3.0, 9.0, 27.0})
                       .original_max_position_embeddings(16);
   for (const auto& scaling : {dynamic, longrope}) {
-    RotaryEmbedding rope(RotaryEmbeddingOptions(10, 48)
-                             .rotary_dim(8)
-                             .scaling(scaling)
-                             .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+    RotaryEmbedding rope(
+        RotaryEmbeddingOptions(10, 48).rotary_dim(8).scaling(scaling).beyond_max_len(
+            posenc::BeyondMaxLen::kExtrapolate));
     auto exported = posenc::to_torchscript(*rope);
     const auto x = torch::randn({2, 40, 3, 10});
     for (int64_t offset : {0, 10, 30, 70}) {
       const auto part = x.narrow(1, 0, 10);
       const auto expected = rope(part, offset);
       const auto got = exported.forward({part, offset}).toTensor();
-      EXPECT_TRUE(torch::allclose(got, expected, 0, 2e-6)) << scaling.type() << " offset " << offset;
+      EXPECT_TRUE(torch::allclose(got, expected, 0, 2e-6))
+          << scaling.type() << " offset " << offset;
     }
     const auto positions = torch::tensor({{0, 5, 17, 3}, {1, 2, 3, 4}}, torch::kLong);
     const auto part = x.narrow(1, 0, 4);
-    EXPECT_TRUE(torch::allclose(exported.run_method("forward_positions", part, positions).toTensor(),
-                                rope->forward_positions(part, positions), 0, 2e-6))
+    EXPECT_TRUE(
+        torch::allclose(exported.run_method("forward_positions", part, positions).toTensor(),
+                        rope->forward_positions(part, positions), 0, 2e-6))
         << scaling.type();
   }
 }
@@ -363,10 +360,10 @@ TEST(HfConfig, Llama31BothForms) {
     EXPECT_EQ(*options.scaling().original_max_position_embeddings(), 8192);
     EXPECT_EQ(config.num_attention_heads, 32);
     EXPECT_EQ(config.num_key_value_heads, 8);
-    expect_frequencies(F::rotary_inv_freq(128, F::RotaryTablesFuncOptions()
-                                                   .base(options.base())
-                                                   .scaling(options.scaling())),
-                       llama3_reference(500000, 128, 8, 1, 4, 8192));
+    expect_frequencies(
+        F::rotary_inv_freq(
+            128, F::RotaryTablesFuncOptions().base(options.base()).scaling(options.scaling())),
+        llama3_reference(500000, 128, 8, 1, 4, 8192));
   }
 }
 
@@ -381,8 +378,9 @@ TEST(HfConfig, Phi3LongRopeQwenYarnAndPartialRotary) {
   const std::string phi = R"({"hidden_size": 4096, "num_attention_heads": 32,
     "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
     "partial_rotary_factor": 0.75, "rope_theta": 10000.0,
-    "rope_scaling": {"type": "longrope", "short_factor": )" + factors + R"(, "long_factor": )" +
-                          factors + R"(, "original_max_position_embeddings": 1}})";
+    "rope_scaling": {"type": "longrope", "short_factor": )" +
+                          factors + R"(, "long_factor": )" + factors +
+                          R"(, "original_max_position_embeddings": 1}})";
   const auto config = posenc::io::read_hf_rope_config(phi);
   EXPECT_EQ(config.options.rotated_width(), 96);
   EXPECT_EQ(config.options.scaling().type(), RopeType::kLongRope);
@@ -464,10 +462,11 @@ namespace {
 
 TEST(PackedPositions, RestartOrStartWhereGiven) {
   const auto cu = torch::tensor({0, 3, 3, 5}, torch::kInt);
-  EXPECT_TRUE(torch::equal(F::packed_positions(cu, 5), torch::tensor({0, 1, 2, 0, 1}, torch::kLong)));
-  EXPECT_TRUE(torch::equal(F::packed_positions(cu.to(torch::kLong), 5,
-                                               torch::tensor({4, 7, 10}, torch::kLong)),
-                           torch::tensor({4, 5, 6, 10, 11}, torch::kLong)));
+  EXPECT_TRUE(
+      torch::equal(F::packed_positions(cu, 5), torch::tensor({0, 1, 2, 0, 1}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(
+      F::packed_positions(cu.to(torch::kLong), 5, torch::tensor({4, 7, 10}, torch::kLong)),
+      torch::tensor({4, 5, 6, 10, 11}, torch::kLong)));
   EXPECT_EQ(F::packed_positions(torch::tensor({0}, torch::kLong).repeat({2}), 0).numel(), 0);
 }
 
@@ -505,14 +504,15 @@ TEST(PackedPositions, ForwardPackedRotatesEachSequenceFromItsStart) {
     const auto start = torch::tensor({0, 20}, torch::kLong);
     const auto out = rope->forward_packed(packed, cu, start);
     ASSERT_EQ(out.sizes(), packed.sizes());
-    const auto as_batch = [&](const torch::Tensor& t) {  // [L, H, D] -> the module's layout
+    const auto as_batch = [&](const torch::Tensor& t) { // [L, H, D] -> the module's layout
       return heads_first ? t.transpose(0, 1).unsqueeze(0) : t.unsqueeze(0);
     };
     const auto back = [&](const torch::Tensor& t) {
       return heads_first ? t.squeeze(0).transpose(0, 1) : t.squeeze(0);
     };
     EXPECT_TRUE(torch::equal(out.narrow(0, 0, 4), back(rope(as_batch(packed.narrow(0, 0, 4)), 0))));
-    EXPECT_TRUE(torch::equal(out.narrow(0, 4, 3), back(rope(as_batch(packed.narrow(0, 4, 3)), 20))));
+    EXPECT_TRUE(
+        torch::equal(out.narrow(0, 4, 3), back(rope(as_batch(packed.narrow(0, 4, 3)), 20))));
   }
   RotaryEmbedding rope(RotaryEmbeddingOptions(8, 64));
   EXPECT_POSENC_ERROR(rope->forward_packed(torch::randn({2, 7, 3, 8}), torch::tensor({0, 7})),

@@ -89,6 +89,11 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   torch::Tensor inv_freq_;
   double attention_factor_ = 1.0;
   double variant_attention_factor_ = 1.0;
+  /// dynamic / longrope: the length past which a call's frequencies are its own (unset for the
+  /// other variants), and longrope's long frequencies (float64, CPU), computed once with the
+  /// caches.
+  c10::optional<int64_t> switch_length_;
+  torch::Tensor long_inv_freq_;
 
   /// The last position + 1 of a call (explicit positions: their maximum, one host read), or unset
   /// when the call is invalid (the operator reports it).

@@ -95,7 +95,8 @@ struct RotaryEmbeddingOptions {
   /// calls: during KV-cache decoding, keys rotated by earlier calls keep the frequencies of their
   /// call (as in HF transformers, vLLM and llama.cpp), and a call's result depends only on its own
   /// arguments (HF's dynamic module keeps the largest length seen until a call falls back below
-  /// max_position_embeddings; it matches posenc whenever the sequence only grows).
+  /// max_position_embeddings; it matches posenc whenever the sequence only grows). With explicit
+  /// positions, finding p_max costs these two variants one more device-to-host read per call.
   TORCH_ARG(RopeScalingOptions, scaling) = RopeScalingOptions();
   /// Per-frequency divisors applied after the scaling (llama.cpp's "freq factors", e.g. from a
   /// GGUF `rope_freqs` tensor): `inv_freq[i] / freq_factors[i]`; empty or R/2 positive values.
