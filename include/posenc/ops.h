@@ -22,6 +22,12 @@
 ///   posenc::add_position_table_(Tensor(a!) x, ...same as add_position_table...) -> ()
 ///   posenc::add_position_table_out(...same..., *, Tensor(a!) out) -> ()
 ///   posenc::apply_rotary_(Tensor(a!) x, ...same as apply_rotary...) -> ()
+///   posenc::apply_rotary_qk(Tensor q, Tensor k, Tensor cos, Tensor sin, ...same as apply_rotary
+///       after x...) -> (Tensor, Tensor)
+///   posenc::apply_rotary_qk_(Tensor(a!) q, Tensor(b!) k, ...same...) -> ()
+///   posenc::multimodal_rotary_tables(Tensor cos, Tensor sin, Tensor positions,
+///       int[] mrope_section, bool interleaved=False, Tensor? inv_freq=None,
+///       float attention_factor=1.) -> (Tensor, Tensor)
 ///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
 ///       bool batch_first=True, Tensor? positions=None, float scale=1., int padding_idx=-1,
 ///       float dropout=0., bool train=False, Tensor? columns=None) -> (Tensor, Tensor)
@@ -124,6 +130,40 @@ at::Tensor& apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor
                           bool interleaved = false, bool heads_first = false, bool inverse = false,
                           const c10::optional<at::Tensor>& inv_freq = c10::nullopt,
                           double attention_factor = 1.0);
+
+/// Queries and keys of one attention call rotated in one pass (like vLLM's `rotary_embedding` and
+/// flash-attn's `apply_rotary_emb_qkv_`): `q` `[B, L, Hq, Dq]` and `k` `[B, L, Hk, Dk]` (or
+/// `[B, H, L, D]` with `heads_first`) share batch, length, positions and dtype; their head counts
+/// may differ (GQA, MQA) and so may their widths (each >= R). Every other argument as in
+/// `apply_rotary`. The hand-written kernels read each token's cos/sin row once for all its heads
+/// and read inputs whose channels are contiguous where they lie (any other strides, e.g. views of
+/// a fused qkv projection). Differentiable with respect to `q` and `k`.
+std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+    int64_t offset = 0, const c10::optional<at::Tensor>& positions = c10::nullopt,
+    bool interleaved = false, bool heads_first = false, bool inverse = false,
+    const c10::optional<at::Tensor>& inv_freq = c10::nullopt, double attention_factor = 1.0);
+
+/// `apply_rotary_qk` in place; q and k may be views of one fused qkv tensor (channels contiguous:
+/// rotated where they lie, no copy) but must not overlap each other.
+void apply_rotary_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+                      int64_t offset = 0, const c10::optional<at::Tensor>& positions = c10::nullopt,
+                      bool interleaved = false, bool heads_first = false, bool inverse = false,
+                      const c10::optional<at::Tensor>& inv_freq = c10::nullopt,
+                      double attention_factor = 1.0);
+
+/// Multimodal RoPE (Qwen2-VL's M-RoPE; Qwen3-VL's interleaved form with `interleaved`): the
+/// cos/sin of each token, `[B, L, R/2]` (or `[L, R/2]`), for positions `[3, B, L]` (or `[3, L]`)
+/// holding each token's temporal, height and width position: frequency i takes the row of the
+/// axis `mrope_section` gives it (see RotaryEmbeddingOptions::mrope_section) from `cos`/`sin`
+/// (`[max_len, R/2]`; with `inv_freq` and `attention_factor`, positions past them are computed in
+/// float64). Values are the caches' own (gathered, not recomputed). Rotate with them through
+/// `apply_rotary` / `apply_rotary_qk`, passing them flattened to `[B * L, R/2]` and positions
+/// `arange(B * L).view({B, L})`. Not differentiable (fixed tables).
+std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
+    const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
+    at::IntArrayRef mrope_section, bool interleaved = false,
+    const c10::optional<at::Tensor>& inv_freq = c10::nullopt, double attention_factor = 1.0);
 
 /// Token embedding, scale, positions and dropout in one pass: `dropout(weight[tokens] * scale +
 /// table[positions])`. `tokens` is int64 `[B, L]` (`batch_first`) or `[L, B]`; the output is

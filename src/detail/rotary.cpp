@@ -344,6 +344,29 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
   return {cos.to(positions.device(), dtype), sin.to(positions.device(), dtype)};
 }
 
+std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& section,
+                                bool interleaved, int64_t half) {
+  const bool sizes_valid = section.size() == 3 && section[0] >= 0 && section[1] >= 0 &&
+                           section[2] >= 0 && section[0] + section[1] + section[2] == half;
+  TORCH_CHECK(sizes_valid, who,
+              ": mrope_section must hold three non-negative numbers of frequencies (temporal, "
+              "height, width) that sum to rotary_dim / 2 = ",
+              half, ", but got ", c10::IntArrayRef(section),
+              "; Qwen2-VL uses [16, 24, 24] and Qwen3-VL [24, 20, 20] for 128-wide heads");
+  std::vector<int64_t> axes(static_cast<size_t>(half), 0);
+  for (int64_t i = 0; i < half; ++i) {
+    int64_t axis = 0;
+    if (interleaved) {
+      const int64_t a = i % 3;
+      axis = a != 0 && i < 3 * section[static_cast<size_t>(a)] ? a : 0;
+    } else {
+      axis = i < section[0] ? 0 : i < section[0] + section[1] ? 1 : 2;
+    }
+    axes[static_cast<size_t>(i)] = axis;
+  }
+  return axes;
+}
+
 void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device) {
   const char* layout =

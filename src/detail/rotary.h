@@ -75,6 +75,14 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype);
 
+/// Multimodal RoPE: which of the three position axes (0 temporal, 1 height, 2 width) turns each
+/// of the `half` = R/2 frequencies. Qwen2-VL's M-RoPE: contiguous blocks of section[0],
+/// section[1], section[2] frequencies; Qwen3-VL's interleaved form (`interleaved`): frequency i
+/// goes to axis a in {1, 2} when i % 3 == a and i < 3 * section[a], to the temporal axis
+/// otherwise. Checks that `section` holds three non-negative sizes summing to `half`.
+std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& section,
+                                bool interleaved, int64_t half);
+
 /// Checks an input of apply_rotary: 4-D, floating, on `device`, at least `rotary_dim` channels.
 void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device);

@@ -64,6 +64,13 @@ double rotary_attention_factor(int64_t rotary_dim, const RotaryTablesFuncOptions
       .variant_attention_factor;
 }
 
+std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
+    const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
+    const std::vector<int64_t>& mrope_section, bool interleaved) {
+  return detail::multimodal_rotary_tables(cos, sin, positions, mrope_section, interleaved,
+                                          at::Tensor(), 1.0);
+}
+
 namespace detail {
 
 at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -76,6 +83,38 @@ at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at
       pairing == RotaryPairing::kInterleaved, heads_first,
       /*inverse=*/false, inv_freq.defined() ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt,
       attention_factor);
+}
+
+std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
+    const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
+    const std::vector<int64_t>& mrope_section, bool interleaved, const at::Tensor& inv_freq,
+    double attention_factor) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "multimodal_rotary_tables");
+  const auto tables = ops::multimodal_rotary_tables(
+      cos, sin, positions, mrope_section, interleaved,
+      inv_freq.defined() ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt, attention_factor);
+  return {std::get<0>(tables), std::get<1>(tables)};
+}
+
+std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+    int64_t offset, const at::Tensor& positions, RotaryPairing pairing, bool heads_first,
+    const at::Tensor& inv_freq, double attention_factor, bool in_place) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_embedding_qk");
+  const auto given_positions =
+      positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt;
+  const auto given_inv_freq =
+      inv_freq.defined() ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt;
+  const bool interleaved = pairing == RotaryPairing::kInterleaved;
+  if (in_place) {
+    at::Tensor q_ = q; // (handles to the same tensors)
+    at::Tensor k_ = k;
+    ops::apply_rotary_qk_(q_, k_, cos, sin, offset, given_positions, interleaved, heads_first,
+                          /*inverse=*/false, given_inv_freq, attention_factor);
+    return {q, k};
+  }
+  return ops::apply_rotary_qk(q, k, cos, sin, offset, given_positions, interleaved, heads_first,
+                              /*inverse=*/false, given_inv_freq, attention_factor);
 }
 
 } // namespace detail

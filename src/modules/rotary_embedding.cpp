@@ -32,6 +32,9 @@ void RotaryEmbeddingImpl::reset() {
   TORCH_CHECK(rotary_dim <= options.head_dim(), kName, ": rotary_dim (", rotary_dim,
               ") must be <= head_dim (", options.head_dim(), ")");
   detail::check_rotary_arguments(kName, options.max_len(), rotary_dim, options.base());
+  if (!options.mrope_section().empty()) {
+    detail::mrope_axes(kName, options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);
+  }
   build_tables(cos.defined() ? cos.scalar_type() : torch::kFloat,
                cos.defined() ? cos.device() : torch::Device(torch::kCPU));
 }
@@ -98,6 +101,12 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   if (!options.freq_factors().empty()) {
     stream << ", freq_factors=[" << options.freq_factors().size() << "]";
   }
+  if (!options.mrope_section().empty()) {
+    stream << ", mrope_section=" << c10::IntArrayRef(options.mrope_section());
+    if (options.mrope_interleaved()) {
+      stream << ", mrope_interleaved=true";
+    }
+  }
   stream << ")";
 }
 
@@ -154,8 +163,7 @@ c10::optional<int64_t> RotaryEmbeddingImpl::call_end(int64_t offset, int64_t len
   return last + 1;
 }
 
-torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
-                                              const torch::Tensor& positions) {
+void RotaryEmbeddingImpl::check_heads(const torch::Tensor& x) const {
   // The operator accepts any head width >= the rotated one (partial rotary from the caches alone);
   // the module knows head_dim, and an input of another width contradicts its options. (Heads
   // narrower than the rotated width get the operator's message.)
@@ -165,31 +173,94 @@ torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t of
               x.size(3), " (input shape ", x.sizes(),
               "); build the module with head_dim = ", x.size(3), " or split the heads to ",
               options.head_dim(), " channels");
+}
+
+RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
+    const torch::Tensor& x, int64_t offset, const torch::Tensor& positions) const {
+  check_heads(x);
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  const detail::CallerScope caller(
-      kName, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
+  CallTables tables{cos, sin, extrapolate ? inv_freq_ : torch::Tensor(), positions};
   if (switch_length_ && x.defined() && x.dim() == 4) {
     // dynamic / longrope: a call reaching past the switch length rotates all of its positions
     // with the frequencies of its own length (longrope: the long ones, computed once), for
     // exactly the rows it uses (an empty slice of the caches makes every position one "past the
-    // caches"). Other calls take the cached path below.
+    // caches"). Other calls take the cached path.
     const int64_t length = x.size(options.heads_first() ? 2 : 1);
     const c10::optional<int64_t> end = call_end(offset, length, positions);
     if (end && *end > *switch_length_ && (extrapolate || *end <= options.max_len())) {
-      const torch::Tensor frequencies =
+      tables.inv_freq =
           long_inv_freq_.defined()
               ? long_inv_freq_
               : at::tensor(
                     detail::rope_frequencies(detail::rope_spec(options), end, kName).inv_freq,
                     at::TensorOptions().dtype(at::kDouble));
-      return functional::detail::rotary_embedding(
-          x, cos.narrow(0, 0, 0), sin.narrow(0, 0, 0), offset, positions, options.pairing(),
-          options.heads_first(), frequencies, attention_factor_);
+      tables.cos = cos.narrow(0, 0, 0);
+      tables.sin = sin.narrow(0, 0, 0);
     }
   }
-  return functional::detail::rotary_embedding(
-      x, cos, sin, offset, positions, options.pairing(), options.heads_first(),
-      extrapolate ? inv_freq_ : torch::Tensor(), attention_factor_);
+  if (positions.defined() && positions.dim() == 3) {
+    // Multimodal: each token's own cos/sin rows, and positions indexing them.
+    TORCH_CHECK(!options.mrope_section().empty(), kName,
+                ": positions ", positions.sizes(),
+                " are multimodal [3, B, L] positions, but the module has no mrope_section; build "
+                "it with mrope_section (e.g. {16, 24, 24} for Qwen2-VL) or pass [B, L] positions");
+    const auto rows = functional::detail::multimodal_rotary_tables(
+        tables.cos, tables.sin, positions, options.mrope_section(), options.mrope_interleaved(),
+        tables.inv_freq, attention_factor_);
+    const int64_t tokens = positions.size(1) * positions.size(2);
+    const int64_t half = cos.size(1);
+    tables = {rows.first.view({tokens, half}), rows.second.view({tokens, half}), torch::Tensor(),
+              at::arange(tokens, at::TensorOptions().dtype(at::kLong).device(x.device()))
+                  .view({positions.size(1), positions.size(2)})};
+  }
+  return tables;
+}
+
+namespace {
+const char* beyond_hint(const RotaryEmbeddingOptions& options) {
+  return options.beyond_max_len() == BeyondMaxLen::kExtrapolate
+             ? ""
+             : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)";
+}
+} // namespace
+
+torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
+                                              const torch::Tensor& positions) {
+  const detail::CallerScope caller(kName, beyond_hint(options));
+  const CallTables tables = call_tables(x, offset, positions);
+  return functional::detail::rotary_embedding(x, tables.cos, tables.sin, offset, tables.positions,
+                                              options.pairing(), options.heads_first(),
+                                              tables.inv_freq, attention_factor_);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_at(
+    const torch::Tensor& q, const torch::Tensor& k, int64_t offset,
+    const torch::Tensor& positions, bool in_place) {
+  const detail::CallerScope caller(kName, beyond_hint(options));
+  check_heads(k);
+  const CallTables tables = call_tables(q, offset, positions);
+  return functional::detail::rotary_embedding_qk(q, k, tables.cos, tables.sin, offset,
+                                                 tables.positions,
+                                                 options.pairing(), options.heads_first(),
+                                                 tables.inv_freq, attention_factor_, in_place);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk(const torch::Tensor& q,
+                                                                         const torch::Tensor& k,
+                                                                         int64_t offset) {
+  return forward_qk_at(q, k, offset, torch::Tensor(), /*in_place=*/false);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_positions(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& positions) {
+  TORCH_CHECK(positions.defined(), kName,
+              ": forward_qk_positions needs positions; use forward_qk(q, k, offset) otherwise");
+  return forward_qk_at(q, k, 0, positions, /*in_place=*/false);
+}
+
+void RotaryEmbeddingImpl::forward_qk_(torch::Tensor& q, torch::Tensor& k, int64_t offset,
+                                      const torch::Tensor& positions) {
+  forward_qk_at(q, k, offset, positions, /*in_place=*/true);
 }
 
 } // namespace posenc

@@ -29,6 +29,20 @@ using AddLoop = void (*)(const at::Tensor& x, at::Tensor& out, const TableCall& 
 using RotaryLoop = void (*)(const at::Tensor& x, at::Tensor& out, const RotaryCall& call,
                             bool interleaved, bool inverse);
 
+/// One operand (queries or keys) of a rotary_qk loop: the tensor read and the one written (the
+/// same tensor in place), both with contiguous channels, and its heads.
+struct RotaryOperand {
+  at::Tensor in;
+  at::Tensor out;
+  int64_t heads;
+  int64_t head_dim;
+};
+
+/// Rotates the queries and keys of one call in one pass: q.out = rotate(q.in), k.out =
+/// rotate(k.in) at the call's positions; channels contiguous, other strides free, out may be in.
+using RotaryQkLoop = void (*)(const RotaryOperand& q, const RotaryOperand& k,
+                              const RotaryQkCall& call, bool interleaved, bool inverse);
+
 /// out = dropout(weight[tokens] * scale + table[positions]) for a checked call, writing `mask`
 /// when `train && dropout > 0`; tokens and weight contiguous.
 using TokenLoop = void (*)(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
@@ -113,6 +127,60 @@ void apply_rotary_inplace_kernel(at::Tensor& x, const at::Tensor& cos, const at:
   at::Tensor work = x.contiguous();
   loop(work, work, call, interleaved, inverse);
   x.copy_(work);
+}
+
+/// `t` as the rotary_qk loops read it: itself when its channels are contiguous (any other
+/// strides), else a contiguous copy.
+inline at::Tensor with_contiguous_channels(const at::Tensor& t) {
+  return t.stride(3) == 1 ? t : t.contiguous();
+}
+
+template <RotaryQkLoop loop, EmptyFn empty>
+std::tuple<at::Tensor, at::Tensor> apply_rotary_qk_kernel(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+    int64_t offset, OptionalTensor positions, bool interleaved, bool heads_first, bool inverse,
+    OptionalTensor inv_freq, double attention_factor) {
+  const RotaryQkCall call =
+      prepare_rotary_qk_call("posenc::apply_rotary_qk", q, k, cos, sin, offset, positions,
+                             heads_first, inv_freq, attention_factor);
+  at::Tensor q_out = empty(q.sizes(), q.options());
+  at::Tensor k_out = empty(k.sizes(), k.options());
+  loop({with_contiguous_channels(q), q_out, call.heads, call.head_dim},
+       {with_contiguous_channels(k), k_out, call.k_heads, call.k_head_dim}, call, interleaved,
+       inverse);
+  return {q_out, k_out};
+}
+
+template <RotaryQkLoop loop, EmptyFn empty>
+void apply_rotary_qk_inplace_kernel(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
+                                    const at::Tensor& sin, int64_t offset,
+                                    OptionalTensor positions, bool interleaved, bool heads_first,
+                                    bool inverse, OptionalTensor inv_freq,
+                                    double attention_factor) {
+  constexpr const char* op = "posenc::apply_rotary_qk_";
+  const RotaryQkCall call = prepare_rotary_qk_call(op, q, k, cos, sin, offset, positions,
+                                                   heads_first, inv_freq, attention_factor);
+  check_no_overlap(op, q, "q",
+                   {{"k", k},
+                    {"cos", cos},
+                    {"sin", sin},
+                    {"positions", positions},
+                    {"inv_freq", inv_freq}});
+  check_no_overlap(op, k, "k",
+                   {{"cos", cos}, {"sin", sin}, {"positions", positions}, {"inv_freq", inv_freq}});
+  at::assert_no_internal_overlap(q);
+  at::assert_no_internal_overlap(k);
+  // Views with contiguous channels (q and k of a fused qkv tensor) are rotated where they lie.
+  at::Tensor q_work = with_contiguous_channels(q);
+  at::Tensor k_work = with_contiguous_channels(k);
+  loop({q_work, q_work, call.heads, call.head_dim}, {k_work, k_work, call.k_heads, call.k_head_dim},
+       call, interleaved, inverse);
+  if (!q_work.is_same(q)) {
+    q.copy_(q_work);
+  }
+  if (!k_work.is_same(k)) {
+    k.copy_(k_work);
+  }
 }
 
 template <TokenLoop loop, EmptyFn empty>

@@ -130,6 +130,29 @@ struct RotaryRows {
     }
     return per_sequence ? positions[b * length + l] : positions[l];
   }
+
+  /// The positions of a checked rotary call's tokens: position(t) of token t = b * L + l,
+  /// whatever the layout of the heads.
+  static RotaryRows tokens_of(const RotaryCall& call) {
+    return {call.length, 1, false, call.offset, call.position_data(), call.per_sequence()};
+  }
+};
+
+/// Where the rows of a `[B, L, H, Dh]` (or `[B, H, L, Dh]`) operand whose channels are contiguous
+/// lie: row (b, l, h) starts at element b * batch + l * length + h * head, so that views (the
+/// queries and keys of a fused qkv projection) are read and written where they are.
+struct RowStrides {
+  int64_t batch;
+  int64_t length;
+  int64_t head;
+
+  static RowStrides of(const at::Tensor& t, bool heads_first) {
+    return {t.stride(0), t.stride(heads_first ? 2 : 1), t.stride(heads_first ? 1 : 2)};
+  }
+
+  C10_HOST_DEVICE int64_t row(int64_t b, int64_t l, int64_t h) const {
+    return b * batch + l * length + h * head;
+  }
 };
 
 } // namespace ops

@@ -204,10 +204,10 @@ at::Tensor RotaryCall::kernel_sin() const {
   return kernel_readable(sin);
 }
 
-RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Tensor& cos,
-                               const at::Tensor& sin, int64_t offset, OptionalTensor positions,
-                               bool heads_first, OptionalTensor inv_freq, double attention_factor) {
-  const char* who = detail::caller_or(op);
+namespace {
+
+// cos and sin: [max_len, R/2] tables of one floating dtype on one device.
+void check_caches(const char* who, const at::Tensor& cos, const at::Tensor& sin) {
   TORCH_CHECK(cos.defined() && sin.defined() && cos.dim() == 2 && cos.sizes() == sin.sizes() &&
                   cos.size(1) >= 1,
               who, ": cos and sin must be [max_len, R/2] tables of the same shape, but got ",
@@ -217,6 +217,46 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   TORCH_CHECK(cos.scalar_type() == sin.scalar_type() && cos.device() == sin.device(), who,
               ": cos and sin must share dtype and device, but cos is ", cos.scalar_type(), " on ",
               cos.device(), " and sin ", sin.scalar_type(), " on ", sin.device());
+}
+
+// The frequencies (and the factor cos/sin carry) that rows past the caches are computed from.
+detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv_freq,
+                                          const at::Tensor& cos, double attention_factor) {
+  const int64_t half = cos.size(1);
+  TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) == half &&
+                  inv_freq.scalar_type() == at::kDouble,
+              who, ": inv_freq must be a float64 [R/2] = [", half,
+              "] tensor of frequencies, but got ", inv_freq.scalar_type(), " of shape ",
+              inv_freq.sizes());
+  check_definition_device(who, inv_freq, "inv_freq", cos.device());
+  // cos/sin carry the factor, so it must be a finite number in their dtype.
+  const double largest = cos.scalar_type() == at::kDouble ? std::numeric_limits<double>::max()
+                         : cos.scalar_type() == at::kHalf ? 65504.0
+                                                          : std::numeric_limits<float>::max();
+  TORCH_CHECK(attention_factor > 0.0 && attention_factor <= largest, who,
+              ": attention_factor must be > 0 and at most ", largest, " (the largest ",
+              cos.scalar_type(), " of the cos/sin caches that carry it), but got ",
+              attention_factor);
+  detail::RopeFrequencies frequencies;
+  const at::Tensor host = inv_freq.to(at::kCPU).contiguous();
+  frequencies.inv_freq.assign(host.data_ptr<double>(), host.data_ptr<double>() + half);
+  for (const double frequency : frequencies.inv_freq) {
+    TORCH_CHECK(std::abs(frequency) <= detail::kMaxFrequency, who,
+                ": inv_freq must hold frequencies in [-1.9e289, 1.9e289] (so that every angle "
+                "is a finite number), but holds ",
+                frequency);
+  }
+  frequencies.attention_factor = attention_factor;
+  return frequencies;
+}
+
+} // namespace
+
+RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Tensor& cos,
+                               const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                               bool heads_first, OptionalTensor inv_freq, double attention_factor) {
+  const char* who = detail::caller_or(op);
+  check_caches(who, cos, sin);
   detail::check_rotary_input(who, x, 2 * cos.size(1), heads_first, cos.device());
   RotaryCall call;
   call.cos = cos;
@@ -227,32 +267,9 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   call.heads = x.size(heads_first ? 1 : 2);
   call.head_dim = x.size(3);
   call.half = cos.size(1);
-  detail::RopeFrequencies frequencies;
-  if (given(inv_freq)) {
-    TORCH_CHECK(inv_freq->dim() == 1 && inv_freq->size(0) == call.half &&
-                    inv_freq->scalar_type() == at::kDouble,
-                who, ": inv_freq must be a float64 [R/2] = [", call.half,
-                "] tensor of frequencies, but got ", inv_freq->scalar_type(), " of shape ",
-                inv_freq->sizes());
-    check_definition_device(who, inv_freq, "inv_freq", cos.device());
-    // cos/sin carry the factor, so it must be a finite number in their dtype.
-    const double largest = cos.scalar_type() == at::kDouble ? std::numeric_limits<double>::max()
-                           : cos.scalar_type() == at::kHalf ? 65504.0
-                                                            : std::numeric_limits<float>::max();
-    TORCH_CHECK(attention_factor > 0.0 && attention_factor <= largest, who,
-                ": attention_factor must be > 0 and at most ", largest, " (the largest ",
-                cos.scalar_type(), " of the cos/sin caches that carry it), but got ",
-                attention_factor);
-    const at::Tensor host = inv_freq->to(at::kCPU).contiguous();
-    frequencies.inv_freq.assign(host.data_ptr<double>(), host.data_ptr<double>() + call.half);
-    for (const double frequency : frequencies.inv_freq) {
-      TORCH_CHECK(std::abs(frequency) <= detail::kMaxFrequency, who,
-                  ": inv_freq must hold frequencies in [-1.9e289, 1.9e289] (so that every angle "
-                  "is a finite number), but holds ",
-                  frequency);
-    }
-    frequencies.attention_factor = attention_factor;
-  }
+  const detail::RopeFrequencies frequencies =
+      given(inv_freq) ? given_frequencies(who, *inv_freq, cos, attention_factor)
+                      : detail::RopeFrequencies();
   const int64_t batch_and_length[] = {call.batch, call.length};
   const Resolved resolved = resolve_positions(who, call, positions, offset, batch_and_length,
                                               "[B, L]", x.device(), cos.size(0), given(inv_freq));
@@ -269,6 +286,52 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   return call;
 }
 
+MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Tensor& cos,
+                                                    const at::Tensor& sin,
+                                                    const at::Tensor& positions,
+                                                    at::IntArrayRef mrope_section,
+                                                    bool interleaved, OptionalTensor inv_freq,
+                                                    double attention_factor) {
+  const char* who = detail::caller_or(op);
+  check_caches(who, cos, sin);
+  const int64_t half = cos.size(1);
+  MultimodalTablesCall call;
+  call.axes = detail::mrope_axes(who, mrope_section.vec(), interleaved, half);
+  TORCH_CHECK(positions.defined() && (positions.dim() == 2 || positions.dim() == 3) &&
+                  positions.size(0) == 3,
+              who,
+              ": multimodal positions must be [3, B, L] or [3, L] (temporal, height and width "
+              "position of each token, as Qwen2-VL's get_rope_index gives them), but got ",
+              positions.defined() ? positions.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), who,
+              ": positions must be an integer tensor (int64 or int32), but got ",
+              positions.scalar_type());
+  detail::check_positions_device(who, positions, cos.device());
+  if (given(inv_freq)) {
+    call.frequencies = given_frequencies(who, *inv_freq, cos, attention_factor);
+  }
+  call.shape = positions.sizes().slice(1).vec();
+  call.shape.push_back(half);
+  call.positions = positions.to(at::kLong).reshape({3, -1});
+  const detail::HostValues host = given(inv_freq) ? detail::host_read({}, positions)
+                                                  : detail::host_read({positions});
+  std::pair<int64_t, int64_t> range = host.ranges.empty() ? std::pair<int64_t, int64_t>{0, -1}
+                                                          : host.ranges[0];
+  if (given(inv_freq) && host.whole.numel() > 0) {
+    const int64_t* values = host.whole.data_ptr<int64_t>();
+    const auto extremes = std::minmax_element(values, values + host.whole.numel());
+    range = {*extremes.first, *extremes.second};
+  }
+  TORCH_CHECK(range.first >= 0 || range.second < range.first, who,
+              ": multimodal positions must be >= 0, but got ", range.first,
+              " (M-RoPE has no padding value: mask padded tokens in the attention)");
+  detail::check_positions_range(who, range.first, range.second,
+                                given(inv_freq) ? -1 : cos.size(0), caller_hint());
+  if (range.second >= cos.size(0)) {
+    call.host_positions = host.whole.to(at::kLong).reshape({3, -1});
+  }
+  return call;
+}
 void check_out(const char* who, const at::Tensor& out, const at::Tensor& x) {
   TORCH_CHECK(out.defined(), who, ": out is undefined");
   TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(), who,
@@ -284,6 +347,28 @@ void prepare_out(const char* op, at::Tensor& out, const at::Tensor& x) {
   at::native::resize_output(out, x.sizes());
   at::assert_no_internal_overlap(out);
   at::assert_no_partial_overlap(out, x);
+}
+
+RotaryQkCall prepare_rotary_qk_call(const char* op, const at::Tensor& q, const at::Tensor& k,
+                                    const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
+                                    OptionalTensor positions, bool heads_first,
+                                    OptionalTensor inv_freq, double attention_factor) {
+  RotaryQkCall call;
+  static_cast<RotaryCall&>(call) = prepare_rotary_call(op, q, cos, sin, offset, positions,
+                                                       heads_first, inv_freq, attention_factor);
+  const char* who = detail::caller_or(op);
+  detail::check_rotary_input(who, k, 2 * call.half, heads_first, cos.device());
+  TORCH_CHECK(k.scalar_type() == q.scalar_type(), who,
+              ": q and k must share a dtype, but q is ", q.scalar_type(), " and k ",
+              k.scalar_type(), "; convert one of them");
+  const int64_t k_length = k.size(heads_first ? 2 : 1);
+  TORCH_CHECK(k.size(0) == call.batch && k_length == call.length, who,
+              ": k must hold the keys of q's tokens (the same batch B and length L, in the layout ",
+              heads_first ? "[B, H, L, Dh]" : "[B, L, H, Dh]", "), but q is ", q.sizes(),
+              " and k ", k.sizes());
+  call.k_heads = k.size(heads_first ? 1 : 2);
+  call.k_head_dim = k.size(3);
+  return call;
 }
 
 void check_no_overlap(const char* op, const at::Tensor& written, const char* written_name,

@@ -9,11 +9,14 @@
 // is rewritten to a table of exactly the rows used and positions indexing it, so the kernels only
 // ever read rows that exist.
 
+#include "detail/rotary.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 namespace posenc {
 namespace ops {
@@ -84,6 +87,43 @@ struct RotaryCall : PositionSource {
 RotaryCall prepare_rotary_call(const char* who, const at::Tensor& x, const at::Tensor& cos,
                                const at::Tensor& sin, int64_t offset, OptionalTensor positions,
                                bool heads_first, OptionalTensor inv_freq, double attention_factor);
+
+/// A checked call of apply_rotary_qk: the RotaryCall fields describe the queries (their heads and
+/// width), the keys share their batch, length and positions.
+struct RotaryQkCall : RotaryCall {
+  int64_t k_heads = 0;
+  int64_t k_head_dim = 0;
+};
+
+/// Checks the arguments of apply_rotary_qk and apply_rotary_qk_: q as apply_rotary's x; k of q's
+/// dtype, device, batch and length, any number of heads (GQA, MQA), any width >= R.
+RotaryQkCall prepare_rotary_qk_call(const char* who, const at::Tensor& q, const at::Tensor& k,
+                                    const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
+                                    OptionalTensor positions, bool heads_first,
+                                    OptionalTensor inv_freq, double attention_factor);
+
+/// A checked call of multimodal_rotary_tables.
+struct MultimodalTablesCall {
+  /// int64 `[3, N]` positions (temporal, height, width) of the N tokens, on the caches' device.
+  at::Tensor positions;
+  /// The same on the CPU when some lie past the caches (their rows are then computed from
+  /// `frequencies`); undefined otherwise.
+  at::Tensor host_positions;
+  detail::RopeFrequencies frequencies;
+  /// The axis of each frequency (detail::mrope_axes).
+  std::vector<int64_t> axes;
+  /// The shape of each output: the positions' `[B, L]` or `[L]`, then R/2.
+  std::vector<int64_t> shape;
+};
+
+/// Checks the arguments of multimodal_rotary_tables: caches as in apply_rotary, positions
+/// `[3, B, L]` / `[3, L]`, >= 0 and inside the caches unless `inv_freq` is given, mrope_section.
+MultimodalTablesCall prepare_multimodal_tables_call(const char* who, const at::Tensor& cos,
+                                                    const at::Tensor& sin,
+                                                    const at::Tensor& positions,
+                                                    at::IntArrayRef mrope_section,
+                                                    bool interleaved, OptionalTensor inv_freq,
+                                                    double attention_factor);
 
 /// Checks the `out` tensor of an out-variant: defined, on the device and of the dtype of `x`.
 void check_out(const char* who, const at::Tensor& out, const at::Tensor& x);

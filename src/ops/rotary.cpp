@@ -7,6 +7,8 @@
 
 #include <torch/library.h>
 
+#include <tuple>
+
 namespace posenc {
 
 TORCH_LIBRARY_FRAGMENT(posenc, m) {
@@ -18,6 +20,18 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "apply_rotary_(Tensor(a!) x, Tensor cos, Tensor sin, int offset=0, Tensor? positions=None, "
       "bool interleaved=False, bool heads_first=False, bool inverse=False, Tensor? inv_freq=None, "
       "float attention_factor=1.0) -> ()");
+  m.def(
+      "apply_rotary_qk(Tensor q, Tensor k, Tensor cos, Tensor sin, int offset=0, "
+      "Tensor? positions=None, bool interleaved=False, bool heads_first=False, bool inverse=False, "
+      "Tensor? inv_freq=None, float attention_factor=1.0) -> (Tensor, Tensor)");
+  m.def(
+      "apply_rotary_qk_(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int offset=0, "
+      "Tensor? positions=None, bool interleaved=False, bool heads_first=False, bool inverse=False, "
+      "Tensor? inv_freq=None, float attention_factor=1.0) -> ()");
+  m.def(
+      "multimodal_rotary_tables(Tensor cos, Tensor sin, Tensor positions, int[] mrope_section, "
+      "bool interleaved=False, Tensor? inv_freq=None, float attention_factor=1.0) "
+      "-> (Tensor, Tensor)");
 }
 
 namespace ops {
@@ -26,6 +40,13 @@ using RotarySignature = at::Tensor(const at::Tensor&, const at::Tensor&, const a
                                    OptionalTensor, bool, bool, bool, OptionalTensor, double);
 using RotaryInplaceSignature = void(at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                     OptionalTensor, bool, bool, bool, OptionalTensor, double);
+
+using RotaryQkSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+    OptionalTensor, bool, bool, bool, OptionalTensor, double);
+using RotaryQkInplaceSignature = void(at::Tensor&, at::Tensor&, const at::Tensor&,
+                                      const at::Tensor&, int64_t, OptionalTensor, bool, bool, bool,
+                                      OptionalTensor, double);
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                         int64_t offset, OptionalTensor positions, bool interleaved,
@@ -44,6 +65,36 @@ at::Tensor& apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor
   op.call(x, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
           attention_factor);
   return x;
+}
+
+std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& cos, const at::Tensor& sin,
+                                                   int64_t offset, OptionalTensor positions,
+                                                   bool interleaved, bool heads_first,
+                                                   bool inverse, OptionalTensor inv_freq,
+                                                   double attention_factor) {
+  static const auto op = typed_op<RotaryQkSignature>("posenc::apply_rotary_qk");
+  return op.call(q, k, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
+                 attention_factor);
+}
+
+void apply_rotary_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+                      int64_t offset, OptionalTensor positions, bool interleaved,
+                      bool heads_first, bool inverse, OptionalTensor inv_freq,
+                      double attention_factor) {
+  static const auto op = typed_op<RotaryQkInplaceSignature>("posenc::apply_rotary_qk_");
+  op.call(q, k, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
+          attention_factor);
+}
+
+std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
+    const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
+    at::IntArrayRef mrope_section, bool interleaved, OptionalTensor inv_freq,
+    double attention_factor) {
+  static const auto op = typed_op<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, bool,
+      OptionalTensor, double)>("posenc::multimodal_rotary_tables");
+  return op.call(cos, sin, positions, mrope_section, interleaved, inv_freq, attention_factor);
 }
 
 } // namespace ops

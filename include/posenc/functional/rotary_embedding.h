@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <tuple>
+#include <vector>
 #include <utility>
 
 namespace posenc {
@@ -17,6 +19,18 @@ at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at
                             int64_t offset, const at::Tensor& positions, RotaryPairing pairing,
                             bool heads_first, const at::Tensor& inv_freq = at::Tensor(),
                             double attention_factor = 1.0);
+
+/// Multimodal tables with positions past the caches computed from `inv_freq` (when defined).
+std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
+    const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
+    const std::vector<int64_t>& mrope_section, bool interleaved, const at::Tensor& inv_freq,
+    double attention_factor);
+
+/// Rotates queries and keys in one call (ops::apply_rotary_qk, or apply_rotary_qk_ `in_place`).
+std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+    int64_t offset, const at::Tensor& positions, RotaryPairing pairing, bool heads_first,
+    const at::Tensor& inv_freq, double attention_factor, bool in_place);
 } // namespace detail
 
 /// The rotary caches: `cos` and `sin` of `position * inv_freq[i]` for positions
@@ -54,6 +68,40 @@ inline at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos,
                                    const RotaryEmbeddingFuncOptions& options = {}) {
   return detail::rotary_embedding(x, cos, sin, options.offset(), options.positions(),
                                   options.pairing(), options.heads_first());
+}
+
+/// Multimodal RoPE (Qwen2-VL, Qwen3-VL): the per-token cos/sin `[B, L, R/2]` (or `[L, R/2]`) of
+/// positions `[3, B, L]` (or `[3, L]`), each frequency from the axis `mrope_section` assigns it
+/// (`interleaved`: Qwen3-VL's assignment); see `ops::multimodal_rotary_tables`.
+std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
+    const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
+    const std::vector<int64_t>& mrope_section, bool interleaved = false);
+
+/// Rotates the queries `q` and keys `k` of one attention call, in one pass over both (see
+/// `ops::apply_rotary_qk`): `k` may have fewer heads (GQA, MQA). Returns the rotated `(q, k)`.
+///
+/// Example:
+/// ```
+/// namespace F = posenc::functional;
+/// auto [q_rot, k_rot] = F::rotary_embedding_qk(q, k, rope->cos, rope->sin,
+///                                              F::RotaryEmbeddingFuncOptions().offset(past));
+/// ```
+inline std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+    const RotaryEmbeddingFuncOptions& options = {}) {
+  return detail::rotary_embedding_qk(q, k, cos, sin, options.offset(), options.positions(),
+                                     options.pairing(), options.heads_first(), at::Tensor(), 1.0,
+                                     /*in_place=*/false);
+}
+
+/// `rotary_embedding_qk` in place: q and k (views of one fused qkv tensor welcome) are rotated
+/// where they lie.
+inline void rotary_embedding_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
+                                 const at::Tensor& sin,
+                                 const RotaryEmbeddingFuncOptions& options = {}) {
+  detail::rotary_embedding_qk(q, k, cos, sin, options.offset(), options.positions(),
+                              options.pairing(), options.heads_first(), at::Tensor(), 1.0,
+                              /*in_place=*/true);
 }
 
 } // namespace functional

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <tuple>
 #include <vector>
 
 namespace posenc {
@@ -49,7 +50,24 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   // forward(x, offset = 0): rotates `x` (`[B, L, H, head_dim]`, or `[B, H, L, head_dim]` with
   // `heads_first`) for positions `offset .. offset + L - 1`; the result has the shape and dtype of
   // `x`. forward_positions(x, positions): explicit positions, `[B, L]` or `[L]` (-1 = padding: not
-  // rotated). (Both from detail::EncodingModule.)
+  // rotated); with `mrope_section`, also `[3, B, L]` multimodal positions (temporal, height,
+  // width of each token, as Qwen2-VL's get_rope_index computes them). (Both from
+  // detail::EncodingModule.)
+
+  /// Rotates the queries and keys of one attention call in one pass (GQA / MQA: `k` may have
+  /// fewer heads than `q`; both `[B, L, H, head_dim]`, or `[B, H, L, head_dim]` with
+  /// `heads_first`) at positions `offset .. offset + L - 1`; returns the rotated `(q, k)`.
+  std::tuple<torch::Tensor, torch::Tensor> forward_qk(const torch::Tensor& q,
+                                                      const torch::Tensor& k, int64_t offset = 0);
+  /// `forward_qk` at explicit positions, `[B, L]` or `[L]` (-1 = padding: not rotated).
+  std::tuple<torch::Tensor, torch::Tensor> forward_qk_positions(const torch::Tensor& q,
+                                                                const torch::Tensor& k,
+                                                                const torch::Tensor& positions);
+  /// `forward_qk` in place (positions: `offset`, or `positions` when defined). q and k may be
+  /// views of one fused qkv projection: heads whose channels are contiguous are rotated where
+  /// they lie, with no copy.
+  void forward_qk_(torch::Tensor& q, torch::Tensor& k, int64_t offset = 0,
+                   const torch::Tensor& positions = {});
 
   /// Rotates packed sequences (flash-attn varlen / TransformerEngine THD): `x` is `[T, H,
   /// head_dim]` (whatever `heads_first`), sequence s holds tokens cu_seqlens[s] ..
@@ -79,6 +97,23 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
  private:
   friend class detail::EncodingModule<RotaryEmbeddingImpl>;
   torch::Tensor forward_at(const torch::Tensor& x, int64_t offset, const torch::Tensor& positions);
+  std::tuple<torch::Tensor, torch::Tensor> forward_qk_at(const torch::Tensor& q,
+                                                         const torch::Tensor& k, int64_t offset,
+                                                         const torch::Tensor& positions,
+                                                         bool in_place);
+
+  /// Checks that heads `x` have the module's head_dim.
+  void check_heads(const torch::Tensor& x) const;
+  /// The caches and frequencies a call of `x` at these positions reads (dynamic / longrope: its
+  /// own frequencies past the switch length), after checking x's head width.
+  struct CallTables {
+    torch::Tensor cos;
+    torch::Tensor sin;
+    torch::Tensor inv_freq; // undefined: positions must lie in the caches
+    torch::Tensor positions; // the call's, or (multimodal) indices of per-token rows
+  };
+  CallTables call_tables(const torch::Tensor& x, int64_t offset,
+                         const torch::Tensor& positions) const;
   void build_tables(torch::Dtype dtype, torch::Device device);
   std::vector<torch::Tensor*> derived_tables();
   std::vector<detail::TableSlot> table_slots();

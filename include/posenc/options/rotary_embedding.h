@@ -106,6 +106,16 @@ struct RotaryEmbeddingOptions {
   /// multiply the softmax scale by attention_factor^2). The factor is available as
   /// `RotaryEmbeddingImpl::attention_factor()` either way. Default: true.
   TORCH_ARG(bool, attention_factor_in_cos_sin) = true;
+  /// Multimodal RoPE (Qwen2-VL's M-RoPE): how many of the rotary_dim / 2 frequencies follow the
+  /// temporal, height and width position of a token (three sizes summing to rotary_dim / 2, e.g.
+  /// {16, 24, 24}); `forward_positions` / `forward_qk_positions` then take positions
+  /// `[3, B, L]` (or `[3, L]`). Positions `[B, L]` / offsets rotate as plain RoPE (all three
+  /// axes equal). Default: empty (text-only RoPE).
+  TORCH_ARG(std::vector<int64_t>, mrope_section);
+  /// With `mrope_section`: Qwen3-VL's interleaved assignment (frequency i follows the height
+  /// axis when i % 3 == 1 and i < 3 * section[1], the width axis when i % 3 == 2 and
+  /// i < 3 * section[2], the temporal axis otherwise) instead of contiguous blocks. Default: false.
+  TORCH_ARG(bool, mrope_interleaved) = false;
 
  public:
   /// The number of rotated channels: `rotary_dim` if set, else `head_dim`.

@@ -10,6 +10,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <tuple>
+
 namespace posenc {
 namespace ops {
 namespace {
@@ -80,6 +82,77 @@ class ApplyRotaryInplaceFunction : public torch::autograd::Function<ApplyRotaryI
   }
 };
 
+// Queries and keys: the gradient of each is the inverse rotation of its incoming gradient (one
+// rotary_qk call when both arrive).
+variable_list rotary_qk_backward(AutogradContext* ctx, const variable_list& grad_outputs) {
+  variable_list grads(11);
+  const variable_list saved = ctx->get_saved_variables();
+  const int64_t offset = ctx->saved_data["offset"].toInt();
+  const bool interleaved = ctx->saved_data["interleaved"].toBool();
+  const bool heads_first = ctx->saved_data["heads_first"].toBool();
+  const bool inverse = !ctx->saved_data["inverse"].toBool();
+  const double factor = ctx->saved_data["attention_factor"].toDouble();
+  const auto positions = optional_of(saved[2]);
+  const auto inv_freq = optional_of(saved[3]);
+  if (grad_outputs[0].defined() && grad_outputs[1].defined()) {
+    std::tie(grads[0], grads[1]) =
+        apply_rotary_qk(grad_outputs[0], grad_outputs[1], saved[0], saved[1], offset, positions,
+                        interleaved, heads_first, inverse, inv_freq, factor);
+    return grads;
+  }
+  for (const int i : {0, 1}) {
+    if (grad_outputs[i].defined()) {
+      grads[i] = apply_rotary(grad_outputs[i], saved[0], saved[1], offset, positions, interleaved,
+                              heads_first, inverse, inv_freq, factor);
+    }
+  }
+  return grads;
+}
+
+class ApplyRotaryQkFunction : public torch::autograd::Function<ApplyRotaryQkFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
+                               OptionalTensor positions, bool interleaved, bool heads_first,
+                               bool inverse, OptionalTensor inv_freq, double attention_factor) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->set_materialize_grads(false); // an unused output's gradient stays undefined
+    save_rotary(ctx, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
+                attention_factor);
+    const auto out = apply_rotary_qk(q, k, cos, sin, offset, positions, interleaved, heads_first,
+                                     inverse, inv_freq, attention_factor);
+    return {std::get<0>(out), std::get<1>(out)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    return rotary_qk_backward(ctx, grad_outputs);
+  }
+};
+
+class ApplyRotaryQkInplaceFunction
+    : public torch::autograd::Function<ApplyRotaryQkInplaceFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, at::Tensor q, at::Tensor k,
+                               const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
+                               OptionalTensor positions, bool interleaved, bool heads_first,
+                               bool inverse, OptionalTensor inv_freq, double attention_factor) {
+    {
+      at::AutoDispatchBelowAutograd guard;
+      apply_rotary_qk_(q, k, cos, sin, offset, positions, interleaved, heads_first, inverse,
+                       inv_freq, attention_factor);
+    }
+    ctx->mark_dirty({q, k});
+    ctx->set_materialize_grads(false);
+    save_rotary(ctx, cos, sin, offset, positions, interleaved, heads_first, inverse, inv_freq,
+                attention_factor);
+    return {q, k};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    return rotary_qk_backward(ctx, grad_outputs);
+  }
+};
+
 bool caches_need_grad(const at::Tensor& cos, const at::Tensor& sin) {
   return c10::GradMode::is_enabled() && (cos.requires_grad() || sin.requires_grad());
 }
@@ -127,15 +200,68 @@ void apply_rotary_inplace_view(at::Tensor& x, const at::Tensor& cos, const at::T
   });
 }
 
+std::tuple<at::Tensor, at::Tensor> apply_rotary_qk_autograd(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+    int64_t offset, OptionalTensor positions, bool interleaved, bool heads_first, bool inverse,
+    OptionalTensor inv_freq, double attention_factor) {
+  if (!caches_need_grad(cos, sin) && below_autograd_suffices(q, k)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return apply_rotary_qk(q, k, cos, sin, offset, positions, interleaved, heads_first, inverse,
+                           inv_freq, attention_factor);
+  }
+  check_fixed_table("posenc::apply_rotary_qk", cos, kFixedCaches);
+  check_fixed_table("posenc::apply_rotary_qk", sin, kFixedCaches);
+  const variable_list out =
+      ApplyRotaryQkFunction::apply(q, k, cos, sin, offset, positions, interleaved, heads_first,
+                                   inverse, inv_freq, attention_factor);
+  return {out[0], out[1]};
+}
+
+void apply_rotary_qk_inplace_autograd(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
+                                      const at::Tensor& sin, int64_t offset,
+                                      OptionalTensor positions, bool interleaved, bool heads_first,
+                                      bool inverse, OptionalTensor inv_freq,
+                                      double attention_factor) {
+  const bool needs_graph = caches_need_grad(cos, sin) || !below_autograd_suffices(q, k);
+  check_inplace_allowed(q, needs_graph);
+  check_inplace_allowed(k, needs_graph);
+  if (!needs_graph) {
+    at::AutoDispatchBelowAutograd guard;
+    apply_rotary_qk_(q, k, cos, sin, offset, positions, interleaved, heads_first, inverse,
+                     inv_freq, attention_factor);
+    return;
+  }
+  check_fixed_table("posenc::apply_rotary_qk_", cos, kFixedCaches);
+  check_fixed_table("posenc::apply_rotary_qk_", sin, kFixedCaches);
+  ApplyRotaryQkInplaceFunction::apply(q, k, cos, sin, offset, positions, interleaved, heads_first,
+                                      inverse, inv_freq, attention_factor);
+}
+
+void apply_rotary_qk_inplace_view(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
+                                  const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                                  bool interleaved, bool heads_first, bool inverse,
+                                  OptionalTensor inv_freq, double attention_factor) {
+  // k is checked (and bumped) around q's mutation, so neither is written when either is refused.
+  mutate_and_bump(k, [&] {
+    mutate_and_bump(q, [&] {
+      apply_rotary_qk_(q, k, cos, sin, offset, positions, interleaved, heads_first, inverse,
+                       inv_freq, attention_factor);
+    });
+  });
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(posenc, Autograd, m) {
   m.impl("apply_rotary", TORCH_FN(apply_rotary_autograd));
   m.impl("apply_rotary_", TORCH_FN(apply_rotary_inplace_autograd));
+  m.impl("apply_rotary_qk", TORCH_FN(apply_rotary_qk_autograd));
+  m.impl("apply_rotary_qk_", TORCH_FN(apply_rotary_qk_inplace_autograd));
 }
 
 TORCH_LIBRARY_IMPL(posenc, ADInplaceOrView, m) {
   m.impl("apply_rotary_", TORCH_FN(apply_rotary_inplace_view));
+  m.impl("apply_rotary_qk_", TORCH_FN(apply_rotary_qk_inplace_view));
 }
 
 } // namespace ops

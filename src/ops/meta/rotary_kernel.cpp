@@ -2,8 +2,12 @@
 
 #include "ops/meta/meta_checks.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
+
+#include <tuple>
+#include <vector>
 
 namespace posenc {
 namespace ops {
@@ -34,12 +38,65 @@ void apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, 
   check_rotary(detail::caller_or("posenc::apply_rotary_"), x, cos, sin, positions, inv_freq);
 }
 
+// What the shapes alone tell of q and k: the keys of the queries' tokens, in their dtype.
+void check_qk(const char* who, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+              const at::Tensor& sin, OptionalTensor positions, OptionalTensor inv_freq,
+              bool heads_first) {
+  check_rotary(who, q, cos, sin, positions, inv_freq);
+  check_rotary(who, k, cos, sin, positions, inv_freq);
+  const int64_t length = heads_first ? 2 : 1;
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && k.size(0) == q.size(0) &&
+                  k.size(length) == q.size(length),
+              who, ": k must hold the keys of q's tokens (same batch, length and dtype), but q is ",
+              q.scalar_type(), " ", q.sizes(), " and k ", k.scalar_type(), " ", k.sizes());
+}
+
+std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& cos, const at::Tensor& sin,
+                                                   int64_t, OptionalTensor positions, bool,
+                                                   bool heads_first, bool, OptionalTensor inv_freq,
+                                                   double) {
+  check_qk(detail::caller_or("posenc::apply_rotary_qk"), q, k, cos, sin, positions, inv_freq,
+           heads_first);
+  // As the CPU and CUDA kernels allocate: contiguous.
+  return {at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options())};
+}
+
+void apply_rotary_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+                      int64_t, OptionalTensor positions, bool, bool heads_first, bool,
+                      OptionalTensor inv_freq, double) {
+  check_qk(detail::caller_or("posenc::apply_rotary_qk_"), q, k, cos, sin, positions, inv_freq,
+           heads_first);
+}
+
+std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& cos,
+                                                            const at::Tensor& sin,
+                                                            const at::Tensor& positions,
+                                                            at::IntArrayRef mrope_section,
+                                                            bool interleaved,
+                                                            OptionalTensor inv_freq, double) {
+  const char* who = detail::caller_or("posenc::multimodal_rotary_tables");
+  TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2 && cos.sizes() == sin.sizes(), who,
+              ": cos and sin must be [max_len, R/2] tables of the same shape");
+  detail::mrope_axes(who, mrope_section.vec(), interleaved, cos.size(1));
+  TORCH_CHECK((positions.dim() == 2 || positions.dim() == 3) && positions.size(0) == 3, who,
+              ": multimodal positions must be [3, B, L] or [3, L], but got ", positions.sizes());
+  detail::check_positions_device(who, positions, cos.device());
+  check_definition_device(who, inv_freq, "inv_freq", cos.device());
+  std::vector<int64_t> shape = positions.sizes().slice(1).vec();
+  shape.push_back(cos.size(1));
+  return {at::empty(shape, cos.options()), at::empty(shape, sin.options())};
+}
+
 } // namespace
 } // namespace meta
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {
   m.impl("apply_rotary", TORCH_FN(meta::apply_rotary));
   m.impl("apply_rotary_", TORCH_FN(meta::apply_rotary_));
+  m.impl("apply_rotary_qk", TORCH_FN(meta::apply_rotary_qk));
+  m.impl("apply_rotary_qk_", TORCH_FN(meta::apply_rotary_qk_));
+  m.impl("multimodal_rotary_tables", TORCH_FN(meta::multimodal_rotary_tables));
 }
 
 } // namespace ops

@@ -1,0 +1,466 @@
+// Queries and keys rotated in one call (posenc::apply_rotary_qk / apply_rotary_qk_,
+// RotaryEmbedding::forward_qk): the same values, bit for bit, as two apply_rotary calls and as the
+// composite kernels, for GQA/MQA head counts, both pairings, both layouts, partial rotary, every
+// position form, in place on views of a fused qkv tensor; gradients; errors.
+
+#include <posenc/posenc.h>
+
+#include "ops/composite/kernels.h"
+#include "test_util.h"
+
+#include <torch/autograd.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+namespace composite = posenc::ops::composite;
+namespace F = posenc::functional;
+
+namespace {
+
+class RotaryQk : public posenc_test::SeededTest {};
+
+const std::vector<torch::Dtype> kDtypes = {
+    torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble};
+
+c10::optional<torch::Tensor> given(const torch::Tensor& t) {
+  return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
+}
+
+// [B, L, H, Dh] or, heads_first, [B, H, L, Dh].
+torch::Tensor heads(int64_t b, int64_t l, int64_t h, int64_t d, bool heads_first,
+                    torch::Dtype dtype) {
+  return (heads_first ? torch::randn({b, h, l, d}) : torch::randn({b, l, h, d})).to(dtype);
+}
+
+} // namespace
+
+TEST_F(RotaryQk, EqualsTwoSingleCallsAndComposite) {
+  const auto tables = F::rotary_tables(64, 12); // rotated 12 of 16 channels: partial rotary
+  const std::vector<torch::Tensor> position_cases = {
+      torch::Tensor(), torch::tensor({3, 0, 63, 7, 8}, torch::kLong),
+      torch::tensor({{0, 5, -1, 63, 2}, {1, 1, 1, -1, 1}}, torch::kLong)};
+  for (const auto dtype : kDtypes) {
+    for (const bool heads_first : {false, true}) {
+      for (const bool interleaved : {false, true}) {
+        for (const bool inverse : {false, true}) {
+          for (const int64_t k_heads : {int64_t{8}, int64_t{2}, int64_t{1}}) { // MHA, GQA, MQA
+            for (const auto& positions : position_cases) {
+              const auto q = heads(2, 5, 8, 16, heads_first, dtype);
+              const auto k = heads(2, 5, k_heads, 16, heads_first, dtype);
+              const int64_t offset = positions.defined() ? 0 : 40;
+              const auto both =
+                  posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, offset,
+                                               given(positions), interleaved, heads_first, inverse);
+              const auto q_alone =
+                  posenc::ops::apply_rotary(q, tables.first, tables.second, offset,
+                                            given(positions), interleaved, heads_first, inverse);
+              const auto k_alone =
+                  posenc::ops::apply_rotary(k, tables.first, tables.second, offset,
+                                            given(positions), interleaved, heads_first, inverse);
+              EXPECT_TRUE(torch::equal(std::get<0>(both), q_alone))
+                  << dtype << heads_first << interleaved << inverse << k_heads;
+              EXPECT_TRUE(torch::equal(std::get<1>(both), k_alone))
+                  << dtype << heads_first << interleaved << inverse << k_heads;
+              const auto reference =
+                  composite::apply_rotary_qk(q, k, tables.first, tables.second, offset,
+                                             given(positions), interleaved, heads_first, inverse);
+              EXPECT_TRUE(torch::equal(std::get<0>(reference), q_alone));
+              EXPECT_TRUE(torch::equal(std::get<1>(reference), k_alone));
+              auto q_in = q.clone();
+              auto k_in = k.clone();
+              posenc::ops::apply_rotary_qk_(q_in, k_in, tables.first, tables.second, offset,
+                                            given(positions), interleaved, heads_first, inverse);
+              EXPECT_TRUE(torch::equal(q_in, q_alone));
+              EXPECT_TRUE(torch::equal(k_in, k_alone));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(RotaryQk, KeysMayBeWiderOrNarrowerThanQueries) {
+  // DeepSeek-style: the rotated part is shared, the heads' widths differ.
+  const auto tables = F::rotary_tables(16, 8);
+  const auto q = torch::randn({1, 4, 3, 24});
+  const auto k = torch::randn({1, 4, 1, 8});
+  const auto both = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 2);
+  EXPECT_TRUE(
+      torch::equal(std::get<0>(both), posenc::ops::apply_rotary(q, tables.first, tables.second, 2)));
+  EXPECT_TRUE(
+      torch::equal(std::get<1>(both), posenc::ops::apply_rotary(k, tables.first, tables.second, 2)));
+}
+
+TEST_F(RotaryQk, InPlaceOnViewsOfAFusedQkvTensor) {
+  // One projection's output [B, L, Hq + 2 Hk, Dh], split into q, k, v views (no copies), as in
+  // vLLM and flash-attn's apply_rotary_emb_qkv_: q and k are rotated where they lie, v untouched.
+  const auto tables = F::rotary_tables(32, 16);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const bool heads_first : {false, true}) {
+      const int64_t hq = 4;
+      const int64_t hk = 2;
+      auto qkv = heads_first ? torch::randn({2, hq + 2 * hk, 6, 16}).to(dtype)
+                             : torch::randn({2, 6, hq + 2 * hk, 16}).to(dtype);
+      const int64_t head_dim = heads_first ? 1 : 2;
+      const auto original = qkv.clone();
+      auto q = qkv.narrow(head_dim, 0, hq);
+      auto k = qkv.narrow(head_dim, hq, hk);
+      ASSERT_FALSE(q.is_contiguous());
+      const auto q_expected = posenc::ops::apply_rotary(q.contiguous(), tables.first,
+                                                        tables.second, 5, c10::nullopt, false,
+                                                        heads_first);
+      const auto k_expected = posenc::ops::apply_rotary(k.contiguous(), tables.first,
+                                                        tables.second, 5, c10::nullopt, false,
+                                                        heads_first);
+      // Out of place from the views: the same values.
+      const auto both = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 5,
+                                                     c10::nullopt, false, heads_first);
+      EXPECT_TRUE(torch::equal(std::get<0>(both), q_expected));
+      EXPECT_TRUE(torch::equal(std::get<1>(both), k_expected));
+      EXPECT_TRUE(torch::equal(qkv, original)); // inputs untouched
+      const void* data = qkv.data_ptr();
+      posenc::ops::apply_rotary_qk_(q, k, tables.first, tables.second, 5, c10::nullopt, false,
+                                    heads_first);
+      EXPECT_EQ(qkv.data_ptr(), data);
+      EXPECT_TRUE(torch::equal(q, q_expected)) << dtype << heads_first;
+      EXPECT_TRUE(torch::equal(k, k_expected)) << dtype << heads_first;
+      EXPECT_TRUE(torch::equal(qkv.narrow(head_dim, hq + hk, hk),
+                               original.narrow(head_dim, hq + hk, hk)));
+    }
+  }
+  // Channels not contiguous (a transposed last pair of dimensions): copied in and back, same values.
+  auto q = torch::randn({1, 3, 16, 2}).transpose(2, 3); // [1, 3, 2, 16], channel stride 2
+  ASSERT_NE(q.stride(3), 1);
+  auto k = torch::randn({1, 3, 1, 16});
+  const auto q_expected = posenc::ops::apply_rotary(q.contiguous(), tables.first, tables.second);
+  const auto k_expected = posenc::ops::apply_rotary(k, tables.first, tables.second);
+  posenc::ops::apply_rotary_qk_(q, k, tables.first, tables.second);
+  EXPECT_TRUE(torch::equal(q, q_expected));
+  EXPECT_TRUE(torch::equal(k, k_expected));
+}
+
+TEST_F(RotaryQk, PositionsPastTheCachesFromInvFreq) {
+  const auto frequencies = F::rotary_inv_freq(8);
+  const auto tables = F::rotary_tables(16, 8);
+  const auto long_tables = F::rotary_tables(128, 8);
+  const auto q = torch::randn({2, 3, 4, 8});
+  const auto k = torch::randn({2, 3, 2, 8});
+  const auto positions = torch::tensor({{100, 3, 127}, {-1, 15, 16}}, torch::kLong);
+  const auto both = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 0, positions,
+                                                 false, false, false, frequencies, 1.0);
+  const auto expected =
+      posenc::ops::apply_rotary_qk(q, k, long_tables.first, long_tables.second, 0, positions);
+  EXPECT_TRUE(torch::equal(std::get<0>(both), std::get<0>(expected)));
+  EXPECT_TRUE(torch::equal(std::get<1>(both), std::get<1>(expected)));
+}
+
+TEST_F(RotaryQk, Gradients) {
+  const auto tables = F::rotary_tables(16, 6, F::RotaryTablesFuncOptions().dtype(torch::kDouble));
+  const auto q = torch::randn({2, 4, 4, 8}, torch::dtype(torch::kDouble).requires_grad(true));
+  const auto k = torch::randn({2, 4, 2, 8}, torch::dtype(torch::kDouble).requires_grad(true));
+  const auto positions = torch::tensor({{0, 5, -1, 15}, {1, 1, 2, 3}}, torch::kLong);
+  for (const bool interleaved : {false, true}) {
+    // The map is linear, so its gradient is its adjoint: <g, R v> = <R^T g, v> for any v, g
+    // (an adjoint test, independent of how backward computes R^T).
+    const auto out = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 0, positions,
+                                                  interleaved);
+    const auto gq = torch::randn_like(std::get<0>(out));
+    const auto gk = torch::randn_like(std::get<1>(out));
+    const auto grads = torch::autograd::grad({std::get<0>(out), std::get<1>(out)}, {q, k},
+                                             {gq, gk});
+    const auto vq = torch::randn_like(q);
+    const auto vk = torch::randn_like(k);
+    const auto rotated = posenc::ops::apply_rotary_qk(vq, vk, tables.first, tables.second, 0,
+                                                      positions, interleaved);
+    EXPECT_NEAR((gq * std::get<0>(rotated)).sum().item<double>(),
+                (grads[0] * vq).sum().item<double>(), 1e-10);
+    EXPECT_NEAR((gk * std::get<1>(rotated)).sum().item<double>(),
+                (grads[1] * vk).sum().item<double>(), 1e-10);
+  }
+  // Only one of the outputs used: the other gets no gradient, the used one its inverse rotation.
+  const auto out = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 3);
+  const auto upstream = torch::randn_like(std::get<1>(out));
+  std::get<1>(out).backward(upstream);
+  EXPECT_FALSE(q.grad().defined());
+  EXPECT_TRUE(torch::allclose(k.grad(), posenc::ops::apply_rotary(upstream, tables.first,
+                                                                  tables.second, 3, c10::nullopt,
+                                                                  false, false, /*inverse=*/true)));
+  // In place on non-leaf tensors.
+  const auto q2 = q.detach().clone().requires_grad_();
+  const auto k2 = k.detach().clone().requires_grad_();
+  auto q_work = q2 * 1.0;
+  auto k_work = k2 * 1.0;
+  posenc::ops::apply_rotary_qk_(q_work, k_work, tables.first, tables.second, 3);
+  (q_work.sum() + (k_work * upstream).sum()).backward();
+  EXPECT_TRUE(torch::allclose(k2.grad(), k.grad()));
+  EXPECT_TRUE(torch::allclose(
+      q2.grad(), posenc::ops::apply_rotary(torch::ones_like(q), tables.first, tables.second, 3,
+                                           c10::nullopt, false, false, /*inverse=*/true)));
+}
+
+TEST_F(RotaryQk, Errors) {
+  const auto tables = F::rotary_tables(16, 8);
+  const auto q = torch::randn({2, 4, 4, 8});
+  EXPECT_POSENC_ERROR(
+      posenc::ops::apply_rotary_qk(q, torch::randn({2, 3, 2, 8}), tables.first, tables.second),
+      "k must hold the keys of q's tokens");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::apply_rotary_qk(q, torch::randn({1, 4, 2, 8}), tables.first, tables.second),
+      "k must hold the keys of q's tokens");
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary_qk(q, torch::randn({2, 4, 2, 8}).to(torch::kHalf),
+                                                   tables.first, tables.second),
+                      "q and k must share a dtype");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::apply_rotary_qk(q, torch::randn({2, 4, 2, 6}), tables.first, tables.second),
+      "is smaller than the rotated width 8");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::apply_rotary_qk(q, torch::randn({2, 4, 8}), tables.first, tables.second),
+      "expected a 4-D query or key tensor");
+  // In place: q and k the same memory, or overlapping the caches.
+  auto same = q.clone();
+  auto alias = same;
+  const auto before = same.clone();
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary_qk_(same, alias, tables.first, tables.second),
+                      "q shares memory with k");
+  EXPECT_TRUE(torch::equal(same, before));
+  auto caches = torch::randn({16, 4});
+  auto k_over = caches.view({2, 4, 1, 8});
+  auto q2 = q.clone();
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary_qk_(q2, k_over, caches, caches.clone()),
+                      "k shares memory with cos");
+  // The module: keys whose width contradicts head_dim.
+  posenc::RotaryEmbedding rope(8, 16);
+  EXPECT_POSENC_ERROR(rope->forward_qk(q, torch::randn({2, 4, 2, 12})),
+                      "RotaryEmbedding: expected heads of width head_dim = 8");
+  EXPECT_POSENC_ERROR(rope->forward_qk(q, torch::randn({2, 4, 2, 8}), 14),
+                      "RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table");
+  // A leaf that requires grad cannot be written in place, and nothing is written.
+  auto leaf = torch::randn({2, 4, 2, 8}, torch::requires_grad());
+  auto q3 = q.clone();
+  const auto q3_before = q3.clone();
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary_qk_(q3, leaf, tables.first, tables.second),
+                      "leaf Variable that requires grad");
+  EXPECT_TRUE(torch::equal(q3, q3_before));
+}
+
+TEST_F(RotaryQk, ModuleForwardQkEqualsForwardOnEach) {
+  // Default, and dynamic NTK past its switch length (the call's own frequencies) with positions
+  // past max_len extrapolated.
+  auto dynamic = posenc::RotaryEmbeddingOptions(16, 32)
+                     .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)
+                     .scaling(posenc::RopeScalingOptions(posenc::RopeType::kDynamic)
+                                  .factor(2.0)
+                                  .max_position_embeddings(8));
+  const auto plain =
+      posenc::RotaryEmbeddingOptions(16, 32).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate);
+  for (const auto& options : {plain, dynamic}) {
+    for (const bool heads_first : {false, true}) {
+      auto opts = options;
+      opts.heads_first(heads_first);
+      posenc::RotaryEmbedding rope(opts);
+      const auto q = heads(2, 6, 4, 16, heads_first, torch::kFloat);
+      const auto k = heads(2, 6, 1, 16, heads_first, torch::kFloat);
+      for (const int64_t offset : {int64_t{0}, int64_t{20}, int64_t{30}}) {
+        const auto both = rope->forward_qk(q, k, offset);
+        EXPECT_TRUE(torch::equal(std::get<0>(both), rope->forward(q, offset)));
+        EXPECT_TRUE(torch::equal(std::get<1>(both), rope->forward(k, offset)));
+      }
+      const auto positions = torch::tensor({{0, 1, 2, 3, 4, 5}, {20, 21, 22, -1, 40, 41}});
+      const auto both = rope->forward_qk_positions(q, k, positions);
+      EXPECT_TRUE(torch::equal(std::get<0>(both), rope->forward_positions(q, positions)));
+      EXPECT_TRUE(torch::equal(std::get<1>(both), rope->forward_positions(k, positions)));
+      auto q_in = q.clone();
+      auto k_in = k.clone();
+      rope->forward_qk_(q_in, k_in, 0, positions);
+      EXPECT_TRUE(torch::equal(q_in, std::get<0>(both)));
+      EXPECT_TRUE(torch::equal(k_in, std::get<1>(both)));
+      // Functional twin, on the module's caches.
+      if (!opts.scaling().factor()) {
+        const auto functional = F::rotary_embedding_qk(
+            q, k, rope->cos, rope->sin,
+            F::RotaryEmbeddingFuncOptions().offset(3).heads_first(heads_first));
+        EXPECT_TRUE(torch::equal(std::get<0>(functional), rope->forward(q, 3)));
+        EXPECT_TRUE(torch::equal(std::get<1>(functional), rope->forward(k, 3)));
+      }
+    }
+  }
+}
+
+TEST_F(RotaryQk, MetaShapes) {
+  const auto tables = F::rotary_tables(16, 8);
+  const auto q = torch::empty({2, 4, 4, 8}, torch::kMeta);
+  const auto k = torch::empty({2, 4, 2, 8}, torch::kMeta);
+  const auto out =
+      posenc::ops::apply_rotary_qk(q, k, tables.first.to(torch::kMeta), tables.second.to(torch::kMeta));
+  EXPECT_EQ(std::get<0>(out).sizes(), q.sizes());
+  EXPECT_EQ(std::get<1>(out).sizes(), k.sizes());
+  EXPECT_TRUE(std::get<1>(out).is_meta());
+}
+
+TEST_F(RotaryQk, OnGpuMatchesCpu_CUDA) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const auto tables = F::rotary_tables(64, 12);
+  const auto positions = torch::tensor({{0, 5, -1, 63, 2}, {1, 1, 1, 1, 1}}, torch::kLong);
+  for (const auto dtype : kDtypes) {
+    for (const bool interleaved : {false, true}) {
+      for (const bool heads_first : {false, true}) {
+        const auto q = heads(2, 5, 8, 16, heads_first, dtype);
+        const auto k = heads(2, 5, 2, 14, heads_first, dtype); // narrower keys: tails differ
+        const auto cpu = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 0,
+                                                      positions, interleaved, heads_first);
+        const auto gpu = posenc::ops::apply_rotary_qk(
+            q.cuda(), k.cuda(), tables.first.cuda(), tables.second.cuda(), 0, positions.cuda(),
+            interleaved, heads_first);
+        EXPECT_TRUE(torch::equal(std::get<0>(gpu).cpu(), std::get<0>(cpu)));
+        EXPECT_TRUE(torch::equal(std::get<1>(gpu).cpu(), std::get<1>(cpu)));
+        auto q_gpu = q.cuda();
+        auto k_gpu = k.cuda();
+        posenc::ops::apply_rotary_qk_(q_gpu, k_gpu, tables.first.cuda(), tables.second.cuda(), 0,
+                                      positions.cuda(), interleaved, heads_first);
+        EXPECT_TRUE(torch::equal(q_gpu.cpu(), std::get<0>(cpu)));
+        EXPECT_TRUE(torch::equal(k_gpu.cpu(), std::get<1>(cpu)));
+      }
+    }
+  }
+  // Views of one fused qkv tensor on the GPU, rotated where they lie.
+  auto qkv = torch::randn({2, 5, 12, 16}).cuda();
+  const auto original = qkv.clone();
+  auto q = qkv.narrow(2, 0, 8);
+  auto k = qkv.narrow(2, 8, 2);
+  posenc::ops::apply_rotary_qk_(q, k, tables.first.cuda(), tables.second.cuda(), 3);
+  const auto expected = posenc::ops::apply_rotary_qk(original.narrow(2, 0, 8).cpu().contiguous(),
+                                                     original.narrow(2, 8, 2).cpu().contiguous(),
+                                                     tables.first, tables.second, 3);
+  EXPECT_TRUE(torch::equal(q.cpu(), std::get<0>(expected)));
+  EXPECT_TRUE(torch::equal(k.cpu(), std::get<1>(expected)));
+  EXPECT_TRUE(torch::equal(qkv.narrow(2, 10, 2).cpu(), original.narrow(2, 10, 2).cpu()));
+}
+
+// --- Multimodal RoPE (Qwen2-VL M-RoPE, Qwen3-VL interleaved) ----------------------------------
+
+namespace {
+
+// The axis of each of `half` frequencies, written out independently of detail::mrope_axes.
+std::vector<int64_t> expected_axes(const std::vector<int64_t>& section, bool interleaved,
+                                   int64_t half) {
+  std::vector<int64_t> axes;
+  if (!interleaved) {
+    for (int64_t a = 0; a < 3; ++a) {
+      axes.insert(axes.end(), static_cast<size_t>(section[static_cast<size_t>(a)]), a);
+    }
+    return axes;
+  }
+  axes.assign(static_cast<size_t>(half), 0); // Qwen3-VL: T everywhere, then H and W slots
+  for (int64_t a = 1; a < 3; ++a) {
+    for (int64_t i = a; i < 3 * section[static_cast<size_t>(a)]; i += 3) {
+      axes[static_cast<size_t>(i)] = a;
+    }
+  }
+  return axes;
+}
+
+} // namespace
+
+TEST_F(RotaryQk, MultimodalTablesTakeEachFrequencyFromItsAxis) {
+  const auto tables = F::rotary_tables(64, 24, F::RotaryTablesFuncOptions().base(1e6));
+  const auto positions = torch::randint(0, 64, {3, 2, 5}, torch::kLong);
+  for (const bool interleaved : {false, true}) {
+    const std::vector<int64_t> section = {4, 4, 4};
+    const auto rows = F::multimodal_rotary_tables(tables.first, tables.second, positions,
+                                                  section, interleaved);
+    ASSERT_EQ(rows.first.sizes(), (std::vector<int64_t>{2, 5, 12}));
+    const auto axes = expected_axes(section, interleaved, 12);
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t l = 0; l < 5; ++l) {
+        for (int64_t i = 0; i < 12; ++i) {
+          const int64_t p = positions[axes[static_cast<size_t>(i)]][b][l].item<int64_t>();
+          EXPECT_EQ(rows.first[b][l][i].item<float>(), tables.first[p][i].item<float>());
+          EXPECT_EQ(rows.second[b][l][i].item<float>(), tables.second[p][i].item<float>());
+        }
+      }
+    }
+    // Equal positions on the three axes: plain RoPE's rows.
+    const auto same = torch::arange(5).view({1, 1, 5}).expand({3, 2, 5});
+    const auto plain = F::multimodal_rotary_tables(tables.first, tables.second, same, section,
+                                                   interleaved);
+    EXPECT_TRUE(torch::equal(plain.first[1], tables.first.narrow(0, 0, 5)));
+  }
+  // [3, L] positions: [L, R/2] rows.
+  const auto shared = F::multimodal_rotary_tables(tables.first, tables.second,
+                                                  positions.select(1, 0), {6, 3, 3});
+  EXPECT_EQ(shared.first.sizes(), (std::vector<int64_t>{5, 12}));
+}
+
+TEST_F(RotaryQk, MultimodalModule) {
+  // Qwen2-VL-like: head 16, R/2 = 8 = 2 + 3 + 3.
+  for (const bool interleaved : {false, true}) {
+    for (const bool heads_first : {false, true}) {
+      const auto options = posenc::RotaryEmbeddingOptions(16, 64)
+                               .base(1e6)
+                               .heads_first(heads_first)
+                               .mrope_section({2, 3, 3})
+                               .mrope_interleaved(interleaved)
+                               .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate);
+      posenc::RotaryEmbedding rope(options);
+      const auto q = heads(2, 6, 4, 16, heads_first, torch::kFloat);
+      const auto k = heads(2, 6, 2, 16, heads_first, torch::kFloat);
+      auto positions = torch::randint(0, 64, {3, 2, 6}, torch::kLong);
+      positions[1][1][5] = 90; // past the caches: computed from the frequencies
+      const auto both = rope->forward_qk_positions(q, k, positions);
+      // Reference: per-token rows gathered per frequency, then one rotation per token.
+      const auto big = F::rotary_tables(128, 16, F::RotaryTablesFuncOptions().base(1e6));
+      const auto rows = F::multimodal_rotary_tables(big.first, big.second, positions,
+                                                    {2, 3, 3}, interleaved);
+      const auto index = torch::arange(12).view({2, 6});
+      const auto q_expected = posenc::ops::apply_rotary(q, rows.first.view({12, 8}),
+                                                        rows.second.view({12, 8}), 0, index,
+                                                        false, heads_first);
+      const auto k_expected = posenc::ops::apply_rotary(k, rows.first.view({12, 8}),
+                                                        rows.second.view({12, 8}), 0, index,
+                                                        false, heads_first);
+      EXPECT_TRUE(torch::equal(std::get<0>(both), q_expected)) << interleaved << heads_first;
+      EXPECT_TRUE(torch::equal(std::get<1>(both), k_expected)) << interleaved << heads_first;
+      EXPECT_TRUE(torch::equal(rope->forward_positions(q, positions), q_expected));
+      // Text tokens ([B, L] positions, or all three axes equal): plain RoPE.
+      const auto text = torch::arange(6).view({1, 6}).expand({2, 6});
+      EXPECT_TRUE(torch::equal(rope->forward_positions(q, text), rope->forward(q)));
+      EXPECT_TRUE(torch::equal(rope->forward_positions(q, text.unsqueeze(0).expand({3, 2, 6})),
+                               rope->forward(q)));
+      EXPECT_NE(posenc_test::printed(*rope).find("mrope_section=[2, 3, 3]"), std::string::npos);
+    }
+  }
+}
+
+TEST_F(RotaryQk, MultimodalErrors) {
+  const auto tables = F::rotary_tables(16, 8);
+  const auto positions = torch::zeros({3, 1, 4}, torch::kLong);
+  EXPECT_POSENC_ERROR(F::multimodal_rotary_tables(tables.first, tables.second, positions, {1, 1}),
+                      "mrope_section must hold three non-negative numbers");
+  EXPECT_POSENC_ERROR(
+      F::multimodal_rotary_tables(tables.first, tables.second, positions, {2, 2, 2}),
+      "that sum to rotary_dim / 2 = 4, but got [2, 2, 2]");
+  EXPECT_POSENC_ERROR(
+      F::multimodal_rotary_tables(tables.first, tables.second, positions[0], {2, 1, 1}),
+      "multimodal positions must be [3, B, L] or [3, L]");
+  EXPECT_POSENC_ERROR(F::multimodal_rotary_tables(tables.first, tables.second,
+                                                  torch::full({3, 1, 4}, 16, torch::kLong),
+                                                  {2, 1, 1}),
+                      "16");
+  EXPECT_POSENC_ERROR(F::multimodal_rotary_tables(tables.first, tables.second,
+                                                  torch::full({3, 1, 4}, -1, torch::kLong),
+                                                  {2, 1, 1}),
+                      "multimodal positions must be >= 0");
+  EXPECT_POSENC_ERROR(
+      posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(8, 16).mrope_section({1, 1, 1})),
+      "RotaryEmbedding: mrope_section must hold");
+  posenc::RotaryEmbedding rope(8, 16);
+  EXPECT_POSENC_ERROR(rope->forward_positions(torch::randn({1, 4, 2, 8}), positions),
+                      "the module has no mrope_section");
+}
