@@ -28,6 +28,15 @@
 ///   posenc::multimodal_rotary_tables(Tensor cos, Tensor sin, Tensor positions,
 ///       int[] mrope_section, bool interleaved=False, Tensor? inv_freq=None,
 ///       float attention_factor=1.) -> (Tensor, Tensor)
+///   posenc::rope_frequencies(int rotary_dim, float base=10000., str rope_type="default",
+///       float? factor=None, int? max_position_embeddings=None,
+///       int? original_max_position_embeddings=None, float beta_fast=32., float beta_slow=1.,
+///       float? mscale=None, float? mscale_all_dim=None, bool truncate=True,
+///       float? attention_factor=None, float[]? short_factor=None, float[]? long_factor=None,
+///       float low_freq_factor=1., float high_freq_factor=4., float[]? freq_factors=None,
+///       int? seq_len=None) -> (Tensor, Tensor)
+///   posenc::rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.,
+///       ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)
 ///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
 ///       bool batch_first=True, Tensor? positions=None, float scale=1., int padding_idx=-1,
 ///       float dropout=0., bool train=False, Tensor? columns=None) -> (Tensor, Tensor)
@@ -51,6 +60,8 @@
 /// (with `attention_factor`, the factor the caches' cos/sin carry). Rows past the table are then
 /// computed in float64 on the host, exactly as the table's own rows were. Keep them on the CPU.
 
+#include <posenc/options/rotary_embedding.h>
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
@@ -60,6 +71,7 @@
 #include <array>
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 namespace posenc {
 namespace ops {
@@ -164,6 +176,31 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
     at::IntArrayRef mrope_section, bool interleaved = false,
     const c10::optional<at::Tensor>& inv_freq = c10::nullopt, double attention_factor = 1.0);
+
+/// The arguments of `rope_frequencies` (HF transformers' names and defaults, as in
+/// RotaryEmbeddingOptions).
+struct RopeFrequenciesArguments {
+  int64_t rotary_dim = 2;
+  double base = 10000.0;
+  RopeScalingOptions scaling;
+  std::vector<double> freq_factors;
+  c10::optional<int64_t> seq_len;
+};
+
+/// The frequencies of a RoPE variant, computed in float64 by the definition the modules use
+/// (detail::rope_frequencies): `inv_freq` (float64 `[R/2]`, CPU) and the variant's attention
+/// factor (a float64 scalar tensor; 1 except for yarn and longrope). `seq_len`: the length of the
+/// call (dynamic, longrope); `max_position_embeddings` is needed where the variant reads it.
+/// From Python: `torch.ops.posenc.rope_frequencies(128, 500000.0, "llama3", factor=8.0, ...)`.
+std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArguments& arguments);
+
+/// cos/sin caches `[max_len, R/2]` of positions 0 .. max_len - 1 for the float64 frequencies
+/// `inv_freq` (`[R/2]`), times `attention_factor`, computed in float64 and rounded once to
+/// `dtype` (default float32) on `device` (default CPU): what apply_rotary reads.
+std::tuple<at::Tensor, at::Tensor> rotary_tables(
+    int64_t max_len, const at::Tensor& inv_freq, double attention_factor = 1.0,
+    c10::optional<at::ScalarType> dtype = c10::nullopt,
+    c10::optional<at::Device> device = c10::nullopt);
 
 /// Token embedding, scale, positions and dropout in one pass: `dropout(weight[tokens] * scale +
 /// table[positions])`. `tokens` is int64 `[B, L]` (`batch_first`) or `[L, B]`; the output is

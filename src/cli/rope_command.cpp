@@ -4,6 +4,8 @@
 #include <posenc/functional/rotary_embedding.h>
 #include <posenc/io/hf_config.h>
 
+#include <c10/util/ArrayRef.h>
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -43,6 +45,12 @@ void run_rope(const RopeArgs& args) {
               << rotary_dim << ", max_position_embeddings " << *scaling.max_position_embeddings()
               << ", heads " << config.num_attention_heads << " (key/value "
               << config.num_key_value_heads << ")\n";
+    if (!options.mrope_section().empty()) {
+      // Which position axis (temporal, height, width) turns each pair.
+      std::cout << "multimodal: mrope_section=" << c10::IntArrayRef(options.mrope_section())
+                << (options.mrope_interleaved() ? ", mrope_interleaved=true" : "")
+                << " (positions [3, B, L])\n";
+    }
     if (args.seq_len > 0) {
       std::cout << "frequencies of a call ending at position " << args.seq_len - 1 << "\n";
     }

@@ -297,6 +297,29 @@ RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions
                        options.attention_factor_in_cos_sin(), max_len);
 }
 
+// The spec of the table-less functional forms: max_position_embeddings must be given where the
+// variant reads it.
+RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
+                                const functional::RotaryTablesFuncOptions& options) {
+  check_rotary_arguments(who, 1, rotary_dim, options.base());
+  // dynamic reads max_position_embeddings; yarn/longrope/llama3 default their original length to
+  // it, and yarn/longrope their factor to max / original.
+  const RopeScalingOptions& scaling = options.scaling();
+  const RopeType type = scaling.type();
+  const bool extends_context =
+      type == RopeType::kYarn || type == RopeType::kLongRope || type == RopeType::kLlama3;
+  const bool implied_factor =
+      (type == RopeType::kYarn || type == RopeType::kLongRope) && !scaling.factor();
+  const bool reads_length = type == RopeType::kDynamic ||
+                            (extends_context && !scaling.original_max_position_embeddings()) ||
+                            implied_factor;
+  TORCH_CHECK(!reads_length || scaling.max_position_embeddings(), who, ": rope type '",
+              scaling.type(),
+              "' reads the model's context length; set scaling.max_position_embeddings (and "
+              "original_max_position_embeddings)");
+  return rope_spec(rotary_dim, options, scaling.max_position_embeddings().value_or(1));
+}
+
 namespace {
 template <typename T>
 void fill_rotary_rows(const int64_t* positions, int64_t count, const RopeFrequencies& frequencies,

@@ -65,6 +65,12 @@ RopeSpec rope_spec(const RotaryEmbeddingOptions& options);
 RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions& options,
                    int64_t max_len);
 
+/// The spec of the table-less forms (frequencies without caches: functional::rotary_inv_freq, the
+/// rope_frequencies operator): `scaling.max_position_embeddings` must be given where the variant
+/// reads the model's context length.
+RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
+                                 const functional::RotaryTablesFuncOptions& options);
+
 /// Checks the arguments that define rotary caches.
 void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base);
 

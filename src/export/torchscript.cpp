@@ -164,6 +164,14 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   divisors.resize(static_cast<size_t>(rotary_dim / 2), 1.0);
   exported.register_attribute("freq_divisors", c10::TensorType::get(),
                               at::tensor(divisors, at::kDouble));
+  c10::List<int64_t> mrope_axes;
+  if (!options.mrope_section().empty()) {
+    for (const int64_t axis : detail::mrope_axes("to_torchscript", options.mrope_section(),
+                                                 options.mrope_interleaved(), rotary_dim / 2)) {
+      mrope_axes.push_back(axis);
+    }
+  }
+  exported.register_attribute("mrope_axes", c10::ListType::ofInts(), mrope_axes);
   define(exported, "RotaryEmbedding", {kCommon, kOffset, kRotary});
   exported.eval();
   return exported;

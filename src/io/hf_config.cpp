@@ -116,9 +116,6 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 " is an object: per-layer rope parameters (one set per layer type) are not "
                 "supported; pass the config of one layer type");
   }
-  TORCH_CHECK(field(parameters, "mrope_section").is_null(), source, ": ", where,
-              "mrope_section: multimodal RoPE (Qwen2-VL's M-RoPE) is not supported by this "
-              "reader");
 
   HfRopeConfig result;
   const c10::optional<int64_t> heads = integer(source, config, "num_attention_heads", top);
@@ -165,8 +162,25 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                                                : field(parameters, "rope_type");
   TORCH_CHECK(type_value.is_null() || type_value.is_string(), source, ": ", where,
               "rope_type must be a string, but is a ", type_name(type_value));
+  // Qwen2-VL's transformers 4 configs name M-RoPE's type "mrope": default frequencies.
+  const std::string type_name_given =
+      type_value.is_null() ? "default" : type_value.get<std::string>();
   const RopeType type =
-      rope_type_of(source, type_value.is_null() ? "default" : type_value.get<std::string>(), where);
+      rope_type_of(source, type_name_given == "mrope" ? "default" : type_name_given, where);
+  // Multimodal RoPE: mrope_section (Qwen2-VL, Qwen2.5-VL) and mrope_interleaved (Qwen3-VL).
+  std::vector<int64_t> mrope_section;
+  if (!field(parameters, "mrope_section").is_null()) {
+    for (const double size : numbers(source, parameters, "mrope_section", where)) {
+      TORCH_CHECK(size >= 0 && size == static_cast<double>(static_cast<int64_t>(size)), source,
+                  ": ", where, "mrope_section must hold whole numbers >= 0, but holds ", size);
+      mrope_section.push_back(static_cast<int64_t>(size));
+    }
+  }
+  TORCH_CHECK(type_name_given != "mrope" || !mrope_section.empty(), source, ": ", where,
+              "rope type 'mrope' needs mrope_section");
+  const json& interleaved = field(parameters, "mrope_interleaved");
+  TORCH_CHECK(interleaved.is_null() || interleaved.is_boolean(), source, ": ", where,
+              "mrope_interleaved must be true or false, but is a ", type_name(interleaved));
 
   RopeScalingOptions scaling(type);
   scaling.max_position_embeddings(*max_positions);
@@ -213,7 +227,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   result.options = RotaryEmbeddingOptions(head_dim, *max_positions)
                        .base(base)
                        .rotary_dim(rotary_dim)
-                       .scaling(scaling);
+                       .scaling(scaling)
+                       .mrope_section(mrope_section)
+                       .mrope_interleaved(!interleaved.is_null() && interleaved.get<bool>());
   return result;
 }
 

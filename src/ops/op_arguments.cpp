@@ -219,7 +219,9 @@ void check_caches(const char* who, const at::Tensor& cos, const at::Tensor& sin)
               cos.device(), " and sin ", sin.scalar_type(), " on ", sin.device());
 }
 
-// The frequencies (and the factor cos/sin carry) that rows past the caches are computed from.
+
+} // namespace
+
 detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv_freq,
                                           const at::Tensor& cos, double attention_factor) {
   const int64_t half = cos.size(1);
@@ -249,8 +251,6 @@ detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv
   frequencies.attention_factor = attention_factor;
   return frequencies;
 }
-
-} // namespace
 
 RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Tensor& cos,
                                const at::Tensor& sin, int64_t offset, OptionalTensor positions,

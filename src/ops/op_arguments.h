@@ -102,6 +102,11 @@ RotaryQkCall prepare_rotary_qk_call(const char* who, const at::Tensor& q, const 
                                     OptionalTensor positions, bool heads_first,
                                     OptionalTensor inv_freq, double attention_factor);
 
+/// The frequencies (and the factor cos/sin carry) in `inv_freq`, checked for caches like `cos`
+/// (float64 `[R/2]` on cos's device, finite angles, the factor a finite number of cos's dtype).
+detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv_freq,
+                                          const at::Tensor& cos, double attention_factor);
+
 /// A checked call of multimodal_rotary_tables.
 struct MultimodalTablesCall {
   /// int64 `[3, N]` positions (temporal, height, width) of the N tokens, on the caches' device.

@@ -32,6 +32,17 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "multimodal_rotary_tables(Tensor cos, Tensor sin, Tensor positions, int[] mrope_section, "
       "bool interleaved=False, Tensor? inv_freq=None, float attention_factor=1.0) "
       "-> (Tensor, Tensor)");
+  m.def(
+      "rope_frequencies(int rotary_dim, float base=10000.0, str rope_type=\"default\", "
+      "float? factor=None, int? max_position_embeddings=None, "
+      "int? original_max_position_embeddings=None, float beta_fast=32.0, float beta_slow=1.0, "
+      "float? mscale=None, float? mscale_all_dim=None, bool truncate=True, "
+      "float? attention_factor=None, float[]? short_factor=None, float[]? long_factor=None, "
+      "float low_freq_factor=1.0, float high_freq_factor=4.0, float[]? freq_factors=None, "
+      "int? seq_len=None) -> (Tensor, Tensor)");
+  m.def(
+      "rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.0, "
+      "ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)");
 }
 
 namespace ops {
@@ -95,6 +106,37 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
       const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, bool,
       OptionalTensor, double)>("posenc::multimodal_rotary_tables");
   return op.call(cos, sin, positions, mrope_section, interleaved, inv_freq, attention_factor);
+}
+
+std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArguments& arguments) {
+  static const auto op = typed_op<std::tuple<at::Tensor, at::Tensor>(
+      int64_t, double, c10::string_view, c10::optional<double>, c10::optional<int64_t>,
+      c10::optional<int64_t>, double, double, c10::optional<double>, c10::optional<double>, bool,
+      c10::optional<double>, c10::optional<at::ArrayRef<double>>,
+      c10::optional<at::ArrayRef<double>>, double, double, c10::optional<at::ArrayRef<double>>,
+      c10::optional<int64_t>)>("posenc::rope_frequencies");
+  const auto list = [](const std::vector<double>& values) {
+    return values.empty() ? c10::optional<at::ArrayRef<double>>()
+                          : c10::optional<at::ArrayRef<double>>(values);
+  };
+  const RopeScalingOptions& s = arguments.scaling;
+  return op.call(arguments.rotary_dim, arguments.base, rope_type_name(s.type()), s.factor(),
+                 s.max_position_embeddings(), s.original_max_position_embeddings(), s.beta_fast(),
+                 s.beta_slow(), s.mscale(), s.mscale_all_dim(), s.truncate(), s.attention_factor(),
+                 list(s.short_factor()), list(s.long_factor()), s.low_freq_factor(),
+                 s.high_freq_factor(), list(arguments.freq_factors), arguments.seq_len);
+}
+
+std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,
+                                                 double attention_factor,
+                                                 c10::optional<at::ScalarType> dtype,
+                                                 c10::optional<at::Device> device) {
+  static const auto op =
+      typed_op<std::tuple<at::Tensor, at::Tensor>(int64_t, const at::Tensor&, double,
+                                                  c10::optional<at::ScalarType>,
+                                                  c10::optional<at::Device>)>(
+          "posenc::rotary_tables");
+  return op.call(max_len, inv_freq, attention_factor, dtype, device);
 }
 
 } // namespace ops

@@ -436,8 +436,16 @@ TEST(HfConfig, MalformedConfigsAreClearErrors) {
                       "short_factor must hold numbers only");
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
-      "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}})"),
-                      "mrope_section");
+      "rope_scaling": {"type": "mrope", "mrope_section": [2, 3.5, 3]}})"),
+                      "mrope_section must hold whole numbers >= 0, but holds 3.5");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_scaling": {"type": "mrope"}})"),
+                      "rope type 'mrope' needs mrope_section");
+  EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
+                                          R"("max_position_embeddings": 8,
+      "rope_scaling": {"mrope_section": [2, 3, 3], "mrope_interleaved": 1}})"),
+                      "mrope_interleaved must be true or false");
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
       "rope_parameters": {"full_attention": {"rope_type": "default"}}})"),
@@ -561,3 +569,29 @@ TEST(ContextParallel, ShardsCoverTheSequenceAndRotateLikeIt) {
 }
 
 } // namespace
+
+TEST(HfConfig, MultimodalRope) {
+  // Qwen2-VL (transformers 4 form: type "mrope") and Qwen3-VL (text_config, interleaved).
+  const auto qwen2 = posenc::io::read_hf_rope_config(R"({
+      "hidden_size": 1536, "num_attention_heads": 12, "num_key_value_heads": 2,
+      "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+      "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})");
+  EXPECT_EQ(qwen2.options.head_dim(), 128);
+  EXPECT_EQ(qwen2.options.scaling().type(), posenc::RopeType::kDefault);
+  EXPECT_EQ(qwen2.options.mrope_section(), (std::vector<int64_t>{16, 24, 24}));
+  EXPECT_FALSE(qwen2.options.mrope_interleaved());
+  const auto qwen3 = posenc::io::read_hf_rope_config(R"({"text_config": {
+      "hidden_size": 2048, "head_dim": 128, "num_attention_heads": 16, "num_key_value_heads": 8,
+      "max_position_embeddings": 262144, "rope_theta": 5000000,
+      "rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20],
+                       "mrope_interleaved": true}}})");
+  EXPECT_EQ(qwen3.options.mrope_section(), (std::vector<int64_t>{24, 20, 20}));
+  EXPECT_TRUE(qwen3.options.mrope_interleaved());
+  EXPECT_EQ(qwen3.options.base(), 5000000.0);
+  // A module built from it takes [3, B, L] positions.
+  auto options = qwen3.options;
+  posenc::RotaryEmbedding rope(options.max_len(64));
+  const auto q = torch::randn({1, 4, 2, 128});
+  const auto positions = torch::randint(0, 64, {3, 1, 4}, torch::kLong);
+  EXPECT_EQ(rope->forward_positions(q, positions).sizes(), q.sizes());
+}

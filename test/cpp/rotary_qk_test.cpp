@@ -464,3 +464,44 @@ TEST_F(RotaryQk, MultimodalErrors) {
   EXPECT_POSENC_ERROR(rope->forward_positions(torch::randn({1, 4, 2, 8}), positions),
                       "the module has no mrope_section");
 }
+
+// --- RoPE variants through the operators --------------------------------------------------------
+
+TEST_F(RotaryQk, RopeFrequenciesOperatorIsTheModulesDefinition) {
+  const auto llama3 = posenc::RopeScalingOptions(posenc::RopeType::kLlama3)
+                          .factor(8.0)
+                          .original_max_position_embeddings(512)
+                          .max_position_embeddings(4096);
+  const auto yarn = posenc::RopeScalingOptions(posenc::RopeType::kYarn)
+                        .factor(4.0)
+                        .original_max_position_embeddings(512)
+                        .max_position_embeddings(2048);
+  for (const auto& scaling : {llama3, yarn}) {
+    posenc::ops::RopeFrequenciesArguments arguments;
+    arguments.rotary_dim = 64;
+    arguments.base = 500000.0;
+    arguments.scaling = scaling;
+    const auto frequencies = posenc::ops::rope_frequencies(arguments);
+    posenc::RotaryEmbedding rope(
+        posenc::RotaryEmbeddingOptions(64, 2048).base(500000.0).scaling(scaling));
+    EXPECT_TRUE(torch::equal(std::get<0>(frequencies), rope->inv_freq()));
+    EXPECT_EQ(std::get<1>(frequencies).item<double>(), rope->attention_factor());
+    // The caches from them: the module's, bit for bit.
+    const auto tables = posenc::ops::rotary_tables(2048, std::get<0>(frequencies),
+                                                   std::get<1>(frequencies).item<double>());
+    EXPECT_TRUE(torch::equal(std::get<0>(tables), rope->cos));
+    EXPECT_TRUE(torch::equal(std::get<1>(tables), rope->sin));
+  }
+  posenc::ops::RopeFrequenciesArguments dynamic;
+  dynamic.rotary_dim = 16;
+  dynamic.scaling = posenc::RopeScalingOptions(posenc::RopeType::kDynamic).factor(2.0);
+  EXPECT_POSENC_ERROR(posenc::ops::rope_frequencies(dynamic),
+                      "reads the model's context length; set scaling.max_position_embeddings");
+  dynamic.scaling.max_position_embeddings(32);
+  dynamic.seq_len = 100;
+  EXPECT_TRUE(torch::equal(
+      std::get<0>(posenc::ops::rope_frequencies(dynamic)),
+      F::rotary_inv_freq(16, F::RotaryTablesFuncOptions().scaling(dynamic.scaling).seq_len(100))));
+  EXPECT_POSENC_ERROR(posenc::ops::rotary_tables(8, torch::ones({4}, torch::kFloat)),
+                      "inv_freq must be a float64 [R/2] = [4] tensor");
+}

@@ -12,9 +12,11 @@ import re
 import subprocess
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
+
 import torch
 
 from reference import ReferencePositionalEncoding, assert_within_bound, expected_exact, max_error
@@ -228,7 +230,9 @@ def module_class(kind):
         for name, value in attributes.items():
             setattr(self, name, value)
 
-    return type(f"Scripted{kind}", (torch.nn.Module,), {"__init__": __init__, **methods})
+    # Attributes whose type an empty value does not tell (the exports register them typed).
+    annotations = {"mrope_axes": typing.List[int]}
+    return type(f"Scripted{kind}", (torch.nn.Module,), {"__init__": __init__, "__annotations__": annotations, **methods})
 
 
 def scripted_like(kind, exported, who, scalars, tensors=(), buffers=(), parameters=(), submodules=None):
@@ -377,7 +381,7 @@ ROTARY_CASES = {
 @pytest.mark.parametrize("case", ROTARY_CASES)
 def test_rotary_source_scripts_like_the_export(posenc_cli, tmp_path, case):
     flags, scalars = ROTARY_CASES[case]
-    scalars = dict(scalars, max_len=16, attention_factor=1.0, switch_len=-1, ntk_base=10000.0, ntk_factor=1.0)
+    scalars = dict(scalars, max_len=16, attention_factor=1.0, switch_len=-1, ntk_base=10000.0, ntk_factor=1.0, mrope_axes=[])
     path = tmp_path / "rotary.pt"
     args = [posenc_cli, "export", "--module", "rotary", "--max-len", "16", "--head-dim", "8", "-o", str(path), *flags]
     subprocess.run(args, check=True, capture_output=True)

@@ -32,10 +32,12 @@ struct HfRopeConfig {
 /// rope types: default, linear, dynamic, yarn, longrope, llama3, with transformers' parameter
 /// names and defaults (yarn: beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a
 /// factor: max_position_embeddings / original_max_position_embeddings; a top-level
-/// original_max_position_embeddings wins, as Phi-3's configs need).
+/// original_max_position_embeddings wins, as Phi-3's configs need). Multimodal RoPE:
+/// `mrope_section` (Qwen2-VL, Qwen2.5-VL; transformers 4's type "mrope" is the default
+/// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields.
 ///
 /// Throws a `c10::Error` that names the field for malformed JSON, missing or ill-typed fields,
-/// unknown rope types, per-layer rope parameters and multimodal (mrope_section) configs.
+/// unknown rope types and per-layer rope parameters.
 HfRopeConfig read_hf_rope_config(const std::string& json_text,
                                  const std::string& source = "config.json");
 

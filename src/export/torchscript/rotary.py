@@ -106,9 +106,42 @@ class RotaryMethods:
             c, s = self._tables(torch.arange(offset, offset + length, device=x.device))
         return self._rotate(x, self._broadcast(c, 1, length), self._broadcast(s, 1, length))
 
+    # Multimodal RoPE ([3, B, L] positions, mrope_section): each frequency from the rows of the
+    # axis `mrope_axes` gives it (posenc::detail::mrope_axes), as posenc::multimodal_rotary_tables.
+    def _multimodal(self, x: Tensor, positions: Tensor, length: int) -> Tuple[Tensor, Tensor]:
+        if len(self.mrope_axes) == 0:
+            raise RuntimeError(self.who + ": positions " + str(positions.shape) + " are multimodal [3, B, L] positions, but the module has no mrope_section; build it with mrope_section (e.g. {16, 24, 24} for Qwen2-VL) or pass [B, L] positions")
+        if positions.dtype > 4:
+            raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32), but got " + self._dtype_name(positions.dtype))
+        if positions.shape != [3, x.size(0), length]:
+            raise RuntimeError(self.who + ": multimodal positions must be [3, B, L] = [3, " + str(x.size(0)) + ", " + str(length) + "], but got " + str(positions.shape))
+        if positions.device != x.device:
+            raise RuntimeError(self.who + ": positions must be on the input's device (" + str(x.device) + "), but got " + str(positions.device))
+        flat = positions.reshape(-1).to(4)
+        end = 0
+        if flat.numel() > 0:
+            if int(flat.min()) < 0:
+                raise RuntimeError(self.who + ": multimodal positions must be >= 0, but got " + str(int(flat.min())) + " (M-RoPE has no padding value: mask padded tokens in the attention)")
+            end = int(flat.max()) + 1
+        if not self.extrapolate and end > self.max_len:
+            raise RuntimeError(self.who + ": positions must be < max_len (" + str(self.max_len) + "), but got " + str(end - 1) + "; build the module with max_len >= " + str(end))
+        if end > 0 and self._switches(end):
+            c, s = self._computed(flat, self._call_inv_freq(end))
+        else:
+            c, s = self._tables(flat)
+        half = c.size(1)
+        tokens = x.size(0) * length
+        axes = torch.tensor(self.mrope_axes, device=x.device).view(1, 1, half).expand(1, tokens, half)
+        c = c.view(3, tokens, half).gather(0, axes).squeeze(0)
+        s = s.view(3, tokens, half).gather(0, axes).squeeze(0)
+        return c, s
+
     def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
         self._check_input(x)
         length = x.size(2) if self.heads_first else x.size(1)
+        if positions.dim() == 3:
+            c, s = self._multimodal(x, positions, length)
+            return self._rotate(x, self._broadcast(c, x.size(0), length), self._broadcast(s, x.size(0), length))
         self._check_positions(positions, length, [x.size(0), length], "[B, L]", x, -1 if self.extrapolate else self.max_len)
         end = int(positions.max()) + 1 if positions.numel() > 0 else 0
         if end > 0 and self._switches(end):
@@ -117,3 +150,10 @@ class RotaryMethods:
             c, s = self._tables(positions)
         batch = positions.size(0) if positions.dim() == 2 else 1
         return self._rotate(x, self._broadcast(c, batch, length), self._broadcast(s, batch, length))
+
+    # Queries and keys of one call (posenc's forward_qk): the same rotation for both.
+    def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
+        return self.forward(q, offset), self.forward(k, offset)
+
+    def forward_qk_positions(self, q: Tensor, k: Tensor, positions: Tensor) -> Tuple[Tensor, Tensor]:
+        return self.forward_positions(q, positions), self.forward_positions(k, positions)

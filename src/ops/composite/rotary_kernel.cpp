@@ -4,14 +4,21 @@
 #include "ops/backend_entries.h"
 #include "ops/composite/kernels.h"
 
+#include "detail/checks.h"
 #include "detail/rotary.h"
 
+#include <posenc/options/rotary_embedding.h>
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <torch/library.h>
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -107,6 +114,78 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
   return {pick(cos_axes), pick(sin_axes)};
 }
 
+std::tuple<at::Tensor, at::Tensor> rope_frequencies(
+    int64_t rotary_dim, double base, c10::string_view rope_type, c10::optional<double> factor,
+    c10::optional<int64_t> max_position_embeddings,
+    c10::optional<int64_t> original_max_position_embeddings, double beta_fast, double beta_slow,
+    c10::optional<double> mscale, c10::optional<double> mscale_all_dim, bool truncate,
+    c10::optional<double> attention_factor, c10::optional<at::ArrayRef<double>> short_factor,
+    c10::optional<at::ArrayRef<double>> long_factor, double low_freq_factor,
+    double high_freq_factor, c10::optional<at::ArrayRef<double>> freq_factors,
+    c10::optional<int64_t> seq_len) {
+  const char* who = detail::caller_or("posenc::rope_frequencies");
+  c10::optional<RopeType> type;
+  for (const RopeType candidate : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic,
+                                   RopeType::kYarn, RopeType::kLongRope, RopeType::kLlama3}) {
+    if (rope_type == rope_type_name(candidate)) {
+      type = candidate;
+    }
+  }
+  TORCH_CHECK(type, who, ": unknown rope_type '", std::string(rope_type),
+              "'; expected default, linear, dynamic, yarn, longrope or llama3");
+  const auto vector = [](const c10::optional<at::ArrayRef<double>>& values) {
+    return values ? values->vec() : std::vector<double>();
+  };
+  RopeScalingOptions scaling(*type);
+  scaling.factor(factor)
+      .max_position_embeddings(max_position_embeddings)
+      .original_max_position_embeddings(original_max_position_embeddings)
+      .beta_fast(beta_fast)
+      .beta_slow(beta_slow)
+      .mscale(mscale)
+      .mscale_all_dim(mscale_all_dim)
+      .truncate(truncate)
+      .attention_factor(attention_factor)
+      .short_factor(vector(short_factor))
+      .long_factor(vector(long_factor))
+      .low_freq_factor(low_freq_factor)
+      .high_freq_factor(high_freq_factor);
+  TORCH_CHECK(!seq_len || *seq_len >= 1, who,
+              ": seq_len must be >= 1 (a call's last position + 1), but got ", *seq_len);
+  const auto options = functional::RotaryTablesFuncOptions()
+                           .base(base)
+                           .scaling(scaling)
+                           .freq_factors(vector(freq_factors))
+                           .seq_len(seq_len);
+  const detail::RopeFrequencies frequencies = detail::rope_frequencies(
+      detail::rope_spec_without_table(who, rotary_dim, options), seq_len, who);
+  const auto float64 = at::TensorOptions().dtype(at::kDouble);
+  return {at::tensor(frequencies.inv_freq, float64),
+          at::scalar_tensor(frequencies.variant_attention_factor, float64)};
+}
+
+std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,
+                                                 double attention_factor,
+                                                 c10::optional<at::ScalarType> dtype,
+                                                 c10::optional<at::Device> device) {
+  const char* who = detail::caller_or("posenc::rotary_tables");
+  TORCH_CHECK(inv_freq.defined() && inv_freq.dim() == 1 && inv_freq.size(0) >= 1, who,
+              ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies, but got ",
+              inv_freq.defined() ? inv_freq.sizes() : at::IntArrayRef{});
+  detail::check_rotary_arguments(who, max_len, 2 * inv_freq.size(0), 10000.0);
+  const at::ScalarType out_dtype = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", out_dtype);
+  // The checks of apply_rotary's inv_freq (float64, finite angles, the factor a finite number of
+  // the caches' dtype), on empty caches of the requested dtype.
+  const at::Tensor none = at::empty({0, inv_freq.size(0)}, at::TensorOptions().dtype(out_dtype));
+  const detail::RopeFrequencies frequencies =
+      given_frequencies(who, inv_freq.to(at::kCPU), none, attention_factor);
+  const auto rows = detail::rotary_rows(
+      at::arange(max_len, at::TensorOptions().dtype(at::kLong)), frequencies, out_dtype);
+  const at::Device out_device = device.value_or(at::Device(at::kCPU));
+  return {rows.first.to(out_device), rows.second.to(out_device)};
+}
+
 } // namespace composite
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
@@ -115,6 +194,8 @@ TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("apply_rotary", TORCH_FN((apply_rotary_kernel<rotary_loop, empty>)));
   m.impl("apply_rotary_", TORCH_FN((apply_rotary_inplace_kernel<rotary_loop, empty>)));
   m.impl("multimodal_rotary_tables", TORCH_FN(composite::multimodal_rotary_tables));
+  m.impl("rope_frequencies", TORCH_FN(composite::rope_frequencies));
+  m.impl("rotary_tables", TORCH_FN(composite::rotary_tables));
   using composite::rotary_qk_loop;
   m.impl("apply_rotary_qk", TORCH_FN((apply_rotary_qk_kernel<rotary_qk_loop, empty>)));
   m.impl("apply_rotary_qk_", TORCH_FN((apply_rotary_qk_inplace_kernel<rotary_qk_loop, empty>)));

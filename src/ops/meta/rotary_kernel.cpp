@@ -88,6 +88,19 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& co
   return {at::empty(shape, cos.options()), at::empty(shape, sin.options())};
 }
 
+std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,
+                                                 double, c10::optional<at::ScalarType> dtype,
+                                                 c10::optional<at::Device>) {
+  const char* who = detail::caller_or("posenc::rotary_tables");
+  TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) >= 1, who,
+              ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies, but got ",
+              inv_freq.sizes());
+  detail::check_rotary_arguments(who, max_len, 2 * inv_freq.size(0), 10000.0);
+  const auto options = inv_freq.options().dtype(dtype.value_or(at::kFloat));
+  return {at::empty({max_len, inv_freq.size(0)}, options),
+          at::empty({max_len, inv_freq.size(0)}, options)};
+}
+
 } // namespace
 } // namespace meta
 
@@ -97,6 +110,7 @@ TORCH_LIBRARY_IMPL(posenc, Meta, m) {
   m.impl("apply_rotary_qk", TORCH_FN(meta::apply_rotary_qk));
   m.impl("apply_rotary_qk_", TORCH_FN(meta::apply_rotary_qk_));
   m.impl("multimodal_rotary_tables", TORCH_FN(meta::multimodal_rotary_tables));
+  m.impl("rotary_tables", TORCH_FN(meta::rotary_tables));
 }
 
 } // namespace ops
