@@ -5,6 +5,11 @@
 //   add/<case>/<B>x<L>x<D>/<dtype>/threads:<n>       positions added to x [B, L, D]
 //   token/<case>/<B>x<L>x<D>/<dtype>/threads:<n>     token embedding + positions (+ dropout)
 //   rope/<case>/<B>x<L>x<H>x<Dh>/<dtype>/threads:<n> rotary embedding of [B, L, H, Dh]
+//   rope_qk/<case>/8x2048x32q8kx128/<dtype>/threads:<n>  queries [8, 2048, 32, 128] and keys
+//                                                  [8, 2048, 8, 128] (LLaMA-3-8B's GQA heads)
+//
+// Run once more with THP_MEM_ALLOC_ENABLE=1 (PyTorch's CPU allocator then asks for transparent
+// huge pages) to see what page faults cost the large out-of-place rows.
 
 #include <posenc/posenc.h>
 
@@ -238,12 +243,148 @@ void register_rope() {
       shapes);
 }
 
+// --- queries and keys of one attention call ----------------------------------------------------
+
+void register_rope_qk() {
+  constexpr int64_t kBatch = 8;
+  constexpr int64_t kLength = 2048;
+  constexpr int64_t kQHeads = 32;
+  constexpr int64_t kKHeads = 8;
+  constexpr int64_t kHeadDim = 128;
+  using Call = std::function<void()>;
+  using Make = std::function<Call(torch::Dtype)>;
+  const auto q_of = [=](torch::Dtype dtype) {
+    return torch::randn({kBatch, kLength, kQHeads, kHeadDim}).to(dtype);
+  };
+  const auto k_of = [=](torch::Dtype dtype) {
+    return torch::randn({kBatch, kLength, kKHeads, kHeadDim}).to(dtype);
+  };
+  const auto module_case = [=](posenc::RopeScalingOptions scaling) -> Make {
+    return [=](torch::Dtype dtype) -> Call {
+      posenc::RotaryEmbedding rope(
+          posenc::RotaryEmbeddingOptions(kHeadDim, 8192).base(500000.0).scaling(scaling));
+      const auto q = q_of(dtype);
+      const auto k = k_of(dtype);
+      return [rope, q, k]() mutable { benchmark::DoNotOptimize(rope->forward_qk(q, k)); };
+    };
+  };
+  const auto original = [](posenc::RopeType type) {
+    return posenc::RopeScalingOptions(type).original_max_position_embeddings(4096);
+  };
+  std::vector<double> short_factor(kHeadDim / 2, 1.0);
+  std::vector<double> long_factor(kHeadDim / 2, 4.0);
+  const std::vector<std::pair<std::string, Make>> cases = {
+      {"posenc_qk", module_case(posenc::RopeScalingOptions())},
+      {"posenc_qk_llama3", module_case(original(posenc::RopeType::kLlama3).factor(8.0))},
+      {"posenc_qk_yarn", module_case(original(posenc::RopeType::kYarn).factor(2.0))},
+      {"posenc_qk_longrope", module_case(original(posenc::RopeType::kLongRope)
+                                             .short_factor(short_factor)
+                                             .long_factor(long_factor))},
+      {"posenc_qk_dynamic", module_case(posenc::RopeScalingOptions(posenc::RopeType::kDynamic)
+                                            .factor(2.0)
+                                            .max_position_embeddings(4096))},
+      {"posenc_two_calls",
+       [=](torch::Dtype dtype) -> Call {
+         posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(kHeadDim, 8192));
+         const auto q = q_of(dtype);
+         const auto k = k_of(dtype);
+         return [rope, q, k]() mutable {
+           benchmark::DoNotOptimize(rope(q));
+           benchmark::DoNotOptimize(rope(k));
+         };
+       }},
+      {"posenc_qk_inplace",
+       [=](torch::Dtype dtype) -> Call {
+         const auto tables = posenc::functional::rotary_tables(8192, kHeadDim);
+         auto q = q_of(dtype);
+         auto k = k_of(dtype);
+         return [tables, q, k]() mutable {
+           posenc::ops::apply_rotary_qk_(q, k, tables.first, tables.second);
+         };
+       }},
+      // In place on the q and k views of one fused projection [B, L, Hq + 2 Hk, Dh].
+      {"posenc_qk_inplace_fused_qkv",
+       [=](torch::Dtype dtype) -> Call {
+         const auto tables = posenc::functional::rotary_tables(8192, kHeadDim);
+         const auto qkv =
+             torch::randn({kBatch, kLength, kQHeads + 2 * kKHeads, kHeadDim}).to(dtype);
+         auto q = qkv.narrow(2, 0, kQHeads);
+         auto k = qkv.narrow(2, kQHeads, kKHeads);
+         return [tables, q, k]() mutable {
+           posenc::ops::apply_rotary_qk_(q, k, tables.first, tables.second);
+         };
+       }},
+      // HF transformers' apply_rotary_pos_emb: q * cos + rotate_half(q) * sin and the same for k,
+      // cos/sin [L, Dh] (both halves) in the input's dtype, broadcast over batch and heads.
+      {"hf_eager_apply_rotary_pos_emb",
+       [=](torch::Dtype dtype) -> Call {
+         const auto tables = posenc::functional::rotary_tables(8192, kHeadDim);
+         const auto cos = torch::cat({tables.first, tables.first}, -1)
+                              .narrow(0, 0, kLength)
+                              .view({1, kLength, 1, kHeadDim})
+                              .to(dtype);
+         const auto sin = torch::cat({tables.second, tables.second}, -1)
+                              .narrow(0, 0, kLength)
+                              .view({1, kLength, 1, kHeadDim})
+                              .to(dtype);
+         const auto q = q_of(dtype);
+         const auto k = k_of(dtype);
+         return [=]() {
+           const auto rotate_half = [](const torch::Tensor& x) {
+             const int64_t half = x.size(-1) / 2;
+             return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+           };
+           benchmark::DoNotOptimize(q * cos + rotate_half(q) * sin);
+           benchmark::DoNotOptimize(k * cos + rotate_half(k) * sin);
+         };
+       }},
+      {"roofline_copy",
+       [=](torch::Dtype dtype) -> Call {
+         const auto q = q_of(dtype);
+         const auto k = k_of(dtype);
+         auto q_out = torch::empty_like(q);
+         auto k_out = torch::empty_like(k);
+         return [q, k, q_out, k_out]() mutable {
+           q_out.copy_(q);
+           k_out.copy_(k);
+         };
+       }},
+  };
+  for (const auto& c : cases) {
+    for (const auto& dtype : kDtypes) {
+      for (const int threads : kThreads) {
+        const std::string name = "rope_qk/" + c.first + "/8x2048x32q8kx128/" + dtype.second +
+                                 "/threads:" + std::to_string(threads);
+        const Make make = c.second;
+        const torch::Dtype type = dtype.first;
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [=](benchmark::State& state) {
+              at::set_num_threads(threads);
+              torch::NoGradGuard no_grad;
+              torch::manual_seed(0);
+              const Call call = make(type);
+              for (auto _ : state) {
+                call();
+              }
+              const double bytes = 2.0 * kBatch * kLength * (kQHeads + kKHeads) * kHeadDim *
+                                   torch::elementSize(type);
+              state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+            })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   register_add();
   register_token();
   register_rope();
+  register_rope_qk();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
     return 1;
