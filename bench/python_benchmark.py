@@ -45,6 +45,51 @@ def cpu_reference():
     return results
 
 
+def rope_qk_inputs(device, dtype, heads_first):
+    """LLaMA-3-8B's attention inputs: queries [8, 2048, 32, 128], keys [8, 2048, 8, 128] (or heads
+    first), and float32 caches for 4096 positions."""
+    shape = (8, 32, 2048, 128) if heads_first else (8, 2048, 32, 128)
+    k_shape = (8, 8, 2048, 128) if heads_first else (8, 2048, 8, 128)
+    q = torch.randn(shape, device=device).to(dtype)
+    k = torch.randn(k_shape, device=device).to(dtype)
+    inv = 500000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64, device=device) / 128)
+    angle = torch.arange(4096, device=device, dtype=torch.float64)[:, None] * inv
+    return q, k, angle.cos().float(), angle.sin().float()
+
+
+def cpu_rope_qk(library):
+    """Queries and keys in one call against transformers' own apply_rotary_pos_emb (HF's layout,
+    heads first), on the CPU, in this process."""
+    try:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    except ImportError:
+        return []
+    torch.ops.load_library(library)
+    ops = torch.ops.posenc
+    results = []
+    for dtype_name, dtype in DTYPES.items():
+        q, k, cos, sin = rope_qk_inputs("cpu", dtype, heads_first=True)
+        cos2 = torch.cat([cos, cos], -1)[None, :2048].to(dtype)
+        sin2 = torch.cat([sin, sin], -1)[None, :2048].to(dtype)
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+
+        def copy():
+            q_out.copy_(q)
+            k_out.copy_(k)
+
+        cases = {"hf_apply_rotary_pos_emb": lambda: apply_rotary_pos_emb(q, k, cos2, sin2),
+                 "posenc_op": lambda: ops.apply_rotary_qk(q, k, cos, sin, 0, None, False, True),
+                 "posenc_op_inplace": lambda: ops.apply_rotary_qk_(q, k, cos, sin, 0, None, False, True),
+                 "roofline_copy": copy}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                for case, call in cases.items():
+                    time = median_time_us(call, repeats=3, budget=1.0)
+                    results.append({"name": f"py_rope_qk/{case}/8x32q8kx2048x128/{dtype_name}/threads:{threads}", "real_time_us": time})
+    return results
+
+
 def gpu_time_us(call, repeats=50):
     """Median of CUDA-event timings of `call`, after warm-up."""
     for _ in range(5):
@@ -102,6 +147,29 @@ def gpu_benchmarks(library):
         for case, call in {"posenc_fused": lambda: ops.apply_rotary(q, cos, sin), "eager_rotate_half": eager, "compiled_rotate_half": compiled_rope,
                            "roofline_copy": lambda: torch.empty_like(q).copy_(q)}.items():
             results.append({"name": f"gpu_rope/{case}/8x2048x16x64/{dtype_name}", "real_time_us": gpu_time_us(call)})
+    # Queries and keys in one call: the fused operator (out of place, in place) against the eager
+    # and compiled rotate_half formulation and copy_ of the same bytes.
+    for dtype_name, dtype in DTYPES.items():
+        q, k, cos, sin = rope_qk_inputs("cuda", dtype, heads_first=False)
+        cos2 = torch.cat([cos, cos], -1)[:2048, None, :].to(dtype)
+        sin2 = torch.cat([sin, sin], -1)[:2048, None, :].to(dtype)
+
+        def eager_qk(q=q, k=k, cos2=cos2, sin2=sin2):
+            return (q * cos2 + torch.cat([-q[..., 64:], q[..., :64]], -1) * sin2,
+                    k * cos2 + torch.cat([-k[..., 64:], k[..., :64]], -1) * sin2)
+
+        compiled_qk = torch.compile(eager_qk)
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        nbytes = 2 * (q.numel() + k.numel()) * q.element_size()
+
+        def copy_qk(q=q, k=k, q_out=q_out, k_out=k_out):
+            q_out.copy_(q)
+            k_out.copy_(k)
+
+        for case, call in {"posenc_qk": lambda: ops.apply_rotary_qk(q, k, cos, sin), "posenc_qk_inplace": lambda: ops.apply_rotary_qk_(q, k, cos, sin),
+                           "eager_rotate_half": eager_qk, "compiled_rotate_half": compiled_qk, "roofline_copy": copy_qk}.items():
+            time = gpu_time_us(call)
+            results.append({"name": f"gpu_rope_qk/{case}/8x2048x32q8kx128/{dtype_name}", "real_time_us": time, "gbps": nbytes / time / 1e3})
     return results
 
 
@@ -110,7 +178,7 @@ def main():
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    report = {"torch": torch.__version__, "benchmarks": cpu_reference()}
+    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library)}
     if torch.cuda.is_available():
         report["device"] = torch.cuda.get_device_name()
         report["benchmarks"] += gpu_benchmarks(args.library)

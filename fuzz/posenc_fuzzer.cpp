@@ -361,6 +361,7 @@ void fuzz_learned(FuzzedDataProvider& in) {
 
 void fuzz_rope_scaling(FuzzedDataProvider& in);
 void fuzz_hf_config(FuzzedDataProvider& in);
+void fuzz_qk_multimodal(FuzzedDataProvider& in);
 
 void fuzz_rotary(FuzzedDataProvider& in) {
   posenc::RotaryEmbeddingOptions options(pick_size(in, 32), pick_size(in, 48));
@@ -383,12 +384,18 @@ void fuzz_rotary(FuzzedDataProvider& in) {
                 x, pick_positions(in, x, options.heads_first() ? 2 : 1, options.max_len()));
   check_result(y, x);
   // Bytes left over (the seeds and regressions of the plain module end before): the scaling
-  // variants, or a config.json.
+  // variants, a config.json, or queries and keys in one call and multimodal tables.
   if (in.remaining_bytes() > 0) {
-    if (in.ConsumeBool()) {
-      fuzz_rope_scaling(in);
-    } else {
-      fuzz_hf_config(in);
+    switch (in.ConsumeIntegralInRange<int>(0, 2)) {
+      case 0:
+        fuzz_rope_scaling(in);
+        break;
+      case 1:
+        fuzz_hf_config(in);
+        break;
+      default:
+        fuzz_qk_multimodal(in);
+        break;
     }
   }
 }
@@ -464,6 +471,57 @@ void fuzz_hf_config(FuzzedDataProvider& in) {
     const auto table_options =
         F::RotaryTablesFuncOptions().base(options.base()).scaling(options.scaling());
     F::rotary_inv_freq(options.rotated_width(), table_options);
+  }
+}
+
+// apply_rotary_qk(_) with independent q and k shapes (heads, widths, batch, length, dtype: most
+// combinations invalid), then multimodal_rotary_tables with fuzzed sections and positions.
+void fuzz_qk_multimodal(FuzzedDataProvider& in) {
+  namespace F = posenc::functional;
+  const int64_t half = in.ConsumeIntegralInRange<int64_t>(1, 8);
+  const auto tables = F::rotary_tables(in.ConsumeIntegralInRange<int64_t>(1, 40), 2 * half);
+  auto q = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 20), 4);
+  auto k = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 20), 4);
+  const int64_t offset = pick_offset(in, 60);
+  const bool interleaved = in.ConsumeBool();
+  const bool heads_first = in.ConsumeBool();
+  try {
+    if (in.ConsumeBool()) {
+      const auto out = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, offset,
+                                                    c10::nullopt, interleaved, heads_first);
+      check_result(std::get<0>(out), q);
+      check_result(std::get<1>(out), k);
+    } else {
+      const auto q_before = q.clone();
+      const auto k_before = k.clone();
+      try {
+        posenc::ops::apply_rotary_qk_(q, k, tables.first, tables.second, offset, c10::nullopt,
+                                      interleaved, heads_first);
+      } catch (const c10::Error&) {
+        if (!torch::equal(q, q_before) || !torch::equal(k, k_before)) {
+          abort(); // a refused call must not have written anything
+        }
+        throw;
+      }
+    }
+  } catch (const c10::Error&) {
+  }
+  std::vector<int64_t> section;
+  const int count = in.ConsumeIntegralInRange<int>(0, 4);
+  for (int i = 0; i < count; ++i) {
+    section.push_back(in.ConsumeIntegralInRange<int64_t>(-1, 8));
+  }
+  const int64_t batch = in.ConsumeIntegralInRange<int64_t>(0, 3);
+  const int64_t length = in.ConsumeIntegralInRange<int64_t>(0, 4);
+  std::vector<int64_t> values;
+  for (int64_t i = 0; i < 3 * batch * length; ++i) {
+    values.push_back(in.ConsumeIntegralInRange<int64_t>(-2, 50));
+  }
+  const auto positions = torch::tensor(values, torch::kLong).view({3, batch, length});
+  const auto rows = F::multimodal_rotary_tables(tables.first, tables.second, positions, section,
+                                                in.ConsumeBool());
+  if (rows.first.sizes() != at::IntArrayRef({batch, length, half})) {
+    abort();
   }
 }
 

@@ -16,6 +16,10 @@ out="$root/build/bench"
 mkdir -p "$out"
 "$root/build/pip/bin/posenc_benchmark" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_min_time=0.1 --benchmark_format=console --benchmark_out_format=json --benchmark_out="$out/cpp.json"
+# The large out-of-place rows again with transparent huge pages for PyTorch's CPU allocator.
+THP_MEM_ALLOC_ENABLE=1 "$root/build/pip/bin/posenc_benchmark" --benchmark_filter='rope_qk/' --benchmark_repetitions=5 \
+  --benchmark_report_aggregates_only=true --benchmark_min_time=0.1 --benchmark_format=console --benchmark_out_format=json \
+  --benchmark_out="$out/cpp_thp.json"
 "$root/.venv/bin/python" "$root/bench/python_benchmark.py" --library "$root/build/pip/src/libposenc.so" --output "$out/python.json"
-"$root/.venv/bin/python" "$root/scripts/bench_report.py" "$out/cpp.json" "$out/python.json" "$root/docs"
+"$root/.venv/bin/python" "$root/scripts/bench_report.py" "$out/cpp.json" "$out/python.json" "$root/docs" "$out/cpp_thp.json"
 echo "report: docs/benchmarks.md, docs/benchmarks.png"

@@ -33,6 +33,19 @@ def load(cpp_path, python_path):
     return cpp["context"], python, times
 
 
+def load_thp(path):
+    """Median times of the run with THP_MEM_ALLOC_ENABLE=1, by name."""
+    with open(path) as f:
+        data = json.load(f)
+    times = {}
+    for bench in data["benchmarks"]:
+        if bench.get("aggregate_name", "median") != "median":
+            continue
+        name = bench.get("run_name", bench["name"]).replace("/real_time", "")
+        times[name] = bench["real_time"] * {"us": 1.0, "ms": 1e3, "ns": 1e-3, "s": 1e6}[bench["time_unit"]]
+    return times
+
+
 def fmt(us):
     if us is None:
         return "-"
@@ -104,6 +117,34 @@ def main():
             lines.append(f"| {dtype} | {threads} | {fmt(eager)} | {fmt(fused)} | {fmt(inplace)} | {fmt(copy)} | {ratio(eager, fused)} |")
             if eager and fused:
                 targets.append((f"fused RoPE {key}: >= 3x faster than eager rotate_half", eager / fused >= 3, ratio(eager, fused)))
+    # Queries and keys in one call; the THP run (THP_MEM_ALLOC_ENABLE=1), when given, next to it.
+    thp = load_thp(sys.argv[4]) if len(sys.argv) > 4 else {}
+    lines += ["", "## Queries and keys in one call: q [8, 2048, 32, 128], k [8, 2048, 8, 128] (LLaMA-3-8B)", "",
+              "| dtype | threads | HF eager `apply_rotary_pos_emb` (C++ formulation) | posenc q+k | posenc q+k in place | in place on fused qkv views | two single calls | `copy_` | speed-up vs HF | in place / copy | with THP: HF eager / posenc q+k / copy |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for dtype in ["float32", "bfloat16"]:
+        for threads in [1, 2]:
+            key = f"8x2048x32q8kx128/{dtype}/threads:{threads}"
+            t = {c: times.get(f"rope_qk/{c}/{key}") for c in
+                 ["hf_eager_apply_rotary_pos_emb", "posenc_qk", "posenc_qk_inplace", "posenc_qk_inplace_fused_qkv", "posenc_two_calls", "roofline_copy"]}
+            with_thp = " / ".join(fmt(thp.get(f"rope_qk/{c}/{key}")) for c in ["hf_eager_apply_rotary_pos_emb", "posenc_qk", "roofline_copy"])
+            lines.append(f"| {dtype} | {threads} | " + " | ".join(fmt(v) for v in t.values()) +
+                         f" | {ratio(t['hf_eager_apply_rotary_pos_emb'], t['posenc_qk'])} | {ratio(t['posenc_qk_inplace'], t['roofline_copy'])} | {with_thp} |")
+            if t["hf_eager_apply_rotary_pos_emb"] and t["posenc_qk"]:
+                targets.append((f"q+k {key}: >= 4x faster than HF's eager apply_rotary_pos_emb", t["hf_eager_apply_rotary_pos_emb"] / t["posenc_qk"] >= 4,
+                                ratio(t["hf_eager_apply_rotary_pos_emb"], t["posenc_qk"])))
+            if t["posenc_qk_inplace"] and t["roofline_copy"]:
+                targets.append((f"q+k in place {key}: within 1.3x of copy_", t["posenc_qk_inplace"] / t["roofline_copy"] <= 1.3,
+                                ratio(t["posenc_qk_inplace"], t["roofline_copy"])))
+            for variant in ["llama3", "yarn", "longrope", "dynamic"]:
+                v = times.get(f"rope_qk/posenc_qk_{variant}/{key}")
+                if v and t["posenc_qk"]:
+                    targets.append((f"q+k {variant} {key}: the cost of default (within 1.1x)", v / t["posenc_qk"] <= 1.1, ratio(v, t["posenc_qk"])))
+    hf_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_rope_qk/")]
+    if hf_rows:
+        lines += ["", "Against transformers' own `apply_rotary_pos_emb` (Python, heads first, same process):", "",
+                  "| benchmark | time |", "|---|---|"]
+        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in hf_rows]
     gpu = [b for b in python["benchmarks"] if b["name"].startswith("gpu_")]
     if gpu:
         lines += ["", f"## GPU: {python.get('device')}", "", "| benchmark | time | GB/s |", "|---|---|---|"]

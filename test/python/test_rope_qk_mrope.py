@@ -57,12 +57,18 @@ def test_qk_in_one_call_matches_transformers_with_grouped_query_heads(posenc_ops
     q_hf, k_hf = hf_rotate(LlamaRotaryEmbedding(hf), q, k, positions)
     # The operator on the exported caches (heads first, as HF's layout), the exported module's
     # forward_qk, and in place on the views of one fused qkv projection ([B, L, Hq + 2 Hk, D]).
-    q_op, k_op = posenc_ops.apply_rotary_qk(q, k, exported.cos, exported.sin, offset, None, False, True)
+    # The caches for this call from the operators (longrope past its original context: the long
+    # frequencies), as a Python user builds them.
+    rope_type, parameters = VARIANTS[name]
+    inv_freq, factor = posenc_ops.rope_frequencies(HEAD_DIM, 500000.0, rope_type, max_position_embeddings=MAX_POS,
+                                                   seq_len=offset + length, **parameters)
+    cos, sin = posenc_ops.rotary_tables(MAX_POS, inv_freq, factor.item())
+    q_op, k_op = posenc_ops.apply_rotary_qk(q, k, cos, sin, offset, None, False, True)
     q_ts, k_ts = exported.forward_qk(q, k, offset)
     qkv = torch.cat([q.transpose(1, 2), k.transpose(1, 2), torch.randn(2, length, 2, HEAD_DIM)], 2)
     v_before = qkv[:, :, HEADS + 2:].clone()
     q_view, k_view = qkv[:, :, :HEADS], qkv[:, :, HEADS:HEADS + 2]
-    posenc_ops.apply_rotary_qk_(q_view, k_view, exported.cos, exported.sin, offset)
+    posenc_ops.apply_rotary_qk_(q_view, k_view, cos, sin, offset)
     assert torch.equal(qkv[:, :, HEADS + 2:], v_before)
     for ours in ((q_op, k_op), (q_ts, k_ts), (q_view.transpose(1, 2), k_view.transpose(1, 2))):
         assert_no_worse_than_hf(ours[0], q_hf, q_ref)

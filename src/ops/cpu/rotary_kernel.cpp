@@ -18,21 +18,45 @@ namespace ops {
 namespace cpu {
 namespace {
 
-// One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x: every pair is read
-// before it is written.
+// One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x. The row is rotated
+// in chunks whose values are all read (into registers / the stack) before any is written, so that
+// the compiler vectorizes the loops even in place, where it cannot rule out aliasing. -sin is
+// applied as a multiplication by -1 (exact), so inverse rotations round as before.
 template <typename scalar_t, typename table_t>
 POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
                                 const table_t* sin, int64_t half, bool interleaved, bool inverse) {
   using acc_t = acc_type_t<scalar_t, table_t>;
-  for (int64_t k = 0; k < half; ++k) {
-    const int64_t ia = interleaved ? 2 * k : k;
-    const int64_t ib = interleaved ? 2 * k + 1 : k + half;
-    const acc_t a = load<acc_t>(x[ia]);
-    const acc_t b = load<acc_t>(x[ib]);
-    const acc_t c = static_cast<acc_t>(cos[k]);
-    const acc_t s = inverse ? -static_cast<acc_t>(sin[k]) : static_cast<acc_t>(sin[k]);
-    out[ia] = store<scalar_t>(a * c - b * s);
-    out[ib] = store<scalar_t>(a * s + b * c);
+  constexpr int64_t kChunk = 64;
+  const acc_t sign = inverse ? acc_t(-1) : acc_t(1);
+  acc_t a[kChunk];
+  acc_t b[kChunk];
+  for (int64_t k0 = 0; k0 < half; k0 += kChunk) {
+    const int64_t n = std::min(kChunk, half - k0);
+    if (interleaved) {
+      const scalar_t* xi = x + 2 * k0;
+      for (int64_t j = 0; j < n; ++j) {
+        a[j] = load<acc_t>(xi[2 * j]);
+        b[j] = load<acc_t>(xi[2 * j + 1]);
+      }
+      scalar_t* oi = out + 2 * k0;
+      for (int64_t j = 0; j < n; ++j) {
+        const acc_t c = static_cast<acc_t>(cos[k0 + j]);
+        const acc_t s = sign * static_cast<acc_t>(sin[k0 + j]);
+        oi[2 * j] = store<scalar_t>(a[j] * c - b[j] * s);
+        oi[2 * j + 1] = store<scalar_t>(a[j] * s + b[j] * c);
+      }
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        a[j] = load<acc_t>(x[k0 + j]);
+        b[j] = load<acc_t>(x[k0 + half + j]);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const acc_t c = static_cast<acc_t>(cos[k0 + j]);
+        const acc_t s = sign * static_cast<acc_t>(sin[k0 + j]);
+        out[k0 + j] = store<scalar_t>(a[j] * c - b[j] * s);
+        out[k0 + half + j] = store<scalar_t>(a[j] * s + b[j] * c);
+      }
+    }
   }
 }
 
