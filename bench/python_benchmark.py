@@ -69,8 +69,9 @@ def cpu_rope_qk(library):
     results = []
     for dtype_name, dtype in DTYPES.items():
         q, k, cos, sin = rope_qk_inputs("cpu", dtype, heads_first=True)
-        cos2 = torch.cat([cos, cos], -1)[None, :2048].to(dtype)
-        sin2 = torch.cat([sin, sin], -1)[None, :2048].to(dtype)
+        length = q.size(2)
+        cos2 = torch.cat([cos, cos], -1)[None, :length].to(dtype)
+        sin2 = torch.cat([sin, sin], -1)[None, :length].to(dtype)
         q_out, k_out = torch.empty_like(q), torch.empty_like(k)
 
         def copy():
