@@ -1,7 +1,9 @@
 """Turns the benchmark results into docs/benchmarks.md (tables of times and ratios, all measured
 in one run) and docs/benchmarks.png (a chart).
 
-    python scripts/bench_report.py CPP_JSON PYTHON_JSON OUT_DIR
+    python scripts/bench_report.py CPP_JSON PYTHON_JSON OUT_DIR [CPP_THP_JSON]
+
+CPP_THP_JSON: the rope_qk rows run again with THP_MEM_ALLOC_ENABLE=1 (scripts/bench.sh).
 """
 
 import json
@@ -15,26 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def load(cpp_path, python_path):
-    with open(cpp_path) as f:
-        cpp = json.load(f)
-    with open(python_path) as f:
-        python = json.load(f)
-    times = {}
-    for bench in cpp["benchmarks"]:
-        if bench.get("aggregate_name", "median") != "median":
-            continue
-        name = bench["run_name"] if "run_name" in bench else bench["name"]
-        name = name.replace("/real_time", "")
-        scale = {"us": 1.0, "ms": 1e3, "ns": 1e-3, "s": 1e6}[bench["time_unit"]]
-        times[name] = bench["real_time"] * scale
-    for bench in python["benchmarks"]:
-        times[bench["name"]] = bench["real_time_us"]
-    return cpp["context"], python, times
-
-
-def load_thp(path):
-    """Median times of the run with THP_MEM_ALLOC_ENABLE=1, by name."""
+def google_benchmark_medians(path):
+    """Median wall-clock times in microseconds, by name, of a Google Benchmark JSON file."""
     with open(path) as f:
         data = json.load(f)
     times = {}
@@ -43,7 +27,16 @@ def load_thp(path):
             continue
         name = bench.get("run_name", bench["name"]).replace("/real_time", "")
         times[name] = bench["real_time"] * {"us": 1.0, "ms": 1e3, "ns": 1e-3, "s": 1e6}[bench["time_unit"]]
-    return times
+    return data["context"], times
+
+
+def load(cpp_path, python_path):
+    context, times = google_benchmark_medians(cpp_path)
+    with open(python_path) as f:
+        python = json.load(f)
+    for bench in python["benchmarks"]:
+        times[bench["name"]] = bench["real_time_us"]
+    return context, python, times
 
 
 def fmt(us):
@@ -118,7 +111,7 @@ def main():
             if eager and fused:
                 targets.append((f"fused RoPE {key}: >= 3x faster than eager rotate_half", eager / fused >= 3, ratio(eager, fused)))
     # Queries and keys in one call; the THP run (THP_MEM_ALLOC_ENABLE=1), when given, next to it.
-    thp = load_thp(sys.argv[4]) if len(sys.argv) > 4 else {}
+    thp = google_benchmark_medians(sys.argv[4])[1] if len(sys.argv) > 4 else {}
     lines += ["", "## Queries and keys in one call: q [8, 2048, 32, 128], k [8, 2048, 8, 128] (LLaMA-3-8B)", "",
               "| dtype | threads | HF eager `apply_rotary_pos_emb` (C++ formulation) | posenc q+k | posenc q+k in place | in place on fused qkv views | two single calls | `copy_` | speed-up vs HF | in place / copy | with THP: HF eager / posenc q+k / copy |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]

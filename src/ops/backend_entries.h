@@ -9,6 +9,7 @@
 //     m.impl("add_position_table", TORCH_FN((add_position_table_kernel<run_add, empty_cpu>)));
 //   }
 
+#include "ops/kernel_helpers.h"
 #include "ops/op_arguments.h"
 
 #include <ATen/MemoryOverlap.h>
@@ -37,6 +38,14 @@ struct RotaryOperand {
   int64_t heads;
   int64_t head_dim;
 };
+
+/// The pointers and row strides of `operand` (host code).
+template <typename scalar_t>
+OperandRows<scalar_t> operand_rows(const RotaryOperand& operand, bool heads_first) {
+  return {operand.in.data_ptr<scalar_t>(), operand.out.data_ptr<scalar_t>(),
+          RowStrides::of(operand.in, heads_first), RowStrides::of(operand.out, heads_first),
+          operand.heads, operand.head_dim};
+}
 
 /// Rotates the queries and keys of one call in one pass: q.out = rotate(q.in), k.out =
 /// rotate(k.in) at the call's positions; channels contiguous, other strides free, out may be in.

@@ -155,5 +155,17 @@ struct RowStrides {
   }
 };
 
+/// One operand (queries or keys) of the rotary_qk kernels: the data read and written (the same in
+/// place), where each row lies in both, and its heads.
+template <typename scalar_t>
+struct OperandRows {
+  const scalar_t* in;
+  scalar_t* out;
+  RowStrides in_rows;
+  RowStrides out_rows;
+  int64_t heads;
+  int64_t head_dim;
+};
+
 } // namespace ops
 } // namespace posenc

@@ -100,43 +100,27 @@ void run_rotary(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bo
       });
 }
 
-// The rows of one token of a rotary_qk operand, read (and written) where they lie.
-template <typename scalar_t>
-struct TokenRows {
-  const scalar_t* in;
-  scalar_t* out;
-  RowStrides in_rows;
-  RowStrides out_rows;
-  int64_t heads;
-  int64_t head_dim;
-
-  static TokenRows of(const RotaryOperand& operand, bool heads_first) {
-    return {operand.in.data_ptr<scalar_t>(), operand.out.data_ptr<scalar_t>(),
-            RowStrides::of(operand.in, heads_first), RowStrides::of(operand.out, heads_first),
-            operand.heads, operand.head_dim};
-  }
-
-  // Rotates the heads of token (b, l) by the cos/sin row (null: padding, not rotated).
-  template <typename table_t>
-  void rotate(int64_t b, int64_t l, const table_t* cos, const table_t* sin, int64_t half,
-              bool interleaved, bool inverse) const {
-    const bool in_place = in == out;
-    for (int64_t h = 0; h < heads; ++h) {
-      const scalar_t* xi = in + in_rows.row(b, l, h);
-      scalar_t* oi = out + out_rows.row(b, l, h);
-      if (cos == nullptr) {
-        if (!in_place) {
-          std::copy(xi, xi + head_dim, oi);
-        }
-        continue;
-      }
-      rotate_row(xi, oi, cos, sin, half, interleaved, inverse);
+// Rotates the heads of token (b, l) of one rotary_qk operand by the cos/sin row (null: padding,
+// not rotated).
+template <typename scalar_t, typename table_t>
+void rotate_token(const OperandRows<scalar_t>& x, int64_t b, int64_t l, const table_t* cos,
+                  const table_t* sin, int64_t half, bool interleaved, bool inverse) {
+  const bool in_place = x.in == x.out;
+  for (int64_t h = 0; h < x.heads; ++h) {
+    const scalar_t* xi = x.in + x.in_rows.row(b, l, h);
+    scalar_t* oi = x.out + x.out_rows.row(b, l, h);
+    if (cos == nullptr) {
       if (!in_place) {
-        std::copy(xi + 2 * half, xi + head_dim, oi + 2 * half);
+        std::copy(xi, xi + x.head_dim, oi);
       }
+      continue;
+    }
+    rotate_row(xi, oi, cos, sin, half, interleaved, inverse);
+    if (!in_place) {
+      std::copy(xi + 2 * half, xi + x.head_dim, oi + 2 * half);
     }
   }
-};
+}
 
 // One pass over the tokens: each token's cos/sin row is read once for its query and key heads.
 void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQkCall& call,
@@ -148,8 +132,8 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
   const int64_t width = q.heads * q.head_dim + k.heads * k.head_dim;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, q.in.scalar_type(), "posenc_apply_rotary_qk_cpu", [&] {
-        const auto q_rows = TokenRows<scalar_t>::of(q, call.heads_first);
-        const auto k_rows = TokenRows<scalar_t>::of(k, call.heads_first);
+        const auto q_rows = operand_rows<scalar_t>(q, call.heads_first);
+        const auto k_rows = operand_rows<scalar_t>(k, call.heads_first);
         with_table_data(cos, [&](const auto* c) {
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
           const table_t* s = sin.data_ptr<table_t>();
@@ -160,8 +144,8 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
               const int64_t p = where.position(t);
               const table_t* cos_row = p < 0 ? nullptr : c + p * call.half;
               const table_t* sin_row = p < 0 ? nullptr : s + p * call.half;
-              q_rows.rotate(b, l, cos_row, sin_row, call.half, interleaved, inverse);
-              k_rows.rotate(b, l, cos_row, sin_row, call.half, interleaved, inverse);
+              rotate_token(q_rows, b, l, cos_row, sin_row, call.half, interleaved, inverse);
+              rotate_token(k_rows, b, l, cos_row, sin_row, call.half, interleaved, inverse);
             }
           });
         });

@@ -83,29 +83,11 @@ void run_rotary(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bo
       });
 }
 
-// One operand of the rotary_qk kernel, read (and written) where it lies.
-template <typename scalar_t>
-struct QkSide {
-  const scalar_t* in;
-  scalar_t* out;
-  RowStrides in_rows;
-  RowStrides out_rows;
-  int64_t heads;
-  int64_t head_dim;
-};
-
-template <typename scalar_t>
-QkSide<scalar_t> qk_side(const RotaryOperand& operand, bool heads_first) {
-  return {operand.in.data_ptr<scalar_t>(), operand.out.data_ptr<scalar_t>(),
-          RowStrides::of(operand.in, heads_first), RowStrides::of(operand.out, heads_first),
-          operand.heads, operand.head_dim};
-}
-
 // One thread per rotated pair of a query or key head (token t, head slot j < Hq + Hk, pair k);
 // channels past the rotated ones are copied (out-of-place only) by a second grid-stride pass over
 // (token, head slot, channel).
 template <typename scalar_t, typename table_t>
-__global__ void rotary_qk_kernel(QkSide<scalar_t> q, QkSide<scalar_t> k, const table_t* cos,
+__global__ void rotary_qk_kernel(OperandRows<scalar_t> q, OperandRows<scalar_t> k, const table_t* cos,
                                  const table_t* sin, int64_t tokens, int64_t length, int64_t half,
                                  RotaryRows where, bool interleaved, bool inverse,
                                  int64_t rest_width) {
@@ -119,7 +101,7 @@ __global__ void rotary_qk_kernel(QkSide<scalar_t> q, QkSide<scalar_t> k, const t
     const int64_t slot = (index / half) % slots;
     const int64_t t = index / (half * slots);
     const bool is_q = slot < q.heads;
-    const QkSide<scalar_t>& side = is_q ? q : k;
+    const OperandRows<scalar_t>& side = is_q ? q : k;
     const int64_t h = is_q ? slot : slot - q.heads;
     const int64_t b = t / length;
     const int64_t l = t - b * length;
@@ -147,7 +129,7 @@ __global__ void rotary_qk_kernel(QkSide<scalar_t> q, QkSide<scalar_t> k, const t
       const int64_t slot = (index / rest_width) % slots;
       const int64_t t = index / (rest_width * slots);
       const bool is_q = slot < q.heads;
-      const QkSide<scalar_t>& side = is_q ? q : k;
+      const OperandRows<scalar_t>& side = is_q ? q : k;
       if (channel >= side.head_dim) {
         continue;
       }
@@ -180,7 +162,8 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
           rotary_qk_kernel<scalar_t, table_t>
               <<<blocks_for(tokens * slots * call.half), kThreads, 0, stream>>>(
-                  qk_side<scalar_t>(q, call.heads_first), qk_side<scalar_t>(k, call.heads_first),
+                  operand_rows<scalar_t>(q, call.heads_first),
+                  operand_rows<scalar_t>(k, call.heads_first),
                   c, sin.data_ptr<table_t>(), tokens, call.length, call.half, where, interleaved,
                   inverse, rest_width);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
