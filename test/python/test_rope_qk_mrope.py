@@ -234,3 +234,32 @@ def test_rope_frequencies_operator_matches_transformers(posenc_ops, name):
     angles = torch.arange(MAX_POS, dtype=torch.float64)[:, None] * inv_freq64
     torch.testing.assert_close(cos, (angles.cos() * factor64).float(), rtol=0, atol=2 ** -24 * factor64 * 2)
     torch.testing.assert_close(sin, (angles.sin() * factor64).float(), rtol=0, atol=2 ** -24 * factor64 * 2)
+
+
+@pytest.mark.skipif(TORCH_VERSION < (2, 4), reason="torch.export of custom operators with Meta kernels needs PyTorch >= 2.4")
+def test_multimodal_qk_through_torch_export(posenc_ops):
+    """A Qwen2-VL-style attention front end (caches from rope_frequencies + rotary_tables as
+    buffers, multimodal tables, q+k in one call) exported with torch.export."""
+    inv_freq, factor = posenc_ops.rope_frequencies(16, 1000000.0)
+    cos, sin = posenc_ops.rotary_tables(64, inv_freq, factor.item())
+
+    class Front(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cos", cos)
+            self.register_buffer("sin", sin)
+
+        def forward(self, q, k, position_ids):
+            c, s = posenc_ops.multimodal_rotary_tables(self.cos, self.sin, position_ids, [2, 3, 3])
+            index = torch.arange(q.size(0) * q.size(1)).view(q.size(0), q.size(1))
+            return posenc_ops.apply_rotary_qk(q, k, c.flatten(0, 1), s.flatten(0, 1), 0, index)
+
+    torch.manual_seed(4)
+    q, k = torch.randn(2, 6, 4, 16), torch.randn(2, 6, 2, 16)
+    position_ids = torch.randint(0, 64, (3, 2, 6))
+    model = Front().eval()
+    exported = torch.export.export(model, (q, k, position_ids))
+    targets = {str(node.target) for node in exported.graph.nodes}
+    assert any("multimodal_rotary_tables" in t for t in targets) and any("apply_rotary_qk" in t for t in targets)
+    for ours, eager in zip(exported.module()(q, k, position_ids), model(q, k, position_ids)):
+        assert torch.equal(ours, eager)
