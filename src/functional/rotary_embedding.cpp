@@ -25,19 +25,17 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, int64_t rotary_
   return {tables.first.to(options.device()), tables.second.to(options.device())};
 }
 
-
 at::Tensor rotary_inv_freq(int64_t rotary_dim, const RotaryTablesFuncOptions& options) {
   constexpr const char* who = "rotary_inv_freq";
-  return at::tensor(
-      pd::rope_frequencies(pd::rope_spec_without_table(who, rotary_dim, options), options.seq_len(), who)
-          .inv_freq,
-      at::TensorOptions().dtype(at::kDouble));
+  const pd::RopeSpec spec = pd::rope_spec_without_table(who, rotary_dim, options);
+  return at::tensor(pd::rope_frequencies(spec, options.seq_len(), who).inv_freq,
+                    at::TensorOptions().dtype(at::kDouble));
 }
 
 double rotary_attention_factor(int64_t rotary_dim, const RotaryTablesFuncOptions& options) {
   constexpr const char* who = "rotary_attention_factor";
-  return pd::rope_frequencies(pd::rope_spec_without_table(who, rotary_dim, options), options.seq_len(), who)
-      .variant_attention_factor;
+  const pd::RopeSpec spec = pd::rope_spec_without_table(who, rotary_dim, options);
+  return pd::rope_frequencies(spec, options.seq_len(), who).variant_attention_factor;
 }
 
 std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(

@@ -27,6 +27,16 @@ bool given(OptionalTensor tensor) {
   return tensor.has_value() && tensor->defined();
 }
 
+// The smallest and largest value of an int64 CPU tensor ({0, -1} when empty).
+std::pair<int64_t, int64_t> whole_range(const at::Tensor& host) {
+  if (host.numel() == 0) {
+    return {0, -1};
+  }
+  const int64_t* values = host.data_ptr<int64_t>();
+  const auto extremes = std::minmax_element(values, values + host.numel());
+  return {*extremes.first, *extremes.second};
+}
+
 // What resolving a call's positions found out.
 struct Resolved {
   bool past = false; // some position lies at or past the table's end (only when extendable)
@@ -49,16 +59,8 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
     const detail::HostValues host =
         extendable ? detail::host_read({ids}, *positions) : detail::host_read({ids, *positions});
     resolved.ids = host.ranges[0];
-    std::pair<int64_t, int64_t> range{0, -1};
-    if (extendable) {
-      const int64_t* values = host.whole.data_ptr<int64_t>();
-      if (host.whole.numel() > 0) {
-        const auto extremes = std::minmax_element(values, values + host.whole.numel());
-        range = {*extremes.first, *extremes.second};
-      }
-    } else {
-      range = host.ranges[1];
-    }
+    const std::pair<int64_t, int64_t> range =
+        extendable ? whole_range(host.whole) : host.ranges[1];
     detail::check_positions_range(who, range.first, range.second, extendable ? -1 : max_len,
                                   caller_hint());
     source.positions = positions->to(at::kLong).contiguous();
@@ -219,7 +221,6 @@ void check_caches(const char* who, const at::Tensor& cos, const at::Tensor& sin)
               cos.device(), " and sin ", sin.scalar_type(), " on ", sin.device());
 }
 
-
 } // namespace
 
 detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv_freq,
@@ -313,15 +314,11 @@ MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Te
   call.shape = positions.sizes().slice(1).vec();
   call.shape.push_back(half);
   call.positions = positions.to(at::kLong).reshape({3, -1});
+  // One read: all positions when rows past the caches may have to be computed, else their range.
   const detail::HostValues host = given(inv_freq) ? detail::host_read({}, positions)
                                                   : detail::host_read({positions});
-  std::pair<int64_t, int64_t> range = host.ranges.empty() ? std::pair<int64_t, int64_t>{0, -1}
-                                                          : host.ranges[0];
-  if (given(inv_freq) && host.whole.numel() > 0) {
-    const int64_t* values = host.whole.data_ptr<int64_t>();
-    const auto extremes = std::minmax_element(values, values + host.whole.numel());
-    range = {*extremes.first, *extremes.second};
-  }
+  const std::pair<int64_t, int64_t> range =
+      given(inv_freq) ? whole_range(host.whole) : host.ranges[0];
   TORCH_CHECK(range.first >= 0 || range.second < range.first, who,
               ": multimodal positions must be >= 0, but got ", range.first,
               " (M-RoPE has no padding value: mask padded tokens in the attention)");
@@ -332,6 +329,7 @@ MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Te
   }
   return call;
 }
+
 void check_out(const char* who, const at::Tensor& out, const at::Tensor& x) {
   TORCH_CHECK(out.defined(), who, ": out is undefined");
   TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(), who,

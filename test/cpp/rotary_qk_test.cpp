@@ -23,8 +23,8 @@ namespace {
 
 class RotaryQk : public posenc_test::SeededTest {};
 
-const std::vector<torch::Dtype> kDtypes = {
-    torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble};
+const std::vector<torch::Dtype> kDtypes = {torch::kHalf, torch::kBFloat16, torch::kFloat,
+                                           torch::kDouble};
 
 c10::optional<torch::Tensor> given(const torch::Tensor& t) {
   return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
@@ -90,10 +90,10 @@ TEST_F(RotaryQk, KeysMayBeWiderOrNarrowerThanQueries) {
   const auto q = torch::randn({1, 4, 3, 24});
   const auto k = torch::randn({1, 4, 1, 8});
   const auto both = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 2);
-  EXPECT_TRUE(
-      torch::equal(std::get<0>(both), posenc::ops::apply_rotary(q, tables.first, tables.second, 2)));
-  EXPECT_TRUE(
-      torch::equal(std::get<1>(both), posenc::ops::apply_rotary(k, tables.first, tables.second, 2)));
+  EXPECT_TRUE(torch::equal(std::get<0>(both),
+                           posenc::ops::apply_rotary(q, tables.first, tables.second, 2)));
+  EXPECT_TRUE(torch::equal(std::get<1>(both),
+                           posenc::ops::apply_rotary(k, tables.first, tables.second, 2)));
 }
 
 TEST_F(RotaryQk, InPlaceOnViewsOfAFusedQkvTensor) {
@@ -111,12 +111,10 @@ TEST_F(RotaryQk, InPlaceOnViewsOfAFusedQkvTensor) {
       auto q = qkv.narrow(head_dim, 0, hq);
       auto k = qkv.narrow(head_dim, hq, hk);
       ASSERT_FALSE(q.is_contiguous());
-      const auto q_expected = posenc::ops::apply_rotary(q.contiguous(), tables.first,
-                                                        tables.second, 5, c10::nullopt, false,
-                                                        heads_first);
-      const auto k_expected = posenc::ops::apply_rotary(k.contiguous(), tables.first,
-                                                        tables.second, 5, c10::nullopt, false,
-                                                        heads_first);
+      const auto q_expected = posenc::ops::apply_rotary(q.contiguous(), tables.first, tables.second,
+                                                        5, c10::nullopt, false, heads_first);
+      const auto k_expected = posenc::ops::apply_rotary(k.contiguous(), tables.first, tables.second,
+                                                        5, c10::nullopt, false, heads_first);
       // Out of place from the views: the same values.
       const auto both = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 5,
                                                      c10::nullopt, false, heads_first);
@@ -129,11 +127,12 @@ TEST_F(RotaryQk, InPlaceOnViewsOfAFusedQkvTensor) {
       EXPECT_EQ(qkv.data_ptr(), data);
       EXPECT_TRUE(torch::equal(q, q_expected)) << dtype << heads_first;
       EXPECT_TRUE(torch::equal(k, k_expected)) << dtype << heads_first;
-      EXPECT_TRUE(torch::equal(qkv.narrow(head_dim, hq + hk, hk),
-                               original.narrow(head_dim, hq + hk, hk)));
+      EXPECT_TRUE(
+          torch::equal(qkv.narrow(head_dim, hq + hk, hk), original.narrow(head_dim, hq + hk, hk)));
     }
   }
-  // Channels not contiguous (a transposed last pair of dimensions): copied in and back, same values.
+  // Channels not contiguous (a transposed last pair of dimensions): copied in and back, same
+  // values.
   auto q = torch::randn({1, 3, 16, 2}).transpose(2, 3); // [1, 3, 2, 16], channel stride 2
   ASSERT_NE(q.stride(3), 1);
   auto k = torch::randn({1, 3, 1, 16});
@@ -167,12 +166,12 @@ TEST_F(RotaryQk, Gradients) {
   for (const bool interleaved : {false, true}) {
     // The map is linear, so its gradient is its adjoint: <g, R v> = <R^T g, v> for any v, g
     // (an adjoint test, independent of how backward computes R^T).
-    const auto out = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 0, positions,
-                                                  interleaved);
+    const auto out =
+        posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 0, positions, interleaved);
     const auto gq = torch::randn_like(std::get<0>(out));
     const auto gk = torch::randn_like(std::get<1>(out));
-    const auto grads = torch::autograd::grad({std::get<0>(out), std::get<1>(out)}, {q, k},
-                                             {gq, gk});
+    const auto grads =
+        torch::autograd::grad({std::get<0>(out), std::get<1>(out)}, {q, k}, {gq, gk});
     const auto vq = torch::randn_like(q);
     const auto vk = torch::randn_like(k);
     const auto rotated = posenc::ops::apply_rotary_qk(vq, vk, tables.first, tables.second, 0,
@@ -187,9 +186,9 @@ TEST_F(RotaryQk, Gradients) {
   const auto upstream = torch::randn_like(std::get<1>(out));
   std::get<1>(out).backward(upstream);
   EXPECT_FALSE(q.grad().defined());
-  EXPECT_TRUE(torch::allclose(k.grad(), posenc::ops::apply_rotary(upstream, tables.first,
-                                                                  tables.second, 3, c10::nullopt,
-                                                                  false, false, /*inverse=*/true)));
+  EXPECT_TRUE(torch::allclose(
+      k.grad(), posenc::ops::apply_rotary(upstream, tables.first, tables.second, 3, c10::nullopt,
+                                          false, false, /*inverse=*/true)));
   // In place on non-leaf tensors.
   const auto q2 = q.detach().clone().requires_grad_();
   const auto k2 = k.detach().clone().requires_grad_();
@@ -295,8 +294,8 @@ TEST_F(RotaryQk, MetaShapes) {
   const auto tables = F::rotary_tables(16, 8);
   const auto q = torch::empty({2, 4, 4, 8}, torch::kMeta);
   const auto k = torch::empty({2, 4, 2, 8}, torch::kMeta);
-  const auto out =
-      posenc::ops::apply_rotary_qk(q, k, tables.first.to(torch::kMeta), tables.second.to(torch::kMeta));
+  const auto out = posenc::ops::apply_rotary_qk(q, k, tables.first.to(torch::kMeta),
+                                                tables.second.to(torch::kMeta));
   EXPECT_EQ(std::get<0>(out).sizes(), q.sizes());
   EXPECT_EQ(std::get<1>(out).sizes(), k.sizes());
   EXPECT_TRUE(std::get<1>(out).is_meta());
@@ -315,9 +314,9 @@ TEST_F(RotaryQk, OnGpuMatchesCpu_CUDA) {
         const auto k = heads(2, 5, 2, 14, heads_first, dtype); // narrower keys: tails differ
         const auto cpu = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, 0,
                                                       positions, interleaved, heads_first);
-        const auto gpu = posenc::ops::apply_rotary_qk(
-            q.cuda(), k.cuda(), tables.first.cuda(), tables.second.cuda(), 0, positions.cuda(),
-            interleaved, heads_first);
+        const auto gpu = posenc::ops::apply_rotary_qk(q.cuda(), k.cuda(), tables.first.cuda(),
+                                                      tables.second.cuda(), 0, positions.cuda(),
+                                                      interleaved, heads_first);
         EXPECT_TRUE(torch::equal(std::get<0>(gpu).cpu(), std::get<0>(cpu)));
         EXPECT_TRUE(torch::equal(std::get<1>(gpu).cpu(), std::get<1>(cpu)));
         auto q_gpu = q.cuda();
@@ -373,8 +372,8 @@ TEST_F(RotaryQk, MultimodalTablesTakeEachFrequencyFromItsAxis) {
   const auto positions = torch::randint(0, 64, {3, 2, 5}, torch::kLong);
   for (const bool interleaved : {false, true}) {
     const std::vector<int64_t> section = {4, 4, 4};
-    const auto rows = F::multimodal_rotary_tables(tables.first, tables.second, positions,
-                                                  section, interleaved);
+    const auto rows =
+        F::multimodal_rotary_tables(tables.first, tables.second, positions, section, interleaved);
     ASSERT_EQ(rows.first.sizes(), (std::vector<int64_t>{2, 5, 12}));
     const auto axes = expected_axes(section, interleaved, 12);
     for (int64_t b = 0; b < 2; ++b) {
@@ -388,13 +387,13 @@ TEST_F(RotaryQk, MultimodalTablesTakeEachFrequencyFromItsAxis) {
     }
     // Equal positions on the three axes: plain RoPE's rows.
     const auto same = torch::arange(5).view({1, 1, 5}).expand({3, 2, 5});
-    const auto plain = F::multimodal_rotary_tables(tables.first, tables.second, same, section,
-                                                   interleaved);
+    const auto plain =
+        F::multimodal_rotary_tables(tables.first, tables.second, same, section, interleaved);
     EXPECT_TRUE(torch::equal(plain.first[1], tables.first.narrow(0, 0, 5)));
   }
   // [3, L] positions: [L, R/2] rows.
-  const auto shared = F::multimodal_rotary_tables(tables.first, tables.second,
-                                                  positions.select(1, 0), {6, 3, 3});
+  const auto shared =
+      F::multimodal_rotary_tables(tables.first, tables.second, positions.select(1, 0), {6, 3, 3});
   EXPECT_EQ(shared.first.sizes(), (std::vector<int64_t>{5, 12}));
 }
 
@@ -416,15 +415,13 @@ TEST_F(RotaryQk, MultimodalModule) {
       const auto both = rope->forward_qk_positions(q, k, positions);
       // Reference: per-token rows gathered per frequency, then one rotation per token.
       const auto big = F::rotary_tables(128, 16, F::RotaryTablesFuncOptions().base(1e6));
-      const auto rows = F::multimodal_rotary_tables(big.first, big.second, positions,
-                                                    {2, 3, 3}, interleaved);
+      const auto rows =
+          F::multimodal_rotary_tables(big.first, big.second, positions, {2, 3, 3}, interleaved);
       const auto index = torch::arange(12).view({2, 6});
-      const auto q_expected = posenc::ops::apply_rotary(q, rows.first.view({12, 8}),
-                                                        rows.second.view({12, 8}), 0, index,
-                                                        false, heads_first);
-      const auto k_expected = posenc::ops::apply_rotary(k, rows.first.view({12, 8}),
-                                                        rows.second.view({12, 8}), 0, index,
-                                                        false, heads_first);
+      const auto q_expected = posenc::ops::apply_rotary(
+          q, rows.first.view({12, 8}), rows.second.view({12, 8}), 0, index, false, heads_first);
+      const auto k_expected = posenc::ops::apply_rotary(
+          k, rows.first.view({12, 8}), rows.second.view({12, 8}), 0, index, false, heads_first);
       EXPECT_TRUE(torch::equal(std::get<0>(both), q_expected)) << interleaved << heads_first;
       EXPECT_TRUE(torch::equal(std::get<1>(both), k_expected)) << interleaved << heads_first;
       EXPECT_TRUE(torch::equal(rope->forward_positions(q, positions), q_expected));
@@ -449,14 +446,14 @@ TEST_F(RotaryQk, MultimodalErrors) {
   EXPECT_POSENC_ERROR(
       F::multimodal_rotary_tables(tables.first, tables.second, positions[0], {2, 1, 1}),
       "multimodal positions must be [3, B, L] or [3, L]");
-  EXPECT_POSENC_ERROR(F::multimodal_rotary_tables(tables.first, tables.second,
-                                                  torch::full({3, 1, 4}, 16, torch::kLong),
-                                                  {2, 1, 1}),
-                      "16");
-  EXPECT_POSENC_ERROR(F::multimodal_rotary_tables(tables.first, tables.second,
-                                                  torch::full({3, 1, 4}, -1, torch::kLong),
-                                                  {2, 1, 1}),
-                      "multimodal positions must be >= 0");
+  EXPECT_POSENC_ERROR(
+      F::multimodal_rotary_tables(tables.first, tables.second,
+                                  torch::full({3, 1, 4}, 16, torch::kLong), {2, 1, 1}),
+      "16");
+  EXPECT_POSENC_ERROR(
+      F::multimodal_rotary_tables(tables.first, tables.second,
+                                  torch::full({3, 1, 4}, -1, torch::kLong), {2, 1, 1}),
+      "multimodal positions must be >= 0");
   EXPECT_POSENC_ERROR(
       posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(8, 16).mrope_section({1, 1, 1})),
       "RotaryEmbedding: mrope_section must hold");

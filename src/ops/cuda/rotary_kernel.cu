@@ -87,10 +87,10 @@ void run_rotary(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bo
 // channels past the rotated ones are copied (out-of-place only) by a second grid-stride pass over
 // (token, head slot, channel).
 template <typename scalar_t, typename table_t>
-__global__ void rotary_qk_kernel(OperandRows<scalar_t> q, OperandRows<scalar_t> k, const table_t* cos,
-                                 const table_t* sin, int64_t tokens, int64_t length, int64_t half,
-                                 RotaryRows where, bool interleaved, bool inverse,
-                                 int64_t rest_width) {
+__global__ void rotary_qk_kernel(OperandRows<scalar_t> q, OperandRows<scalar_t> k,
+                                 const table_t* cos, const table_t* sin, int64_t tokens,
+                                 int64_t length, int64_t half, RotaryRows where, bool interleaved,
+                                 bool inverse, int64_t rest_width) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const int64_t slots = q.heads + k.heads;
   const int64_t pairs = tokens * slots * half;
