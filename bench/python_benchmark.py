@@ -174,12 +174,58 @@ def gpu_benchmarks(library):
     return results
 
 
+def cpu_attention_bias(library):
+    """posenc's attention-bias operators against transformers' eager functions (BLOOM's
+    build_alibi_tensor, MPT's build_mpt_alibi_tensor, T5Attention.compute_bias) and the eager
+    formulation of the full ALiBi bias, 2 threads; plus the memory of both ALiBi forms at
+    L = 8192, 32 heads (float32)."""
+    try:
+        from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+        from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+        from transformers.models.t5.configuration_t5 import T5Config
+        from transformers.models.t5.modeling_t5 import T5Attention
+    except ImportError:
+        return []
+    torch.ops.load_library(library)
+    ops = torch.ops.posenc
+    torch.set_num_threads(2)
+    heads, length = 32, 2048
+    slopes = ops.alibi_slopes(heads)
+    mask = torch.ones(8, length, dtype=torch.long)
+    mask[:, :100] = 0
+    eager_full = lambda: -(slopes.view(heads, 1, 1) * (torch.arange(length).view(1, -1) - torch.arange(length).view(-1, 1)).abs())  # noqa: E731
+    layer = T5Attention(T5Config(d_model=512, d_kv=64, num_heads=8), has_relative_attention_bias=True)
+    weight = layer.relative_attention_bias.weight.detach()
+    cases = {
+        f"alibi_full/{heads}x{length}x{length}/eager": eager_full,
+        f"alibi_full/{heads}x{length}x{length}/posenc": lambda: ops.alibi_bias(slopes, length, length),
+        f"alibi_full_causal/{heads}x{length}x{length}/posenc": lambda: ops.alibi_bias(slopes, length, length, causal=True),
+        f"alibi_mpt/{heads}x1x{length}/transformers": lambda: build_mpt_alibi_tensor(heads, length),
+        f"alibi_mpt/{heads}x1x{length}/posenc": lambda: ops.alibi_bias(slopes, 1, length),
+        f"alibi_bloom_padded/8x{heads}x1x{length}/transformers": lambda: build_alibi_tensor(mask, heads, torch.float32),
+        f"alibi_bloom_padded/8x{heads}x1x{length}/posenc": lambda: ops.alibi_causal_bias(slopes, length, mask),
+        "t5_bias/8x512x512/transformers": lambda: layer.compute_bias(512, 512),
+        "t5_bias/8x512x512/posenc": lambda: ops.relative_position_bias(weight, 512, 512),
+        "t5_bias_decode/8x1x512/transformers": lambda: layer.compute_bias(1, 512, past_seen_tokens=511),
+        "t5_bias_decode/8x1x512/posenc": lambda: ops.relative_position_bias(weight, 1, 512, True, 128, 511),
+    }
+    results = []
+    with torch.no_grad():
+        for name, call in cases.items():
+            results.append({"name": f"py_attention_bias/{name}/threads:2", "real_time_us": median_time_us(call, repeats=3)})
+    full = torch.empty(0).element_size() * heads * 8192 * 8192
+    compact = ops.alibi_causal_bias(slopes, 8192)
+    results.append({"name": "py_attention_bias/alibi_memory_L8192/full_bytes", "bytes": full})
+    results.append({"name": "py_attention_bias/alibi_memory_L8192/compact_bytes", "bytes": compact.numel() * compact.element_size()})
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library)}
+    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_attention_bias(args.library)}
     if torch.cuda.is_available():
         report["device"] = torch.cuda.get_device_name()
         report["benchmarks"] += gpu_benchmarks(args.library)

@@ -876,6 +876,141 @@ void fuzz_reader(FuzzedDataProvider& in) {
   }
 }
 
+
+// Attention biases and relative encodings: slopes, both ALiBi forms (masks of any shape and
+// dtype), T5's buckets (any int64 value must land in a bucket) and bias, the relative table,
+// rel_shift, and the Conformer modules with streaming offsets. Lengths stay small (a valid
+// request for a huge bias is the allocator's to refuse); offsets and values range over int64.
+int64_t pick_length(FuzzedDataProvider& in) {
+  return in.ConsumeIntegralInRange<int64_t>(-2, 24);
+}
+
+void fuzz_attention_bias(FuzzedDataProvider& in) {
+  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+    case 0: {
+      const int64_t heads = in.ConsumeIntegralInRange<int64_t>(-2, 70);
+      const double max_bias = pick_double(in, {8.0, 0.0, -1.0, NAN, INFINITY, 1e300}, -20, 20);
+      const int64_t first = in.ConsumeIntegralInRange<int64_t>(-2, 72);
+      const c10::optional<int64_t> count =
+          in.ConsumeBool() ? c10::optional<int64_t>(in.ConsumeIntegralInRange<int64_t>(-2, 72))
+                           : c10::nullopt;
+      const torch::Tensor slopes = posenc::functional::alibi_slopes(heads, max_bias, first, count);
+      if (slopes.dim() != 1 || !(slopes > 0).all().item<bool>() || !slopes.isfinite().all().item<bool>()) {
+        abort(); // slopes are positive finite numbers
+      }
+      break;
+    }
+    case 1: {
+      const int64_t heads = in.ConsumeIntegralInRange<int64_t>(0, 6);
+      std::vector<int64_t> shape = {heads};
+      if (in.ConsumeBool()) {
+        shape.insert(shape.begin(), in.ConsumeIntegralInRange<int64_t>(0, 3));
+      }
+      torch::Tensor slopes = torch::rand(shape).to(pick_dtype(in));
+      const int64_t queries = pick_length(in);
+      const int64_t keys = pick_length(in);
+      const c10::optional<int64_t> offset =
+          in.ConsumeBool() ? c10::optional<int64_t>(pick_offset(in, 30)) : c10::nullopt;
+      if (in.ConsumeBool()) {
+        const torch::Tensor bias =
+            posenc::functional::alibi_bias(slopes, queries, keys, offset, in.ConsumeBool());
+        if (bias.size(-1) != keys || bias.size(-2) != queries || bias.isnan().any().item<bool>()) {
+          abort();
+        }
+      } else {
+        torch::Tensor mask;
+        if (in.ConsumeBool()) {
+          mask = torch::randint(2, {in.ConsumeIntegralInRange<int64_t>(0, 3),
+                                    in.ConsumeIntegralInRange<int64_t>(0, 24)})
+                     .to(pick_dtype(in));
+        }
+        const torch::Tensor bias = posenc::functional::alibi_causal_bias(slopes, keys, mask);
+        if (bias.size(-1) != keys || bias.size(-2) != 1) {
+          abort();
+        }
+      }
+      break;
+    }
+    case 2: {
+      const bool bidirectional = in.ConsumeBool();
+      const int64_t buckets = in.ConsumeIntegralInRange<int64_t>(-1, 130);
+      const int64_t distance = pick_offset(in, 2000);
+      std::vector<int64_t> values;
+      const int64_t count = in.ConsumeIntegralInRange<int64_t>(0, 16);
+      for (int64_t i = 0; i < count; ++i) {
+        values.push_back(in.ConsumeIntegral<int64_t>());
+      }
+      torch::Tensor relative = torch::tensor(values, torch::kLong);
+      if (in.ConsumeBool()) {
+        relative = relative.to(pick_dtype(in));
+      }
+      const torch::Tensor result =
+          posenc::functional::relative_position_bucket(relative, bidirectional, buckets, distance);
+      if (result.numel() > 0 &&
+          (result.min().item<int64_t>() < 0 || result.max().item<int64_t>() >= buckets)) {
+        abort(); // every relative position lands in a bucket
+      }
+      break;
+    }
+    case 3: {
+      const torch::Tensor weight = torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 40),
+                                                 in.ConsumeIntegralInRange<int64_t>(0, 4)})
+                                       .to(pick_dtype(in));
+      const int64_t queries = pick_length(in);
+      const int64_t keys = pick_length(in);
+      const torch::Tensor bias = posenc::functional::relative_position_bias(
+          weight, queries, keys, in.ConsumeBool(), pick_offset(in, 200), pick_offset(in, 30));
+      if (bias.size(-1) != keys || bias.size(-2) != queries) {
+        abort();
+      }
+      break;
+    }
+    case 4: {
+      const int64_t length = pick_length(in);
+      const int64_t width = in.ConsumeIntegralInRange<int64_t>(-1, 16);
+      const c10::optional<int64_t> keys =
+          in.ConsumeBool() ? c10::optional<int64_t>(pick_offset(in, 30)) : c10::nullopt;
+      const torch::Tensor table = posenc::functional::relative_sinusoidal_table(
+          length, width, keys, pick_double(in, {10000.0, 0.0, -1.0, NAN}, 0.5, 1e6));
+      if (table.size(0) != length + keys.value_or(length) - 1 || !table.isfinite().all().item<bool>()) {
+        abort();
+      }
+      std::vector<int64_t> shape;
+      const int rank = in.ConsumeIntegralInRange<int>(0, 4);
+      for (int i = 0; i < rank; ++i) {
+        shape.push_back(in.ConsumeIntegralInRange<int64_t>(0, 9));
+      }
+      const torch::Tensor scores = torch::randn(shape);
+      const torch::Tensor shifted = posenc::functional::rel_shift(scores);
+      if (shifted.size(-2) != scores.size(-2)) {
+        abort();
+      }
+      break;
+    }
+    default: {
+      const int64_t width = in.ConsumeIntegralInRange<int64_t>(1, 4) * 4;
+      posenc::RelPositionalEncoding pos(posenc::RelPositionalEncodingOptions(width)
+                                            .max_len(in.ConsumeIntegralInRange<int64_t>(1, 20))
+                                            .legacy(in.ConsumeBool()));
+      posenc::RelPositionMultiheadAttention attn(width, in.ConsumeIntegralInRange<int64_t>(1, 4) == 3 ? 4 : 2);
+      const torch::Tensor x = pick_input(in, width);
+      const int64_t offset = pick_offset(in, 20);
+      const torch::Tensor before = pos->pe.clone();
+      try {
+        auto [scaled, pos_emb] = pos->forward(x, offset);
+        if (!pos->options.legacy() && offset == 0) {
+          (void)attn(scaled, scaled, scaled, pos_emb);
+        }
+      } catch (const c10::Error&) {
+        if (!torch::equal(pos->pe, before)) {
+          abort(); // a rejected call changed the module
+        }
+        throw;
+      }
+      break;
+    }
+  }
+}
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
@@ -887,7 +1022,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   torch::manual_seed(in.ConsumeIntegral<uint32_t>());
   try {
-    switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 6)) {
       case 0:
         fuzz_sinusoidal(in);
         break;
@@ -902,6 +1037,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 4:
         fuzz_ops(in);
+        break;
+      case 6:
+        fuzz_attention_bias(in);
         break;
       default:
         fuzz_reader(in);

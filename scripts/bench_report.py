@@ -138,6 +138,15 @@ def main():
         lines += ["", "Against transformers' own `apply_rotary_pos_emb` (Python, heads first, same process):", "",
                   "| benchmark | time |", "|---|---|"]
         lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in hf_rows]
+    bias_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_attention_bias/") and "real_time_us" in b]
+    if bias_rows:
+        lines += ["", "## Attention biases (Python, torch.ops.posenc against transformers' eager functions)", "",
+                  "| benchmark | time |", "|---|---|"]
+        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in bias_rows]
+        memory = {b["name"].rsplit("/", 1)[1]: b["bytes"] for b in python["benchmarks"] if "bytes" in b}
+        if memory:
+            lines += ["", f"ALiBi at L = 8192, 32 heads, float32: full [H, L, L] form {memory['full_bytes'] / 2**30:.0f} GiB, "
+                      f"compact causal [H, 1, L] form {memory['compact_bytes'] / 2**20:.0f} MiB."]
     gpu = [b for b in python["benchmarks"] if b["name"].startswith("gpu_")]
     if gpu:
         lines += ["", f"## GPU: {python.get('device')}", "", "| benchmark | time | GB/s |", "|---|---|---|"]

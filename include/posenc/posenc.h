@@ -11,16 +11,19 @@
 ///    `posenc::io` (`posenc::load_state_dict`).
 
 #include <posenc/enums.h>
+#include <posenc/functional/attention_bias.h>
 #include <posenc/functional/positional_encoding.h>
 #include <posenc/functional/positions.h>
 #include <posenc/functional/rotary_embedding.h>
 #include <posenc/functional/token_and_position_embedding.h>
+#include <posenc/modules/attention_bias.h>
 #include <posenc/modules/encoding_base.h>
 #include <posenc/modules/learned_positional_embedding.h>
 #include <posenc/modules/positional_encoding.h>
 #include <posenc/modules/rotary_embedding.h>
 #include <posenc/modules/token_and_position_embedding.h>
 #include <posenc/ops.h>
+#include <posenc/options/attention_bias.h>
 #include <posenc/options/learned_positional_embedding.h>
 #include <posenc/options/positional_encoding.h>
 #include <posenc/options/rotary_embedding.h>

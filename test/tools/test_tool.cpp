@@ -12,6 +12,13 @@
 //   [--seed S] OUT
 //       to_torchscript of a randomly initialized LearnedPositionalEmbedding /
 //       TokenAndPositionEmbedding.
+//   posenc_test_tool t5-bias --num-heads H [--num-buckets N] [--max-distance M] [--causal]
+//   --query-length Q --key-length K [--offset O] [--prefix P] FILE OUT
+//       posenc::load_state_dict a RelativePositionBias from FILE (non-strict: a T5 attention
+//       layer's other weights are ignored), save its bias [1, H, Q, K].
+//   posenc_test_tool conformer-attention --d-model D --num-heads H [--prefix P] FILE INPUT OUT
+//       load a RelPositionMultiheadAttention from FILE, attend the [B, L, D] tensor in INPUT to
+//       itself with RelPositionalEncoding's relative positions (unscaled), save the output.
 //
 // On a c10::Error the message goes to stderr and the exit status is 1.
 
@@ -116,6 +123,54 @@ int main(int argc, char** argv) {
       options.padding_idx(padding_idx);
     }
     posenc::to_torchscript(posenc::TokenAndPositionEmbedding(options)).save(out_path);
+  });
+
+  int64_t num_heads = 0, num_buckets = 32, max_distance = 128, query_length = 0,
+          key_length = 0, offset = 0;
+  bool causal = false;
+  CLI::App* t5_bias =
+      app.add_subcommand("t5-bias", "Load a RelativePositionBias from a T5 layer's state dict");
+  t5_bias->add_option("--num-heads", num_heads)->required();
+  t5_bias->add_option("--num-buckets", num_buckets);
+  t5_bias->add_option("--max-distance", max_distance);
+  t5_bias->add_flag("--causal", causal);
+  t5_bias->add_option("--query-length", query_length)->required();
+  t5_bias->add_option("--key-length", key_length)->required();
+  t5_bias->add_option("--offset", offset);
+  t5_bias->add_option("--prefix", prefix);
+  t5_bias->add_option("file", checkpoint)->required();
+  t5_bias->add_option("out", out_path)->required();
+  t5_bias->callback([&] {
+    posenc::RelativePositionBias module(posenc::RelativePositionBiasOptions(num_heads)
+                                            .num_buckets(num_buckets)
+                                            .max_distance(max_distance)
+                                            .bidirectional(!causal));
+    module->relative_attention_bias->weight.data().fill_(-7.0); // values not loaded show
+    posenc::load_state_dict(*module, checkpoint,
+                            posenc::LoadStateDictOptions().prefix(prefix).strict(false));
+    torch::NoGradGuard no_grad;
+    write_value(module(query_length, key_length, offset), out_path);
+  });
+
+  std::string input_path;
+  CLI::App* conformer = app.add_subcommand(
+      "conformer-attention", "Load a RelPositionMultiheadAttention and attend an input");
+  conformer->add_option("--d-model", d_model)->required();
+  conformer->add_option("--num-heads", num_heads)->required();
+  conformer->add_option("--prefix", prefix);
+  conformer->add_option("file", checkpoint)->required();
+  conformer->add_option("input", input_path)->required();
+  conformer->add_option("out", out_path)->required();
+  conformer->callback([&] {
+    posenc::RelPositionMultiheadAttention attention(d_model, num_heads);
+    posenc::load_state_dict(*attention, checkpoint, posenc::LoadStateDictOptions().prefix(prefix));
+    attention->eval();
+    const torch::Tensor x = torch::pickle_load(read_bytes(input_path)).toTensor();
+    posenc::RelPositionalEncoding encoding(
+        posenc::RelPositionalEncodingOptions(d_model).max_len(x.size(1)).scale_input(false));
+    torch::NoGradGuard no_grad;
+    const torch::Tensor pos_emb = std::get<1>(encoding->forward(x));
+    write_value(attention(x, x, x, pos_emb), out_path);
   });
 
   try {

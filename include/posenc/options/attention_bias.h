@@ -1,0 +1,99 @@
+#pragma once
+
+#include <torch/arg.h>
+
+#include <c10/util/Optional.h>
+
+#include <cstdint>
+
+namespace posenc {
+
+/// Options for the `ALiBi` module (attention with linear biases: BLOOM, MPT, Baichuan).
+///
+/// Example:
+/// ```
+/// // heads 8 .. 15 of a 32-head model (tensor parallelism over 4 ranks, this is rank 1)
+/// posenc::ALiBi alibi(posenc::ALiBiOptions(32).first_head(8).heads(8));
+/// ```
+struct ALiBiOptions {
+  /* implicit */ ALiBiOptions(int64_t num_heads);
+
+  /// The model's number of attention heads `H` (>= 1): the slopes depend on it.
+  TORCH_ARG(int64_t, num_heads);
+  /// Largest bias exponent: the first 2^floor(log2 H) slopes are 2^(-max_bias k / n). Default: 8.
+  TORCH_ARG(double, max_bias) = 8.0;
+  /// First head of this module's shard of the heads. Default: 0.
+  TORCH_ARG(int64_t, first_head) = 0;
+  /// Number of heads of the shard. Default: all heads from `first_head`.
+  TORCH_ARG(c10::optional<int64_t>, heads) = c10::nullopt;
+};
+
+/// Options for the `RelativePositionBias` module (T5, mT5, Flan-T5, UL2, LongT5).
+///
+/// Example:
+/// ```
+/// posenc::RelativePositionBias bias(posenc::RelativePositionBiasOptions(/*num_heads=*/12));
+/// ```
+struct RelativePositionBiasOptions {
+  /* implicit */ RelativePositionBiasOptions(int64_t num_heads);
+
+  /// Number of attention heads `H` (>= 1): one learned bias per bucket and head.
+  TORCH_ARG(int64_t, num_heads);
+  /// Number of relative-position buckets (T5's `relative_attention_num_buckets`). Default: 32.
+  TORCH_ARG(int64_t, num_buckets) = 32;
+  /// Distance from which every relative position shares the last bucket (T5's
+  /// `relative_attention_max_distance`, >= num_buckets). Default: 128.
+  TORCH_ARG(int64_t, max_distance) = 128;
+  /// `true`: keys before and after a query have their own buckets (encoder); `false`: keys after
+  /// the query share bucket 0 (decoder self-attention, T5's `is_decoder`). Default: `true`.
+  TORCH_ARG(bool, bidirectional) = true;
+};
+
+/// Options for the `RelPositionalEncoding` module (Transformer-XL / Conformer relative
+/// sinusoidal encoding, ESPnet's `RelPositionalEncoding` and WeNet's / ESPnet's legacy variant).
+///
+/// Example:
+/// ```
+/// posenc::RelPositionalEncoding pos(posenc::RelPositionalEncodingOptions(256).dropout(0.1));
+/// auto [x_scaled, pos_emb] = pos(x);   // pos_emb: [1, 2L - 1, 256]
+/// ```
+struct RelPositionalEncodingOptions {
+  /* implicit */ RelPositionalEncodingOptions(int64_t d_model);
+
+  /// Width `D` of the inputs and of the encoding (>= 1).
+  TORCH_ARG(int64_t, d_model);
+  /// Longest sequence (queries + cached keys) the table covers. Default: 5000 (ESPnet's).
+  TORCH_ARG(int64_t, max_len) = 5000;
+  /// Probability of zeroing an element of both outputs in training mode, in [0, 1]. Default: 0.
+  TORCH_ARG(double, dropout) = 0.0;
+  /// Multiply the input by sqrt(d_model) (ESPnet's `xscale`). Default: `true`.
+  TORCH_ARG(bool, scale_input) = true;
+  /// `true`: the legacy variant (ESPnet's `LegacyRelPositionalEncoding`, WeNet's
+  /// `RelPositionalEncoding`): the encoding of the absolute positions `offset .. offset + L - 1`,
+  /// `[1, L, D]`. `false`: the table of relative positions `offset + L - 1 .. -(L - 1)`,
+  /// `[1, offset + 2L - 1, D]`. Default: `false`.
+  TORCH_ARG(bool, legacy) = false;
+  /// Base of the geometric frequencies. Default: 10000.
+  TORCH_ARG(double, base) = 10000.0;
+};
+
+/// Options for the `RelPositionMultiheadAttention` module (ESPnet's
+/// `RelPositionMultiHeadedAttention`, `Wav2Vec2ConformerSelfAttention` with relative positions).
+///
+/// Example:
+/// ```
+/// posenc::RelPositionMultiheadAttention attn(
+///     posenc::RelPositionMultiheadAttentionOptions(/*embed_dim=*/256, /*num_heads=*/4));
+/// ```
+struct RelPositionMultiheadAttentionOptions {
+  RelPositionMultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads);
+
+  /// Model width `D` (a multiple of `num_heads`).
+  TORCH_ARG(int64_t, embed_dim);
+  /// Number of heads `H` (>= 1).
+  TORCH_ARG(int64_t, num_heads);
+  /// Dropout on the attention weights in training mode, in [0, 1]. Default: 0.
+  TORCH_ARG(double, dropout) = 0.0;
+};
+
+} // namespace posenc

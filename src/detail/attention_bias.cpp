@@ -1,0 +1,128 @@
+#include "detail/attention_bias.h"
+
+#include "detail/checks.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+namespace posenc {
+namespace detail {
+
+std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_bias,
+                                 int64_t first_head, int64_t heads) {
+  TORCH_CHECK(num_heads >= 1, who, ": num_heads must be >= 1, but got ", num_heads,
+              "; pass the number of attention heads of the model");
+  TORCH_CHECK(std::isfinite(max_bias) && max_bias > 0, who,
+              ": max_bias must be finite and > 0, but got ", max_bias,
+              "; ALiBi models use 8 (the slopes 2^-1 .. 2^-8 for 8 heads)");
+  TORCH_CHECK(first_head >= 0 && first_head < num_heads, who,
+              ": first_head must be in [0, num_heads) = [0, ", num_heads, "), but got ", first_head,
+              "; pass the index of the first head of this shard");
+  TORCH_CHECK(heads >= 1 && heads <= num_heads - first_head, who,
+              ": a shard of heads first_head .. first_head + heads - 1 must lie in the model's ",
+              num_heads, " heads, but got first_head = ", first_head, " and heads = ", heads,
+              "; pass heads in [1, ", num_heads - first_head, "]");
+  int64_t n = 1; // the largest power of two <= num_heads
+  while (n <= num_heads / 2) {
+    n *= 2;
+  }
+  std::vector<double> slopes;
+  slopes.reserve(static_cast<size_t>(heads));
+  for (int64_t h = first_head; h < first_head + heads; ++h) {
+    // exponent k / n for the first n heads, (2m - 1) / (2n) for the m-th of the others
+    const double exponent = h < n ? static_cast<double>(h + 1) / static_cast<double>(n)
+                                  : static_cast<double>(2 * (h - n) + 1) /
+                                        static_cast<double>(2 * n);
+    slopes.push_back(std::exp2(-max_bias * exponent));
+  }
+  return slopes;
+}
+
+void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buckets,
+                            int64_t max_distance) {
+  const int64_t smallest = bidirectional ? 4 : 2;
+  TORCH_CHECK(num_buckets >= smallest, who, ": num_buckets must be >= ", smallest,
+              bidirectional ? " when bidirectional (each direction needs an exact and a "
+                              "logarithmic bucket)"
+                            : " (an exact and a logarithmic bucket)",
+              ", but got ", num_buckets, "; T5 uses 32");
+  TORCH_CHECK(max_distance >= num_buckets, who,
+              ": max_distance must be >= num_buckets (the logarithmic buckets span the distances "
+              "from num_buckets / 2 up to max_distance), but got max_distance = ",
+              max_distance, " and num_buckets = ", num_buckets, "; T5 uses 128 with 32 buckets");
+}
+
+int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
+                                 int64_t num_buckets, int64_t max_distance) {
+  int64_t bucket = 0;
+  int64_t buckets = num_buckets;
+  int64_t distance = 0;
+  if (bidirectional) {
+    buckets /= 2;
+    bucket = relative_position > 0 ? buckets : 0;
+    // |INT64_MIN| does not fit: every distance past max_distance lands in the last bucket anyway
+    distance = relative_position == std::numeric_limits<int64_t>::min()
+                   ? std::numeric_limits<int64_t>::max()
+                   : std::llabs(relative_position);
+  } else {
+    distance = relative_position >= 0 ? 0
+               : relative_position == std::numeric_limits<int64_t>::min()
+                   ? std::numeric_limits<int64_t>::max()
+                   : -relative_position;
+  }
+  const int64_t max_exact = buckets / 2;
+  if (distance < max_exact) {
+    return bucket + distance;
+  }
+  const double scaled = std::log(static_cast<double>(distance) / static_cast<double>(max_exact)) /
+                        std::log(static_cast<double>(max_distance) /
+                                 static_cast<double>(max_exact)) *
+                        static_cast<double>(buckets - max_exact);
+  // scaled >= 0 here; clamp before converting so that huge distances cannot overflow int64
+  const double last = static_cast<double>(buckets - 1 - max_exact);
+  const int64_t large = max_exact + static_cast<int64_t>(std::min(scaled, last));
+  return bucket + std::min(large, buckets - 1);
+}
+
+void check_relative_table_arguments(const char* who, int64_t length, int64_t key_length,
+                                    int64_t d_model, double base) {
+  TORCH_CHECK(length >= 1, who, ": length must be >= 1, but got ", length,
+              "; pass the number of queries (the sequence length)");
+  TORCH_CHECK(key_length >= 1, who, ": key_length must be >= 1, but got ", key_length,
+              "; pass the number of keys (the cached and the new ones)");
+  TORCH_CHECK(key_length <= std::numeric_limits<int64_t>::max() - length, who,
+              ": length + key_length must fit in int64, but got ", length, " and ", key_length);
+  // the table arguments (d_model, base) and the size of its length + key_length - 1 rows
+  check_table_arguments(who, length + key_length - 1, d_model, base);
+}
+
+at::Tensor relative_sinusoidal_table(int64_t length, int64_t key_length, const SinusoidSpec& spec,
+                                     c10::ScalarType dtype, c10::Device device) {
+  const ColumnPlan plan = column_plan(spec);
+  const int64_t rows = length + key_length - 1;
+  const int64_t width = spec.d_model;
+  at::Tensor table = at::empty({rows, width}, at::TensorOptions().dtype(at::kDouble));
+  double* out = table.data_ptr<double>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / width), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const double position = static_cast<double>(key_length - 1 - r);
+      for (int64_t c = 0; c < width; ++c) {
+        const double angle = position * plan.frequency[static_cast<size_t>(c)];
+        const ColumnPlan::Kind kind = plan.kind[static_cast<size_t>(c)];
+        out[r * width + c] = kind == ColumnPlan::kSin   ? std::sin(angle)
+                             : kind == ColumnPlan::kCos ? std::cos(angle)
+                                                        : 0.0;
+      }
+    }
+  });
+  return table.to(device, dtype);
+}
+
+} // namespace detail
+} // namespace posenc

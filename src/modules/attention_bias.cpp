@@ -1,0 +1,207 @@
+#include <posenc/modules/attention_bias.h>
+#include <posenc/modules/encoding_base.h>
+#include <posenc/ops.h>
+
+#include "detail/attention_bias.h"
+#include "detail/checks.h"
+#include "detail/sinusoidal.h"
+
+#include <torch/nn/init.h>
+#include <torch/nn/options/embedding.h>
+#include <torch/nn/options/linear.h>
+#include <torch/utils.h>
+
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <ios>
+
+namespace posenc {
+
+ALiBiOptions::ALiBiOptions(int64_t num_heads) : num_heads_(num_heads) {}
+RelativePositionBiasOptions::RelativePositionBiasOptions(int64_t num_heads)
+    : num_heads_(num_heads) {}
+RelPositionalEncodingOptions::RelPositionalEncodingOptions(int64_t d_model) : d_model_(d_model) {}
+RelPositionMultiheadAttentionOptions::RelPositionMultiheadAttentionOptions(int64_t embed_dim,
+                                                                           int64_t num_heads)
+    : embed_dim_(embed_dim), num_heads_(num_heads) {}
+
+// ---- ALiBi ----
+
+ALiBiImpl::ALiBiImpl(const ALiBiOptions& options_) : options(options_) {
+  // NOLINTNEXTLINE(clang-analyzer-optin.cplusplus.VirtualCall)
+  reset();
+}
+
+void ALiBiImpl::reset() {
+  const detail::CallerScope caller(kName);
+  slopes = register_buffer("slopes", ops::alibi_slopes(options.num_heads(), options.max_bias(),
+                                                       options.first_head(), options.heads()));
+}
+
+void ALiBiImpl::pretty_print(std::ostream& stream) const {
+  stream << "posenc::ALiBi(num_heads=" << options.num_heads()
+         << detail::non_default("max_bias", options.max_bias(), 8.0);
+  if (options.first_head() != 0 || options.heads().has_value()) {
+    stream << ", first_head=" << options.first_head() << ", heads=" << slopes.size(0);
+  }
+  stream << ")";
+}
+
+torch::Tensor ALiBiImpl::forward(int64_t query_length, int64_t key_length,
+                                 c10::optional<int64_t> offset, bool causal) {
+  const detail::CallerScope caller(kName);
+  return functional::alibi_bias(slopes, query_length, key_length, offset, causal);
+}
+
+torch::Tensor ALiBiImpl::forward_causal(int64_t key_length, const torch::Tensor& attention_mask) {
+  const detail::CallerScope caller(kName);
+  return functional::alibi_causal_bias(slopes, key_length, attention_mask);
+}
+
+// ---- T5's relative position bias ----
+
+RelativePositionBiasImpl::RelativePositionBiasImpl(const RelativePositionBiasOptions& options_)
+    : options(options_) {
+  // NOLINTNEXTLINE(clang-analyzer-optin.cplusplus.VirtualCall)
+  reset();
+}
+
+void RelativePositionBiasImpl::reset() {
+  TORCH_CHECK(options.num_heads() >= 1, kName, ": num_heads must be >= 1, but got ",
+              options.num_heads());
+  detail::check_bucket_arguments(kName, options.bidirectional(), options.num_buckets(),
+                                 options.max_distance());
+  relative_attention_bias = register_module(
+      "relative_attention_bias",
+      torch::nn::Embedding(torch::nn::EmbeddingOptions(options.num_buckets(), options.num_heads())));
+}
+
+void RelativePositionBiasImpl::reset_parameters() {
+  relative_attention_bias->reset_parameters();
+}
+
+void RelativePositionBiasImpl::pretty_print(std::ostream& stream) const {
+  stream << std::boolalpha << "posenc::RelativePositionBias(num_heads=" << options.num_heads()
+         << ", num_buckets=" << options.num_buckets() << ", max_distance=" << options.max_distance()
+         << ", bidirectional=" << options.bidirectional() << ")";
+}
+
+torch::Tensor RelativePositionBiasImpl::forward(int64_t query_length, int64_t key_length,
+                                                int64_t offset) {
+  const detail::CallerScope caller(kName);
+  return functional::relative_position_bias(relative_attention_bias->weight, query_length,
+                                            key_length, options.bidirectional(),
+                                            options.max_distance(), offset);
+}
+
+// ---- Transformer-XL / Conformer relative sinusoidal encoding ----
+
+RelPositionalEncodingImpl::RelPositionalEncodingImpl(const RelPositionalEncodingOptions& options_)
+    : options(options_) {
+  // NOLINTNEXTLINE(clang-analyzer-optin.cplusplus.VirtualCall)
+  reset();
+}
+
+void RelPositionalEncodingImpl::reset() {
+  const detail::CallerScope caller(kName);
+  detail::check_dropout(kName, options.dropout());
+  detail::SinusoidSpec spec;
+  spec.d_model = options.d_model();
+  spec.base = options.base();
+  torch::Tensor table;
+  if (options.legacy()) {
+    detail::check_table_request(kName, options.max_len(), options.d_model(), options.base(), 0,
+                                torch::kFloat);
+    table = detail::sinusoidal_table(options.max_len(), 0, spec, torch::kFloat, torch::kCPU);
+  } else {
+    detail::check_relative_table_arguments(kName, options.max_len(), options.max_len(),
+                                           options.d_model(), options.base());
+    table = detail::relative_sinusoidal_table(options.max_len(), options.max_len(), spec,
+                                              torch::kFloat, torch::kCPU);
+  }
+  pe = register_buffer("pe", table);
+}
+
+void RelPositionalEncodingImpl::pretty_print(std::ostream& stream) const {
+  stream << std::boolalpha << "posenc::RelPositionalEncoding(d_model=" << options.d_model()
+         << ", max_len=" << options.max_len()
+         << detail::non_default("dropout", options.dropout(), 0.0)
+         << (options.scale_input() ? "" : ", scale_input=false")
+         << (options.legacy() ? ", legacy=true" : "")
+         << detail::non_default("base", options.base(), 10000.0) << ")";
+}
+
+std::tuple<torch::Tensor, torch::Tensor> RelPositionalEncodingImpl::forward(const torch::Tensor& x,
+                                                                            int64_t offset) {
+  const detail::CallerScope caller(kName);
+  const double scale =
+      options.scale_input() ? std::sqrt(static_cast<double>(options.d_model())) : 1.0;
+  return functional::relative_positional_encoding(x, pe, offset, options.legacy(), scale,
+                                                  options.dropout(), is_training());
+}
+
+// ---- relative-position multi-head attention ----
+
+RelPositionMultiheadAttentionImpl::RelPositionMultiheadAttentionImpl(
+    const RelPositionMultiheadAttentionOptions& options_)
+    : options(options_) {
+  // NOLINTNEXTLINE(clang-analyzer-optin.cplusplus.VirtualCall)
+  reset();
+}
+
+void RelPositionMultiheadAttentionImpl::reset() {
+  const int64_t width = options.embed_dim();
+  const int64_t heads = options.num_heads();
+  TORCH_CHECK(heads >= 1 && width >= 1 && width % heads == 0, kName,
+              ": embed_dim must be a positive multiple of num_heads >= 1, but got embed_dim = ",
+              width, " and num_heads = ", heads);
+  detail::check_dropout(kName, options.dropout());
+  linear_q = register_module("linear_q", torch::nn::Linear(width, width));
+  linear_k = register_module("linear_k", torch::nn::Linear(width, width));
+  linear_v = register_module("linear_v", torch::nn::Linear(width, width));
+  linear_out = register_module("linear_out", torch::nn::Linear(width, width));
+  linear_pos = register_module(
+      "linear_pos", torch::nn::Linear(torch::nn::LinearOptions(width, width).bias(false)));
+  pos_bias_u = register_parameter("pos_bias_u", torch::empty({heads, width / heads}));
+  pos_bias_v = register_parameter("pos_bias_v", torch::empty({heads, width / heads}));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::xavier_uniform_(pos_bias_u);
+  torch::nn::init::xavier_uniform_(pos_bias_v);
+}
+
+void RelPositionMultiheadAttentionImpl::pretty_print(std::ostream& stream) const {
+  stream << "posenc::RelPositionMultiheadAttention(embed_dim=" << options.embed_dim()
+         << ", num_heads=" << options.num_heads() << ", dropout=" << options.dropout() << ")";
+}
+
+torch::Tensor RelPositionMultiheadAttentionImpl::forward(const torch::Tensor& query,
+                                                         const torch::Tensor& key,
+                                                         const torch::Tensor& value,
+                                                         const torch::Tensor& pos_emb,
+                                                         const torch::Tensor& mask) {
+  const detail::CallerScope caller(kName);
+  const int64_t width = options.embed_dim();
+  const int64_t heads = options.num_heads();
+  for (const torch::Tensor* t : {&query, &key, &value, &pos_emb}) {
+    TORCH_CHECK(t->defined() && t->dim() == 3 && t->size(-1) == width, kName,
+                ": query, key, value and pos_emb must be [B, L, embed_dim = ", width,
+                "], but got ", t->defined() ? c10::str(t->sizes()) : "an undefined tensor");
+  }
+  TORCH_CHECK(key.sizes() == value.sizes() && key.size(0) == query.size(0), kName,
+              ": key and value must be [B, Lk, ", width, "] with the batch of query ",
+              query.sizes(), ", but got ", key.sizes(), " and ", value.sizes());
+  const int64_t batch = query.size(0);
+  const auto split = [&](const torch::Tensor& t) { // [B, L, D] -> [B, H, L, d_k]
+    return t.view({t.size(0), t.size(1), heads, width / heads}).transpose(1, 2);
+  };
+  const torch::Tensor q = split(linear_q(query));
+  const torch::Tensor k = split(linear_k(key));
+  const torch::Tensor v = split(linear_v(value));
+  const torch::Tensor p = split(linear_pos(pos_emb));
+  const torch::Tensor attended = functional::relative_position_attention(
+      q, k, v, p, pos_bias_u, pos_bias_v, mask, options.dropout(), is_training());
+  return linear_out(attended.transpose(1, 2).reshape({batch, query.size(1), width}));
+}
+
+} // namespace posenc

@@ -1,0 +1,452 @@
+// The attention-bias family: positions that enter attention as biases of its scores (ALiBi, T5's
+// relative-position buckets) or as a table of relative positions (Transformer-XL / Conformer) and
+// the relative shift that aligns it. Schemas, C++ entry points and kernels: the tables and the
+// buckets are computed on the host in double precision (detail/attention_bias.cpp); the biases are
+// formed with ATen operations on the device of their inputs, differentiable where a model learns
+// through them (T5's bias table, the scores given to rel_shift).
+
+#include "ops/dispatch.h"
+
+#include "detail/attention_bias.h"
+#include "detail/checks.h"
+
+#include <posenc/ops.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <vector>
+
+namespace posenc {
+
+TORCH_LIBRARY_FRAGMENT(posenc, m) {
+  m.def(
+      "alibi_slopes(int num_heads, float max_bias=8., int first_head=0, int? heads=None, "
+      "ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def(
+      "alibi_bias(Tensor slopes, int query_length, int key_length, int? offset=None, "
+      "bool causal=False, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "alibi_causal_bias(Tensor slopes, int key_length, Tensor? attention_mask=None, "
+      "ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "relative_position_bucket(Tensor relative_position, bool bidirectional=True, "
+      "int num_buckets=32, int max_distance=128) -> Tensor");
+  m.def(
+      "relative_position_bias(Tensor weight, int query_length, int key_length, "
+      "bool bidirectional=True, int max_distance=128, int offset=0) -> Tensor");
+  m.def(
+      "relative_sinusoidal_table(int length, int d_model, float base=10000., int? key_length=None, "
+      "ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("rel_shift(Tensor x) -> Tensor");
+}
+
+namespace ops {
+
+namespace {
+
+constexpr const char* kSlopes = "posenc::alibi_slopes";
+constexpr const char* kAlibi = "posenc::alibi_bias";
+constexpr const char* kAlibiCausal = "posenc::alibi_causal_bias";
+constexpr const char* kBucket = "posenc::relative_position_bucket";
+constexpr const char* kBias = "posenc::relative_position_bias";
+constexpr const char* kRelativeTable = "posenc::relative_sinusoidal_table";
+constexpr const char* kRelShift = "posenc::rel_shift";
+
+at::Tensor alibi_slopes_kernel(int64_t num_heads, double max_bias, int64_t first_head,
+                               c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
+                               c10::optional<at::Device> device) {
+  const char* who = detail::caller_or(kSlopes);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  const std::vector<double> slopes = detail::alibi_slopes(
+      who, num_heads, max_bias, first_head,
+      heads.value_or(num_heads > first_head ? num_heads - first_head : 0));
+  // rounded once from float64 to the dtype
+  return at::tensor(slopes, at::TensorOptions().dtype(at::kDouble))
+      .to(device.value_or(at::Device(at::kCPU)), type);
+}
+
+at::Tensor alibi_slopes_meta(int64_t num_heads, double max_bias, int64_t first_head,
+                             c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
+                             c10::optional<at::Device> /*device*/) {
+  const char* who = detail::caller_or(kSlopes);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  const int64_t count = heads.value_or(num_heads > first_head ? num_heads - first_head : 0);
+  detail::alibi_slopes(who, num_heads, max_bias, first_head, count); // the checks
+  return at::empty({count}, at::TensorOptions().dtype(type).device(at::kMeta));
+}
+
+// Checks ALiBi slopes: `[H]` or `[B, H]` (one set per batch element), floating.
+void check_slopes(const char* who, const at::Tensor& slopes) {
+  TORCH_CHECK(slopes.defined(), who, ": slopes must be a defined tensor");
+  TORCH_CHECK((slopes.dim() == 1 || slopes.dim() == 2) && slopes.size(-1) >= 1, who,
+              ": slopes must be [num_heads] or [batch, num_heads] with num_heads >= 1, but got "
+              "shape ",
+              slopes.sizes(), "; build them with alibi_slopes(num_heads)");
+  detail::check_float_dtype(who, "slopes' dtype", slopes.scalar_type());
+}
+
+// The dtype biases are formed in: float64 for float64 slopes, float32 otherwise.
+at::ScalarType compute_type(const at::Tensor& slopes) {
+  return slopes.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+void check_length(const char* who, const char* what, int64_t length) {
+  TORCH_CHECK(length >= 1, who, ": ", what, " must be >= 1, but got ", length);
+}
+
+// The query positions' first value: `offset`, or key_length - query_length when not given (the
+// queries are the last query_length of the key positions, as in KV-cache decoding and
+// flash-attn's bottom-right alignment).
+int64_t query_start(const char* who, int64_t query_length, int64_t key_length,
+                    c10::optional<int64_t> offset) {
+  check_length(who, "query_length", query_length);
+  check_length(who, "key_length", key_length);
+  if (!offset.has_value()) {
+    TORCH_CHECK(key_length >= query_length, who,
+                ": without an offset the queries are the last query_length keys, which needs "
+                "key_length >= query_length, but got query_length = ",
+                query_length, " and key_length = ", key_length,
+                "; pass offset (the position of the first query)");
+    return key_length - query_length;
+  }
+  TORCH_CHECK(*offset >= 0 && *offset <= std::numeric_limits<int64_t>::max() - query_length, who,
+              ": offset (the position of the first query) must be >= 0 and offset + "
+              "query_length must fit in int64, but got offset = ",
+              *offset, " and query_length = ", query_length);
+  return *offset;
+}
+
+// The shape of a bias: [H, Lq, Lk] or [B, H, Lq, Lk] for the slopes' [H] or [B, H].
+std::vector<int64_t> bias_shape(const at::Tensor& slopes, int64_t rows, int64_t columns) {
+  std::vector<int64_t> shape(slopes.sizes().begin(), slopes.sizes().end());
+  shape.push_back(rows);
+  shape.push_back(columns);
+  return shape;
+}
+
+at::Tensor alibi_bias_kernel(const at::Tensor& slopes, int64_t query_length, int64_t key_length,
+                             c10::optional<int64_t> offset, bool causal,
+                             c10::optional<at::ScalarType> dtype) {
+  const char* who = detail::caller_or(kAlibi);
+  check_slopes(who, slopes);
+  const int64_t start = query_start(who, query_length, key_length, offset);
+  if (dtype.has_value()) {
+    detail::check_float_dtype(who, "dtype", *dtype);
+  }
+  const auto index = at::TensorOptions().dtype(at::kLong).device(slopes.device());
+  // |query position - key position| in float32 (float64 for float64 slopes): exact for
+  // distances below 2^24, so the product with the slope is rounded once (and, for 16-bit
+  // slopes, once more to their dtype).
+  const at::ScalarType compute = compute_type(slopes);
+  const at::Tensor distance =
+      (at::arange(key_length, index) - at::arange(start, start + query_length, index).unsqueeze(1))
+          .abs_()
+          .to(compute);
+  const at::Tensor negated = slopes.to(compute).neg().unsqueeze(-1).unsqueeze(-1);
+  at::Tensor bias = negated * distance;
+  if (causal) {
+    const at::Tensor future =
+        at::arange(key_length, index) > at::arange(start, start + query_length, index).unsqueeze(1);
+    bias.masked_fill_(future, -std::numeric_limits<double>::infinity());
+  }
+  return bias.to(dtype.value_or(slopes.scalar_type()));
+}
+
+at::Tensor alibi_bias_meta(const at::Tensor& slopes, int64_t query_length, int64_t key_length,
+                           c10::optional<int64_t> offset, bool /*causal*/,
+                           c10::optional<at::ScalarType> dtype) {
+  const char* who = detail::caller_or(kAlibi);
+  check_slopes(who, slopes);
+  query_start(who, query_length, key_length, offset);
+  if (dtype.has_value()) {
+    detail::check_float_dtype(who, "dtype", *dtype);
+  }
+  return at::empty(bias_shape(slopes, query_length, key_length),
+                   slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
+}
+
+// Checks an attention mask `[B, Lk]` (1 / true: a real token, 0 / false: padding) against the
+// slopes and returns its batch size.
+void check_attention_mask(const char* who, const at::Tensor& mask, const at::Tensor& slopes,
+                          int64_t key_length) {
+  TORCH_CHECK(mask.dim() == 2 && mask.size(1) == key_length, who,
+              ": attention_mask must be [batch, key_length] = [batch, ", key_length,
+              "] (1 for a token, 0 for padding), but got shape ", mask.sizes());
+  TORCH_CHECK(mask.scalar_type() == at::kBool || at::isIntegralType(mask.scalar_type(), false),
+              who, ": attention_mask must be bool or integer (1 for a token, 0 for padding), but "
+              "got ", mask.scalar_type());
+  TORCH_CHECK(slopes.dim() == 1 || slopes.size(0) == mask.size(0), who,
+              ": per-batch slopes [", slopes.size(0), ", ", slopes.size(1),
+              "] and attention_mask of batch ", mask.size(0), " must agree on the batch size");
+  detail::check_argument_device(who, mask, "attention_mask", slopes.device());
+}
+
+at::Tensor alibi_causal_bias_kernel(const at::Tensor& slopes, int64_t key_length,
+                                    OptionalTensor attention_mask,
+                                    c10::optional<at::ScalarType> dtype) {
+  const char* who = detail::caller_or(kAlibiCausal);
+  check_slopes(who, slopes);
+  check_length(who, "key_length", key_length);
+  if (dtype.has_value()) {
+    detail::check_float_dtype(who, "dtype", *dtype);
+  }
+  const bool masked = attention_mask.has_value() && attention_mask->defined();
+  const at::ScalarType compute = compute_type(slopes);
+  at::Tensor bias;
+  if (masked) {
+    check_attention_mask(who, *attention_mask, slopes, key_length);
+    // each sequence's tokens count 0, 1, ... from its first token (left padding), padding 0
+    const at::Tensor keep = attention_mask->to(at::kLong);
+    const at::Tensor positions = (keep.cumsum(1) - 1) * keep;            // [B, Lk]
+    const at::Tensor per_batch = slopes.dim() == 1 ? slopes.unsqueeze(0) : slopes; // [1|B, H]
+    bias = per_batch.to(compute).unsqueeze(-1) * positions.to(compute).unsqueeze(1); // [B, H, Lk]
+  } else {
+    const at::Tensor positions =
+        at::arange(key_length, slopes.options().dtype(at::kLong)).to(compute);
+    bias = slopes.to(compute).unsqueeze(-1) * positions; // [H, Lk] or [B, H, Lk]
+  }
+  return bias.unsqueeze(-2).to(dtype.value_or(slopes.scalar_type()));
+}
+
+at::Tensor alibi_causal_bias_meta(const at::Tensor& slopes, int64_t key_length,
+                                  OptionalTensor attention_mask,
+                                  c10::optional<at::ScalarType> dtype) {
+  const char* who = detail::caller_or(kAlibiCausal);
+  check_slopes(who, slopes);
+  check_length(who, "key_length", key_length);
+  if (dtype.has_value()) {
+    detail::check_float_dtype(who, "dtype", *dtype);
+  }
+  std::vector<int64_t> shape = bias_shape(slopes, 1, key_length);
+  if (attention_mask.has_value() && attention_mask->defined()) {
+    check_attention_mask(who, *attention_mask, slopes, key_length);
+    if (slopes.dim() == 1) {
+      shape.insert(shape.begin(), attention_mask->size(0));
+    }
+  }
+  return at::empty(shape, slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
+}
+
+void check_relative_positions(const char* who, const at::Tensor& relative_position) {
+  TORCH_CHECK(relative_position.defined() &&
+                  at::isIntegralType(relative_position.scalar_type(), /*includeBool=*/false),
+              who, ": relative_position must be an integer tensor (key position - query "
+              "position), but got ",
+              relative_position.defined() ? c10::toString(relative_position.scalar_type())
+                                          : "an undefined tensor");
+}
+
+at::Tensor relative_position_bucket_kernel(const at::Tensor& relative_position, bool bidirectional,
+                                           int64_t num_buckets, int64_t max_distance) {
+  const char* who = detail::caller_or(kBucket);
+  check_relative_positions(who, relative_position);
+  detail::check_bucket_arguments(who, bidirectional, num_buckets, max_distance);
+  const at::Tensor input = relative_position.to(at::kCPU, at::kLong).contiguous();
+  at::Tensor buckets = at::empty(input.sizes(), input.options());
+  const int64_t* in = input.data_ptr<int64_t>();
+  int64_t* out = buckets.data_ptr<int64_t>();
+  at::parallel_for(0, input.numel(), 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      out[i] = detail::relative_position_bucket(in[i], bidirectional, num_buckets, max_distance);
+    }
+  });
+  return buckets.to(relative_position.device());
+}
+
+at::Tensor relative_position_bucket_meta(const at::Tensor& relative_position, bool bidirectional,
+                                         int64_t num_buckets, int64_t max_distance) {
+  const char* who = detail::caller_or(kBucket);
+  check_relative_positions(who, relative_position);
+  detail::check_bucket_arguments(who, bidirectional, num_buckets, max_distance);
+  return at::empty(relative_position.sizes(), relative_position.options().dtype(at::kLong));
+}
+
+// T5's bias `[1, H, Lq, Lk]` from the learned `[num_buckets, H]` table. The bucket depends only on
+// key - query, so the Lq + Lk - 1 distinct distances are bucketed and looked up once, and the
+// bias is their Toeplitz expansion (an unfold of the looked-up rows, flipped along the queries).
+// Composite of differentiable ATen operations: the gradient reaches `weight`.
+at::Tensor relative_position_bias_kernel(const at::Tensor& weight, int64_t query_length,
+                                         int64_t key_length, bool bidirectional,
+                                         int64_t max_distance, int64_t offset) {
+  const char* who = detail::caller_or(kBias);
+  TORCH_CHECK(weight.defined() && weight.dim() == 2, who,
+              ": weight must be the [num_buckets, num_heads] bias table (T5's "
+              "relative_attention_bias.weight), but got ",
+              weight.defined() ? "shape " + c10::str(weight.sizes()) : "an undefined tensor");
+  detail::check_float_dtype(who, "weight's dtype", weight.scalar_type());
+  detail::check_bucket_arguments(who, bidirectional, weight.size(0), max_distance);
+  check_length(who, "query_length", query_length);
+  check_length(who, "key_length", key_length);
+  TORCH_CHECK(offset >= 0 && offset <= std::numeric_limits<int64_t>::max() - query_length, who,
+              ": offset (the position of the first query, e.g. the number of cached tokens) must "
+              "be >= 0 and offset + query_length must fit in int64, but got offset = ",
+              offset, " and query_length = ", query_length);
+  // distances key - query from -(offset + Lq - 1) (first key, last query) up to Lk - 1 - offset
+  const int64_t first = -(offset + query_length - 1);
+  const at::Tensor distances =
+      at::arange(first, key_length - offset, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor buckets = ops::relative_position_bucket(distances, bidirectional,
+                                                           weight.size(0), max_distance)
+                                 .to(weight.device());
+  const at::Tensor rows = at::embedding(weight, buckets).t(); // [H, Lq + Lk - 1]
+  // rows[:, i' + j] holds distance j - (Lq - 1 - i'): unfold gives [H, Lq, Lk] indexed by i'
+  return rows.unfold(1, key_length, 1).flip({1}).unsqueeze(0);
+}
+
+at::Tensor relative_sinusoidal_table_kernel(int64_t length, int64_t d_model, double base,
+                                            c10::optional<int64_t> key_length,
+                                            c10::optional<at::ScalarType> dtype,
+                                            c10::optional<at::Device> device) {
+  const char* who = detail::caller_or(kRelativeTable);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  const int64_t keys = key_length.value_or(length);
+  detail::check_relative_table_arguments(who, length, keys, d_model, base);
+  detail::SinusoidSpec spec;
+  spec.d_model = d_model;
+  spec.base = base;
+  return detail::relative_sinusoidal_table(length, keys, spec, type,
+                                           device.value_or(at::Device(at::kCPU)));
+}
+
+at::Tensor relative_sinusoidal_table_meta(int64_t length, int64_t d_model, double base,
+                                          c10::optional<int64_t> key_length,
+                                          c10::optional<at::ScalarType> dtype,
+                                          c10::optional<at::Device> /*device*/) {
+  const char* who = detail::caller_or(kRelativeTable);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  const int64_t keys = key_length.value_or(length);
+  detail::check_relative_table_arguments(who, length, keys, d_model, base);
+  return at::empty({length + keys - 1, d_model}, at::TensorOptions().dtype(type).device(at::kMeta));
+}
+
+// Transformer-XL's relative shift: scores [..., Lq, Lq + Lk - 1] against the relative table's
+// rows (relative positions Lk - 1 .. -(Lq - 1)) to [..., Lq, Lk], out[i, j] = x[i, Lq - 1 - i + j]
+// (the relative position of query offset + i and key j, offset = Lk - Lq). Element (i, j) lies at
+// (Lq - 1) + i (P - 1) + j of a row-major x, so the result is a narrow / reshape / narrow of the
+// flattened scores (no padding copy, unlike the zero-pad-and-view formulation).
+at::Tensor rel_shift_kernel(const at::Tensor& x) {
+  const char* who = detail::caller_or(kRelShift);
+  TORCH_CHECK(x.defined() && x.dim() >= 2, who,
+              ": x must be scores [..., Lq, Lq + Lk - 1] against a relative table, but got ",
+              x.defined() ? "shape " + c10::str(x.sizes()) : "an undefined tensor");
+  const int64_t queries = x.size(-2);
+  const int64_t relative = x.size(-1);
+  TORCH_CHECK(queries >= 1 && relative >= queries, who,
+              ": the last dimension of x (", relative,
+              ") must hold the Lq + Lk - 1 relative positions of its Lq = ", queries,
+              " queries, so it must be >= Lq >= 1; build the table with "
+              "relative_sinusoidal_table(Lq, d_model, key_length=Lk)");
+  const int64_t keys = relative - queries + 1;
+  if (queries == 1) {
+    return x.clone(at::MemoryFormat::Contiguous);
+  }
+  std::vector<int64_t> flat(x.sizes().begin(), x.sizes().end() - 2);
+  flat.push_back(queries * relative);
+  std::vector<int64_t> rows(x.sizes().begin(), x.sizes().end() - 2);
+  rows.push_back(queries);
+  rows.push_back(relative - 1);
+  return x.reshape(flat)
+      .narrow(-1, queries - 1, queries * (relative - 1))
+      .reshape(rows)
+      .narrow(-1, 0, keys)
+      .contiguous();
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
+  m.impl("alibi_slopes", TORCH_FN(alibi_slopes_kernel));
+  m.impl("alibi_bias", TORCH_FN(alibi_bias_kernel));
+  m.impl("alibi_causal_bias", TORCH_FN(alibi_causal_bias_kernel));
+  m.impl("relative_position_bucket", TORCH_FN(relative_position_bucket_kernel));
+  m.impl("relative_sinusoidal_table", TORCH_FN(relative_sinusoidal_table_kernel));
+}
+
+TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
+  m.impl("relative_position_bias", TORCH_FN(relative_position_bias_kernel));
+  m.impl("rel_shift", TORCH_FN(rel_shift_kernel));
+}
+
+TORCH_LIBRARY_IMPL(posenc, Meta, m) {
+  m.impl("alibi_slopes", TORCH_FN(alibi_slopes_meta));
+  m.impl("alibi_bias", TORCH_FN(alibi_bias_meta));
+  m.impl("alibi_causal_bias", TORCH_FN(alibi_causal_bias_meta));
+  m.impl("relative_position_bucket", TORCH_FN(relative_position_bucket_meta));
+  m.impl("relative_sinusoidal_table", TORCH_FN(relative_sinusoidal_table_meta));
+}
+
+using SlopesSignature = at::Tensor(int64_t, double, int64_t, c10::optional<int64_t>,
+                                   c10::optional<at::ScalarType>, c10::optional<at::Device>);
+using AlibiSignature = at::Tensor(const at::Tensor&, int64_t, int64_t, c10::optional<int64_t>,
+                                  bool, c10::optional<at::ScalarType>);
+using AlibiCausalSignature = at::Tensor(const at::Tensor&, int64_t, OptionalTensor,
+                                        c10::optional<at::ScalarType>);
+using BucketSignature = at::Tensor(const at::Tensor&, bool, int64_t, int64_t);
+using BiasSignature = at::Tensor(const at::Tensor&, int64_t, int64_t, bool, int64_t, int64_t);
+using RelativeTableSignature = at::Tensor(int64_t, int64_t, double, c10::optional<int64_t>,
+                                          c10::optional<at::ScalarType>,
+                                          c10::optional<at::Device>);
+using RelShiftSignature = at::Tensor(const at::Tensor&);
+
+at::Tensor alibi_slopes(int64_t num_heads, double max_bias, int64_t first_head,
+                        c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
+                        c10::optional<at::Device> device) {
+  static const auto op = typed_op<SlopesSignature>(kSlopes);
+  return op.call(num_heads, max_bias, first_head, heads, dtype, device);
+}
+
+at::Tensor alibi_bias(const at::Tensor& slopes, int64_t query_length, int64_t key_length,
+                      c10::optional<int64_t> offset, bool causal,
+                      c10::optional<at::ScalarType> dtype) {
+  static const auto op = typed_op<AlibiSignature>(kAlibi);
+  return op.call(slopes, query_length, key_length, offset, causal, dtype);
+}
+
+at::Tensor alibi_causal_bias(const at::Tensor& slopes, int64_t key_length,
+                             const c10::optional<at::Tensor>& attention_mask,
+                             c10::optional<at::ScalarType> dtype) {
+  static const auto op = typed_op<AlibiCausalSignature>(kAlibiCausal);
+  return op.call(slopes, key_length, attention_mask, dtype);
+}
+
+at::Tensor relative_position_bucket(const at::Tensor& relative_position, bool bidirectional,
+                                    int64_t num_buckets, int64_t max_distance) {
+  static const auto op = typed_op<BucketSignature>(kBucket);
+  return op.call(relative_position, bidirectional, num_buckets, max_distance);
+}
+
+at::Tensor relative_position_bias(const at::Tensor& weight, int64_t query_length,
+                                  int64_t key_length, bool bidirectional, int64_t max_distance,
+                                  int64_t offset) {
+  static const auto op = typed_op<BiasSignature>(kBias);
+  return op.call(weight, query_length, key_length, bidirectional, max_distance, offset);
+}
+
+at::Tensor relative_sinusoidal_table(int64_t length, int64_t d_model, double base,
+                                     c10::optional<int64_t> key_length,
+                                     c10::optional<at::ScalarType> dtype,
+                                     c10::optional<at::Device> device) {
+  static const auto op = typed_op<RelativeTableSignature>(kRelativeTable);
+  return op.call(length, d_model, base, key_length, dtype, device);
+}
+
+at::Tensor rel_shift(const at::Tensor& x) {
+  static const auto op = typed_op<RelShiftSignature>(kRelShift);
+  return op.call(x);
+}
+
+} // namespace ops
+} // namespace posenc
