@@ -96,6 +96,15 @@ void check_slopes(const char* who, const at::Tensor& slopes) {
   detail::check_float_dtype(who, "slopes' dtype", slopes.scalar_type());
 }
 
+// Checks what both ALiBi forms take: the slopes and the requested dtype.
+void check_bias_arguments(const char* who, const at::Tensor& slopes,
+                          c10::optional<at::ScalarType> dtype) {
+  check_slopes(who, slopes);
+  if (dtype.has_value()) {
+    detail::check_float_dtype(who, "dtype", *dtype);
+  }
+}
+
 // The dtype biases are formed in: float64 for float64 slopes, float32 otherwise.
 at::ScalarType compute_type(const at::Tensor& slopes) {
   return slopes.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -139,11 +148,8 @@ at::Tensor alibi_bias_kernel(const at::Tensor& slopes, int64_t query_length, int
                              c10::optional<int64_t> offset, bool causal,
                              c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibi);
-  check_slopes(who, slopes);
+  check_bias_arguments(who, slopes, dtype);
   const int64_t start = query_start(who, query_length, key_length, offset);
-  if (dtype.has_value()) {
-    detail::check_float_dtype(who, "dtype", *dtype);
-  }
   const auto index = at::TensorOptions().dtype(at::kLong).device(slopes.device());
   // |query position - key position| in float32 (float64 for float64 slopes): exact for
   // distances below 2^24, so the product with the slope is rounded once (and, for 16-bit
@@ -167,11 +173,8 @@ at::Tensor alibi_bias_meta(const at::Tensor& slopes, int64_t query_length, int64
                            c10::optional<int64_t> offset, bool /*causal*/,
                            c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibi);
-  check_slopes(who, slopes);
+  check_bias_arguments(who, slopes, dtype);
   query_start(who, query_length, key_length, offset);
-  if (dtype.has_value()) {
-    detail::check_float_dtype(who, "dtype", *dtype);
-  }
   return at::empty(bias_shape(slopes, query_length, key_length),
                    slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
 }
@@ -196,11 +199,8 @@ at::Tensor alibi_causal_bias_kernel(const at::Tensor& slopes, int64_t key_length
                                     OptionalTensor attention_mask,
                                     c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibiCausal);
-  check_slopes(who, slopes);
+  check_bias_arguments(who, slopes, dtype);
   check_length(who, "key_length", key_length);
-  if (dtype.has_value()) {
-    detail::check_float_dtype(who, "dtype", *dtype);
-  }
   const bool masked = attention_mask.has_value() && attention_mask->defined();
   const at::ScalarType compute = compute_type(slopes);
   at::Tensor bias;
@@ -223,11 +223,8 @@ at::Tensor alibi_causal_bias_meta(const at::Tensor& slopes, int64_t key_length,
                                   OptionalTensor attention_mask,
                                   c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibiCausal);
-  check_slopes(who, slopes);
+  check_bias_arguments(who, slopes, dtype);
   check_length(who, "key_length", key_length);
-  if (dtype.has_value()) {
-    detail::check_float_dtype(who, "dtype", *dtype);
-  }
   std::vector<int64_t> shape = bias_shape(slopes, 1, key_length);
   if (attention_mask.has_value() && attention_mask->defined()) {
     check_attention_mask(who, *attention_mask, slopes, key_length);
