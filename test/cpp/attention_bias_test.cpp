@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 namespace F = posenc::functional;
@@ -309,7 +310,8 @@ TEST_F(AttentionBias, RelPositionAttentionStreamsLikeTheWholeSequence) {
   }
   EXPECT_FALSE(attn->named_parameters().contains("linear_pos.bias"));
   const torch::Tensor x = torch::randn({2, 6, 16});
-  auto [scaled, pos_emb] = pos->forward(x);
+  torch::Tensor scaled, pos_emb; // not structured bindings: the error checks' lambdas use them
+  std::tie(scaled, pos_emb) = pos->forward(x);
   const torch::Tensor whole = attn(scaled, scaled, scaled, pos_emb);
   auto chunk = pos->forward(x.narrow(1, 4, 2), 4);
   const torch::Tensor last = attn(std::get<0>(chunk), scaled, scaled, std::get<1>(chunk));
