@@ -18,9 +18,9 @@ std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_
                                  int64_t first_head, int64_t heads) {
   TORCH_CHECK(num_heads >= 1, who, ": num_heads must be >= 1, but got ", num_heads,
               "; pass the number of attention heads of the model");
-  TORCH_CHECK(std::isfinite(max_bias) && max_bias > 0, who,
-              ": max_bias must be finite and > 0, but got ", max_bias,
-              "; ALiBi models use 8 (the slopes 2^-1 .. 2^-8 for 8 heads)");
+  TORCH_CHECK(max_bias > 0 && max_bias <= 64, who,
+              ": max_bias must be in (0, 64] (the smallest slope is 2^-max_bias), but got ",
+              max_bias, "; ALiBi models use 8 (the slopes 2^-1 .. 2^-8 for 8 heads)");
   TORCH_CHECK(first_head >= 0 && first_head < num_heads, who,
               ": first_head must be in [0, num_heads) = [0, ", num_heads, "), but got ", first_head,
               "; pass the index of the first head of this shard");

@@ -70,9 +70,12 @@ at::Tensor alibi_slopes_kernel(int64_t num_heads, double max_bias, int64_t first
   const std::vector<double> slopes = detail::alibi_slopes(
       who, num_heads, max_bias, first_head,
       heads.value_or(num_heads > first_head ? num_heads - first_head : 0));
-  // rounded once from float64 to the dtype
-  return at::tensor(slopes, at::TensorOptions().dtype(at::kDouble))
-      .to(device.value_or(at::Device(at::kCPU)), type);
+  // rounded once from float64 to the dtype, where no slope may vanish
+  const at::Tensor rounded = at::tensor(slopes, at::TensorOptions().dtype(at::kDouble)).to(type);
+  TORCH_CHECK(rounded.gt(0).all().item<bool>(), who, ": the smallest slope, 2^-",
+              max_bias, " at most, rounds to zero in ", type,
+              "; lower max_bias or ask for float32 slopes");
+  return rounded.to(device.value_or(at::Device(at::kCPU)));
 }
 
 at::Tensor alibi_slopes_meta(int64_t num_heads, double max_bias, int64_t first_head,
