@@ -1,5 +1,6 @@
 #include <posenc/export.h>
 
+#include "detail/attention_bias.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
 #include "torchscript_sources.h"
@@ -13,6 +14,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -80,6 +82,10 @@ constexpr Source kLearned{"learned.py", &sources::learned_py};
 constexpr Source kRotary{"rotary.py", &sources::rotary_py};
 constexpr Source kTokenEmbedding{"token_embedding.py", &sources::token_embedding_py};
 constexpr Source kTokenAndPosition{"token_and_position.py", &sources::token_and_position_py};
+constexpr Source kALiBi{"alibi.py", &sources::alibi_py};
+constexpr Source kT5Bias{"t5_bias.py", &sources::t5_bias_py};
+constexpr Source kRelativeEncoding{"relative_encoding.py", &sources::relative_encoding_py};
+constexpr Source kRelativeAttention{"relative_attention.py", &sources::relative_attention_py};
 
 torch::jit::Module sequence_module(const std::string& name, int64_t d_model, int64_t max_len,
                                    bool batch_first, double scale, bool extrapolate) {
@@ -89,6 +95,17 @@ torch::jit::Module sequence_module(const std::string& name, int64_t d_model, int
   exported.register_attribute("batch_first", c10::BoolType::get(), batch_first);
   exported.register_attribute("scale", c10::FloatType::get(), scale);
   exported.register_attribute("extrapolate", c10::BoolType::get(), extrapolate);
+  return exported;
+}
+
+// A submodule holding the parameters of a torch::nn::Linear (`weight`, and `bias` where it has
+// one), which the exported code applies with torch.linear.
+torch::jit::Module linear_parameters(const torch::nn::Linear& linear) {
+  torch::jit::Module exported("__torch__.posenc.Linear");
+  exported.register_parameter("weight", linear->weight.detach().clone(), /*is_buffer=*/false);
+  if (linear->bias.defined()) {
+    exported.register_parameter("bias", linear->bias.detach().clone(), /*is_buffer=*/false);
+  }
   return exported;
 }
 
@@ -193,6 +210,73 @@ torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module) {
   exported.register_attribute("batch_first", c10::BoolType::get(), options.batch_first());
   exported.register_attribute("padding_idx", c10::IntType::get(), padding_idx);
   define(exported, "TokenAndPositionEmbedding", {kTokenAndPosition});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const ALiBiImpl& module) {
+  torch::jit::Module exported("__torch__.posenc.ALiBi");
+  exported.register_buffer("slopes", module.slopes.detach().clone());
+  define(exported, "ALiBi", {kCommon, kALiBi});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const RelativePositionBiasImpl& module) {
+  const auto& options = module.options;
+  torch::jit::Module table("__torch__.posenc.Embedding");
+  table.register_parameter("weight", module.relative_attention_bias->weight.detach().clone(),
+                           /*is_buffer=*/false);
+  torch::jit::Module exported("__torch__.posenc.RelativePositionBias");
+  exported.register_module("relative_attention_bias", table);
+  exported.register_attribute("max_distance", c10::IntType::get(), options.max_distance());
+  // The buckets of relative positions -max_distance .. max_distance; every position past them
+  // shares the bucket of the nearer end, so the exported code clamps and looks up.
+  std::vector<int64_t> buckets;
+  buckets.reserve(static_cast<size_t>(2 * options.max_distance() + 1));
+  for (int64_t position = -options.max_distance(); position <= options.max_distance();
+       ++position) {
+    buckets.push_back(detail::relative_position_bucket(position, options.bidirectional(),
+                                                       options.num_buckets(),
+                                                       options.max_distance()));
+  }
+  exported.register_attribute("bucket_of", c10::TensorType::get(), at::tensor(buckets, at::kLong));
+  define(exported, "RelativePositionBias", {kCommon, kT5Bias});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const RelPositionalEncodingImpl& module) {
+  const auto& options = module.options;
+  torch::jit::Module exported("__torch__.posenc.RelPositionalEncoding");
+  exported.register_buffer("pe", module.pe.detach().clone());
+  exported.register_attribute("d_model", c10::IntType::get(), options.d_model());
+  exported.register_attribute("max_len", c10::IntType::get(), options.max_len());
+  exported.register_attribute("legacy", c10::BoolType::get(), options.legacy());
+  exported.register_attribute(
+      "scale", c10::FloatType::get(),
+      options.scale_input() ? std::sqrt(static_cast<double>(options.d_model())) : 1.0);
+  define(exported, "RelPositionalEncoding", {kCommon, kRelativeEncoding});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const RelPositionMultiheadAttentionImpl& module) {
+  const auto& options = module.options;
+  torch::jit::Module exported("__torch__.posenc.RelPositionMultiheadAttention");
+  exported.register_module("linear_q", linear_parameters(module.linear_q));
+  exported.register_module("linear_k", linear_parameters(module.linear_k));
+  exported.register_module("linear_v", linear_parameters(module.linear_v));
+  exported.register_module("linear_out", linear_parameters(module.linear_out));
+  exported.register_module("linear_pos", linear_parameters(module.linear_pos));
+  exported.register_parameter("pos_bias_u", module.pos_bias_u.detach().clone(), false);
+  exported.register_parameter("pos_bias_v", module.pos_bias_v.detach().clone(), false);
+  exported.register_attribute("embed_dim", c10::IntType::get(), options.embed_dim());
+  exported.register_attribute("num_heads", c10::IntType::get(), options.num_heads());
+  const int64_t depth = options.embed_dim() / options.num_heads();
+  exported.register_attribute("score_scale", c10::FloatType::get(),
+                              1.0 / std::sqrt(static_cast<double>(depth)));
+  define(exported, "RelPositionMultiheadAttention", {kCommon, kRelativeAttention});
   exported.eval();
   return exported;
 }

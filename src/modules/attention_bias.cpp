@@ -192,6 +192,14 @@ torch::Tensor RelPositionMultiheadAttentionImpl::forward(const torch::Tensor& qu
               ": key and value must be [B, Lk, ", width, "] with the batch of query ",
               query.sizes(), ", but got ", key.sizes(), " and ", value.sizes());
   const int64_t batch = query.size(0);
+  const int64_t queries = query.size(1);
+  const int64_t keys = key.size(1);
+  TORCH_CHECK((pos_emb.size(0) == 1 || pos_emb.size(0) == batch) &&
+                  pos_emb.size(1) == queries + keys - 1,
+              kName, ": pos_emb must be [1 or B, Lq + Lk - 1, embed_dim] = [1 or ", batch, ", ",
+              queries + keys - 1, ", ", width, "] for Lq = ", queries, " queries and Lk = ", keys,
+              " keys, but got ", pos_emb.sizes(),
+              "; pass the table of relative positions Lk - 1 .. -(Lq - 1)");
   const auto split = [&](const torch::Tensor& t) { // [B, L, D] -> [B, H, L, d_k]
     return t.view({t.size(0), t.size(1), heads, width / heads}).transpose(1, 2);
   };
@@ -201,7 +209,7 @@ torch::Tensor RelPositionMultiheadAttentionImpl::forward(const torch::Tensor& qu
   const torch::Tensor p = split(linear_pos(pos_emb));
   const torch::Tensor attended = functional::relative_position_attention(
       q, k, v, p, pos_bias_u, pos_bias_v, mask, options.dropout(), is_training());
-  return linear_out(attended.transpose(1, 2).reshape({batch, query.size(1), width}));
+  return linear_out(attended.transpose(1, 2).reshape({batch, queries, width}));
 }
 
 } // namespace posenc

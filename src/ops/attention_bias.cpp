@@ -158,16 +158,14 @@ at::Tensor alibi_bias_kernel(const at::Tensor& slopes, int64_t query_length, int
   // distances below 2^24, so the product with the slope is rounded once (and, for 16-bit
   // slopes, once more to their dtype).
   const at::ScalarType compute = compute_type(slopes);
-  const at::Tensor distance =
-      (at::arange(key_length, index) - at::arange(start, start + query_length, index).unsqueeze(1))
-          .abs_()
-          .to(compute);
+  // key position - query position, [Lq, Lk]; > 0 above the diagonal (the future)
+  const at::Tensor difference =
+      at::arange(key_length, index) - at::arange(start, start + query_length, index).unsqueeze(1);
+  const at::Tensor distance = difference.abs().to(compute);
   const at::Tensor negated = slopes.to(compute).neg().unsqueeze(-1).unsqueeze(-1);
   at::Tensor bias = negated * distance;
   if (causal) {
-    const at::Tensor future =
-        at::arange(key_length, index) > at::arange(start, start + query_length, index).unsqueeze(1);
-    bias.masked_fill_(future, -std::numeric_limits<double>::infinity());
+    bias.masked_fill_(difference.gt(0), -std::numeric_limits<double>::infinity());
   }
   return bias.to(dtype.value_or(slopes.scalar_type()));
 }

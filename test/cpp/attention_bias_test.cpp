@@ -4,17 +4,24 @@
 // the full one up to a constant per row), use as attn_mask of LibTorch's attention, errors.
 // (Against transformers' own code: test/python/test_attention_bias.py.)
 
+#include <posenc/export.h>
 #include <posenc/posenc.h>
 
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/import.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <exception>
+#include <string>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -23,6 +30,20 @@ namespace F = posenc::functional;
 using posenc_test::printed;
 
 namespace {
+
+// The message of what `fn` throws (a c10::Error from a module, a TorchScript exception from an
+// exported one), or "<no error>".
+template <typename Fn>
+std::string any_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
 
 class AttentionBias : public posenc_test::SeededTest {};
 
@@ -356,4 +377,112 @@ TEST_F(AttentionBias, BadInputsAreClearErrors) {
   EXPECT_POSENC_ERROR(F::relative_sinusoidal_table(4, 0), "d_model must be >= 1");
   EXPECT_POSENC_ERROR(F::rel_shift(torch::randn({3, 2})), "must be >= Lq >= 1");
   EXPECT_POSENC_ERROR(posenc::RelPositionMultiheadAttention(10, 4), "positive multiple of num_heads");
+}
+
+// posenc::to_torchscript of the four modules: the exported methods give the modules' results
+// exactly (the same ATen operations in the same order) and raise their error messages; the
+// exported file loads back with torch::jit::load.
+TEST_F(AttentionBias, ExportedModulesComputeWhatTheModulesDo) {
+  posenc::ALiBi alibi(posenc::ALiBiOptions(12).first_head(4).heads(6));
+  auto exported_alibi = posenc::to_torchscript(alibi);
+  for (const bool causal : {false, true}) {
+    EXPECT_TRUE(torch::equal(exported_alibi.forward({int64_t{3}, int64_t{7}, c10::IValue(), causal})
+                                 .toTensor(),
+                             alibi(3, 7, c10::nullopt, causal)));
+    EXPECT_TRUE(torch::equal(
+        exported_alibi.forward({int64_t{4}, int64_t{9}, int64_t{2}, causal}).toTensor(),
+        alibi(4, 9, 2, causal)));
+  }
+  const torch::Tensor mask = torch::tensor({{0, 0, 1, 1, 1}, {1, 1, 1, 1, 1}}, torch::kLong);
+  EXPECT_TRUE(torch::equal(exported_alibi.run_method("forward_causal", int64_t{5}).toTensor(),
+                           alibi->forward_causal(5)));
+  EXPECT_TRUE(
+      torch::equal(exported_alibi.run_method("forward_causal", int64_t{5}, mask).toTensor(),
+                   alibi->forward_causal(5, mask)));
+
+  posenc::RelativePositionBias t5(posenc::RelativePositionBiasOptions(3).num_buckets(8).max_distance(20));
+  posenc::RelativePositionBias causal_t5(
+      posenc::RelativePositionBiasOptions(3).bidirectional(false).num_buckets(8).max_distance(20));
+  for (auto* module : {&t5, &causal_t5}) {
+    auto exported = posenc::to_torchscript(*module);
+    // key = relative_attention_bias.weight, as in T5 checkpoints
+    EXPECT_TRUE(torch::equal(exported.attr("relative_attention_bias").toModule().attr("weight").toTensor(),
+                             (*module)->relative_attention_bias->weight));
+    for (const int64_t offset : {int64_t{0}, int64_t{5}, int64_t{100}}) {
+      EXPECT_TRUE(torch::equal(exported.forward({int64_t{6}, int64_t{40}, offset}).toTensor(),
+                               (*module)(6, 40, offset)));
+    }
+  }
+
+  for (const bool legacy : {false, true}) {
+    posenc::RelPositionalEncoding encoding(posenc::RelPositionalEncodingOptions(16).max_len(30).legacy(legacy));
+    encoding->eval();
+    auto exported = posenc::to_torchscript(encoding);
+    const torch::Tensor x = torch::randn({2, 7, 16});
+    for (const int64_t offset : {int64_t{0}, int64_t{12}}) {
+      const auto ours = exported.forward({x, offset}).toTuple();
+      const auto expected = encoding->forward(x, offset);
+      EXPECT_TRUE(torch::equal(ours->elements()[0].toTensor(), std::get<0>(expected)));
+      EXPECT_TRUE(torch::equal(ours->elements()[1].toTensor(), std::get<1>(expected)));
+    }
+  }
+
+  posenc::RelPositionalEncoding encoding(posenc::RelPositionalEncodingOptions(16).max_len(30));
+  posenc::RelPositionMultiheadAttention attention(16, 4);
+  encoding->eval();
+  attention->eval();
+  auto exported_attention = posenc::to_torchscript(attention);
+  torch::Tensor x, pos_emb;
+  std::tie(x, pos_emb) = encoding->forward(torch::randn({2, 6, 16}));
+  const torch::Tensor keep = torch::tensor({1, 1, 1, 1, 0, 0}, torch::kBool).view({1, 1, 1, 6});
+  EXPECT_TRUE(torch::equal(exported_attention.forward({x, x, x, pos_emb}).toTensor(),
+                           attention(x, x, x, pos_emb)));
+  EXPECT_TRUE(torch::equal(exported_attention.forward({x, x, x, pos_emb, keep}).toTensor(),
+                           attention(x, x, x, pos_emb, keep)));
+  const torch::Tensor additive = torch::randn({2, 1, 6, 6});
+  EXPECT_TRUE(torch::equal(exported_attention.forward({x, x, x, pos_emb, additive}).toTensor(),
+                           attention(x, x, x, pos_emb, additive)));
+
+  // Saved and loaded back: the same results.
+  const std::string path = testing::TempDir() + "attention_" + std::to_string(::getpid()) + ".pt";
+  exported_attention.save(path);
+  auto loaded = torch::jit::load(path);
+  std::remove(path.c_str());
+  EXPECT_TRUE(torch::equal(loaded.forward({x, x, x, pos_emb}).toTensor(), attention(x, x, x, pos_emb)));
+
+  // The modules' error messages.
+  const auto same_error = [](const std::string& module_error, const std::string& exported_error) {
+    EXPECT_NE(module_error, "<no error>");
+    EXPECT_NE(exported_error.find(module_error), std::string::npos)
+        << "the module raised\n  " << module_error << "\nthe export\n  " << exported_error;
+  };
+  same_error(any_error([&] { alibi(5, 4); }),
+             any_error([&] { exported_alibi.forward({int64_t{5}, int64_t{4}}); }));
+  same_error(any_error([&] { alibi(2, 4, -1); }),
+             any_error([&] { exported_alibi.forward({int64_t{2}, int64_t{4}, int64_t{-1}}); }));
+  same_error(any_error([&] { alibi->forward_causal(4, torch::ones({2, 5}, torch::kLong)); }),
+             any_error([&] {
+               exported_alibi.run_method("forward_causal", int64_t{4},
+                                         torch::ones({2, 5}, torch::kLong));
+             }));
+  same_error(any_error([&] { alibi->forward_causal(4, torch::ones({2, 4})); }),
+             any_error([&] {
+               exported_alibi.run_method("forward_causal", int64_t{4}, torch::ones({2, 4}));
+             }));
+  auto exported_t5 = posenc::to_torchscript(t5);
+  same_error(any_error([&] { t5(2, 2, -1); }),
+             any_error([&] { exported_t5.forward({int64_t{2}, int64_t{2}, int64_t{-1}}); }));
+  same_error(any_error([&] { t5(0, 2); }),
+             any_error([&] { exported_t5.forward({int64_t{0}, int64_t{2}}); }));
+  auto exported_encoding = posenc::to_torchscript(encoding);
+  same_error(any_error([&] { encoding->forward(torch::randn({1, 20, 16}), 11); }),
+             any_error([&] { exported_encoding.forward({torch::randn({1, 20, 16}), int64_t{11}}); }));
+  same_error(any_error([&] { encoding->forward(torch::randn({1, 20, 16}), -1); }),
+             any_error([&] { exported_encoding.forward({torch::randn({1, 20, 16}), int64_t{-1}}); }));
+  same_error(any_error([&] { encoding->forward(torch::randn({1, 20, 8})); }),
+             any_error([&] { exported_encoding.forward({torch::randn({1, 20, 8})}); }));
+  same_error(any_error([&] { attention(x, x, x, pos_emb.narrow(1, 0, 10)); }),
+             any_error([&] { exported_attention.forward({x, x, x, pos_emb.narrow(1, 0, 10)}); }));
+  same_error(any_error([&] { attention(x, x.narrow(2, 0, 8), x, pos_emb); }),
+             any_error([&] { exported_attention.forward({x, x.narrow(2, 0, 8), x, pos_emb}); }));
 }

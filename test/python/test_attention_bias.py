@@ -127,6 +127,23 @@ def test_t5_bias_loaded_in_cpp(posenc_ops, test_tool, tmp_path, is_decoder):
         assert torch.equal(posenc_ops.relative_position_bias(weight, queries, keys, not is_decoder, 128, offset), theirs)
 
 
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_exported_t5_bias_with_a_t5_layers_weights(test_tool, tmp_path, is_decoder):
+    """posenc::to_torchscript of a RelativePositionBias, run by plain PyTorch with a T5 layer's
+    table loaded by name (relative_attention_bias.weight): HF's compute_bias, exactly."""
+    torch.manual_seed(3)
+    config = T5Config(d_model=32, d_kv=8, num_heads=4, is_decoder=is_decoder)
+    layer = T5Attention(config, has_relative_attention_bias=True, layer_idx=0)
+    torch.nn.init.normal_(layer.relative_attention_bias.weight)
+    test_tool("export-attention", "t5", "--num-heads", 4, *(["--causal"] if is_decoder else []), tmp_path / "t5.pt")
+    exported = torch.jit.load(str(tmp_path / "t5.pt"))
+    exported.load_state_dict({"relative_attention_bias.weight": layer.relative_attention_bias.weight.detach()})
+    for queries, keys, offset in [(40, 40, 0), (1, 200, 199), (300, 300, 0)]:
+        with torch.no_grad():
+            theirs = layer.compute_bias(queries, keys, past_seen_tokens=offset)
+        assert torch.equal(exported(queries, keys, offset), theirs)
+
+
 @pytest.mark.parametrize("length", [1, 16, 200])
 def test_conformer_relative_table(posenc_ops, length):
     config = Wav2Vec2ConformerConfig(hidden_size=64, num_attention_heads=4, position_embeddings_type="relative", max_source_positions=256)
@@ -161,6 +178,31 @@ def test_conformer_attention_loaded_in_cpp(posenc_ops, test_tool, tmp_path):
     # float32 matmuls in another order (HF scales each score matrix, posenc their sum) and
     # HF's float32 table angles: a few ulps of the outputs
     torch.testing.assert_close(torch.load(str(tmp_path / "out.pt")), theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_exported_conformer_attention_with_transformers_weights(test_tool, tmp_path):
+    """posenc::to_torchscript of RelPositionalEncoding and RelPositionMultiheadAttention, run by
+    plain PyTorch with a Wav2Vec2ConformerSelfAttention's state dict: HF's output (same tolerance
+    as the C++ module's, see test_conformer_attention_loaded_in_cpp)."""
+    torch.manual_seed(4)
+    length = 10
+    config = Wav2Vec2ConformerConfig(hidden_size=32, num_attention_heads=4, position_embeddings_type="relative",
+                                     max_source_positions=length, attention_dropout=0.0)
+    config._attn_implementation = "eager"
+    attention = Wav2Vec2ConformerSelfAttention(config).eval()
+    with torch.no_grad():
+        attention.pos_bias_u.normal_()
+        attention.pos_bias_v.normal_()
+    x = torch.randn(2, length, 32)
+    with torch.no_grad():
+        theirs, _ = attention(x, relative_position_embeddings=Wav2Vec2ConformerRelPositionalEmbedding(config)(x))
+    test_tool("export-attention", "rel-encoding", "--d-model", 32, "--max-len", length, "--unscaled", tmp_path / "pos.pt")
+    test_tool("export-attention", "rel-attention", "--d-model", 32, "--num-heads", 4, tmp_path / "attn.pt")
+    encoding = torch.jit.load(str(tmp_path / "pos.pt"))
+    exported = torch.jit.load(str(tmp_path / "attn.pt"))
+    exported.load_state_dict(attention.state_dict())
+    _, pos_emb = encoding(x)
+    torch.testing.assert_close(exported(x, x, x, pos_emb), theirs, rtol=1e-5, atol=1e-5)
 
 
 def test_rel_shift_against_the_zero_pad_formulation(posenc_ops):

@@ -128,9 +128,9 @@ def test_report_errors_against_both_references(exported, report_dir):
 
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "src" / "export" / "torchscript"
 SOURCES = sorted(SOURCE_DIR.glob("*.py"))
-IMPORTS = ["import torch", "from torch import Tensor", "from typing import List, Tuple"]
+IMPORTS = ["import torch", "from torch import Tensor", "from typing import List, Optional, Tuple"]
 # The names the methods may use besides their arguments and locals.
-ALLOWED_NAMES = {"self", "torch", "Tensor", "List", "Tuple", "RuntimeError", "str", "int", "float", "bool", "len"}
+ALLOWED_NAMES = {"self", "torch", "Tensor", "List", "Optional", "Tuple", "RuntimeError", "str", "int", "float", "bool", "len"}
 
 # The files each exported module is made of (what src/export/torchscript.cpp passes to define).
 COMPOSITION = {
@@ -139,6 +139,10 @@ COMPOSITION = {
     "RotaryEmbedding": ["common", "offset", "rotary"],
     "TokenEmbedding": ["common", "token_embedding"],
     "TokenAndPositionEmbedding": ["token_and_position"],
+    "ALiBi": ["common", "alibi"],
+    "RelativePositionBias": ["common", "t5_bias"],
+    "RelPositionalEncoding": ["common", "relative_encoding"],
+    "RelPositionMultiheadAttention": ["common", "relative_attention"],
 }
 
 
@@ -194,7 +198,7 @@ def test_source_uses_only_torch_builtins(path):
         for node in ast.walk(method):
             if isinstance(node, ast.Name):
                 assert node.id in local or node.id in ALLOWED_NAMES, f"{method.name}, line {node.lineno}: the name {node.id}"
-                assert node.id in local or node.id in dir(builtins) or node.id in {"self", "torch", "Tensor", "List", "Tuple"}
+                assert node.id in local or node.id in dir(builtins) or node.id in {"self", "torch", "Tensor", "List", "Optional", "Tuple"}
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
                 assert hasattr(torch, node.attr), f"{method.name}, line {node.lineno}: torch.{node.attr}"
 
@@ -511,6 +515,9 @@ def test_exported_code_uses_only_builtins(posenc_cli, test_tool, tmp_path):
     test_tool("export-learned", "--d-model", 6, "--max-len", 20, tmp_path / "learned.pt")
     test_tool("export-token", "--vocab", 30, "--d-model", 8, "--max-len", 16, "--padding-idx", 0, tmp_path / "token.pt")
     files += [tmp_path / "learned.pt", tmp_path / "token.pt"]
+    for kind, flags in ATTENTION_EXPORTS.items():
+        test_tool("export-attention", kind, *flags, tmp_path / f"{kind}.pt")
+        files.append(tmp_path / f"{kind}.pt")
     for path in files:
         assert_builtin_code(torch.jit.load(str(path)))
 
@@ -586,3 +593,153 @@ def test_scales_past_float32_are_rejected_for_float32_inputs(posenc_cli, tmp_pat
     # float64 inputs are computed in float64: 0 * 1e300 + pe is pe, not NaN
     y = exported(torch.zeros(1, 3, 8, dtype=torch.float64))
     assert torch.equal(y[0], exported.pe[0, :3].double())
+
+
+# --- the attention-bias modules: ALiBi, RelativePositionBias, RelPositionalEncoding,
+# RelPositionMultiheadAttention ----------------------------------------------------------------
+
+ATTENTION_EXPORTS = {
+    "alibi": ["--num-heads", 12, "--first-head", 4, "--heads", 6],
+    "t5": ["--num-heads", 3, "--num-buckets", 8, "--max-distance", 20, "--seed", 4],
+    "rel-encoding": ["--d-model", 8, "--max-len", 12],
+    "rel-attention": ["--d-model", 8, "--num-heads", 2, "--seed", 5],
+}
+
+
+def export_attention(test_tool, path, kind, *flags):
+    test_tool("export-attention", kind, *flags, path)
+    return torch.jit.load(str(path))
+
+
+class Parameters(torch.nn.Module):
+    """A submodule holding copies of the parameters of an exported one (the exports register
+    Embedding's and Linear's parameters without their methods)."""
+
+    def __init__(self, exported):
+        super().__init__()
+        for name, value in exported.named_parameters(recurse=False):
+            setattr(self, name, torch.nn.Parameter(value.detach().clone()))
+
+
+def test_alibi_export(posenc_ops, test_tool, tmp_path):
+    exported = export_attention(test_tool, tmp_path / "alibi.pt", "alibi", *ATTENTION_EXPORTS["alibi"])
+    assert torch.equal(exported.slopes, posenc_ops.alibi_slopes(12, first_head=4, heads=6))
+    assert [name for name, _ in exported.named_buffers()] == ["slopes"]
+    scripted = scripted_like("ALiBi", exported, "ALiBi", {}, buffers=["slopes"])
+    assert_same_methods(scripted, exported)
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    calls = []
+    for queries, keys, offset, causal in itertools.product([1, 3, 5], [5, 9], [None, 0, 4], [False, True]):
+        def call(m, queries=queries, keys=keys, offset=offset, causal=causal):
+            return m(queries, keys, offset, causal)
+        calls.append((f"forward {queries} {keys} {offset} {causal}", call))
+        expected = posenc_ops.alibi_bias(exported.slopes, queries, keys, offset, causal)
+        assert torch.equal(call(exported), expected)
+    calls += [
+        ("forward_causal", lambda m: m.forward_causal(5)),
+        ("forward_causal, a mask", lambda m: m.forward_causal(5, mask)),
+        ("forward_causal, a bool mask", lambda m: m.forward_causal(5, mask.bool())),
+        ("forward_causal, a float mask", lambda m: m.forward_causal(5, mask.float())),
+        ("forward_causal, a wrong mask", lambda m: m.forward_causal(4, mask)),
+        ("forward_causal, no keys", lambda m: m.forward_causal(0)),
+        ("more queries than keys", lambda m: m(6, 5)),
+        ("a negative offset", lambda m: m(2, 5, -1)),
+        ("an offset past int64", lambda m: m(2, 5, 2 ** 63 - 1)),
+        ("no queries", lambda m: m(0, 5)),
+    ]
+    assert_same_outcomes(scripted, exported, calls)
+    assert torch.equal(exported.forward_causal(5, mask), posenc_ops.alibi_causal_bias(exported.slopes, 5, mask))
+    assert torch.equal(exported.forward_causal(5), posenc_ops.alibi_causal_bias(exported.slopes, 5))
+    # float64 slopes (a module moved with .double()) give float64 biases, as the operator does
+    exported.double()
+    assert torch.equal(exported(3, 7), posenc_ops.alibi_bias(exported.slopes, 3, 7))
+    assert exported(3, 7).dtype == torch.float64
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_t5_bias_export(posenc_ops, test_tool, tmp_path, causal):
+    flags = ATTENTION_EXPORTS["t5"] + (["--causal"] if causal else [])
+    exported = export_attention(test_tool, tmp_path / "t5.pt", "t5", *flags)
+    assert list(exported.state_dict()) == ["relative_attention_bias.weight"]
+    weight = exported.relative_attention_bias.weight
+    assert weight.shape == (8, 3)
+    # the lookup table the export carries: the buckets of -max_distance .. max_distance
+    relative = torch.arange(-20, 21)
+    assert torch.equal(exported.bucket_of, posenc_ops.relative_position_bucket(relative, not causal, 8, 20))
+    scripted = scripted_like("RelativePositionBias", exported, "RelativePositionBias", {"max_distance": 20}, tensors=["bucket_of"],
+                             submodules={"relative_attention_bias": Parameters(exported.relative_attention_bias)})
+    assert_same_methods(scripted, exported)
+    calls = []
+    for queries, keys, offset in [(1, 1, 0), (6, 40, 0), (1, 60, 59), (7, 7, 3), (30, 90, 0), (4, 8, 10 ** 12)]:
+        def call(m, queries=queries, keys=keys, offset=offset):
+            return m(queries, keys, offset)
+        calls.append((f"forward {queries} {keys} {offset}", call))
+        expected = posenc_ops.relative_position_bias(weight, queries, keys, not causal, 20, offset)
+        assert torch.equal(call(exported), expected)
+    calls += [
+        ("default offset", lambda m: m(5, 5)),
+        ("a negative offset", lambda m: m(2, 2, -1)),
+        ("no queries", lambda m: m(0, 2)),
+        ("no keys", lambda m: m(2, 0)),
+        ("an offset past int64", lambda m: m(2, 2, 2 ** 63 - 1)),
+    ]
+    assert_same_outcomes(scripted, exported, calls)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_relative_encoding_export(posenc_ops, test_tool, tmp_path, legacy):
+    flags = ATTENTION_EXPORTS["rel-encoding"] + (["--legacy"] if legacy else [])
+    exported = export_attention(test_tool, tmp_path / "rel.pt", "rel-encoding", *flags)
+    assert list(exported.state_dict()) == ["pe"]
+    if not legacy:
+        assert torch.equal(exported.pe, posenc_ops.relative_sinusoidal_table(12, 8))
+    scalars = dict(d_model=8, max_len=12, legacy=legacy, scale=math.sqrt(8))
+    scripted = scripted_like("RelPositionalEncoding", exported, "RelPositionalEncoding", scalars, buffers=["pe"])
+    assert_same_methods(scripted, exported)
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(3))
+    calls = [(f"forward {dtype} {offset}", lambda m, dtype=dtype, offset=offset: m(x.to(dtype), offset))
+             for dtype in DTYPES + [torch.long] for offset in (0, 4, 7, 8, -1)]
+    calls += [
+        ("default offset", lambda m: m(x)),
+        ("a 2-D input", lambda m: m(x[0])),
+        ("a wrong width", lambda m: m(torch.zeros(2, 5, 9))),
+        ("an input on meta", lambda m: m(x.to("meta"))),
+        ("an offset past int64", lambda m: m(x, 2 ** 63 - 1)),
+    ]
+    assert_same_outcomes(scripted, exported, [(d, lambda m, c=c: c(m)[0]) for d, c in calls] + [(d + " (pos_emb)", lambda m, c=c: c(m)[1]) for d, c in calls])
+    # the scaled input, and the table rows of relative positions offset + L - 1 .. -(L - 1)
+    scaled, pos_emb = exported(x, 4)
+    assert torch.equal(scaled, x * math.sqrt(8))
+    if legacy:
+        assert torch.equal(pos_emb[0], exported.pe[4:9])
+    else:
+        assert torch.equal(pos_emb[0], posenc_ops.relative_sinusoidal_table(5, 8, key_length=9))
+
+
+def test_relative_attention_export(posenc_ops, test_tool, tmp_path):
+    exported = export_attention(test_tool, tmp_path / "attn.pt", "rel-attention", *ATTENTION_EXPORTS["rel-attention"])
+    names = ["pos_bias_u", "pos_bias_v"] + [f"linear_{n}.{p}" for n in "qkv" for p in ("weight", "bias")]
+    names += ["linear_out.weight", "linear_out.bias", "linear_pos.weight"]
+    assert sorted(exported.state_dict()) == sorted(names)
+    submodules = {name: Parameters(getattr(exported, name)) for name in ("linear_q", "linear_k", "linear_v", "linear_out", "linear_pos")}
+    scalars = dict(embed_dim=8, num_heads=2, score_scale=1 / math.sqrt(4))
+    scripted = scripted_like("RelPositionMultiheadAttention", exported, "RelPositionMultiheadAttention", scalars,
+                             parameters=["pos_bias_u", "pos_bias_v"], submodules=submodules)
+    assert_same_methods(scripted, exported)
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 6, 8, generator=generator)
+    table = posenc_ops.relative_sinusoidal_table(6, 8).unsqueeze(0)
+    chunk_table = posenc_ops.relative_sinusoidal_table(2, 8, key_length=6).unsqueeze(0)
+    keep = torch.tensor([True] * 4 + [False] * 2).view(1, 1, 1, 6)
+    calls = [
+        ("self-attention", lambda m: m(x, x, x, table)),
+        ("a padding mask", lambda m: m(x, x, x, table, keep)),
+        ("an additive mask", lambda m: m(x, x, x, table, torch.randn(2, 1, 6, 6, generator=torch.Generator().manual_seed(1)))),
+        ("the last two queries", lambda m: m(x[:, 4:], x, x, chunk_table)),
+        ("a wrong table", lambda m: m(x, x, x, table[:, :10])),
+        ("a wrong width", lambda m: m(x, x[..., :4], x, table)),
+        ("key and value differ", lambda m: m(x, x, x[:, :5], table)),
+    ]
+    assert_same_outcomes(scripted, exported, calls)
+    # Streaming: the last two queries against all keys are the whole sequence's last two rows
+    torch.testing.assert_close(exported(x[:, 4:], x, x, chunk_table), exported(x, x, x, table)[:, 4:], rtol=1e-5, atol=1e-6)

@@ -12,6 +12,11 @@
 //   [--seed S] OUT
 //       to_torchscript of a randomly initialized LearnedPositionalEmbedding /
 //       TokenAndPositionEmbedding.
+//   posenc_test_tool export-attention alibi|t5|rel-encoding|rel-attention [--num-heads H]
+//   [--first-head F] [--heads N] [--d-model D] [--max-len M] [--num-buckets N]
+//   [--max-distance M] [--causal] [--legacy] [--unscaled] [--seed S] OUT
+//       to_torchscript of a randomly initialized ALiBi / RelativePositionBias /
+//       RelPositionalEncoding / RelPositionMultiheadAttention.
 //   posenc_test_tool t5-bias --num-heads H [--num-buckets N] [--max-distance M] [--causal]
 //   --query-length Q --key-length K [--offset O] [--prefix P] FILE OUT
 //       posenc::load_state_dict a RelativePositionBias from FILE (non-strict: a T5 attention
@@ -128,6 +133,55 @@ int main(int argc, char** argv) {
   int64_t num_heads = 0, num_buckets = 32, max_distance = 128, query_length = 0,
           key_length = 0, offset = 0;
   bool causal = false;
+
+  std::string kind;
+  int64_t first_head = 0, heads = -1;
+  bool legacy = false, unscaled = false;
+  CLI::App* export_attention =
+      app.add_subcommand("export-attention", "Export an attention-bias module");
+  export_attention->add_option("kind", kind)
+      ->required()
+      ->check(CLI::IsMember({"alibi", "t5", "rel-encoding", "rel-attention"}));
+  export_attention->add_option("--num-heads", num_heads);
+  export_attention->add_option("--first-head", first_head);
+  export_attention->add_option("--heads", heads);
+  export_attention->add_option("--d-model", d_model);
+  export_attention->add_option("--max-len", max_len);
+  export_attention->add_option("--num-buckets", num_buckets);
+  export_attention->add_option("--max-distance", max_distance);
+  export_attention->add_flag("--causal", causal);
+  export_attention->add_flag("--legacy", legacy);
+  export_attention->add_flag("--unscaled", unscaled);
+  export_attention->add_option("--seed", seed);
+  export_attention->add_option("out", out_path)->required();
+  export_attention->callback([&] {
+    torch::manual_seed(seed);
+    if (kind == "alibi") {
+      posenc::ALiBiOptions options(num_heads);
+      options.first_head(first_head);
+      if (heads >= 0) {
+        options.heads(heads);
+      }
+      posenc::to_torchscript(posenc::ALiBi(options)).save(out_path);
+    } else if (kind == "t5") {
+      posenc::to_torchscript(
+          posenc::RelativePositionBias(posenc::RelativePositionBiasOptions(num_heads)
+                                           .num_buckets(num_buckets)
+                                           .max_distance(max_distance)
+                                           .bidirectional(!causal)))
+          .save(out_path);
+    } else if (kind == "rel-encoding") {
+      posenc::to_torchscript(
+          posenc::RelPositionalEncoding(posenc::RelPositionalEncodingOptions(d_model)
+                                            .max_len(max_len)
+                                            .legacy(legacy)
+                                            .scale_input(!unscaled)))
+          .save(out_path);
+    } else {
+      posenc::to_torchscript(posenc::RelPositionMultiheadAttention(d_model, num_heads))
+          .save(out_path);
+    }
+  });
   CLI::App* t5_bias =
       app.add_subcommand("t5-bias", "Load a RelativePositionBias from a T5 layer's state dict");
   t5_bias->add_option("--num-heads", num_heads)->required();

@@ -7,7 +7,7 @@
 
 import torch
 from torch import Tensor
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 
 class RotaryMethods:
