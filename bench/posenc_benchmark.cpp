@@ -7,6 +7,10 @@
 //   rope/<case>/<B>x<L>x<H>x<Dh>/<dtype>/threads:<n> rotary embedding of [B, L, H, Dh]
 //   rope_qk/<case>/8x2048x32q8kx128/<dtype>/threads:<n>  queries [8, 2048, 32, 128] and keys
 //                                                  [8, 2048, 8, 128] (LLaMA-3-8B's GQA heads)
+//   attention_bias/<case>/<shape>/float32/threads:<n>  ALiBi's full bias [32, 2048, 2048], T5's
+//                                                  bias [1, 8, 512, 512], rel_shift of scores
+//                                                  [8, 4, 512, 1023], each next to the eager
+//                                                  ATen formulation it replaces
 //
 // Run once more with THP_MEM_ALLOC_ENABLE=1 (PyTorch's CPU allocator then asks for transparent
 // huge pages) to see what page faults cost the large out-of-place rows.
@@ -19,6 +23,7 @@
 
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -378,6 +383,93 @@ void register_rope_qk() {
   }
 }
 
+// --- attention biases ---------------------------------------------------------------------------
+
+void register_attention_bias() {
+  using Call = std::function<void()>;
+  constexpr int64_t kHeads = 32;
+  constexpr int64_t kLength = 2048;
+  constexpr int64_t kT5Heads = 8;
+  constexpr int64_t kT5Length = 512;
+  const std::string alibi_shape = "32x2048x2048";
+  const std::string t5_shape = "1x8x512x512";
+  const std::string shift_shape = "8x4x512x1023";
+  const std::vector<std::tuple<std::string, std::string, std::function<Call()>>> cases = {
+      {"alibi_full_posenc", alibi_shape,
+       [=]() -> Call {
+         const auto slopes = posenc::ops::alibi_slopes(kHeads);
+         return [=]() {
+           benchmark::DoNotOptimize(posenc::ops::alibi_bias(slopes, kLength, kLength));
+         };
+       }},
+      // -slope * |j - i| from broadcast aranges, as attention code writes it
+      {"alibi_full_eager", alibi_shape,
+       [=]() -> Call {
+         const auto slopes = posenc::ops::alibi_slopes(kHeads);
+         return [=]() {
+           const auto position = torch::arange(kLength);
+           const auto distance = (position.view({1, -1}) - position.view({-1, 1})).abs();
+           benchmark::DoNotOptimize(-(slopes.view({kHeads, 1, 1}) * distance));
+         };
+       }},
+      {"t5_bias_posenc", t5_shape,
+       [=]() -> Call {
+         const auto weight = torch::randn({32, kT5Heads});
+         return [=]() {
+           benchmark::DoNotOptimize(
+               posenc::ops::relative_position_bias(weight, kT5Length, kT5Length));
+         };
+       }},
+      // T5's compute_bias: the bucket of every (query, key) pair, then the embedding lookup
+      {"t5_bias_per_pair", t5_shape,
+       [=]() -> Call {
+         const auto weight = torch::randn({32, kT5Heads});
+         return [=]() {
+           const auto position = torch::arange(kT5Length);
+           const auto relative = position.view({1, -1}) - position.view({-1, 1});
+           const auto buckets = posenc::ops::relative_position_bucket(relative);
+           benchmark::DoNotOptimize(
+               torch::embedding(weight, buckets).permute({2, 0, 1}).unsqueeze(0));
+         };
+       }},
+      {"rel_shift_posenc", shift_shape,
+       [=]() -> Call {
+         const auto scores = torch::randn({8, 4, 512, 1023});
+         return [=]() { benchmark::DoNotOptimize(posenc::ops::rel_shift(scores)); };
+       }},
+      // Transformer-XL / ESPnet: pad a zero column, view as [.., P + 1, Lq], drop the first row
+      {"rel_shift_zero_pad", shift_shape,
+       [=]() -> Call {
+         const auto scores = torch::randn({8, 4, 512, 1023});
+         return [=]() {
+           const auto padded =
+               torch::cat({torch::zeros({8, 4, 512, 1}), scores}, -1).view({8, 4, 1024, 512});
+           benchmark::DoNotOptimize(
+               padded.narrow(2, 1, 1023).reshape({8, 4, 512, 1023}).narrow(-1, 0, 512).contiguous());
+         };
+       }},
+  };
+  for (const auto& c : cases) {
+    for (const int threads : kThreads) {
+      const std::string name = "attention_bias/" + std::get<0>(c) + "/" + std::get<1>(c) +
+                               "/float32/threads:" + std::to_string(threads);
+      const auto prepare = std::get<2>(c);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [=](benchmark::State& state) {
+                                     at::set_num_threads(threads);
+                                     torch::NoGradGuard no_grad;
+                                     torch::manual_seed(0);
+                                     const Call call = prepare();
+                                     for (auto _ : state) {
+                                       call();
+                                     }
+                                   })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -385,6 +477,7 @@ int main(int argc, char** argv) {
   register_token();
   register_rope();
   register_rope_qk();
+  register_attention_bias();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
     return 1;

@@ -209,6 +209,32 @@ def cpu_attention_bias(library):
         "t5_bias_decode/8x1x512/transformers": lambda: layer.compute_bias(1, 512, past_seen_tokens=511),
         "t5_bias_decode/8x1x512/posenc": lambda: ops.relative_position_bias(weight, 1, 512, True, 128, 511),
     }
+    # Applied: Transformer-XL's zero-pad shift against posenc's rel_shift; causal ALiBi attention
+    # [4, 32, 512, 64] as BLOOM writes it (the compact bias through baddbmm, masked_fill, softmax,
+    # bmm) against SDPA with posenc's full causal bias.
+    scores = torch.randn(8, 4, 512, 1023)
+
+    def zero_pad_shift():
+        padded = torch.nn.functional.pad(scores, (1, 0)).view(8, 4, 1024, 512)
+        return padded[:, :, 1:].reshape(8, 4, 512, 1023)[..., :512]
+
+    batch, attn_len, depth = 4, 512, 64
+    q, k, v = (torch.randn(batch, heads, attn_len, depth) for _ in range(3))
+    future = torch.ones(attn_len, attn_len, dtype=torch.bool).triu(1)
+
+    def bloom_eager_attention():
+        alibi = ops.alibi_causal_bias(slopes, attn_len).expand(heads, 1, attn_len).repeat(batch, 1, 1)
+        scores = alibi.baddbmm(q.reshape(-1, attn_len, depth), k.reshape(-1, attn_len, depth).transpose(1, 2), beta=1.0, alpha=depth ** -0.5)
+        weights = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
+        return torch.bmm(weights, v.reshape(-1, attn_len, depth))
+
+    cases.update({
+        "rel_shift/8x4x512x1023/zero_pad": zero_pad_shift,
+        "rel_shift/8x4x512x1023/posenc": lambda: ops.rel_shift(scores),
+        f"alibi_attention/{batch}x{heads}x{attn_len}x{depth}/compact_bias_baddbmm": bloom_eager_attention,
+        f"alibi_attention/{batch}x{heads}x{attn_len}x{depth}/full_bias_sdpa":
+            lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=ops.alibi_bias(slopes, attn_len, attn_len, causal=True)),
+    })
     results = []
     with torch.no_grad():
         for name, call in cases.items():

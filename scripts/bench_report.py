@@ -35,7 +35,8 @@ def load(cpp_path, python_path):
     with open(python_path) as f:
         python = json.load(f)
     for bench in python["benchmarks"]:
-        times[bench["name"]] = bench["real_time_us"]
+        if "real_time_us" in bench:  # the memory rows hold bytes
+            times[bench["name"]] = bench["real_time_us"]
     return context, python, times
 
 
@@ -147,6 +148,11 @@ def main():
         if memory:
             lines += ["", f"ALiBi at L = 8192, 32 heads, float32: full [H, L, L] form {memory['full_bytes'] / 2**30:.0f} GiB, "
                       f"compact causal [H, 1, L] form {memory['compact_bytes'] / 2**20:.0f} MiB."]
+    cpp_bias = sorted(name for name in times if name.startswith("attention_bias/"))
+    if cpp_bias:
+        lines += ["", "## Attention biases (C++, Google Benchmark: posenc next to the eager ATen formulation)", "",
+                  "| benchmark | time |", "|---|---|"]
+        lines += [f"| {name} | {fmt(times[name])} |" for name in cpp_bias]
     gpu = [b for b in python["benchmarks"] if b["name"].startswith("gpu_")]
     if gpu:
         lines += ["", f"## GPU: {python.get('device')}", "", "| benchmark | time | GB/s |", "|---|---|---|"]
