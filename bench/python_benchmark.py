@@ -246,12 +246,37 @@ def cpu_attention_bias(library):
     return results
 
 
+def cpu_vision(library):
+    """The timestep embedding of a batch of 1024 timesteps and 2-D table builds against diffusers'
+    get_timestep_embedding / get_2d_sincos_pos_embed and timm's build_sincos2d_pos_embed, 2
+    threads."""
+    try:
+        from diffusers.models.embeddings import get_2d_sincos_pos_embed, get_timestep_embedding
+        from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+    except ImportError:
+        return []
+    torch.ops.load_library(library)
+    ops = torch.ops.posenc
+    torch.set_num_threads(2)
+    timesteps = torch.rand(1024) * 1000
+    cases = {
+        "timestep_embedding/1024x256/diffusers": lambda: get_timestep_embedding(timesteps, 256, True, 0),
+        "timestep_embedding/1024x256/posenc": lambda: ops.timestep_embedding(timesteps, 256, True, 0.0),
+        "sincos_2d_table/64x64x1152/diffusers": lambda: get_2d_sincos_pos_embed(1152, 64, base_size=64),
+        "sincos_2d_table/64x64x1152/posenc": lambda: ops.sincos_2d_table(1152, [64, 64], base_size=64),
+        "sincos_2d_grid_table/64x64x1152/timm": lambda: build_sincos2d_pos_embed([64, 64], 1152),
+        "sincos_2d_grid_table/64x64x1152/posenc": lambda: ops.sincos_2d_grid_table([64, 64], 1152),
+    }
+    with torch.no_grad():
+        return [{"name": f"py_vision/{name}/threads:2", "real_time_us": median_time_us(call, repeats=3)} for name, call in cases.items()]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_attention_bias(args.library)}
+    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_attention_bias(args.library) + cpu_vision(args.library)}
     if torch.cuda.is_available():
         report["device"] = torch.cuda.get_device_name()
         report["benchmarks"] += gpu_benchmarks(args.library)

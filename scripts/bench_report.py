@@ -148,6 +148,11 @@ def main():
         if memory:
             lines += ["", f"ALiBi at L = 8192, 32 heads, float32: full [H, L, L] form {memory['full_bytes'] / 2**30:.0f} GiB, "
                       f"compact causal [H, 1, L] form {memory['compact_bytes'] / 2**20:.0f} MiB."]
+    vision_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_vision/")]
+    if vision_rows:
+        lines += ["", "## Vision and diffusion (Python, torch.ops.posenc against diffusers' and timm's functions)", "",
+                  "| benchmark | time |", "|---|---|"]
+        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in vision_rows]
     cpp_bias = sorted(name for name in times if name.startswith("attention_bias/"))
     if cpp_bias:
         lines += ["", "## Attention biases (C++, Google Benchmark: posenc next to the eager ATen formulation)", "",

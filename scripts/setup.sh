@@ -31,6 +31,10 @@ for flavour in "${flavours[@]}"; do
 done
 
 transformers_version=5.23.0
+diffusers_version=0.42.1
+timm_version=1.0.31
+# timm pulls torchvision; 0.26.0 is the one built for torch 2.11 (a newer one would upgrade torch)
+torchvision_version=0.26.0
 
 missing=()
 for package in "${packages[@]}"; do
@@ -57,6 +61,11 @@ for flavour in "${flavours[@]}"; do
   if ! "$venv/bin/python" -c "import sys, transformers; sys.exit(transformers.__version__ != '$transformers_version')" 2>/dev/null; then
     echo "setup: installing transformers==$transformers_version"
     "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 "transformers==$transformers_version"
+  fi
+  if ! "$venv/bin/python" -c "import sys, diffusers, timm; sys.exit(diffusers.__version__ != '$diffusers_version' or timm.__version__ != '$timm_version')" 2>/dev/null; then
+    echo "setup: installing diffusers==$diffusers_version timm==$timm_version torchvision==$torchvision_version"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 "torchvision==$torchvision_version" \
+      "diffusers==$diffusers_version" "timm==$timm_version"
   fi
   "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '2.11.0')" || {
     echo "setup: torch in $venv is not 2.11.0 any more; remove $venv and run setup again" >&2; exit 1; }

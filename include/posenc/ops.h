@@ -309,6 +309,43 @@ at::Tensor relative_sinusoidal_table(int64_t length, int64_t d_model, double bas
 /// Differentiable.
 at::Tensor rel_shift(const at::Tensor& x);
 
+// ---- vision and diffusion (src/ops/vision.cpp) ----
+
+/// The diffusion timestep embedding (DDPM; diffusers' `get_timestep_embedding`, same names and
+/// defaults): `[N, embedding_dim]` for timesteps `[N]` (integer or fractional, any device), columns
+/// `sin(scale t f_k)` then `cos(scale t f_k)` (`flip_sin_to_cos`: cos first), f_k =
+/// `exp(-ln(max_period) k / (embedding_dim / 2 - downscale_freq_shift))`, a zero column last for
+/// odd widths. Computed in float64, rounded once to `dtype` (default float32). NaN or infinite
+/// timesteps are an error.
+at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t embedding_dim,
+                              bool flip_sin_to_cos = false, double downscale_freq_shift = 1.0,
+                              double scale = 1.0, int64_t max_period = 10000,
+                              c10::optional<at::ScalarType> dtype = c10::nullopt);
+
+/// The 2-D sin-cos table of a patch grid as diffusers' `get_2d_sincos_pos_embed` builds it (DiT,
+/// PixArt, SD3; MAE with `base_size` equal to the grid size): `[H * W, embed_dim]` for
+/// `grid_size` `{H, W}` (or `{S}`: square), row `i * W + j` the patch at (i, j), at the coordinates
+/// `(j * base_size / W, i * base_size / H) / interpolation_scale`; the first half of the columns
+/// encodes the column coordinate, the second the row coordinate, each `[sin | cos]` of
+/// `embed_dim / 4` frequencies 10000^(-k / (embed_dim / 4)). With `cls_token` and `extra_tokens`
+/// > 0, that many zero rows first (diffusers' rule; MAE's class token: `cls_token = true,
+/// extra_tokens = 1`). Computed in float64, rounded once to `dtype` (default float32).
+at::Tensor sincos_2d_table(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token = false,
+                           int64_t extra_tokens = 0, double interpolation_scale = 1.0,
+                           int64_t base_size = 16,
+                           c10::optional<at::ScalarType> dtype = c10::nullopt,
+                           c10::optional<at::Device> device = c10::nullopt);
+
+/// timm's `build_sincos2d_pos_embed` (same names and defaults): `[H * W, dim]` for `feat_shape`
+/// `{H, W}` at integer coordinates (i, j) (`reverse_coord`: (j, i) of `{W, H}`), `dim / 4`
+/// frequencies temperature^(-k / (dim / 4)), columns `sin(i) sin(j) cos(i) cos(j)` or, with
+/// `interleave_sin_cos`, `sin(i) cos(i) sin(j) cos(j)`. float64, rounded once to `dtype`.
+at::Tensor sincos_2d_grid_table(c10::IntArrayRef feat_shape, int64_t dim = 64,
+                                double temperature = 10000.0, bool reverse_coord = false,
+                                bool interleave_sin_cos = false,
+                                c10::optional<at::ScalarType> dtype = c10::nullopt,
+                                c10::optional<at::Device> device = c10::nullopt);
+
 } // namespace ops
 
 namespace detail {

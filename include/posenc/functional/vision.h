@@ -1,0 +1,38 @@
+#pragma once
+
+/// Vision and diffusion positions in functional form: the diffusion timestep embedding and the
+/// 2-D sin-cos tables of patch grids (diffusers', timm's). The modules in
+/// <posenc/modules/vision.h> call these; each calls a `posenc::` operator (<posenc/ops.h>).
+
+#include <posenc/options/vision.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace posenc {
+namespace functional {
+
+/// The timestep embedding `[N, embedding_dim]` of timesteps `[N]` (integer or fractional), float32
+/// (see posenc::ops::timestep_embedding).
+///
+/// Example:
+/// ```
+/// auto emb = F::timestep_embedding(torch::tensor({999.0, 500.5}),
+///                                  posenc::TimestepEmbeddingOptions(320).flip_sin_to_cos(true));
+/// ```
+at::Tensor timestep_embedding(const at::Tensor& timesteps, const TimestepEmbeddingOptions& options);
+
+/// diffusers' `get_2d_sincos_pos_embed`: the float32 `[extra + H * W, embed_dim]` table of a patch
+/// grid (see posenc::ops::sincos_2d_table).
+at::Tensor sincos_2d_table(const Sincos2dTableOptions& options);
+
+/// timm's `build_sincos2d_pos_embed`: the float32 `[H * W, dim]` table of `feat_shape` `{H, W}`
+/// (see posenc::ops::sincos_2d_grid_table).
+at::Tensor sincos_2d_grid_table(const std::vector<int64_t>& feat_shape, int64_t dim = 64,
+                                double temperature = 10000.0, bool reverse_coord = false,
+                                bool interleave_sin_cos = false);
+
+} // namespace functional
+} // namespace posenc

@@ -1,0 +1,78 @@
+#pragma once
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace posenc {
+
+/// Options of the diffusion timestep embedding (the `Timesteps` module and
+/// `functional::timestep_embedding`), with diffusers' names and defaults.
+///
+/// Example:
+/// ```
+/// // Stable Diffusion's UNet: 320 channels, cos first, no shift
+/// posenc::Timesteps time_proj(
+///     posenc::TimestepEmbeddingOptions(320).flip_sin_to_cos(true).downscale_freq_shift(0));
+/// ```
+struct TimestepEmbeddingOptions {
+  /* implicit */ TimestepEmbeddingOptions(int64_t embedding_dim);
+
+  /// Width of the embedding (>= 2; odd widths end with a zero column).
+  TORCH_ARG(int64_t, embedding_dim);
+  /// Cosines first, then sines (diffusers' `flip_sin_to_cos`; DiT, SD). Default: false.
+  TORCH_ARG(bool, flip_sin_to_cos) = false;
+  /// The frequencies are exp(-ln(max_period) k / (embedding_dim / 2 - downscale_freq_shift)).
+  /// Default: 1 (DDPM).
+  TORCH_ARG(double, downscale_freq_shift) = 1.0;
+  /// Factor of the timesteps in the angles. Default: 1.
+  TORCH_ARG(double, scale) = 1.0;
+  /// Longest period of the frequencies. Default: 10000.
+  TORCH_ARG(int64_t, max_period) = 10000;
+};
+
+/// Options of DiT's `TimestepEmbedder`: the timestep embedding of `frequency_embedding_size`
+/// channels (cos first, no shift) through Linear, SiLU, Linear to `hidden_size`.
+///
+/// Example:
+/// ```
+/// posenc::TimestepEmbedder t_embedder(posenc::TimestepEmbedderOptions(/*hidden_size=*/1152));
+/// ```
+struct TimestepEmbedderOptions {
+  /* implicit */ TimestepEmbedderOptions(int64_t hidden_size);
+
+  /// Width of the output (>= 1).
+  TORCH_ARG(int64_t, hidden_size);
+  /// Width of the sinusoidal embedding fed to the MLP. Default: 256 (DiT).
+  TORCH_ARG(int64_t, frequency_embedding_size) = 256;
+  /// Longest period of the frequencies. Default: 10000.
+  TORCH_ARG(int64_t, max_period) = 10000;
+};
+
+/// Options of `functional::sincos_2d_table` (diffusers' `get_2d_sincos_pos_embed` arguments).
+///
+/// Example:
+/// ```
+/// // DiT-XL/2 at 256 px: a 16 x 16 grid of 1152 channels
+/// auto pos = posenc::functional::sincos_2d_table(posenc::Sincos2dTableOptions(1152, {16, 16}));
+/// ```
+struct Sincos2dTableOptions {
+  Sincos2dTableOptions(int64_t embed_dim, std::vector<int64_t> grid_size);
+
+  /// Number of channels (a positive multiple of 4).
+  TORCH_ARG(int64_t, embed_dim);
+  /// `{H, W}`, or `{S}` for a square grid.
+  TORCH_ARG(std::vector<int64_t>, grid_size);
+  /// With `extra_tokens` > 0: that many zero rows first (diffusers' rule). Default: false.
+  TORCH_ARG(bool, cls_token) = false;
+  /// Number of zero rows for class / register tokens (with `cls_token`). Default: 0.
+  TORCH_ARG(int64_t, extra_tokens) = 0;
+  /// Coordinates are divided by it (PixArt, SD3: 2 at 1024 px). Default: 1.
+  TORCH_ARG(double, interpolation_scale) = 1.0;
+  /// The grid size the coordinates are normalized to (index * base_size / size). Default: 16;
+  /// MAE's integer coordinates: the grid size itself.
+  TORCH_ARG(int64_t, base_size) = 16;
+};
+
+} // namespace posenc

@@ -1,0 +1,194 @@
+#include "detail/vision.h"
+
+#include "detail/checks.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cos.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/sin.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <limits>
+
+namespace posenc {
+namespace detail {
+
+void check_timestep_spec(const char* who, const TimestepSpec& spec) {
+  TORCH_CHECK(spec.embedding_dim >= 2 && spec.embedding_dim <= kMaxTableElements, who,
+              ": embedding_dim must be in [2, 2^28], but got ", spec.embedding_dim);
+  TORCH_CHECK(spec.max_period >= 1, who, ": max_period must be >= 1, but got ", spec.max_period,
+              " (the longest period of the frequencies, 10000 in diffusers)");
+  TORCH_CHECK(std::isfinite(spec.scale), who, ": scale must be finite, but got ", spec.scale);
+  const double divisor =
+      static_cast<double>(spec.embedding_dim / 2) - spec.downscale_freq_shift;
+  TORCH_CHECK(std::isfinite(spec.downscale_freq_shift) && divisor != 0.0, who,
+              ": downscale_freq_shift must be finite and differ from embedding_dim / 2 = ",
+              spec.embedding_dim / 2, " (the frequencies divide by their difference), but got ",
+              spec.downscale_freq_shift);
+}
+
+std::vector<double> timestep_frequencies(const TimestepSpec& spec) {
+  const int64_t half = spec.embedding_dim / 2;
+  const double log_period = std::log(static_cast<double>(spec.max_period));
+  const double divisor = static_cast<double>(half) - spec.downscale_freq_shift;
+  std::vector<double> frequencies(static_cast<size_t>(half));
+  for (int64_t k = 0; k < half; ++k) {
+    frequencies[static_cast<size_t>(k)] = std::exp(-log_period * static_cast<double>(k) / divisor);
+  }
+  return frequencies;
+}
+
+at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
+                              const TimestepSpec& spec, c10::ScalarType dtype) {
+  check_timestep_spec(who, spec);
+  check_float_dtype(who, "dtype", dtype);
+  TORCH_CHECK(timesteps.defined() && timesteps.dim() == 1, who,
+              ": timesteps must be a 1-D tensor [N] (one timestep per batch element), but got ",
+              timesteps.defined() ? "shape " + c10::str(timesteps.sizes()) : "an undefined tensor");
+  const c10::ScalarType type = timesteps.scalar_type();
+  TORCH_CHECK(at::isFloatingType(type) || at::isIntegralType(type, /*includeBool=*/false), who,
+              ": timesteps must be a real or integer tensor, but got ", type);
+  TORCH_CHECK(timesteps.size(0) <= kMaxTableElements / spec.embedding_dim, who, ": ",
+              timesteps.size(0), " timesteps * embedding_dim ", spec.embedding_dim,
+              " elements is over posenc's limit of 2^28 elements");
+  const auto options = timesteps.options().dtype(at::kDouble);
+  const at::Tensor frequencies = at::tensor(timestep_frequencies(spec), options.device(at::kCPU))
+                                     .to(timesteps.device());
+  // scale * t * f in float64: the product of a timestep and a frequency is rounded once
+  const at::Tensor angles = timesteps.to(at::kDouble).unsqueeze(1) * frequencies.mul(spec.scale);
+  TORCH_CHECK(at::isfinite(angles).all().item<bool>(), who,
+              ": timesteps must be finite (and scale * timesteps within float64), but got ",
+              at::isfinite(timesteps.to(at::kDouble)).all().item<bool>()
+                  ? "timesteps whose angles overflow"
+                  : "NaN or infinite timesteps");
+  at::Tensor sines = at::sin(angles);
+  at::Tensor cosines = at::cos(angles);
+  std::vector<at::Tensor> columns = spec.flip_sin_to_cos
+                                        ? std::vector<at::Tensor>{cosines, sines}
+                                        : std::vector<at::Tensor>{sines, cosines};
+  if (spec.embedding_dim % 2 == 1) {
+    columns.push_back(at::zeros({timesteps.size(0), 1}, options));
+  }
+  return at::cat(columns, 1).to(dtype);
+}
+
+at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
+                             const std::vector<size_t>& column_axes, int64_t bands,
+                             double temperature, GridLayout layout) {
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  std::vector<double> frequencies(static_cast<size_t>(bands));
+  for (int64_t k = 0; k < bands; ++k) {
+    frequencies[static_cast<size_t>(k)] =
+        std::pow(temperature, -static_cast<double>(k) / static_cast<double>(bands));
+  }
+  const at::Tensor frequency = at::tensor(frequencies, options);
+  // the coordinate of every row along each axis (row-major: the last axis varies fastest)
+  std::vector<int64_t> sizes;
+  for (const auto& axis : axes) {
+    sizes.push_back(static_cast<int64_t>(axis.size()));
+  }
+  std::vector<at::Tensor> sines;
+  std::vector<at::Tensor> cosines;
+  for (const size_t a : column_axes) {
+    std::vector<int64_t> shape(axes.size(), 1);
+    shape[a] = sizes[a];
+    const at::Tensor coordinate =
+        at::tensor(axes[a], options).view(shape).expand(sizes).reshape({-1, 1});
+    const at::Tensor angle = coordinate * frequency; // [rows, bands], each product rounded once
+    sines.push_back(at::sin(angle));
+    cosines.push_back(at::cos(angle));
+  }
+  std::vector<at::Tensor> columns;
+  if (layout == GridLayout::kAxisSinCos) {
+    for (size_t c = 0; c < sines.size(); ++c) {
+      columns.push_back(sines[c]);
+      columns.push_back(cosines[c]);
+    }
+  } else {
+    columns = sines;
+    columns.insert(columns.end(), cosines.begin(), cosines.end());
+  }
+  return at::cat(columns, 1);
+}
+
+namespace {
+
+void check_grid(const char* who, const char* name, const std::vector<int64_t>& sizes,
+                int64_t width) {
+  TORCH_CHECK(!sizes.empty() && sizes.size() <= 2, who, ": ", name,
+              " must be [H, W] (or one size for a square grid), but got ", sizes.size(),
+              " values");
+  int64_t rows = 1;
+  for (const int64_t size : sizes) {
+    TORCH_CHECK(size >= 1 && size <= kMaxTableElements, who, ": ", name,
+                " must hold sizes in [1, 2^28], but got ", c10::IntArrayRef(sizes));
+    rows *= size;
+    TORCH_CHECK(rows <= kMaxTableElements, who, ": the grid ", c10::IntArrayRef(sizes),
+                " has over 2^28 positions");
+  }
+  check_table_size(who, "the table", rows, width, "the grid size or the width");
+}
+
+} // namespace
+
+at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
+                           bool cls_token, int64_t extra_tokens, double interpolation_scale,
+                           int64_t base_size) {
+  TORCH_CHECK(embed_dim >= 4 && embed_dim % 4 == 0 && embed_dim <= kMaxTableElements, who,
+              ": embed_dim must be a positive multiple of 4 (half the columns per axis, each "
+              "half sines and cosines), but got ",
+              embed_dim);
+  check_grid(who, "grid_size", grid_size, embed_dim);
+  TORCH_CHECK(std::isfinite(interpolation_scale) && interpolation_scale > 0, who,
+              ": interpolation_scale must be finite and > 0, but got ", interpolation_scale);
+  TORCH_CHECK(base_size >= 1, who, ": base_size must be >= 1, but got ", base_size);
+  TORCH_CHECK(extra_tokens >= 0 && extra_tokens <= kMaxTableElements / embed_dim, who,
+              ": extra_tokens must be in [0, 2^28 / embed_dim], but got ", extra_tokens);
+  const int64_t height = grid_size[0];
+  const int64_t width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
+  // coordinate = index * base_size / size / interpolation_scale, in float64
+  const auto coordinates = [&](int64_t size) {
+    std::vector<double> values(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) {
+      values[static_cast<size_t>(i)] = static_cast<double>(i) * static_cast<double>(base_size) /
+                                       static_cast<double>(size) / interpolation_scale;
+    }
+    return values;
+  };
+  // rows: row index (slow), column index (fast); columns: the column coordinate first
+  at::Tensor table = grid_sincos_table({coordinates(height), coordinates(width)}, {1, 0},
+                                       embed_dim / 4, 10000.0, GridLayout::kAxisSinCos);
+  if (cls_token && extra_tokens > 0) {
+    table = at::cat({at::zeros({extra_tokens, embed_dim}, table.options()), table}, 0);
+  }
+  return table;
+}
+
+at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
+                                int64_t dim, double temperature, bool reverse_coord,
+                                bool interleave_sin_cos) {
+  TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
+              ": dim must be a positive multiple of 4, but got ", dim);
+  TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be [H, W], but got ",
+              feat_shape.size(), " values");
+  check_grid(who, "feat_shape", feat_shape, dim);
+  TORCH_CHECK(std::isfinite(temperature) && temperature > 0, who,
+              ": temperature must be finite and > 0, but got ", temperature);
+  std::vector<std::vector<double>> axes;
+  for (size_t a = 0; a < 2; ++a) {
+    const int64_t size = feat_shape[reverse_coord ? 1 - a : a];
+    std::vector<double> values(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) {
+      values[static_cast<size_t>(i)] = static_cast<double>(i);
+    }
+    axes.push_back(values);
+  }
+  return grid_sincos_table(axes, {0, 1}, dim / 4, temperature,
+                           interleave_sin_cos ? GridLayout::kAxisSinCos : GridLayout::kSinCosAxis);
+}
+
+} // namespace detail
+} // namespace posenc

@@ -1,0 +1,78 @@
+#pragma once
+
+// Vision and diffusion positions, in double precision: diffusion timestep embeddings (fractional
+// timesteps) and the sin-cos tables of 2-D grids (MAE, DiT, SD3 through diffusers'
+// get_2d_sincos_pos_embed; timm's build_sincos2d_pos_embed). The one definition the operators,
+// functional forms and modules use.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace posenc {
+namespace detail {
+
+/// The arguments of a timestep embedding (diffusers' get_timestep_embedding names).
+struct TimestepSpec {
+  int64_t embedding_dim = 0;
+  bool flip_sin_to_cos = false;
+  double downscale_freq_shift = 1.0;
+  double scale = 1.0;
+  int64_t max_period = 10000;
+};
+
+/// Checks a TimestepSpec: embedding_dim >= 2, max_period >= 1, a finite scale and shift, and
+/// embedding_dim / 2 - downscale_freq_shift != 0 (the frequencies divide by it).
+void check_timestep_spec(const char* who, const TimestepSpec& spec);
+
+/// The embedding_dim / 2 frequencies exp(-ln(max_period) k / (embedding_dim / 2 -
+/// downscale_freq_shift)), k = 0 .. embedding_dim / 2 - 1, in double precision.
+std::vector<double> timestep_frequencies(const TimestepSpec& spec);
+
+/// The embedding `[N, embedding_dim]` of the N timesteps (any real or integer dtype, any device):
+/// columns sin(scale t f_k) then cos(scale t f_k) (cos first with flip_sin_to_cos), a zero column
+/// last for odd widths; computed in float64 and rounded once to `dtype`. Checks `timesteps`
+/// (1-D, finite) and the spec.
+at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
+                              const TimestepSpec& spec, c10::ScalarType dtype);
+
+/// How a grid table lays out its columns, for `bands` frequencies per axis.
+enum class GridLayout {
+  /// Per axis, in the order of the axes: sin of its bands, then cos (diffusers / MAE / DiT,
+  /// timm with interleave_sin_cos).
+  kAxisSinCos,
+  /// sin of every axis' bands (axis by axis), then cos of every axis' bands (timm's default).
+  kSinCosAxis,
+};
+
+/// The `[prod(sizes), axes * 2 * bands]` sin-cos table of a grid in row-major order of `axes`
+/// (each a list of coordinates, the first varying slowest): angle coordinate * temperature^(-k /
+/// bands), k = 0 .. bands - 1, columns in `layout` with the axes in `column_axes` order (indices
+/// into `axes`). Computed in float64 on the host.
+at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
+                             const std::vector<size_t>& column_axes, int64_t bands,
+                             double temperature, GridLayout layout);
+
+/// diffusers' get_2d_sincos_pos_embed (DiT, PixArt, SD3): a `[H * W, embed_dim]` table for
+/// grid_size `[H, W]` (one value: square), row i * W + j the patch at row i, column j, at
+/// coordinates (j, i) * base_size / (W, H) / interpolation_scale; the first embed_dim / 2 columns
+/// encode the column coordinate, the rest the row coordinate, each as [sin | cos] of embed_dim / 4
+/// frequencies 10000^(-k / (embed_dim / 4)). With cls_token and extra_tokens > 0, that many zero
+/// rows first (diffusers' rule: cls_token alone adds none). float64, on the host. Checks the
+/// arguments (embed_dim a positive multiple of 4, sizes >= 1, finite interpolation_scale > 0,
+/// base_size >= 1, extra_tokens >= 0, at most kMaxTableElements elements).
+at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
+                           bool cls_token, int64_t extra_tokens, double interpolation_scale,
+                           int64_t base_size);
+
+/// timm's build_sincos2d_pos_embed: a `[H * W, dim]` table for feat_shape `[H, W]` at the integer
+/// coordinates (i, j) (reverse_coord: (j, i) from feat_shape [W, H]), dim / 4 frequencies
+/// temperature^(-k / (dim / 4)); columns sin(i) sin(j) cos(i) cos(j), or with interleave_sin_cos
+/// sin(i) cos(i) sin(j) cos(j). float64, on the host; checks the arguments.
+at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
+                                int64_t dim, double temperature, bool reverse_coord,
+                                bool interleave_sin_cos);
+
+} // namespace detail
+} // namespace posenc

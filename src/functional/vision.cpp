@@ -1,0 +1,33 @@
+#include <posenc/functional/vision.h>
+#include <posenc/ops.h>
+
+#include "detail/checks.h"
+
+namespace posenc {
+namespace functional {
+
+namespace pd = posenc::detail;
+
+at::Tensor timestep_embedding(const at::Tensor& timesteps, const TimestepEmbeddingOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "timestep_embedding");
+  return ops::timestep_embedding(timesteps, options.embedding_dim(), options.flip_sin_to_cos(),
+                                 options.downscale_freq_shift(), options.scale(),
+                                 options.max_period());
+}
+
+at::Tensor sincos_2d_table(const Sincos2dTableOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "sincos_2d_table");
+  return ops::sincos_2d_table(options.embed_dim(), options.grid_size(), options.cls_token(),
+                              options.extra_tokens(), options.interpolation_scale(),
+                              options.base_size());
+}
+
+at::Tensor sincos_2d_grid_table(const std::vector<int64_t>& feat_shape, int64_t dim,
+                                double temperature, bool reverse_coord, bool interleave_sin_cos) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "sincos_2d_grid_table");
+  return ops::sincos_2d_grid_table(feat_shape, dim, temperature, reverse_coord,
+                                   interleave_sin_cos);
+}
+
+} // namespace functional
+} // namespace posenc

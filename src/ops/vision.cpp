@@ -1,0 +1,190 @@
+// The vision and diffusion family: timestep embeddings of (fractional) diffusion timesteps and the
+// sin-cos tables of 2-D patch grids. Schemas, C++ entry points and kernels; the values come from
+// detail/vision.cpp (float64, rounded once), the Meta kernels give shapes for torch.compile.
+
+#include "ops/dispatch.h"
+
+#include "detail/checks.h"
+#include "detail/vision.h"
+
+#include <posenc/ops.h>
+
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <vector>
+
+namespace posenc {
+
+TORCH_LIBRARY_FRAGMENT(posenc, m) {
+  m.def(
+      "timestep_embedding(Tensor timesteps, int embedding_dim, bool flip_sin_to_cos=False, "
+      "float downscale_freq_shift=1, float scale=1, int max_period=10000, "
+      "ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "sincos_2d_table(int embed_dim, int[] grid_size, bool cls_token=False, int extra_tokens=0, "
+      "float interpolation_scale=1.0, int base_size=16, ScalarType? dtype=None, "
+      "Device? device=None) -> Tensor");
+  m.def(
+      "sincos_2d_grid_table(int[] feat_shape, int dim=64, float temperature=10000., "
+      "bool reverse_coord=False, bool interleave_sin_cos=False, ScalarType? dtype=None, "
+      "Device? device=None) -> Tensor");
+}
+
+namespace ops {
+
+namespace {
+
+constexpr const char* kTimestep = "posenc::timestep_embedding";
+constexpr const char* kSincos2d = "posenc::sincos_2d_table";
+constexpr const char* kGridTable = "posenc::sincos_2d_grid_table";
+
+detail::TimestepSpec timestep_spec(int64_t embedding_dim, bool flip_sin_to_cos,
+                                   double downscale_freq_shift, double scale,
+                                   int64_t max_period) {
+  detail::TimestepSpec spec;
+  spec.embedding_dim = embedding_dim;
+  spec.flip_sin_to_cos = flip_sin_to_cos;
+  spec.downscale_freq_shift = downscale_freq_shift;
+  spec.scale = scale;
+  spec.max_period = max_period;
+  return spec;
+}
+
+at::Tensor timestep_embedding_kernel(const at::Tensor& timesteps, int64_t embedding_dim,
+                                     bool flip_sin_to_cos, double downscale_freq_shift,
+                                     double scale, int64_t max_period,
+                                     c10::optional<at::ScalarType> dtype) {
+  const char* who = detail::caller_or(kTimestep);
+  return detail::timestep_embedding(
+      who, timesteps,
+      timestep_spec(embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period),
+      dtype.value_or(at::kFloat));
+}
+
+at::Tensor timestep_embedding_meta(const at::Tensor& timesteps, int64_t embedding_dim,
+                                   bool flip_sin_to_cos, double downscale_freq_shift,
+                                   double scale, int64_t max_period,
+                                   c10::optional<at::ScalarType> dtype) {
+  const char* who = detail::caller_or(kTimestep);
+  detail::check_timestep_spec(
+      who, timestep_spec(embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period));
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  TORCH_CHECK(timesteps.dim() == 1, who,
+              ": timesteps must be a 1-D tensor [N] (one timestep per batch element), but got "
+              "shape ",
+              timesteps.sizes());
+  return at::empty({timesteps.size(0), embedding_dim}, timesteps.options().dtype(type));
+}
+
+at::Tensor sincos_2d_table_kernel(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token,
+                                  int64_t extra_tokens, double interpolation_scale,
+                                  int64_t base_size, c10::optional<at::ScalarType> dtype,
+                                  c10::optional<at::Device> device) {
+  const char* who = detail::caller_or(kSincos2d);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  return detail::sincos_2d_table(who, embed_dim, grid_size.vec(), cls_token, extra_tokens,
+                                 interpolation_scale, base_size)
+      .to(device.value_or(at::Device(at::kCPU)), type);
+}
+
+at::Tensor sincos_2d_table_meta(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token,
+                                int64_t extra_tokens, double interpolation_scale,
+                                int64_t base_size, c10::optional<at::ScalarType> dtype,
+                                c10::optional<at::Device> /*device*/) {
+  const char* who = detail::caller_or(kSincos2d);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  // the checks, on a 1 x 1 grid of the same arguments (the sizes are checked below)
+  detail::sincos_2d_table(who, embed_dim, {1}, cls_token, extra_tokens, interpolation_scale,
+                          base_size);
+  TORCH_CHECK(!grid_size.empty() && grid_size.size() <= 2, who,
+              ": grid_size must be [H, W] (or one size for a square grid), but got ",
+              grid_size.size(), " values");
+  const int64_t height = grid_size[0];
+  const int64_t width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
+  TORCH_CHECK(height >= 1 && width >= 1, who, ": grid_size must hold sizes >= 1, but got ",
+              grid_size);
+  const int64_t extra = cls_token ? extra_tokens : 0;
+  return at::empty({extra + height * width, embed_dim},
+                   at::TensorOptions().dtype(type).device(at::kMeta));
+}
+
+at::Tensor sincos_2d_grid_table_kernel(c10::IntArrayRef feat_shape, int64_t dim,
+                                       double temperature, bool reverse_coord,
+                                       bool interleave_sin_cos,
+                                       c10::optional<at::ScalarType> dtype,
+                                       c10::optional<at::Device> device) {
+  const char* who = detail::caller_or(kGridTable);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  return detail::timm_sincos_2d_table(who, feat_shape.vec(), dim, temperature, reverse_coord,
+                                      interleave_sin_cos)
+      .to(device.value_or(at::Device(at::kCPU)), type);
+}
+
+at::Tensor sincos_2d_grid_table_meta(c10::IntArrayRef feat_shape, int64_t dim,
+                                     double temperature, bool reverse_coord,
+                                     bool interleave_sin_cos,
+                                     c10::optional<at::ScalarType> dtype,
+                                     c10::optional<at::Device> /*device*/) {
+  const char* who = detail::caller_or(kGridTable);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  detail::timm_sincos_2d_table(who, {1, 1}, dim, temperature, reverse_coord, interleave_sin_cos);
+  TORCH_CHECK(feat_shape.size() == 2 && feat_shape[0] >= 1 && feat_shape[1] >= 1, who,
+              ": feat_shape must be [H, W] with sizes >= 1, but got ", feat_shape);
+  return at::empty({feat_shape[0] * feat_shape[1], dim},
+                   at::TensorOptions().dtype(type).device(at::kMeta));
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
+  m.impl("timestep_embedding", TORCH_FN(timestep_embedding_kernel));
+  m.impl("sincos_2d_table", TORCH_FN(sincos_2d_table_kernel));
+  m.impl("sincos_2d_grid_table", TORCH_FN(sincos_2d_grid_table_kernel));
+}
+
+TORCH_LIBRARY_IMPL(posenc, Meta, m) {
+  m.impl("timestep_embedding", TORCH_FN(timestep_embedding_meta));
+  m.impl("sincos_2d_table", TORCH_FN(sincos_2d_table_meta));
+  m.impl("sincos_2d_grid_table", TORCH_FN(sincos_2d_grid_table_meta));
+}
+
+using TimestepSignature = at::Tensor(const at::Tensor&, int64_t, bool, double, double, int64_t,
+                                     c10::optional<at::ScalarType>);
+using Sincos2dSignature = at::Tensor(int64_t, c10::IntArrayRef, bool, int64_t, double, int64_t,
+                                     c10::optional<at::ScalarType>, c10::optional<at::Device>);
+using GridTableSignature = at::Tensor(c10::IntArrayRef, int64_t, double, bool, bool,
+                                      c10::optional<at::ScalarType>, c10::optional<at::Device>);
+
+at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t embedding_dim,
+                              bool flip_sin_to_cos, double downscale_freq_shift, double scale,
+                              int64_t max_period, c10::optional<at::ScalarType> dtype) {
+  static const auto op = typed_op<TimestepSignature>(kTimestep);
+  return op.call(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale,
+                 max_period, dtype);
+}
+
+at::Tensor sincos_2d_table(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token,
+                           int64_t extra_tokens, double interpolation_scale, int64_t base_size,
+                           c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
+  static const auto op = typed_op<Sincos2dSignature>(kSincos2d);
+  return op.call(embed_dim, grid_size, cls_token, extra_tokens, interpolation_scale, base_size,
+                 dtype, device);
+}
+
+at::Tensor sincos_2d_grid_table(c10::IntArrayRef feat_shape, int64_t dim, double temperature,
+                                bool reverse_coord, bool interleave_sin_cos,
+                                c10::optional<at::ScalarType> dtype,
+                                c10::optional<at::Device> device) {
+  static const auto op = typed_op<GridTableSignature>(kGridTable);
+  return op.call(feat_shape, dim, temperature, reverse_coord, interleave_sin_cos, dtype, device);
+}
+
+} // namespace ops
+} // namespace posenc

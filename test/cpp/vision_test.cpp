@@ -1,0 +1,148 @@
+// Vision and diffusion positions: the timestep embedding and the 2-D sin-cos tables against
+// float64 formulations written here, the Timesteps and TimestepEmbedder modules, errors. (Against
+// diffusers' and timm's own code: test/python/test_vision.py.)
+
+#include <posenc/posenc.h>
+
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace F = posenc::functional;
+using posenc_test::printed;
+
+namespace {
+
+class Vision : public posenc_test::SeededTest {};
+
+// The embedding of one timestep, float64: [sin | cos] (or [cos | sin]) of t * scale * f_k, f_k =
+// max_period^(-k / (half - shift)), a zero last for odd widths.
+std::vector<double> timestep_row(double t, int64_t dim, bool flip, double shift, double scale,
+                                 double max_period) {
+  const int64_t half = dim / 2;
+  std::vector<double> row(static_cast<size_t>(dim), 0.0);
+  for (int64_t k = 0; k < half; ++k) {
+    const double angle =
+        t * scale * std::pow(max_period, -static_cast<double>(k) / (static_cast<double>(half) - shift));
+    row[static_cast<size_t>(flip ? half + k : k)] = std::sin(angle);
+    row[static_cast<size_t>(flip ? k : half + k)] = std::cos(angle);
+  }
+  return row;
+}
+
+TEST_F(Vision, TimestepEmbeddingIsTheFloat64FormulaRoundedOnce) {
+  const auto timesteps = torch::tensor({0.0, 0.5, 1.0, 250.25, 999.0}, torch::kDouble);
+  struct Config {
+    int64_t dim;
+    bool flip;
+    double shift, scale;
+    int64_t max_period;
+  };
+  for (const Config& c : {Config{320, true, 0, 1, 10000}, Config{129, false, 1, 1, 10000},
+                          Config{64, true, 1, 1000, 10000}, Config{8, false, 0.5, 2, 500}}) {
+    const auto ours = F::timestep_embedding(timesteps, posenc::TimestepEmbeddingOptions(c.dim)
+                                                           .flip_sin_to_cos(c.flip)
+                                                           .downscale_freq_shift(c.shift)
+                                                           .scale(c.scale)
+                                                           .max_period(c.max_period));
+    ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{5, c.dim}));
+    ASSERT_EQ(ours.scalar_type(), torch::kFloat);
+    for (int64_t n = 0; n < 5; ++n) {
+      const auto row = timestep_row(timesteps[n].item<double>(), c.dim, c.flip, c.shift,
+                                    c.scale, static_cast<double>(c.max_period));
+      // float64 evaluations that may differ in the last bits, then one rounding to float32
+      const auto expected = torch::tensor(row, torch::kDouble);
+      EXPECT_LE((ours[n].to(torch::kDouble) - expected).abs().max().item<double>(),
+                std::ldexp(1.0, -25) + 1e-12);
+    }
+  }
+  // integer timesteps give the same rows as the same values in float
+  EXPECT_TRUE(torch::equal(posenc::ops::timestep_embedding(torch::arange(10), 16),
+                           posenc::ops::timestep_embedding(torch::arange(10).to(torch::kFloat), 16)));
+}
+
+TEST_F(Vision, TimestepsModuleAndDitEmbedder) {
+  posenc::Timesteps time_proj(
+      posenc::TimestepEmbeddingOptions(320).flip_sin_to_cos(true).downscale_freq_shift(0));
+  EXPECT_EQ(printed(*time_proj),
+            "posenc::Timesteps(embedding_dim=320, flip_sin_to_cos=true, downscale_freq_shift=0)");
+  const auto t = torch::tensor({999, 500, 1}, torch::kLong);
+  EXPECT_TRUE(torch::equal(time_proj(t), posenc::ops::timestep_embedding(t, 320, true, 0.0)));
+  EXPECT_EQ(time_proj->parameters().size(), 0U);
+
+  posenc::TimestepEmbedder embedder(posenc::TimestepEmbedderOptions(48).frequency_embedding_size(32));
+  EXPECT_EQ(printed(*embedder),
+            "posenc::TimestepEmbedder(hidden_size=48, frequency_embedding_size=32)");
+  std::vector<std::string> names;
+  for (const auto& item : embedder->named_parameters()) {
+    names.push_back(item.key());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"mlp.0.weight", "mlp.0.bias", "mlp.2.weight",
+                                             "mlp.2.bias"}));
+  const auto frequencies = posenc::ops::timestep_embedding(t, 32, true, 0.0);
+  const auto& first = embedder->mlp->ptr(0)->as<torch::nn::Linear>();
+  const auto& second = embedder->mlp->ptr(2)->as<torch::nn::Linear>();
+  const auto expected = second->forward(torch::silu(first->forward(frequencies)));
+  EXPECT_TRUE(torch::allclose(embedder(t), expected, 0, 0));
+  embedder->to(torch::kDouble);
+  EXPECT_EQ(embedder(t).scalar_type(), torch::kDouble);
+}
+
+// diffusers' 2-D layout, float64: the column coordinate's [sin | cos], then the row coordinate's.
+torch::Tensor grid_reference(int64_t dim, int64_t height, int64_t width, double base_size,
+                             double scale) {
+  const int64_t bands = dim / 4;
+  auto table = torch::zeros({height * width, dim}, torch::kDouble);
+  for (int64_t i = 0; i < height; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      const double coordinates[2] = {static_cast<double>(j) * base_size / static_cast<double>(width) / scale,
+                                     static_cast<double>(i) * base_size / static_cast<double>(height) / scale};
+      for (int64_t axis = 0; axis < 2; ++axis) {
+        for (int64_t k = 0; k < bands; ++k) {
+          const double angle = coordinates[axis] * std::pow(10000.0, -static_cast<double>(k) / static_cast<double>(bands));
+          table[i * width + j][axis * 2 * bands + k] = std::sin(angle);
+          table[i * width + j][axis * 2 * bands + bands + k] = std::cos(angle);
+        }
+      }
+    }
+  }
+  return table;
+}
+
+TEST_F(Vision, Sincos2dTableFollowsDiffusersLayout) {
+  const auto ours = F::sincos_2d_table(posenc::Sincos2dTableOptions(32, {3, 5}).base_size(8).interpolation_scale(2.0));
+  ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{15, 32}));
+  EXPECT_LE((ours.to(torch::kDouble) - grid_reference(32, 3, 5, 8, 2)).abs().max().item<double>(),
+            std::ldexp(1.0, -25) + 1e-12);
+  // MAE: integer coordinates (base_size = the grid) and one zero row for the class token
+  const auto mae = F::sincos_2d_table(posenc::Sincos2dTableOptions(64, {4}).base_size(4).cls_token(true).extra_tokens(1));
+  ASSERT_EQ(mae.sizes(), (std::vector<int64_t>{17, 64}));
+  EXPECT_TRUE(torch::equal(mae[0], torch::zeros({64})));
+  EXPECT_LE((mae.narrow(0, 1, 16).to(torch::kDouble) - grid_reference(64, 4, 4, 4, 1)).abs().max().item<double>(),
+            std::ldexp(1.0, -25) + 1e-12);
+  // timm's reverse_coord + interleave_sin_cos has diffusers' columns at integer coordinates, with
+  // the tokens in column-major order (its grid runs over (W, H))
+  const auto timm = F::sincos_2d_grid_table({4, 4}, 64, 10000.0, /*reverse_coord=*/true, /*interleave_sin_cos=*/true);
+  EXPECT_TRUE(torch::equal(timm.view({4, 4, 64}).transpose(0, 1).reshape({16, 64}), mae.narrow(0, 1, 16)));
+}
+
+TEST_F(Vision, BadInputsAreClearErrors) {
+  const auto t = torch::tensor({1.0, 2.0});
+  EXPECT_POSENC_ERROR(posenc::Timesteps(posenc::TimestepEmbeddingOptions(1)), "Timesteps: embedding_dim must be in [2, 2^28]");
+  EXPECT_POSENC_ERROR(posenc::Timesteps(posenc::TimestepEmbeddingOptions(8).downscale_freq_shift(4)), "differ from embedding_dim / 2 = 4");
+  posenc::Timesteps time_proj(posenc::TimestepEmbeddingOptions(8));
+  EXPECT_POSENC_ERROR(time_proj(torch::tensor({1.0, std::nan("")})), "Timesteps: timesteps must be finite");
+  EXPECT_POSENC_ERROR(time_proj(t.view({2, 1})), "timesteps must be a 1-D tensor [N]");
+  EXPECT_POSENC_ERROR(posenc::TimestepEmbedder(posenc::TimestepEmbedderOptions(0)), "hidden_size must be >= 1");
+  EXPECT_POSENC_ERROR(F::sincos_2d_table(posenc::Sincos2dTableOptions(30, {4})), "sincos_2d_table: embed_dim must be a positive multiple of 4");
+  EXPECT_POSENC_ERROR(F::sincos_2d_table(posenc::Sincos2dTableOptions(32, {})), "grid_size must be [H, W]");
+  EXPECT_POSENC_ERROR(F::sincos_2d_table(posenc::Sincos2dTableOptions(32, {4, -1})), "sizes in [1, 2^28]");
+  EXPECT_POSENC_ERROR(F::sincos_2d_grid_table({4, 4}, 32, -1.0), "temperature must be finite and > 0");
+}
+
+} // namespace
