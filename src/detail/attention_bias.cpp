@@ -2,8 +2,6 @@
 
 #include "detail/checks.h"
 
-#include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -104,24 +102,8 @@ void check_relative_table_arguments(const char* who, int64_t length, int64_t key
 
 at::Tensor relative_sinusoidal_table(int64_t length, int64_t key_length, const SinusoidSpec& spec,
                                      c10::ScalarType dtype, c10::Device device) {
-  const ColumnPlan plan = column_plan(spec);
-  const int64_t rows = length + key_length - 1;
-  const int64_t width = spec.d_model;
-  at::Tensor table = at::empty({rows, width}, at::TensorOptions().dtype(at::kDouble));
-  double* out = table.data_ptr<double>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / width), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const double position = static_cast<double>(key_length - 1 - r);
-      for (int64_t c = 0; c < width; ++c) {
-        const double angle = position * plan.frequency[static_cast<size_t>(c)];
-        const ColumnPlan::Kind kind = plan.kind[static_cast<size_t>(c)];
-        out[r * width + c] = kind == ColumnPlan::kSin   ? std::sin(angle)
-                             : kind == ColumnPlan::kCos ? std::cos(angle)
-                                                        : 0.0;
-      }
-    }
-  });
-  return table.to(device, dtype);
+  // row r: relative position key_length - 1 - r
+  return sinusoidal_descending_rows(key_length - 1, length + key_length - 1, spec, dtype, device);
 }
 
 } // namespace detail

@@ -6,6 +6,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
 
 #include <algorithm>
 #include <cmath>
@@ -142,8 +143,11 @@ const char* to_string(FrequencySpacing spacing) {
 }
 
 namespace {
-template <typename T>
-void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const ColumnPlan& plan, T* out) {
+// Writes the rows of `count` positions: `position(r)` is row r's position (as a double), or
+// nullopt for a row of zeros (padding).
+template <typename T, typename Position>
+void fill_sinusoidal_rows(int64_t count, const ColumnPlan& plan, T* out,
+                          const Position& position) {
   const int64_t d_model = static_cast<int64_t>(plan.frequency.size());
   if (d_model == 0 || count == 0) {
     return; // nothing to write (and no grain to size from a zero width)
@@ -154,13 +158,13 @@ void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const ColumnP
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       T* row = out + r * d_model;
-      if (positions[r] < 0) {
+      const c10::optional<double> at = position(r);
+      if (!at.has_value()) {
         std::fill(row, row + d_model, T(0));
         continue;
       }
-      const double position = static_cast<double>(positions[r]);
       for (int64_t c = 0; c < d_model; ++c) {
-        const double angle = position * plan.frequency[static_cast<size_t>(c)];
+        const double angle = *at * plan.frequency[static_cast<size_t>(c)];
         const ColumnPlan::Kind kind = plan.kind[static_cast<size_t>(c)];
         row[c] = static_cast<T>(kind == ColumnPlan::kSin   ? std::sin(angle)
                                 : kind == ColumnPlan::kCos ? std::cos(angle)
@@ -170,24 +174,43 @@ void fill_sinusoidal_rows(const int64_t* positions, int64_t count, const ColumnP
   });
 }
 
-} // namespace
-
-at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
-                           c10::ScalarType dtype) {
+// `count` rows in `dtype` on the CPU: float32 and float64 are written directly; float16 and
+// bfloat16 are rounded from float64 (never through float32, which would round twice).
+template <typename Position>
+at::Tensor rows_in(int64_t count, const ColumnPlan& plan, c10::ScalarType dtype,
+                   const Position& position) {
   const int64_t d_model = static_cast<int64_t>(plan.frequency.size());
-  const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
-  const int64_t count = cpu_positions.numel();
-  // float32 and float64 are written directly; float16 and bfloat16 are rounded from float64 (never
-  // through float32, which would round twice).
   const bool direct = dtype == at::kFloat || dtype == at::kDouble;
   at::Tensor rows =
       at::empty({count, d_model}, at::TensorOptions().dtype(direct ? dtype : at::kDouble));
   if (rows.scalar_type() == at::kFloat) {
-    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, plan, rows.data_ptr<float>());
+    fill_sinusoidal_rows(count, plan, rows.data_ptr<float>(), position);
   } else {
-    fill_sinusoidal_rows(cpu_positions.data_ptr<int64_t>(), count, plan, rows.data_ptr<double>());
+    fill_sinusoidal_rows(count, plan, rows.data_ptr<double>(), position);
   }
-  return rows.to(positions.device(), dtype);
+  return rows.to(dtype);
+}
+} // namespace
+
+at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
+                           c10::ScalarType dtype) {
+  const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* values = cpu_positions.data_ptr<int64_t>();
+  return rows_in(cpu_positions.numel(), plan, dtype,
+                 [values](int64_t r) -> c10::optional<double> {
+                   return values[r] < 0 ? c10::nullopt
+                                        : c10::optional<double>(static_cast<double>(values[r]));
+                 })
+      .to(positions.device());
+}
+
+at::Tensor sinusoidal_descending_rows(int64_t first, int64_t count, const SinusoidSpec& spec,
+                                      c10::ScalarType dtype, c10::Device device) {
+  return rows_in(count, column_plan(spec), dtype,
+                 [first](int64_t r) -> c10::optional<double> {
+                   return static_cast<double>(first - r);
+                 })
+      .to(device);
 }
 
 at::Tensor sinusoidal_table(int64_t max_len, int64_t offset, const SinusoidSpec& spec,

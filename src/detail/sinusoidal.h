@@ -71,6 +71,12 @@ const char* to_string(FrequencySpacing spacing);
 at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
                            c10::ScalarType dtype);
 
+/// The `[count, d_model]` rows of the positions `first, first - 1, ..., first - count + 1`
+/// (negative positions included: the sines and cosines of negative angles), computed in double
+/// precision and rounded once to `dtype`, on `device`. The table of relative positions.
+at::Tensor sinusoidal_descending_rows(int64_t first, int64_t count, const SinusoidSpec& spec,
+                                      c10::ScalarType dtype, c10::Device device);
+
 /// The `[max_len, d_model]` table of positions `offset ..` in `dtype` on `device`.
 at::Tensor sinusoidal_table(int64_t max_len, int64_t offset, const SinusoidSpec& spec,
                             c10::ScalarType dtype, c10::Device device);

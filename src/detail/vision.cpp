@@ -134,9 +134,9 @@ void check_grid(const char* who, const char* name, const std::vector<int64_t>& s
 
 } // namespace
 
-at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
-                           bool cls_token, int64_t extra_tokens, double interpolation_scale,
-                           int64_t base_size) {
+void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
+                               const std::vector<int64_t>& grid_size, int64_t extra_tokens,
+                               double interpolation_scale, int64_t base_size) {
   TORCH_CHECK(embed_dim >= 4 && embed_dim % 4 == 0 && embed_dim <= kMaxTableElements, who,
               ": embed_dim must be a positive multiple of 4 (half the columns per axis, each "
               "half sines and cosines), but got ",
@@ -147,6 +147,13 @@ at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector
   TORCH_CHECK(base_size >= 1, who, ": base_size must be >= 1, but got ", base_size);
   TORCH_CHECK(extra_tokens >= 0 && extra_tokens <= kMaxTableElements / embed_dim, who,
               ": extra_tokens must be in [0, 2^28 / embed_dim], but got ", extra_tokens);
+}
+
+at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
+                           bool cls_token, int64_t extra_tokens, double interpolation_scale,
+                           int64_t base_size) {
+  check_sincos_2d_arguments(who, embed_dim, grid_size, extra_tokens, interpolation_scale,
+                            base_size);
   const int64_t height = grid_size[0];
   const int64_t width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
   // coordinate = index * base_size / size / interpolation_scale, in float64
@@ -167,9 +174,8 @@ at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector
   return table;
 }
 
-at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
-                                int64_t dim, double temperature, bool reverse_coord,
-                                bool interleave_sin_cos) {
+void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+                                    int64_t dim, double temperature) {
   TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
               ": dim must be a positive multiple of 4, but got ", dim);
   TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be [H, W], but got ",
@@ -177,6 +183,12 @@ at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& fea
   check_grid(who, "feat_shape", feat_shape, dim);
   TORCH_CHECK(std::isfinite(temperature) && temperature > 0, who,
               ": temperature must be finite and > 0, but got ", temperature);
+}
+
+at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
+                                int64_t dim, double temperature, bool reverse_coord,
+                                bool interleave_sin_cos) {
+  check_timm_sincos_2d_arguments(who, feat_shape, dim, temperature);
   std::vector<std::vector<double>> axes;
   for (size_t a = 0; a < 2; ++a) {
     const int64_t size = feat_shape[reverse_coord ? 1 - a : a];

@@ -54,6 +54,15 @@ at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
                              const std::vector<size_t>& column_axes, int64_t bands,
                              double temperature, GridLayout layout);
 
+/// Checks the arguments of sincos_2d_table (below).
+void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
+                               const std::vector<int64_t>& grid_size, int64_t extra_tokens,
+                               double interpolation_scale, int64_t base_size);
+
+/// Checks the arguments of timm_sincos_2d_table (below).
+void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+                                    int64_t dim, double temperature);
+
 /// diffusers' get_2d_sincos_pos_embed (DiT, PixArt, SD3): a `[H * W, embed_dim]` table for
 /// grid_size `[H, W]` (one value: square), row i * W + j the patch at row i, column j, at
 /// coordinates (j, i) * base_size / (W, H) / interpolation_scale; the first embed_dim / 2 columns

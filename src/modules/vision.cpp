@@ -92,7 +92,7 @@ void TimestepEmbedderImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& timesteps) {
   const detail::CallerScope caller(kName);
-  const torch::Tensor weight = mlp->ptr(0)->parameters()[0];
+  const torch::Tensor& weight = mlp->ptr<torch::nn::LinearImpl>(0)->weight;
   TORCH_CHECK(!timesteps.defined() || timesteps.device() == weight.device(), kName,
               ": expected the timesteps on the module's device (", weight.device(),
               "), but got timesteps on ", timesteps.device(), "; move them with .to(",

@@ -196,17 +196,27 @@ void check_attention_mask(const char* who, const at::Tensor& mask, const at::Ten
   detail::check_argument_device(who, mask, "attention_mask", slopes.device());
 }
 
+// Checks the arguments of alibi_causal_bias; returns whether an attention mask was given.
+bool check_causal_bias_arguments(const char* who, const at::Tensor& slopes, int64_t key_length,
+                                 const OptionalTensor& attention_mask,
+                                 c10::optional<at::ScalarType> dtype) {
+  check_bias_arguments(who, slopes, dtype);
+  check_length(who, "key_length", key_length);
+  const bool masked = attention_mask.has_value() && attention_mask->defined();
+  if (masked) {
+    check_attention_mask(who, *attention_mask, slopes, key_length);
+  }
+  return masked;
+}
+
 at::Tensor alibi_causal_bias_kernel(const at::Tensor& slopes, int64_t key_length,
                                     OptionalTensor attention_mask,
                                     c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibiCausal);
-  check_bias_arguments(who, slopes, dtype);
-  check_length(who, "key_length", key_length);
-  const bool masked = attention_mask.has_value() && attention_mask->defined();
+  const bool masked = check_causal_bias_arguments(who, slopes, key_length, attention_mask, dtype);
   const at::ScalarType compute = compute_type(slopes);
   at::Tensor bias;
   if (masked) {
-    check_attention_mask(who, *attention_mask, slopes, key_length);
     // each sequence's tokens count 0, 1, ... from its first token (left padding), padding 0
     const at::Tensor keep = attention_mask->to(at::kLong);
     const at::Tensor positions = (keep.cumsum(1) - 1) * keep;            // [B, Lk]
@@ -224,11 +234,8 @@ at::Tensor alibi_causal_bias_meta(const at::Tensor& slopes, int64_t key_length,
                                   OptionalTensor attention_mask,
                                   c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibiCausal);
-  check_bias_arguments(who, slopes, dtype);
-  check_length(who, "key_length", key_length);
   std::vector<int64_t> shape = bias_shape(slopes, 1, key_length);
-  if (attention_mask.has_value() && attention_mask->defined()) {
-    check_attention_mask(who, *attention_mask, slopes, key_length);
+  if (check_causal_bias_arguments(who, slopes, key_length, attention_mask, dtype)) {
     if (slopes.dim() == 1) {
       shape.insert(shape.begin(), attention_mask->size(0));
     }

@@ -98,16 +98,10 @@ at::Tensor sincos_2d_table_meta(int64_t embed_dim, c10::IntArrayRef grid_size, b
   const char* who = detail::caller_or(kSincos2d);
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
-  // the checks, on a 1 x 1 grid of the same arguments (the sizes are checked below)
-  detail::sincos_2d_table(who, embed_dim, {1}, cls_token, extra_tokens, interpolation_scale,
-                          base_size);
-  TORCH_CHECK(!grid_size.empty() && grid_size.size() <= 2, who,
-              ": grid_size must be [H, W] (or one size for a square grid), but got ",
-              grid_size.size(), " values");
+  detail::check_sincos_2d_arguments(who, embed_dim, grid_size.vec(), extra_tokens,
+                                    interpolation_scale, base_size);
   const int64_t height = grid_size[0];
   const int64_t width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
-  TORCH_CHECK(height >= 1 && width >= 1, who, ": grid_size must hold sizes >= 1, but got ",
-              grid_size);
   const int64_t extra = cls_token ? extra_tokens : 0;
   return at::empty({extra + height * width, embed_dim},
                    at::TensorOptions().dtype(type).device(at::kMeta));
@@ -127,16 +121,14 @@ at::Tensor sincos_2d_grid_table_kernel(c10::IntArrayRef feat_shape, int64_t dim,
 }
 
 at::Tensor sincos_2d_grid_table_meta(c10::IntArrayRef feat_shape, int64_t dim,
-                                     double temperature, bool reverse_coord,
-                                     bool interleave_sin_cos,
+                                     double temperature, bool /*reverse_coord*/,
+                                     bool /*interleave_sin_cos*/,
                                      c10::optional<at::ScalarType> dtype,
                                      c10::optional<at::Device> /*device*/) {
   const char* who = detail::caller_or(kGridTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
-  detail::timm_sincos_2d_table(who, {1, 1}, dim, temperature, reverse_coord, interleave_sin_cos);
-  TORCH_CHECK(feat_shape.size() == 2 && feat_shape[0] >= 1 && feat_shape[1] >= 1, who,
-              ": feat_shape must be [H, W] with sizes >= 1, but got ", feat_shape);
+  detail::check_timm_sincos_2d_arguments(who, feat_shape.vec(), dim, temperature);
   return at::empty({feat_shape[0] * feat_shape[1], dim},
                    at::TensorOptions().dtype(type).device(at::kMeta));
 }

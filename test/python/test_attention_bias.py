@@ -158,9 +158,10 @@ def test_conformer_relative_table(posenc_ops, length):
     torch.testing.assert_close(ours, theirs, rtol=0, atol=their_error + 2 ** -23)
 
 
-def test_conformer_attention_loaded_in_cpp(posenc_ops, test_tool, tmp_path):
-    torch.manual_seed(2)
-    length = 12
+def hf_conformer_attention(seed, length):
+    """A Wav2Vec2ConformerSelfAttention (relative, 32 channels, 4 heads, random position biases),
+    an input [2, length, 32] and its output with HF's own relative table."""
+    torch.manual_seed(seed)
     config = Wav2Vec2ConformerConfig(hidden_size=32, num_attention_heads=4, position_embeddings_type="relative",
                                      max_source_positions=length, attention_dropout=0.0)
     config._attn_implementation = "eager"
@@ -170,8 +171,12 @@ def test_conformer_attention_loaded_in_cpp(posenc_ops, test_tool, tmp_path):
         attention.pos_bias_v.normal_()
     x = torch.randn(2, length, 32)
     with torch.no_grad():
-        relative = Wav2Vec2ConformerRelPositionalEmbedding(config)(x)
-        theirs, _ = attention(x, relative_position_embeddings=relative)
+        theirs, _ = attention(x, relative_position_embeddings=Wav2Vec2ConformerRelPositionalEmbedding(config)(x))
+    return attention, x, theirs
+
+
+def test_conformer_attention_loaded_in_cpp(posenc_ops, test_tool, tmp_path):
+    attention, x, theirs = hf_conformer_attention(seed=2, length=12)
     torch.save(attention.state_dict(), str(tmp_path / "attn.pt"))
     torch.save(x, str(tmp_path / "x.pt"))
     test_tool("conformer-attention", "--d-model", 32, "--num-heads", 4, tmp_path / "attn.pt", tmp_path / "x.pt", tmp_path / "out.pt")
@@ -184,18 +189,8 @@ def test_exported_conformer_attention_with_transformers_weights(test_tool, tmp_p
     """posenc::to_torchscript of RelPositionalEncoding and RelPositionMultiheadAttention, run by
     plain PyTorch with a Wav2Vec2ConformerSelfAttention's state dict: HF's output (same tolerance
     as the C++ module's, see test_conformer_attention_loaded_in_cpp)."""
-    torch.manual_seed(4)
     length = 10
-    config = Wav2Vec2ConformerConfig(hidden_size=32, num_attention_heads=4, position_embeddings_type="relative",
-                                     max_source_positions=length, attention_dropout=0.0)
-    config._attn_implementation = "eager"
-    attention = Wav2Vec2ConformerSelfAttention(config).eval()
-    with torch.no_grad():
-        attention.pos_bias_u.normal_()
-        attention.pos_bias_v.normal_()
-    x = torch.randn(2, length, 32)
-    with torch.no_grad():
-        theirs, _ = attention(x, relative_position_embeddings=Wav2Vec2ConformerRelPositionalEmbedding(config)(x))
+    attention, x, theirs = hf_conformer_attention(seed=4, length=length)
     test_tool("export-attention", "rel-encoding", "--d-model", 32, "--max-len", length, "--unscaled", tmp_path / "pos.pt")
     test_tool("export-attention", "rel-attention", "--d-model", 32, "--num-heads", 4, tmp_path / "attn.pt")
     encoding = torch.jit.load(str(tmp_path / "pos.pt"))
