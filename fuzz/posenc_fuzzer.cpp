@@ -123,8 +123,24 @@ torch::Tensor pick_positions(FuzzedDataProvider& in,
   }
   const int64_t hi = in.ConsumeBool() ? max_len + 3 : int64_t{1} << 40;
   auto positions = torch::randint(-3, std::max<int64_t>(hi, 1), sizes, torch::kLong);
-  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
-    positions = positions.to(torch::kFloat);
+  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    case 0: // integer-valued floats (negative ones are errors: floats have no padding value)
+      positions = positions.to(torch::kFloat);
+      break;
+    case 1: // fractional positions: computed from the definition where the call has it
+      positions = positions.to(torch::kDouble) + in.ConsumeProbability<double>();
+      break;
+    case 2: { // a NaN, an infinity or a value past 2^63 among fractional ones: an error
+      positions = positions.to(torch::kDouble).abs_();
+      const double bad[] = {std::nan(""), std::numeric_limits<double>::infinity(), 1e19};
+      if (positions.numel() > 0) {
+        positions.view({-1})[in.ConsumeIntegralInRange<int64_t>(0, positions.numel() - 1)] =
+            bad[in.ConsumeIntegralInRange<int>(0, 2)];
+      }
+      break;
+    }
+    default:
+      break;
   }
   return positions;
 }

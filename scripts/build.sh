@@ -23,6 +23,7 @@ case "$flavour" in
   *) echo "build.sh: unknown flavour '$flavour' (expected debian or pip)" >&2; exit 2 ;;
 esac
 
+mkdir -p "$root/build"
 cmake -S "$root" -B "$root/build/$flavour" "${args[@]}" "$@" >"$root/build/$flavour.configure.log" 2>&1 || {
   cat "$root/build/$flavour.configure.log"; exit 1; }
 cmake --build "$root/build/$flavour" -j "$(nproc)"

@@ -66,6 +66,12 @@
 /// per sequence) selects any, with -1 marking padding (no encoding added / no rotation). Reading
 /// the positions' range (and the token ids') is one device-to-host copy per call.
 ///
+/// Floating-point positions (fractional: position interpolation, diffusion timesteps; finite and
+/// in [0, 2^63), no padding value) are accepted where the encoding's definition is at hand: by
+/// add_positional_encoding always, by the table operators with `columns` / `inv_freq` (below).
+/// Their rows are computed from the definition in float64, never read from or interpolated in the
+/// table (so a table that requires grad is refused, as for `columns`). NaN or Inf raise.
+///
 /// Positions past a table: an error, unless the encoding's definition is passed as data, as
 /// llama.cpp passes its frequencies: `columns`, the float64 `[2, D]` column plan of a sinusoidal
 /// table (row 0 each column's frequency, row 1 its kind: 0 sine, 1 cosine, 2 zero; what

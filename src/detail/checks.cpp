@@ -151,16 +151,43 @@ at::Tensor table_rows(const at::Tensor& table) {
 
 void check_positions_form(const char* who, const at::Tensor& positions, int64_t length,
                           at::IntArrayRef per_sequence, const char* per_sequence_name,
-                          const c10::Device& device) {
+                          const c10::Device& device, bool continuous) {
   TORCH_CHECK(positions.defined(), who, ": positions are undefined");
-  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), who,
-              ": positions must be an integer tensor (int64 or int32), but got ",
+  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false) ||
+                  (continuous && is_continuous(positions)),
+              who, ": positions must be an integer tensor (int64 or int32)",
+              continuous ? " or a floating-point one" : "", ", but got ",
               positions.scalar_type());
   const bool shared = positions.dim() == 1 && positions.size(0) == length;
   const bool each = positions.dim() == 2 && positions.sizes() == per_sequence;
   TORCH_CHECK(shared || each, who, ": positions must have shape [L] = [", length, "] or ",
               per_sequence_name, " = ", per_sequence, ", but got ", positions.sizes());
   check_positions_device(who, positions, device);
+}
+
+bool is_continuous(const at::Tensor& positions) {
+  return positions.defined() && at::isFloatingType(positions.scalar_type());
+}
+
+void check_continuous_allowed(const char* who, const at::Tensor& positions, bool has_definition,
+                              const char* definition) {
+  TORCH_CHECK(!is_continuous(positions) || has_definition, who, ": floating-point positions (",
+              positions.scalar_type(),
+              ") are computed from the encoding's definition, which this call lacks (a learned "
+              "table has none): pass ",
+              definition, " to the operator (posenc's sinusoidal and rotary modules pass their "
+              "own), or integer positions");
+}
+
+void check_continuous_range(const char* who, const at::Tensor& host) {
+  const double* values = host.data_ptr<double>();
+  // 2^63: the first value past int64's range; |position * frequency| stays finite below it.
+  constexpr double kLimit = 9223372036854775808.0;
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    TORCH_CHECK(std::isfinite(values[i]) && values[i] >= 0.0 && values[i] < kLimit, who,
+                ": floating-point positions must be finite and in [0, 2^63), but got ", values[i],
+                " at index ", i, "; replace NaN/Inf (e.g. torch.nan_to_num) before encoding");
+  }
 }
 
 void check_positions_range(const char* who, int64_t smallest, int64_t largest, int64_t limit,

@@ -138,12 +138,26 @@ TableShape check_table(const char* who, const at::Tensor& table);
 /// The `[max_len, D]` view of a checked table.
 at::Tensor table_rows(const at::Tensor& table);
 
-/// Checks the form of explicit positions (no values read): an integer tensor of shape `[L]`
-/// (shared by the batch) or `per_sequence` (described by `per_sequence_name`, e.g. "[B, L]"), on
-/// `device`.
+/// Checks the form of explicit positions (no values read): an integer tensor (or, with
+/// `continuous`, a floating-point one) of shape `[L]` (shared by the batch) or `per_sequence`
+/// (described by `per_sequence_name`, e.g. "[B, L]"), on `device`.
 void check_positions_form(const char* who, const at::Tensor& positions, int64_t length,
                           at::IntArrayRef per_sequence, const char* per_sequence_name,
-                          const c10::Device& device);
+                          const c10::Device& device, bool continuous = false);
+
+/// True for floating-point (continuous) positions: position interpolation, diffusion timesteps.
+/// Their rows are always computed from the encoding's definition in float64, never read from or
+/// interpolated in a table.
+bool is_continuous(const at::Tensor& positions);
+
+/// Checks that a call with floating-point `positions` has the encoding's definition to compute
+/// them from (`has_definition`; `definition` names the argument, e.g. "columns").
+void check_continuous_allowed(const char* who, const at::Tensor& positions, bool has_definition,
+                              const char* definition);
+
+/// Checks floating-point positions read to the host as float64: each finite and in [0, 2^63)
+/// (the range of integer positions, so that every angle is finite).
+void check_continuous_range(const char* who, const at::Tensor& host);
 
 /// Checks the range of explicit positions: smallest >= -1 (-1 = padding) and, when `limit >= 0`,
 /// largest < limit; `hint` is appended to the advice.

@@ -321,9 +321,11 @@ RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
 }
 
 namespace {
-template <typename T>
-void fill_rotary_rows(const int64_t* positions, int64_t count, const RopeFrequencies& frequencies,
-                      T* cos_out, T* sin_out) {
+// Writes the cos/sin rows of `count` positions: `position(r)` is row r's position (as a double), or
+// nullopt for padding (cos 1, sin 0: no rotation).
+template <typename T, typename Position>
+void fill_rotary_rows(int64_t count, const RopeFrequencies& frequencies, T* cos_out, T* sin_out,
+                      const Position& position) {
   const std::vector<double>& frequency = frequencies.inv_freq;
   const int64_t half = static_cast<int64_t>(frequency.size());
   const double factor = frequencies.attention_factor;
@@ -332,39 +334,58 @@ void fill_rotary_rows(const int64_t* positions, int64_t count, const RopeFrequen
   }
   at::parallel_for(0, count, std::max<int64_t>(1, 2048 / half), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
+      const c10::optional<double> at = position(r);
       for (int64_t i = 0; i < half; ++i) {
-        if (positions[r] < 0) { // padding: no rotation
+        if (!at.has_value()) {
           cos_out[r * half + i] = T(1);
           sin_out[r * half + i] = T(0);
           continue;
         }
-        const double angle = static_cast<double>(positions[r]) * frequency[static_cast<size_t>(i)];
+        const double angle = *at * frequency[static_cast<size_t>(i)];
         cos_out[r * half + i] = static_cast<T>(factor * std::cos(angle));
         sin_out[r * half + i] = static_cast<T>(factor * std::sin(angle));
       }
     }
   });
 }
-} // namespace
 
-std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
-                                              const RopeFrequencies& frequencies,
-                                              c10::ScalarType dtype) {
-  const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
-  const int64_t count = cpu_positions.numel();
+template <typename Position>
+std::pair<at::Tensor, at::Tensor> rotary_rows_in(int64_t count, const RopeFrequencies& frequencies,
+                                                 c10::ScalarType dtype, const Position& position) {
   const int64_t half = static_cast<int64_t>(frequencies.inv_freq.size());
   const bool direct = dtype == at::kFloat || dtype == at::kDouble;
   const auto options = at::TensorOptions().dtype(direct ? dtype : at::kDouble);
   at::Tensor cos = at::empty({count, half}, options);
   at::Tensor sin = at::empty({count, half}, options);
   if (cos.scalar_type() == at::kFloat) {
-    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(), count, frequencies, cos.data_ptr<float>(),
-                     sin.data_ptr<float>());
+    fill_rotary_rows(count, frequencies, cos.data_ptr<float>(), sin.data_ptr<float>(), position);
   } else {
-    fill_rotary_rows(cpu_positions.data_ptr<int64_t>(), count, frequencies, cos.data_ptr<double>(),
-                     sin.data_ptr<double>());
+    fill_rotary_rows(count, frequencies, cos.data_ptr<double>(), sin.data_ptr<double>(), position);
   }
-  return {cos.to(positions.device(), dtype), sin.to(positions.device(), dtype)};
+  return {cos.to(dtype), sin.to(dtype)};
+}
+} // namespace
+
+std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
+                                              const RopeFrequencies& frequencies,
+                                              c10::ScalarType dtype) {
+  std::pair<at::Tensor, at::Tensor> rows;
+  if (at::isFloatingType(positions.scalar_type())) {
+    const at::Tensor cpu_positions = positions.to(at::kCPU, at::kDouble).contiguous();
+    const double* values = cpu_positions.data_ptr<double>();
+    rows = rotary_rows_in(cpu_positions.numel(), frequencies, dtype,
+                          [values](int64_t r) -> c10::optional<double> { return values[r]; });
+  } else {
+    const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
+    const int64_t* values = cpu_positions.data_ptr<int64_t>();
+    rows = rotary_rows_in(cpu_positions.numel(), frequencies, dtype,
+                          [values](int64_t r) -> c10::optional<double> {
+                            return values[r] < 0
+                                       ? c10::nullopt
+                                       : c10::optional<double>(static_cast<double>(values[r]));
+                          });
+  }
+  return {rows.first.to(positions.device()), rows.second.to(positions.device())};
 }
 
 std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& section,

@@ -74,8 +74,9 @@ RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
 /// Checks the arguments that define rotary caches.
 void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base);
 
-/// cos and sin of `position * inv_freq[i]` (times the attention factor) for the int64
-/// `positions` (flattened; -1 gives cos 1, sin 0: no rotation): two `[N, R/2]` tensors in `dtype`
+/// cos and sin of `position * inv_freq[i]` (times the attention factor) for the integer
+/// `positions` (flattened; -1 gives cos 1, sin 0: no rotation) or the floating-point ones (read as
+/// float64; checked finite by the caller): two `[N, R/2]` tensors in `dtype`
 /// on the device of `positions`, computed in double precision and rounded once.
 std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               const RopeFrequencies& frequencies,

@@ -194,6 +194,13 @@ at::Tensor rows_in(int64_t count, const ColumnPlan& plan, c10::ScalarType dtype,
 
 at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
                            c10::ScalarType dtype) {
+  if (at::isFloatingType(positions.scalar_type())) {
+    const at::Tensor cpu_positions = positions.to(at::kCPU, at::kDouble).contiguous();
+    const double* values = cpu_positions.data_ptr<double>();
+    return rows_in(cpu_positions.numel(), plan, dtype,
+                   [values](int64_t r) -> c10::optional<double> { return values[r]; })
+        .to(positions.device());
+  }
   const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
   const int64_t* values = cpu_positions.data_ptr<int64_t>();
   return rows_in(cpu_positions.numel(), plan, dtype,

@@ -64,8 +64,9 @@ FrequencySpacing parse_frequency_spacing(const char* who, c10::string_view text)
 const char* to_string(ChannelLayout layout);
 const char* to_string(FrequencySpacing spacing);
 
-/// The `[N, D]` rows for the int64 `positions` (any shape, flattened; a negative position gives a
-/// row of zeros) in `dtype`, on the device of `positions`, computed on the CPU in double precision
+/// The `[N, D]` rows for the integer `positions` (any shape, flattened; a negative position gives
+/// a row of zeros) or the floating-point ones (read as float64; checked finite by the caller) in
+/// `dtype`, on the device of `positions`, computed on the CPU in double precision
 /// and rounded once (positions on another device are copied there and the rows back). Every element
 /// is computed on its own, so the result does not depend on the number of threads.
 at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,

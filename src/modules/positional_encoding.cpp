@@ -70,9 +70,12 @@ torch::Tensor PositionalEncodingImpl::forward_at(const torch::Tensor& x, int64_t
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
   const detail::CallerScope caller(
       kName, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
+  // Floating-point positions are computed from the encoding's definition (the column plan), at any
+  // position: they never read (or interpolate) the table.
+  const bool computed = extrapolate || detail::is_continuous(positions);
   return functional::detail::positional_encoding(
       x, pe, offset, positions, options.batch_first(), options.scale(), options.dropout(),
-      is_training(), options.inplace(), extrapolate ? columns_ : torch::Tensor());
+      is_training(), options.inplace(), computed ? columns_ : torch::Tensor());
 }
 
 } // namespace posenc

@@ -9,6 +9,7 @@
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <ios>
 #include <limits>
 
@@ -153,7 +154,19 @@ c10::optional<int64_t> RotaryEmbeddingImpl::call_end(int64_t offset, int64_t len
     }
     return offset + length;
   }
-  if (positions.numel() == 0 || !c10::isIntegralType(positions.scalar_type(), false)) {
+  if (positions.numel() == 0) {
+    return c10::nullopt;
+  }
+  if (detail::is_continuous(positions)) {
+    // Fractional positions: the end is the first integer past the largest (NaN/Inf and values
+    // out of range are left to the operator's message).
+    const double last = positions.max().item<double>();
+    if (!(last >= 0.0 && last < 9.2e18)) {
+      return c10::nullopt;
+    }
+    return static_cast<int64_t>(std::floor(last)) + 1;
+  }
+  if (!c10::isIntegralType(positions.scalar_type(), false)) {
     return c10::nullopt;
   }
   const int64_t last = positions.max().item<int64_t>();
@@ -179,7 +192,10 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
     const torch::Tensor& x, int64_t offset, const torch::Tensor& positions) const {
   check_heads(x);
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  CallTables tables{cos, sin, extrapolate ? inv_freq_ : torch::Tensor(), positions};
+  // Floating-point positions are computed from the frequencies, at any position: they never read
+  // (or interpolate) the caches.
+  const bool continuous = detail::is_continuous(positions);
+  CallTables tables{cos, sin, extrapolate || continuous ? inv_freq_ : torch::Tensor(), positions};
   if (switch_length_ && x.defined() && x.dim() == 4) {
     // dynamic / longrope: a call reaching past the switch length rotates all of its positions
     // with the frequencies of its own length (longrope: the long ones, computed once), for
@@ -187,7 +203,8 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
     // caches"). Other calls take the cached path.
     const int64_t length = x.size(options.heads_first() ? 2 : 1);
     const c10::optional<int64_t> end = call_end(offset, length, positions);
-    if (end && *end > *switch_length_ && (extrapolate || *end <= options.max_len())) {
+    if (end && *end > *switch_length_ &&
+        (extrapolate || continuous || *end <= options.max_len())) {
       tables.inv_freq =
           long_inv_freq_.defined()
               ? long_inv_freq_

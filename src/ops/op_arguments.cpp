@@ -50,12 +50,24 @@ struct Resolved {
 Resolved resolve_positions(const char* who, PositionSource& source, OptionalTensor positions,
                            int64_t offset, at::IntArrayRef per_sequence,
                            const char* per_sequence_name, const c10::Device& device,
-                           int64_t max_len, bool extendable, const at::Tensor& ids = at::Tensor()) {
+                           int64_t max_len, bool extendable, const char* definition,
+                           const at::Tensor& ids = at::Tensor()) {
   Resolved resolved;
   if (given(positions)) {
     detail::check_no_offset_with_positions(who, offset);
     detail::check_positions_form(who, *positions, source.length, per_sequence, per_sequence_name,
-                                 device);
+                                 device, /*continuous=*/true);
+    detail::check_continuous_allowed(who, *positions, extendable, definition);
+    if (detail::is_continuous(*positions)) {
+      // Every row is computed from the definition (a second read for token ids, if any).
+      if (ids.defined()) {
+        resolved.ids = detail::host_read({ids}).ranges[0];
+      }
+      resolved.host = positions->to(at::kCPU, at::kDouble).contiguous();
+      detail::check_continuous_range(who, resolved.host);
+      resolved.past = true;
+      return resolved;
+    }
     const detail::HostValues host =
         extendable ? detail::host_read({ids}, *positions) : detail::host_read({ids, *positions});
     resolved.ids = host.ranges[0];
@@ -86,20 +98,32 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
   return resolved;
 }
 
-// Positions 0 .. N-1 over the N positions of `host` (-1 kept for padding), on `device`: they index
-// a table of exactly the rows used.
+// Positions 0 .. N-1 over the N positions of `host` (-1 kept for integer padding), on `device`:
+// they index a table of exactly the rows used.
 at::Tensor index_positions(const at::Tensor& host, const c10::Device& device) {
-  const at::Tensor index = at::arange(host.numel(), host.options()).view(host.sizes());
+  const at::Tensor index =
+      at::arange(host.numel(), host.options().dtype(at::kLong)).view(host.sizes());
+  if (detail::is_continuous(host)) {
+    return index.to(device);
+  }
   return at::where(host.lt(0), host, index).to(device);
 }
 
 // Rows past a sinusoidal table: the rows of exactly the positions used, gathered from the table
 // where they exist and computed from the column plan where they do not (each part is zero where the
-// other applies, so the sum is exact), then positions indexing them.
+// other applies, so the sum is exact), then positions indexing them. Floating-point positions:
+// every row computed from the column plan.
 void extend_table(const char* who, TableCall& call, const at::Tensor& host,
                   const at::Tensor& columns, int64_t max_len) {
   const detail::ColumnPlan plan = detail::column_plan_from_tensor(who, columns, call.width);
   const at::Tensor flat = host.reshape({-1});
+  if (detail::is_continuous(host)) {
+    const at::Tensor rows = detail::table_rows(call.table);
+    call.table = detail::sinusoidal_rows(flat, plan, rows.scalar_type()).to(rows.device());
+    call.positions = index_positions(host, rows.device());
+    call.offset = 0;
+    return;
+  }
   const at::Tensor in_table = at::where(flat.lt(max_len), flat, -1);
   const at::Tensor past = at::where(flat.ge(max_len), flat, -1);
   const at::Tensor rows = detail::table_rows(call.table);
@@ -154,7 +178,7 @@ TableCall prepare_table_call(const char* op, const at::Tensor& x, const at::Tens
   TableCall call = table_call(table, shape.width, x.sizes(), batch_first, scale);
   const Resolved resolved = resolve_positions(who, call, positions, offset, x.sizes().slice(0, 2),
                                               detail::sequence_layout(batch_first), x.device(),
-                                              shape.max_len, given(columns));
+                                              shape.max_len, given(columns), "columns");
   if (resolved.past) {
     extend_table(who, call, resolved.host, *columns, shape.max_len);
   }
@@ -188,7 +212,7 @@ TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at:
   TableCall call = table_call(table, shape.width, tokens.sizes(), batch_first, scale);
   const Resolved resolved =
       resolve_positions(who, call, positions, offset, tokens.sizes(), layout, tokens.device(),
-                        shape.max_len, given(columns), tokens);
+                        shape.max_len, given(columns), "columns", tokens);
   TORCH_CHECK(resolved.ids.first >= 0 && resolved.ids.second < weight.size(0), who,
               ": token ids must lie in [0, vocab_size) = [0, ", weight.size(0),
               "), but got ids from ", resolved.ids.first, " to ", resolved.ids.second);
@@ -273,7 +297,8 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
                       : detail::RopeFrequencies();
   const int64_t batch_and_length[] = {call.batch, call.length};
   const Resolved resolved = resolve_positions(who, call, positions, offset, batch_and_length,
-                                              "[B, L]", x.device(), cos.size(0), given(inv_freq));
+                                              "[B, L]", x.device(), cos.size(0), given(inv_freq),
+                                              "inv_freq");
   if (resolved.past) {
     // cos/sin for exactly the positions used, computed from the frequencies (identical to the
     // cached values where both exist), and positions indexing them.

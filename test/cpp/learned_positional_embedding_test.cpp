@@ -122,4 +122,20 @@ TEST_F(Learned, ExportEqualsModule) {
   EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(),
                            pos->forward_positions(x, positions)));
   EXPECT_THROW(exported.forward({x, int64_t{7}}), std::exception);
+  // A learned table has no definition to compute fractional positions from: both refuse them.
+  const auto fractional = torch::tensor({0.5, 1.0, 2.0, 3.0});
+  EXPECT_POSENC_ERROR(pos->forward_positions(x, fractional),
+                      "LearnedPositionalEmbedding: floating-point positions (Float) are computed "
+                      "from the encoding's definition, which this call lacks (a learned table has "
+                      "none)");
+  try {
+    exported.run_method("forward_positions", x, fractional);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) { // TorchScript raises its own exception type
+    EXPECT_NE(std::string(e.what()).find("LearnedPositionalEmbedding: floating-point positions are "
+                                         "computed from the encoding's definition, which a learned "
+                                         "table does not have"),
+              std::string::npos)
+        << e.what();
+  }
 }

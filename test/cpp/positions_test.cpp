@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace F = posenc::functional;
@@ -242,9 +243,9 @@ TEST_F(Positions, PrettyPrintShowsNonDefaultOptions) {
 TEST_F(Positions, PositionErrors) {
   PositionalEncoding pe(4, 8);
   const auto x = torch::randn({2, 3, 4});
-  EXPECT_POSENC_ERROR(
-      pe->forward_positions(x, torch::zeros({3})),
-      "PositionalEncoding: positions must be an integer tensor (int64 or int32), but got Float");
+  EXPECT_POSENC_ERROR(pe->forward_positions(x, torch::zeros({3}, torch::kBool)),
+                      "PositionalEncoding: positions must be an integer tensor (int64 or int32) or "
+                      "a floating-point one, but got Bool");
   EXPECT_POSENC_ERROR(
       pe->forward_positions(x, torch::zeros({3, 2}, torch::kLong)),
       "positions must have shape [L] = [3] or [B, L] (batch_first=true) = [2, 3], but got [3, 2]");
@@ -259,6 +260,86 @@ TEST_F(Positions, PositionErrors) {
       "positions_from_padding_mask: expected a bool padding mask (true = padding), but got Float");
   EXPECT_POSENC_ERROR(PositionalEncoding(PositionalEncodingOptions(4, 8).scale(std::nan(""))),
                       "PositionalEncoding: scale must be finite, but got nan");
+}
+
+// Fractional positions (position interpolation, timesteps) are computed from the definition in
+// float64 and rounded once, at any position (inside the table, between its rows, far past it).
+TEST_F(Positions, FractionalPositionsAreTheDefinitionRoundedOnce) {
+  for (const bool batch_first : {true, false}) {
+    PositionalEncoding pe(PositionalEncodingOptions(10, 8).batch_first(batch_first));
+    const auto values = torch::tensor({{0.0, 0.5, 7.25}, {3.75, 100.5, 12345.125}}, torch::kDouble);
+    const auto positions = batch_first ? values : values.t();
+    const auto x = torch::zeros(batch_first ? std::vector<int64_t>{2, 3, 10}
+                                            : std::vector<int64_t>{3, 2, 10});
+    const auto y = pe->forward_positions(x, positions);
+    // float32 inputs: float64 rows rounded once to float32 (2^-25), plus the float64 evaluation's
+    // own error at |angle| <= 12345 (~1e-12).
+    double worst = 0;
+    for (int64_t i = 0; i < positions.size(0); ++i) {
+      for (int64_t j = 0; j < positions.size(1); ++j) {
+        const long double at = positions[i][j].item<double>();
+        for (int64_t c = 0; c < 10; ++c) {
+          worst = std::max(worst, std::abs(y[i][j][c].item<double>() -
+                                           static_cast<double>(posenc_test::reference_pe_at(at, c, 10))));
+        }
+      }
+    }
+    EXPECT_LE(worst, posenc_test::kFloat32TableTolerance) << "batch_first=" << batch_first;
+  }
+  // The table-less operator: the same rows (and float32 positions are read exactly).
+  const auto x = torch::randn({1, 3, 6});
+  const auto positions = torch::tensor({0.25f, 2.5f, 9000.75f});
+  PositionalEncoding pe(6, 4);
+  EXPECT_TRUE(torch::equal(posenc::ops::add_positional_encoding(x, 0, 10000.0, true, positions),
+                           pe->forward_positions(x, positions)));
+}
+
+TEST_F(Positions, IntegerValuedFloatPositionsEqualIntegerOnes) {
+  PositionalEncoding pe(PositionalEncodingOptions(12, 64).layout(posenc::ChannelLayout::kConcatenated));
+  const auto x = torch::randn({2, 4, 12});
+  const auto positions = torch::tensor({{0, 5, 63, 2}, {7, 7, 1, 30}}, torch::kLong);
+  const auto expected = pe->forward_positions(x, positions);
+  for (const auto dtype : {torch::kDouble, torch::kFloat, torch::kHalf}) {
+    EXPECT_TRUE(torch::equal(pe->forward_positions(x, positions.to(dtype)), expected)) << dtype;
+  }
+  EXPECT_TRUE(torch::equal(
+      posenc::ops::add_positional_encoding(x, 0, 10000.0, true, positions.to(torch::kDouble),
+                                           1.0, "concatenated"),
+      posenc::ops::add_positional_encoding(x, 0, 10000.0, true, positions, 1.0, "concatenated")));
+}
+
+TEST_F(Positions, FractionalPositionErrorsAndGradients) {
+  PositionalEncoding pe(4, 8);
+  const auto x = torch::randn({1, 3, 4});
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const double bad : {std::nan(""), inf, -inf, -0.5, 1e19}) {
+    const auto positions = torch::tensor({0.0, bad, 1.0}, torch::kDouble);
+    EXPECT_POSENC_ERROR(pe->forward_positions(x, positions),
+                        "PositionalEncoding: floating-point positions must be finite and in [0, "
+                        "2^63), but got ");
+    EXPECT_POSENC_ERROR(posenc::ops::add_positional_encoding(x, 0, 10000.0, true, positions),
+                        "at index 1; replace NaN/Inf (e.g. torch.nan_to_num) before encoding");
+  }
+  // A table operator without the definition cannot compute them (and does not interpolate).
+  EXPECT_POSENC_ERROR(posenc::ops::add_position_table(x, pe->pe, 0, true,
+                                                      torch::tensor({0.5, 1.0, 2.0})),
+                      "posenc::add_position_table: floating-point positions (Float) are computed "
+                      "from the encoding's definition, which this call lacks (a learned table has none): pass "
+                      "columns");
+  EXPECT_POSENC_ERROR(F::positional_encoding(x, pe->pe, F::PositionalEncodingFuncOptions().positions(
+                                                            torch::tensor({0.5, 1.0, 2.0}))),
+                      "floating-point positions (Float) are computed from the encoding's "
+                      "definition");
+  // The gradient with respect to x is the identity (scaled); a table cannot get one from rows
+  // computed from its definition, so a trainable one is refused rather than left without.
+  const auto input = torch::randn({2, 3, 4}, torch::requires_grad());
+  const auto columns = torch::tensor({{1.0, 1.0, 0.01, 0.01}, {0.0, 1.0, 0.0, 1.0}}, torch::kDouble);
+  const auto fractional = torch::tensor({0.5, 1.5, 20.25});
+  posenc::ops::add_position_table(input, pe->pe, 0, true, fractional, 2.0, columns).sum().backward();
+  EXPECT_TRUE(torch::equal(input.grad(), torch::full({2, 3, 4}, 2.0)));
+  EXPECT_POSENC_ERROR(posenc::ops::add_position_table(input, pe->pe.clone().requires_grad_(), 0,
+                                                      true, fractional, 1.0, columns),
+                      "a table extended past its end by `columns` gets no gradient");
 }
 
 TEST_F(Positions, TableGradientFlowsThroughExplicitPositions) {
@@ -294,6 +375,12 @@ TEST_F(Positions, ExportSupportsPositionsPaddingAndExtrapolation) {
   EXPECT_LE(max_abs_difference(exported.run_method("forward_positions", x, positions).toTensor(),
                                pe->forward_positions(x, positions)),
             ulp);
+  const auto fractional =
+      torch::tensor({{0.5, 1.0}, {2.25, 3.0}, {15.5, 15.5}, {40.75, 4.0}, {1000.5, 6.0}, {7.0, 8.0}},
+                    torch::kDouble);
+  EXPECT_LE(max_abs_difference(exported.run_method("forward_positions", x, fractional).toTensor(),
+                               pe->forward_positions(x, fractional)),
+            ulp + 6e-8);
   const auto mask = torch::tensor({{1, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 1}, {0, 1}}, torch::kBool);
   EXPECT_LE(max_abs_difference(exported.run_method("forward_padded", x, mask).toTensor(),
                                pe->forward_padded(x, mask)),

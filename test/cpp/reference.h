@@ -8,17 +8,26 @@
 
 namespace posenc_test {
 
-/// PE(position, column) for a table of width `d_model`, in long double (x87 80-bit: 64-bit
-/// mantissa, so its own error is ~1e-19, far below the float32 and float64 tolerances used).
+/// PE(position, column) for a table of width `d_model` at any real position (fractional ones:
+/// position interpolation, timesteps), in long double (x87 80-bit: 64-bit mantissa, so its own
+/// error is ~1e-19, far below the float32 and float64 tolerances used).
+inline long double reference_pe_at(long double position,
+                                   int64_t column,
+                                   int64_t d_model,
+                                   long double base = 10000.0L) {
+  const int64_t pair = column / 2;
+  const long double frequency =
+      std::pow(base, -static_cast<long double>(2 * pair) / static_cast<long double>(d_model));
+  const long double angle = position * frequency;
+  return column % 2 == 0 ? std::sin(angle) : std::cos(angle);
+}
+
+/// PE(position, column) at an integer position (a table row).
 inline long double reference_pe(int64_t position,
                                 int64_t column,
                                 int64_t d_model,
                                 long double base = 10000.0L) {
-  const int64_t pair = column / 2;
-  const long double frequency =
-      std::pow(base, -static_cast<long double>(2 * pair) / static_cast<long double>(d_model));
-  const long double angle = static_cast<long double>(position) * frequency;
-  return column % 2 == 0 ? std::sin(angle) : std::cos(angle);
+  return reference_pe_at(static_cast<long double>(position), column, d_model, base);
 }
 
 /// The largest error of rounding a value of magnitude <= 1 to float32 once: half a unit in the last

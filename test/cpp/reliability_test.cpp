@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <atomic>
 #include <cmath>
@@ -44,6 +45,40 @@ void write_bytes(const std::string& path, const std::string& bytes) {
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// Caps the process's address space at its current size plus `extra` bytes while it lives. A
+// hostile file may declare a tensor of any size, and LibTorch's readers allocate what the file
+// says (a flipped byte of a TorchScript file once asked Debian's LibTorch 1.13 for 24 GiB): under
+// the cap such a file raises "can't allocate memory" instead of exhausting the machine. Relative to
+// the current size, so that sanitizers' reserved shadow memory stays usable.
+class AddressSpaceCap {
+ public:
+  explicit AddressSpaceCap(size_t extra) {
+    if (getrlimit(RLIMIT_AS, &saved_) != 0) {
+      return;
+    }
+    size_t pages = 0;
+    std::ifstream("/proc/self/statm") >> pages; // the first field: total program size, in pages
+    const rlim_t wanted =
+        static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + extra;
+    if (pages > 0 && (saved_.rlim_cur == RLIM_INFINITY || wanted < saved_.rlim_cur)) {
+      rlimit cap = saved_;
+      cap.rlim_cur = wanted;
+      active_ = setrlimit(RLIMIT_AS, &cap) == 0;
+    }
+  }
+  ~AddressSpaceCap() {
+    if (active_) {
+      setrlimit(RLIMIT_AS, &saved_);
+    }
+  }
+  AddressSpaceCap(const AddressSpaceCap&) = delete;
+  AddressSpaceCap& operator=(const AddressSpaceCap&) = delete;
+
+ private:
+  rlimit saved_{};
+  bool active_ = false;
+};
+
 // Runs `load` on every prefix (truncation) of `bytes` at `cuts` points and on `flips` copies with
 // random bytes changed; each must succeed or throw, and `check(failed)` must hold afterwards.
 // Readers that posenc owns must throw c10::Error; LibTorch's own readers (torch::load,
@@ -72,6 +107,7 @@ void survive_hostile_copies(const std::string& bytes,
     copies.push_back(copy);
   }
   int failures = 0;
+  const AddressSpaceCap cap(size_t{4} << 30);
   for (const auto& copy : copies) {
     write_bytes(path, copy);
     bool failed = true;

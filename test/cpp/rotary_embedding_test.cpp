@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,8 +30,9 @@ using posenc_test::printed;
 
 // RoPE written from its definition in long double: for each pair (a, b) of rotated channels and
 // theta = position * base^(-2i/R), (a, b) -> (a cos - b sin, a sin + b cos). x: [B, L, H, Dh].
+template <typename Position>
 torch::Tensor reference_rope(const torch::Tensor& x,
-                             const std::vector<int64_t>& positions,
+                             const std::vector<Position>& positions,
                              int64_t rotary_dim,
                              bool interleaved,
                              long double base = 10000.0L) {
@@ -41,13 +43,13 @@ torch::Tensor reference_rope(const torch::Tensor& x,
   double* dst = out.data_ptr<double>();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t l = 0; l < L; ++l) {
-      const int64_t p = positions[static_cast<size_t>(l)];
+      const long double p = static_cast<long double>(positions[static_cast<size_t>(l)]);
       for (int64_t h = 0; h < H; ++h) {
         const int64_t row = ((b * L + l) * H + h) * D;
         for (int64_t i = 0; i < half; ++i) {
           const int64_t ia = interleaved ? 2 * i : i;
           const int64_t ib = interleaved ? 2 * i + 1 : i + half;
-          const long double theta = static_cast<long double>(p) *
+          const long double theta = p *
                                     std::pow(base, -static_cast<long double>(2 * i) / rotary_dim);
           const long double a = src[row + ia], bb = src[row + ib];
           dst[row + ia] = static_cast<double>(a * std::cos(theta) - bb * std::sin(theta));
@@ -162,6 +164,49 @@ TEST_F(Rotary, ExtrapolationEqualsALargerCache) {
       torch::equal(small->forward_positions(x, positions), large->forward_positions(x, positions)));
 }
 
+// Fractional positions (position interpolation): cos/sin computed from the frequencies in float64
+// for any value, inside the caches, between their rows or past them, without extrapolation.
+TEST_F(Rotary, FractionalPositionsAreComputedFromTheFrequencies) {
+  for (const auto pairing : {RotaryPairing::kHalfSplit, RotaryPairing::kInterleaved}) {
+    RotaryEmbedding rope(RotaryEmbeddingOptions(16, 64).rotary_dim(12).pairing(pairing));
+    const std::vector<double> values{0.0, 0.5, 31.25, 63.75, 5000.125};
+    const auto x = torch::randn({1, 5, 2, 16});
+    const auto y = rope->forward_positions(x, torch::tensor(values, torch::kDouble));
+    // float32 cos/sin (2^-25 each) times |x| <~ 5, plus the float32 rounding of the result.
+    EXPECT_LE(max_abs_difference(y, reference_rope(x, values, 12,
+                                                   pairing == RotaryPairing::kInterleaved)),
+              1e-6)
+        << pairing;
+  }
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8, 32));
+  const auto x = torch::randn({2, 4, 3, 8});
+  const auto positions = torch::tensor({{0, 3, 31, 7}, {1, 2, 2, 30}}, torch::kLong);
+  for (const auto dtype : {torch::kDouble, torch::kFloat, torch::kBFloat16}) {
+    EXPECT_TRUE(torch::equal(rope->forward_positions(x, positions.to(dtype)),
+                             rope->forward_positions(x, positions)))
+        << dtype;
+  }
+  // The operator needs the frequencies to compute them, and rejects NaN/Inf and negatives.
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary(x, rope->cos, rope->sin, 0,
+                                                torch::full({4}, 0.5)),
+                      "posenc::apply_rotary: floating-point positions (Float) are computed from "
+                      "the encoding's definition, which this call lacks (a learned table has none): pass inv_freq");
+  for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+    EXPECT_POSENC_ERROR(rope->forward_positions(x, torch::tensor({0.0, 1.0, bad, 2.0})),
+                        "RotaryEmbedding: floating-point positions must be finite and in [0, 2^63)");
+  }
+  // The gradient is the inverse rotation at the same fractional positions.
+  const auto input = torch::randn({1, 3, 1, 8}, torch::dtype(torch::kDouble).requires_grad(true));
+  rope->to(torch::kDouble);
+  const auto fractional = torch::tensor({0.5, 10.25, 40.5}, torch::kDouble);
+  const auto upstream = torch::randn({1, 3, 1, 8}, torch::kDouble);
+  rope->forward_positions(input, fractional).backward(upstream);
+  EXPECT_LE(max_abs_difference(input.grad(),
+                               reference_rope(upstream, std::vector<double>{-0.5, -10.25, -40.5},
+                                              8, false)),
+            1e-13);
+}
+
 TEST_F(Rotary, FunctionalMatchesModule) {
   RotaryEmbedding rope(
       RotaryEmbeddingOptions(12, 40).rotary_dim(6).pairing(RotaryPairing::kInterleaved));
@@ -222,4 +267,14 @@ TEST_F(Rotary, PrintingSaveLoadAndExport) {
   const auto positions = torch::tensor({{1, 2, 3, -1, 63}, {0, 0, 0, 0, 0}}, torch::kLong);
   EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", x, positions).toTensor(),
                            rope->forward_positions(x, positions)));
+  // Fractional positions: the export computes cos/sin with PyTorch's float64 sin/cos, posenc with
+  // the C library's; rounded to float32 they may differ by one ulp (2^-24), times |x| <~ 5.
+  const auto fractional = torch::tensor({{0.5, 2.25, 63.5, 100.75, 7.0}, {0.0, 1.0, 2.0, 3.0, 4.0}},
+                                        torch::kDouble);
+  EXPECT_LE(max_abs_difference(exported.run_method("forward_positions", x, fractional).toTensor(),
+                               rope->forward_positions(x, fractional)),
+            5e-7);
+  EXPECT_THROW(exported.run_method("forward_positions", x,
+                                   torch::full({2, 5}, std::nan(""), torch::kDouble)),
+               std::exception);
 }

@@ -85,13 +85,26 @@ def test_exported_extrapolation_and_scale(posenc_cli, tmp_path, dtype):
     assert_within_bound(y, exact, dtype)
 
 
+def paper_rows(positions, d_model=4):
+    """PE at float positions, float64, from the paper's definition."""
+    i = torch.arange(d_model // 2, dtype=torch.float64)
+    angle = positions.double()[:, None] * 10000.0 ** (-2 * i / d_model)[None, :]
+    return torch.stack([angle.sin(), angle.cos()], -1).flatten(1)
+
+
 def test_exported_errors_for_positions(posenc_cli, tmp_path):
     module = export(posenc_cli, tmp_path / "pe.pt", "--max-len", 8, "--d-model", 4)
     x = torch.zeros(1, 3, 4)
     with pytest.raises(torch.jit.Error, match="positions must be < max_len \\(8\\), but got 9"):
         module.forward_positions(x, torch.tensor([0, 1, 9]))
-    with pytest.raises(torch.jit.Error, match="positions must be an integer tensor \\(int64 or int32\\), but got Float"):
-        module.forward_positions(x, torch.zeros(3))
+    with pytest.raises(torch.jit.Error, match="positions must be an integer tensor \\(int64 or int32\\) or a floating-point one, but got Bool"):
+        module.forward_positions(x, torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(torch.jit.Error, match="floating-point positions must be finite and in \\[0, 2\\^63\\), but got nan at index 1"):
+        module.forward_positions(x, torch.tensor([0.0, float("nan"), 1.0]))
+    # Fractional positions (past max_len too): the module's rows, computed from its column plan.
+    fractional = torch.tensor([0.5, 7.25, 300.75])
+    expected = paper_rows(fractional)
+    torch.testing.assert_close(module.forward_positions(x, fractional)[0].double(), expected, rtol=0, atol=2.0 ** -24)
     with pytest.raises(torch.jit.Error, match="positions must be >= -1"):
         module.forward_positions(x, torch.tensor([0, -2, 1]))
 

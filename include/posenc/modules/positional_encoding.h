@@ -56,6 +56,8 @@ class PositionalEncodingImpl : public detail::SequenceEncodingModule<PositionalE
   // forward_positions(x, positions): explicit positions, shaped like the first two dimensions of
   // `x` (`[B, L]` or `[L, B]`: per-sample offsets, packed sequences, KV-cache decoding with
   // different lengths per row) or `[L]` (shared by the batch); -1 marks padding (a zero vector).
+  // Floating-point positions (fractional: position interpolation, timesteps) are computed from the
+  // encoding's definition in float64 for any finite value >= 0, never read from the table.
   // forward_padded(x, padding_mask): positions counted from the first real token.
   // (All three from detail::SequenceEncodingModule.)
 

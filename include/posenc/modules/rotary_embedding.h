@@ -50,7 +50,8 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   // forward(x, offset = 0): rotates `x` (`[B, L, H, head_dim]`, or `[B, H, L, head_dim]` with
   // `heads_first`) for positions `offset .. offset + L - 1`; the result has the shape and dtype of
   // `x`. forward_positions(x, positions): explicit positions, `[B, L]` or `[L]` (-1 = padding: not
-  // rotated); with `mrope_section`, also `[3, B, L]` multimodal positions (temporal, height,
+  // rotated), integer or floating-point (fractional positions, e.g. position interpolation: their
+  // cos/sin computed from the frequencies in float64 for any value, never from the caches); with `mrope_section`, also `[3, B, L]` multimodal positions (temporal, height,
   // width of each token, as Qwen2-VL's get_rope_index computes them). (Both from
   // detail::EncodingModule.)
 

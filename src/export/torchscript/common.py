@@ -33,19 +33,34 @@ class CommonMethods:
             raise RuntimeError(self.who + ": expected a floating-point input (float16, bfloat16, float32 or float64), but got " + self._dtype_name(x.dtype) + "; embed integer token ids first")
 
     # `positions` must be [L] (shared by the batch) or `each` (named `each_name` in the messages),
-    # on the device of `x`, >= -1 (-1 marks padding) and, for a `limit` >= 0, < limit.
+    # on the device of `x`, >= -1 (-1 marks padding) and, for a `limit` >= 0, < limit; or
+    # floating-point (fractional positions: see _check_fractional).
     def _check_positions(self, positions: Tensor, length: int, each: List[int], each_name: str, x: Tensor, limit: int):
-        if positions.dtype > 4:
-            raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32), but got " + self._dtype_name(positions.dtype))
+        if positions.is_floating_point():
+            self._check_fractional(positions)
+        elif positions.dtype > 4:
+            raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32) or a floating-point one, but got " + self._dtype_name(positions.dtype))
         shared = positions.dim() == 1 and positions.size(0) == length
         if not (shared or (positions.dim() == 2 and positions.shape == each)):
             raise RuntimeError(self.who + ": positions must have shape [L] = [" + str(length) + "] or " + each_name + " = " + str(each) + ", but got " + str(positions.shape))
         if positions.device != x.device:
             raise RuntimeError(self.who + ": positions must be on the input's device (" + str(x.device) + "), but got " + str(positions.device))
-        if positions.numel() > 0:
+        if positions.numel() > 0 and not positions.is_floating_point():
             smallest = int(positions.min())
             largest = int(positions.max())
             if smallest < -1:
                 raise RuntimeError(self.who + ": positions must be >= -1 (-1 marks padding), but got " + str(smallest))
             if limit >= 0 and largest >= limit:
                 raise RuntimeError(self.who + ": positions must be < max_len (" + str(limit) + "), but got " + str(largest) + "; build the module with max_len >= " + str(largest + 1))
+
+
+    # Floating-point positions (posenc::detail::check_continuous_range): finite and in [0, 2^63),
+    # computed from the encoding's definition (a module without one raises in _fractional_rows).
+    # Only where the position is fine may the limit be skipped: their rows are never read from a
+    # table.
+    def _check_fractional(self, positions: Tensor):
+        flat = positions.reshape(-1).to(7)
+        bad = torch.logical_not(torch.isfinite(flat) & (flat >= 0.0) & (flat < 9223372036854775808.0))
+        if bool(bad.any()):
+            index = int(bad.nonzero()[0][0])
+            raise RuntimeError(self.who + ": floating-point positions must be finite and in [0, 2^63), but got " + str(float(flat[index])) + " at index " + str(index) + "; replace NaN/Inf (e.g. torch.nan_to_num) before encoding")

@@ -13,3 +13,6 @@ class LearnedMethods:
 
     def _extrapolate(self, flat: Tensor, rows: Tensor) -> Tensor:
         return rows
+
+    def _fractional_rows(self, flat: Tensor) -> Tensor:
+        raise RuntimeError(self.who + ": floating-point positions are computed from the encoding's definition, which a learned table does not have; pass integer positions")

@@ -37,7 +37,7 @@ class RotaryMethods:
             s = torch.where(past.unsqueeze(1), computed_s, s)
         return c, s
 
-    # cos and sin of `flat` (int64 positions; -1: no rotation) computed in float64 from the
+    # cos and sin of `flat` (int64 positions, -1: no rotation; or float64 ones) computed in float64 from the
     # frequencies `inv_freq` and rounded once to the caches' dtype.
     def _computed(self, flat: Tensor, inv_freq: Tensor) -> Tuple[Tensor, Tensor]:
         angle = flat.to(7).unsqueeze(1) * inv_freq.to(flat.device).unsqueeze(0)
@@ -143,12 +143,20 @@ class RotaryMethods:
             c, s = self._multimodal(x, positions, length)
             return self._rotate(x, self._broadcast(c, x.size(0), length), self._broadcast(s, x.size(0), length))
         self._check_positions(positions, length, [x.size(0), length], "[B, L]", x, -1 if self.extrapolate else self.max_len)
+        batch = positions.size(0) if positions.dim() == 2 else 1
+        if positions.is_floating_point():
+            # Fractional positions: computed from the frequencies at any position (dynamic /
+            # longrope: those of the first integer past the largest).
+            flat = positions.reshape(-1).to(7)
+            end = int(torch.floor(flat.max())) + 1 if flat.numel() > 0 else 0
+            switch = end > 0 and self.switch_len >= 0 and end > self.switch_len
+            c, s = self._computed(flat, self._call_inv_freq(end) if switch else self.inv_freq)
+            return self._rotate(x, self._broadcast(c, batch, length), self._broadcast(s, batch, length))
         end = int(positions.max()) + 1 if positions.numel() > 0 else 0
         if end > 0 and self._switches(end):
             c, s = self._computed(positions.reshape(-1).to(4), self._call_inv_freq(end))
         else:
             c, s = self._tables(positions)
-        batch = positions.size(0) if positions.dim() == 2 else 1
         return self._rotate(x, self._broadcast(c, batch, length), self._broadcast(s, batch, length))
 
     # Queries and keys of one call (posenc's forward_qk): the same rotation for both.

@@ -1,7 +1,8 @@
 # TorchScript: the methods of the exported table-based sequence modules (PositionalEncoding,
 # LearnedPositionalEmbedding), which add rows of a [max_len, D] table to [B, L, D] or [L, B, D]
-# inputs. Each module adds `_table()` (its table) and `_extrapolate(flat, rows)` (the rows of
-# positions past the table): sinusoidal.py, learned.py. See common.py for how these files are used.
+# inputs. Each module adds `_table()` (its table), `_extrapolate(flat, rows)` (the rows of
+# positions past the table) and `_fractional_rows(flat)` (the rows of float64 positions):
+# sinusoidal.py, learned.py. See common.py for how these files are used.
 
 import torch
 from torch import Tensor
@@ -58,7 +59,11 @@ class SequenceMethods:
         length = x.size(1) if self.batch_first else x.size(0)
         each_name = "[B, L] (batch_first=true)" if self.batch_first else "[L, B] (batch_first=false)"
         self._check_positions(positions, length, [x.size(0), x.size(1)], each_name, x, -1 if self.extrapolate else self.max_len)
-        return self._add(x, self._broadcast(self._rows(positions), positions))
+        if positions.is_floating_point():
+            rows = self._fractional_rows(positions.reshape(-1).to(7))
+        else:
+            rows = self._rows(positions)
+        return self._add(x, self._broadcast(rows, positions))
 
     def forward_padded(self, x: Tensor, padding_mask: Tensor) -> Tensor:
         if padding_mask.dim() != 2 or padding_mask.dtype != 11:

@@ -18,9 +18,12 @@ class SinusoidalMethods:
     def _extrapolate(self, flat: Tensor, rows: Tensor) -> Tensor:
         past = flat >= self.max_len
         if self.extrapolate and bool(past.any()):
-            kind = self.column_kind.to(flat.device)
-            angle = flat.to(7).unsqueeze(1) * self.column_frequency.to(flat.device).unsqueeze(0)
-            computed = torch.where(kind == 0, torch.sin(angle), torch.cos(angle))
-            computed = computed.masked_fill(kind == 2, 0.0).to(rows.dtype)
-            rows = torch.where(past.unsqueeze(1), computed, rows)
+            rows = torch.where(past.unsqueeze(1), self._fractional_rows(flat.to(7)), rows)
         return rows
+
+    # The rows of float64 positions `flat`, computed from the column plan, rounded once.
+    def _fractional_rows(self, flat: Tensor) -> Tensor:
+        kind = self.column_kind.to(flat.device)
+        angle = flat.unsqueeze(1) * self.column_frequency.to(flat.device).unsqueeze(0)
+        computed = torch.where(kind == 0, torch.sin(angle), torch.cos(angle))
+        return computed.masked_fill(kind == 2, 0.0).to(self._table().dtype)

@@ -127,9 +127,15 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
   if (positions.has_value() && positions->defined()) {
     detail::check_no_offset_with_positions(who, offset);
     detail::check_positions_form(who, *positions, length, x.sizes().slice(0, 2),
-                                 detail::sequence_layout(batch_first), x.device());
-    checked = detail::host_read({}, *positions).whole;
-    if (checked.numel() > 0) {
+                                 detail::sequence_layout(batch_first), x.device(),
+                                 /*continuous=*/true);
+    if (detail::is_continuous(*positions)) {
+      checked = positions->to(at::kCPU, at::kDouble).contiguous();
+      detail::check_continuous_range(who, checked);
+    } else {
+      checked = detail::host_read({}, *positions).whole;
+    }
+    if (checked.numel() > 0 && !detail::is_continuous(checked)) {
       const auto extremes = std::minmax_element(checked.data_ptr<int64_t>(),
                                                 checked.data_ptr<int64_t>() + checked.numel());
       detail::check_positions_range(who, *extremes.first, *extremes.second, /*limit=*/-1);

@@ -23,16 +23,26 @@ inline void check_input(const char* who, const at::Tensor& x, int64_t dims) {
               x.scalar_type());
 }
 
-/// Positions: an integer tensor on the input's device. (Every argument of a call must be on one
-/// device: a meta tensor among CPU ones selects this kernel, which must then raise, as torch.add
-/// does, rather than return memory nobody wrote.)
-inline void check_positions(const char* who, OptionalTensor positions, const at::Tensor& x) {
+/// Positions: an integer tensor on the input's device, or a floating-point one when the call has
+/// the encoding's definition (`has_definition`; `definition` names the argument: columns,
+/// inv_freq; the table-less form always has it). (Every argument of a call must be on one device: a meta tensor among CPU ones
+/// selects this kernel, which must then raise, as torch.add does, rather than return memory nobody
+/// wrote.)
+inline void check_positions(const char* who, OptionalTensor positions, const at::Tensor& x,
+                            bool has_definition = false, const char* definition = "") {
   if (positions.has_value() && positions->defined()) {
     detail::check_positions_device(who, *positions, x.device());
-    TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false), who,
-                ": positions must be an integer tensor (int64 or int32), but got ",
+    TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false) ||
+                    detail::is_continuous(*positions),
+                who, ": positions must be an integer tensor (int64 or int32) or a floating-point "
+                "one, but got ",
                 positions->scalar_type());
+    detail::check_continuous_allowed(who, *positions, has_definition, definition);
   }
+}
+
+inline bool has_value(OptionalTensor tensor) {
+  return tensor.has_value() && tensor->defined();
 }
 
 /// A table `[max_len, D]` or `[1, max_len, D]` on the device of the input `x`.

@@ -16,7 +16,7 @@ at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int6
   const char* who = detail::caller_or("posenc::add_position_table");
   check_input(who, x, 3);
   check_table(who, table, x);
-  check_positions(who, positions, x);
+  check_positions(who, positions, x, has_value(columns), "columns");
   check_definition_device(who, columns, "columns", x.device());
   return at::empty_like(x);
 }
@@ -46,7 +46,7 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double, 
                                    OptionalTensor positions, double, c10::string_view,
                                    c10::string_view) {
   check_input("posenc::add_positional_encoding", x, 3);
-  check_positions("posenc::add_positional_encoding", positions, x);
+  check_positions("posenc::add_positional_encoding", positions, x, /*has_definition=*/true);
   TORCH_CHECK(offset >= 0, "posenc::add_positional_encoding: offset must be >= 0, but got ",
               offset);
   return at::empty_like(x);

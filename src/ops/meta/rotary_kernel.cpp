@@ -22,7 +22,7 @@ void check_rotary(const char* who, const at::Tensor& x, const at::Tensor& cos,
               ": cos and sin must share dtype and device, but cos is on ", cos.device(),
               " and sin on ", sin.device());
   detail::check_input_device(who, x, cos.device(), "the cos/sin caches");
-  check_positions(who, positions, x);
+  check_positions(who, positions, x, has_value(inv_freq), "inv_freq");
   check_definition_device(who, inv_freq, "inv_freq", x.device());
 }
 

@@ -31,7 +31,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
   TORCH_CHECK(table.device() == weight.device(), who,
               ": the position table must be on the weight's device (", weight.device(),
               "), but is on ", table.device());
-  check_positions(who, positions, tokens);
+  check_positions(who, positions, tokens, has_value(columns), "columns");
   check_definition_device(who, columns, "columns", weight.device());
   // [B, L] ids and a [V, D] weight give [B, L, D]; ATen's embedding computes that shape without
   // reading sizes here, so symbolic shapes pass through.
