@@ -1027,6 +1027,97 @@ void fuzz_attention_bias(FuzzedDataProvider& in) {
     }
   }
 }
+// Vision and diffusion: timestep embeddings, 2-D tables and axial RoPE with fuzzed arguments;
+// whatever is returned has the promised shape and finite values.
+void fuzz_vision(FuzzedDataProvider& in) {
+  namespace F = posenc::functional;
+  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+    case 0: {
+      const int64_t dim = in.ConsumeIntegralInRange<int64_t>(-1, 40);
+      torch::Tensor t = torch::rand({in.ConsumeIntegralInRange<int64_t>(0, 6)})
+                            .mul(pick_double(in, {1000.0, 1e300, 0.0}, -10, 10))
+                            .to(pick_dtype(in));
+      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && t.numel() > 0 && at::isFloatingType(t.scalar_type())) {
+        t[0] = std::numeric_limits<double>::quiet_NaN();
+      }
+      const torch::Tensor emb = F::timestep_embedding(
+          t, posenc::TimestepEmbeddingOptions(dim)
+                 .flip_sin_to_cos(in.ConsumeBool())
+                 .downscale_freq_shift(pick_double(in, {0.0, 1.0, NAN, dim / 2.0}, -2, 2))
+                 .scale(pick_double(in, {1.0, 1000.0, INFINITY, 1e300}, -10, 10))
+                 .max_period(in.ConsumeIntegralInRange<int64_t>(-1, 20000)));
+      if (emb.size(0) != t.size(0) || emb.size(1) != dim || !emb.isfinite().all().item<bool>()) {
+        abort();
+      }
+      break;
+    }
+    case 1: {
+      const int64_t dim = in.ConsumeIntegralInRange<int64_t>(-4, 40);
+      const int64_t height = in.ConsumeIntegralInRange<int64_t>(-1, 6);
+      const int64_t width = in.ConsumeIntegralInRange<int64_t>(-1, 6);
+      const bool cls = in.ConsumeBool();
+      const int64_t extra = in.ConsumeIntegralInRange<int64_t>(-1, 3);
+      const torch::Tensor table = F::sincos_2d_table(
+          posenc::Sincos2dTableOptions(dim, {height, width})
+              .cls_token(cls)
+              .extra_tokens(extra)
+              .interpolation_scale(pick_double(in, {1.0, 0.0, -1.0, NAN, 1e-300}, 0.1, 4))
+              .base_size(in.ConsumeIntegralInRange<int64_t>(-1, 20)));
+      if (table.size(0) != (cls ? extra : 0) + height * width || table.size(1) != dim ||
+          !table.isfinite().all().item<bool>()) {
+        abort();
+      }
+      break;
+    }
+    case 2: {
+      const int64_t height = in.ConsumeIntegralInRange<int64_t>(-1, 6);
+      const int64_t width = in.ConsumeIntegralInRange<int64_t>(-1, 6);
+      const int64_t dim = in.ConsumeIntegralInRange<int64_t>(-4, 40);
+      const torch::Tensor table = F::sincos_2d_grid_table(
+          {height, width}, dim, pick_double(in, {10000.0, 0.0, -1.0, NAN, 1e300}, 0.5, 1e5),
+          in.ConsumeBool(), in.ConsumeBool());
+      if (table.size(0) != height * width || table.size(1) != dim || !table.isfinite().all().item<bool>()) {
+        abort();
+      }
+      break;
+    }
+    default: {
+      std::vector<int64_t> axes;
+      const int count = in.ConsumeIntegralInRange<int>(0, 3);
+      int64_t half = 0;
+      for (int a = 0; a < count; ++a) {
+        axes.push_back(in.ConsumeIntegralInRange<int64_t>(-1, 8));
+        half += axes.back() / 2;
+      }
+      const int64_t tokens = in.ConsumeIntegralInRange<int64_t>(0, 6);
+      torch::Tensor ids = torch::randn({tokens, in.ConsumeIntegralInRange<int64_t>(0, 4)})
+                              .mul(pick_double(in, {100.0, 1e300, 0.0}, -10, 10))
+                              .to(pick_dtype(in));
+      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && ids.numel() > 0 && at::isFloatingType(ids.scalar_type())) {
+        ids.view(-1)[0] = std::numeric_limits<double>::infinity();
+      }
+      posenc::AxialRotaryEmbedding rope(
+          posenc::AxialRotaryEmbeddingOptions(axes)
+              .theta(pick_double(in, {10000.0, 0.0, NAN, 1e300}, 0.5, 1e5))
+              .heads_first(in.ConsumeBool()));
+      if (in.ConsumeBool()) {
+        const auto tables = rope->tables(ids);
+        const torch::Tensor& cos = std::get<0>(tables);
+        if (cos.size(0) != tokens || cos.size(1) != half || !cos.isfinite().all().item<bool>() ||
+            cos.abs().gt(1).any().item<bool>()) {
+          abort();
+        }
+      } else {
+        const torch::Tensor x = pick_input(in, 2 * half + in.ConsumeIntegralInRange<int64_t>(0, 2), 4);
+        const torch::Tensor y = rope(x, ids);
+        if (y.sizes() != x.sizes()) {
+          abort();
+        }
+      }
+      break;
+    }
+  }
+}
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
@@ -1038,7 +1129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   torch::manual_seed(in.ConsumeIntegral<uint32_t>());
   try {
-    switch (in.ConsumeIntegralInRange<int>(0, 6)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 7)) {
       case 0:
         fuzz_sinusoidal(in);
         break;
@@ -1056,6 +1147,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 6:
         fuzz_attention_bias(in);
+        break;
+      case 7:
+        fuzz_vision(in);
         break;
       default:
         fuzz_reader(in);

@@ -352,6 +352,17 @@ at::Tensor sincos_2d_grid_table(c10::IntArrayRef feat_shape, int64_t dim = 64,
                                 c10::optional<at::ScalarType> dtype = c10::nullopt,
                                 c10::optional<at::Device> device = c10::nullopt);
 
+/// Axial RoPE (Flux's `FluxPosEmbed`; the 3-D RoPE of video DiTs): cos and sin `[N, sum(axes_dim)
+/// / 2]` for the coordinates `ids` `[N, A]` of N tokens on A = `axes_dim.size()` axes (integer or
+/// fractional, negative allowed; Flux: `[S, 3]` float ids, `axes_dim` {16, 56, 56}). Axis a turns
+/// `axes_dim[a] / 2` frequencies theta^(-2i / axes_dim[a]) by `ids[n, a]`; the axes' columns follow
+/// each other. Computed in float64, rounded once to `dtype` (default float32), on the device of
+/// `ids`; rotate with `apply_rotary(x, cos, sin, ..., interleaved = true)` (Flux's pairs) for a
+/// sequence of N tokens. NaN or infinite ids are an error.
+std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(
+    const at::Tensor& ids, c10::IntArrayRef axes_dim, double theta = 10000.0,
+    c10::optional<at::ScalarType> dtype = c10::nullopt);
+
 } // namespace ops
 
 namespace detail {

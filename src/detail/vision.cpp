@@ -1,6 +1,7 @@
 #include "detail/vision.h"
 
 #include "detail/checks.h"
+#include "detail/rotary.h"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cos.h>
@@ -200,6 +201,55 @@ at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& fea
   }
   return grid_sincos_table(axes, {0, 1}, dim / 4, temperature,
                            interleave_sin_cos ? GridLayout::kAxisSinCos : GridLayout::kSinCosAxis);
+}
+
+void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
+                                  const std::vector<int64_t>& axes_dim, double theta) {
+  TORCH_CHECK(!axes_dim.empty(), who,
+              ": axes_dim must name the rotated width of each axis (e.g. {16, 56, 56} for Flux), "
+              "but got an empty list");
+  int64_t width = 0;
+  for (size_t a = 0; a < axes_dim.size(); ++a) {
+    TORCH_CHECK(axes_dim[a] >= 2 && axes_dim[a] % 2 == 0 && axes_dim[a] <= kMaxTableElements, who,
+                ": every axes_dim must be even and >= 2 (each axis rotates pairs of channels), but "
+                "axes_dim[", a, "] = ", axes_dim[a]);
+    width += axes_dim[a];
+  }
+  check_rotary_arguments(who, 1, width, theta);
+  TORCH_CHECK(ids.defined() && ids.dim() == 2 &&
+                  ids.size(1) == static_cast<int64_t>(axes_dim.size()),
+              who, ": ids must be [N, ", axes_dim.size(),
+              "] (one coordinate per token and axis of axes_dim), but got ",
+              ids.defined() ? "shape " + c10::str(ids.sizes()) : "an undefined tensor");
+  const c10::ScalarType type = ids.scalar_type();
+  TORCH_CHECK(at::isFloatingType(type) || at::isIntegralType(type, /*includeBool=*/false), who,
+              ": ids must be a real or integer tensor, but got ", type);
+  TORCH_CHECK(ids.size(0) <= kMaxTableElements / (width / 2), who, ": ", ids.size(0),
+              " tokens * ", width / 2, " frequencies is over posenc's limit of 2^28 elements");
+}
+
+std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at::Tensor& ids,
+                                                      const std::vector<int64_t>& axes_dim,
+                                                      double theta, c10::ScalarType dtype) {
+  check_axial_rotary_arguments(who, ids, axes_dim, theta);
+  check_float_dtype(who, "dtype", dtype);
+  // float64 coordinates: integer ids have no padding value here (-1 is a coordinate).
+  const at::Tensor coordinates = ids.to(at::kDouble);
+  TORCH_CHECK(at::isfinite(coordinates).all().item<bool>(), who,
+              ": ids must be finite, but got NaN or infinite coordinates; replace them (e.g. "
+              "torch.nan_to_num) before encoding");
+  std::vector<at::Tensor> cos;
+  std::vector<at::Tensor> sin;
+  for (size_t a = 0; a < axes_dim.size(); ++a) {
+    // the plain RoPE of the axis' width (no scaling: the context length is not read)
+    const RopeSpec spec =
+        rope_spec(axes_dim[a], functional::RotaryTablesFuncOptions().base(theta), /*max_len=*/1);
+    const auto rows = rotary_rows(coordinates.select(1, static_cast<int64_t>(a)),
+                                  rope_frequencies(spec, c10::nullopt, who), dtype);
+    cos.push_back(rows.first);
+    sin.push_back(rows.second);
+  }
+  return {at::cat(cos, 1), at::cat(sin, 1)};
 }
 
 } // namespace detail

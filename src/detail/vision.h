@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace posenc {
@@ -82,6 +83,22 @@ at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector
 at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
                                 int64_t dim, double temperature, bool reverse_coord,
                                 bool interleave_sin_cos);
+
+/// Checks the arguments of axial_rotary_tables: `ids` `[N, A]` of a real or integer dtype with
+/// A = axes_dim.size() >= 1, each axes_dim even and >= 2, theta finite and > 0, and the tables
+/// within kMaxTableElements.
+void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
+                                  const std::vector<int64_t>& axes_dim, double theta);
+
+/// Axial RoPE (Flux's FluxPosEmbed, and the axial RoPE of video DiTs): for token n with
+/// coordinates ids[n] (one per axis, integer or fractional, negative allowed), the angles of axis
+/// a are ids[n, a] * theta^(-2i / axes_dim[a]), i < axes_dim[a] / 2: cos and sin `[N, sum(axes_dim)
+/// / 2]`, the axes' frequencies one after the other, computed in float64 (the rotary definition of
+/// detail::rope_frequencies / rotary_rows) and rounded once to `dtype`, on the device of `ids`.
+/// NaN or infinite ids are an error.
+std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at::Tensor& ids,
+                                                      const std::vector<int64_t>& axes_dim,
+                                                      double theta, c10::ScalarType dtype);
 
 } // namespace detail
 } // namespace posenc

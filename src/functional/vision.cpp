@@ -29,5 +29,12 @@ at::Tensor sincos_2d_grid_table(const std::vector<int64_t>& feat_shape, int64_t 
                                    interleave_sin_cos);
 }
 
+std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
+                                                       const AxialRotaryEmbeddingOptions& options,
+                                                       c10::optional<at::ScalarType> dtype) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "axial_rotary_tables");
+  return ops::axial_rotary_tables(ids, options.axes_dim(), options.theta(), dtype);
+}
+
 } // namespace functional
 } // namespace posenc

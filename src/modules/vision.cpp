@@ -1,12 +1,15 @@
 #include <posenc/modules/encoding_base.h>
 #include <posenc/modules/vision.h>
 
+#include <posenc/ops.h>
+
 #include "detail/checks.h"
 #include "detail/vision.h"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
 
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <ios>
@@ -19,6 +22,8 @@ TimestepEmbeddingOptions::TimestepEmbeddingOptions(int64_t embedding_dim)
 TimestepEmbedderOptions::TimestepEmbedderOptions(int64_t hidden_size) : hidden_size_(hidden_size) {}
 Sincos2dTableOptions::Sincos2dTableOptions(int64_t embed_dim, std::vector<int64_t> grid_size)
     : embed_dim_(embed_dim), grid_size_(std::move(grid_size)) {}
+AxialRotaryEmbeddingOptions::AxialRotaryEmbeddingOptions(std::vector<int64_t> axes_dim)
+    : axes_dim_(std::move(axes_dim)) {}
 
 namespace {
 detail::TimestepSpec spec_of(const TimestepEmbeddingOptions& options) {
@@ -100,6 +105,58 @@ torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& timesteps) {
   const torch::Tensor frequencies =
       functional::timestep_embedding(timesteps, dit_frequencies(options));
   return mlp->forward(frequencies.to(weight.scalar_type()));
+}
+
+// ---- axial RoPE ----
+
+AxialRotaryEmbeddingImpl::AxialRotaryEmbeddingImpl(const AxialRotaryEmbeddingOptions& options_)
+    : options(options_) {
+  // NOLINTNEXTLINE(clang-analyzer-optin.cplusplus.VirtualCall)
+  reset();
+}
+
+void AxialRotaryEmbeddingImpl::reset() {
+  // The argument checks of the tables, on no tokens.
+  detail::check_axial_rotary_arguments(
+      kName, at::empty({0, static_cast<int64_t>(options.axes_dim().size())}),
+      options.axes_dim(), options.theta());
+}
+
+void AxialRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
+  stream << std::boolalpha << "posenc::AxialRotaryEmbedding(axes_dim=" << c10::IntArrayRef(options.axes_dim())
+         << detail::non_default("theta", options.theta(), 10000.0);
+  if (options.pairing() != RotaryPairing::kInterleaved) {
+    stream << ", pairing=" << options.pairing();
+  }
+  stream << (options.heads_first() ? ", heads_first=true" : "") << ")";
+}
+
+std::tuple<torch::Tensor, torch::Tensor> AxialRotaryEmbeddingImpl::tables(
+    const torch::Tensor& ids, c10::optional<torch::ScalarType> dtype) const {
+  const detail::CallerScope caller(kName);
+  return functional::axial_rotary_tables(ids, options, dtype);
+}
+
+torch::Tensor AxialRotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::Tensor& ids) {
+  const detail::CallerScope caller(kName);
+  const int64_t length_dim = options.heads_first() ? 2 : 1;
+  TORCH_CHECK(x.defined() && x.dim() == 4, kName,
+              ": expected a 4-D query or key tensor of shape ",
+              options.heads_first() ? "[B, H, L, Dh] (heads_first=true)"
+                                    : "[B, L, H, Dh] (heads_first=false)",
+              ", but got ", x.defined() ? "shape " + c10::str(x.sizes()) : "an undefined tensor");
+  TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) == x.size(length_dim), kName,
+              ": ids must hold one row per token, [L, ", options.axes_dim().size(), "] with L = ",
+              x.size(length_dim), ", but got ",
+              ids.defined() ? "shape " + c10::str(ids.sizes()) : "an undefined tensor");
+  TORCH_CHECK(ids.device() == x.device(), kName, ": expected ids on the input's device (",
+              x.device(), "), but got ids on ", ids.device());
+  // float64 inputs rotate by float64 tables; every other dtype by float32 ones (computed in float32)
+  const auto rows =
+      tables(ids, x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
+  return ops::apply_rotary(x, std::get<0>(rows), std::get<1>(rows), /*offset=*/0,
+                           /*positions=*/c10::nullopt,
+                           options.pairing() == RotaryPairing::kInterleaved, options.heads_first());
 }
 
 } // namespace posenc

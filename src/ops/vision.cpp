@@ -1,5 +1,5 @@
-// The vision and diffusion family: timestep embeddings of (fractional) diffusion timesteps and the
-// sin-cos tables of 2-D patch grids. Schemas, C++ entry points and kernels; the values come from
+// The vision and diffusion family: timestep embeddings of (fractional) diffusion timesteps, the
+// sin-cos tables of 2-D patch grids and the cos/sin tables of axial RoPE. Schemas, C++ entry points and kernels; the values come from
 // detail/vision.cpp (float64, rounded once), the Meta kernels give shapes for torch.compile.
 
 #include "ops/dispatch.h"
@@ -13,6 +13,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <tuple>
 #include <vector>
 
 namespace posenc {
@@ -30,6 +31,9 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "sincos_2d_grid_table(int[] feat_shape, int dim=64, float temperature=10000., "
       "bool reverse_coord=False, bool interleave_sin_cos=False, ScalarType? dtype=None, "
       "Device? device=None) -> Tensor");
+  m.def(
+      "axial_rotary_tables(Tensor ids, int[] axes_dim, float theta=10000., "
+      "ScalarType? dtype=None) -> (Tensor, Tensor)");
 }
 
 namespace ops {
@@ -39,6 +43,7 @@ namespace {
 constexpr const char* kTimestep = "posenc::timestep_embedding";
 constexpr const char* kSincos2d = "posenc::sincos_2d_table";
 constexpr const char* kGridTable = "posenc::sincos_2d_grid_table";
+constexpr const char* kAxial = "posenc::axial_rotary_tables";
 
 detail::TimestepSpec timestep_spec(int64_t embedding_dim, bool flip_sin_to_cos,
                                    double downscale_freq_shift, double scale,
@@ -133,24 +138,53 @@ at::Tensor sincos_2d_grid_table_meta(c10::IntArrayRef feat_shape, int64_t dim,
                    at::TensorOptions().dtype(type).device(at::kMeta));
 }
 
+std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_kernel(const at::Tensor& ids,
+                                                              c10::IntArrayRef axes_dim,
+                                                              double theta,
+                                                              c10::optional<at::ScalarType> dtype) {
+  const auto tables = detail::axial_rotary_tables(detail::caller_or(kAxial), ids, axes_dim.vec(),
+                                                  theta, dtype.value_or(at::kFloat));
+  return {tables.first, tables.second};
+}
+
+std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_meta(const at::Tensor& ids,
+                                                            c10::IntArrayRef axes_dim,
+                                                            double theta,
+                                                            c10::optional<at::ScalarType> dtype) {
+  const char* who = detail::caller_or(kAxial);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  detail::check_axial_rotary_arguments(who, ids, axes_dim.vec(), theta);
+  int64_t half = 0;
+  for (const int64_t dim : axes_dim) {
+    half += dim / 2;
+  }
+  const auto options = ids.options().dtype(type);
+  return {at::empty({ids.size(0), half}, options), at::empty({ids.size(0), half}, options)};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("timestep_embedding", TORCH_FN(timestep_embedding_kernel));
   m.impl("sincos_2d_table", TORCH_FN(sincos_2d_table_kernel));
   m.impl("sincos_2d_grid_table", TORCH_FN(sincos_2d_grid_table_kernel));
+  m.impl("axial_rotary_tables", TORCH_FN(axial_rotary_tables_kernel));
 }
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {
   m.impl("timestep_embedding", TORCH_FN(timestep_embedding_meta));
   m.impl("sincos_2d_table", TORCH_FN(sincos_2d_table_meta));
   m.impl("sincos_2d_grid_table", TORCH_FN(sincos_2d_grid_table_meta));
+  m.impl("axial_rotary_tables", TORCH_FN(axial_rotary_tables_meta));
 }
 
 using TimestepSignature = at::Tensor(const at::Tensor&, int64_t, bool, double, double, int64_t,
                                      c10::optional<at::ScalarType>);
 using Sincos2dSignature = at::Tensor(int64_t, c10::IntArrayRef, bool, int64_t, double, int64_t,
                                      c10::optional<at::ScalarType>, c10::optional<at::Device>);
+using AxialSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::IntArrayRef,
+                                                           double, c10::optional<at::ScalarType>);
 using GridTableSignature = at::Tensor(c10::IntArrayRef, int64_t, double, bool, bool,
                                       c10::optional<at::ScalarType>, c10::optional<at::Device>);
 
@@ -176,6 +210,13 @@ at::Tensor sincos_2d_grid_table(c10::IntArrayRef feat_shape, int64_t dim, double
                                 c10::optional<at::Device> device) {
   static const auto op = typed_op<GridTableSignature>(kGridTable);
   return op.call(feat_shape, dim, temperature, reverse_coord, interleave_sin_cos, dtype, device);
+}
+
+std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
+                                                       c10::IntArrayRef axes_dim, double theta,
+                                                       c10::optional<at::ScalarType> dtype) {
+  static const auto op = typed_op<AxialSignature>(kAxial);
+  return op.call(ids, axes_dim, theta, dtype);
 }
 
 } // namespace ops

@@ -146,3 +146,103 @@ TEST_F(Vision, BadInputsAreClearErrors) {
 }
 
 } // namespace
+
+// Axial RoPE: each axis' columns are the RoPE of that axis' coordinate with the axis' own width,
+// against a long-double evaluation; negative and fractional coordinates are plain coordinates.
+TEST_F(Vision, AxialRotaryTablesAreEachAxisRope) {
+  const std::vector<int64_t> axes{4, 6, 8};
+  const auto ids =
+      torch::tensor({{0.0, 0.0, 0.0}, {0.0, 3.0, 5.0}, {1.5, -2.0, 40.25}, {-1.0, 7.0, 1000.0}},
+                    torch::kDouble);
+  const auto tables =
+      F::axial_rotary_tables(ids, posenc::AxialRotaryEmbeddingOptions(axes).theta(500), torch::kDouble);
+  const auto& cos = std::get<0>(tables);
+  const auto& sin = std::get<1>(tables);
+  ASSERT_EQ(cos.sizes(), (std::vector<int64_t>{4, 9}));
+  double worst = 0;
+  for (int64_t n = 0; n < 4; ++n) {
+    int64_t column = 0;
+    for (size_t a = 0; a < axes.size(); ++a) {
+      for (int64_t i = 0; i < axes[a] / 2; ++i, ++column) {
+        const long double angle =
+            static_cast<long double>(ids[n][static_cast<int64_t>(a)].item<double>()) *
+            std::pow(500.0L, -2.0L * i / axes[a]);
+        worst = std::max({worst, std::abs(cos[n][column].item<double>() - static_cast<double>(std::cos(angle))),
+                          std::abs(sin[n][column].item<double>() - static_cast<double>(std::sin(angle)))});
+      }
+    }
+  }
+  // float64 angles up to 1000 rad: a few ulp of the angle
+  EXPECT_LE(worst, 1e-12);
+  // float32 by default: the float64 values rounded once; integer ids are coordinates too (-1 is
+  // not padding here).
+  const auto rounded = F::axial_rotary_tables(ids.to(torch::kLong).to(torch::kDouble),
+                                              posenc::AxialRotaryEmbeddingOptions(axes).theta(500));
+  EXPECT_TRUE(torch::equal(
+      std::get<0>(rounded),
+      std::get<0>(F::axial_rotary_tables(ids.to(torch::kLong), posenc::AxialRotaryEmbeddingOptions(axes).theta(500)))));
+  EXPECT_EQ(std::get<1>(rounded).scalar_type(), torch::kFloat);
+}
+
+TEST_F(Vision, AxialRotaryEmbeddingRotatesPairsByTheirAxisAngles) {
+  posenc::AxialRotaryEmbedding rope(posenc::AxialRotaryEmbeddingOptions({4, 6, 8}));
+  EXPECT_EQ(printed(*rope), "posenc::AxialRotaryEmbedding(axes_dim=[4, 6, 8])");
+  const auto ids = torch::tensor({{0, 0, 0}, {0, 1, 2}, {0, 1, 3}, {2, 5, 9}, {3, 0, 11}}, torch::kLong);
+  const auto x = torch::randn({2, 5, 3, 20}, torch::kDouble);
+  const auto y = rope(x, ids);
+  const auto tables = rope->tables(ids, torch::kDouble);
+  // interleaved pairs (2i, 2i + 1) turned by the angle of column i; channels 18, 19 untouched
+  const auto c = std::get<0>(tables).view({1, 5, 1, 9});
+  const auto s = std::get<1>(tables).view({1, 5, 1, 9});
+  const auto even = x.narrow(3, 0, 18).slice(3, 0, 18, 2);
+  const auto odd = x.narrow(3, 0, 18).slice(3, 1, 18, 2);
+  const auto expected = torch::cat(
+      {torch::stack({even * c - odd * s, even * s + odd * c}, -1).flatten(3), x.narrow(3, 18, 2)}, 3);
+  EXPECT_LE((y - expected).abs().max().item<double>(), 1e-14);
+  // norms of every rotated pair are kept; heads_first is the transposed layout
+  posenc::AxialRotaryEmbedding heads_first(
+      posenc::AxialRotaryEmbeddingOptions({4, 6, 8}).heads_first(true));
+  EXPECT_TRUE(torch::allclose(heads_first(x.transpose(1, 2), ids), y.transpose(1, 2), 0, 1e-15));
+  EXPECT_EQ(printed(*heads_first), "posenc::AxialRotaryEmbedding(axes_dim=[4, 6, 8], heads_first=true)");
+  // float32 inputs rotate by float32 tables: within float32 rounding of the float64 result
+  EXPECT_LE((rope(x.to(torch::kFloat), ids).to(torch::kDouble) - y).abs().max().item<double>(), 1e-5);
+  // half-split pairs (i, i + 9)
+  posenc::AxialRotaryEmbedding split(
+      posenc::AxialRotaryEmbeddingOptions({4, 6, 8}).pairing(posenc::RotaryPairing::kHalfSplit));
+  const auto first = x.narrow(3, 0, 9);
+  const auto second = x.narrow(3, 9, 9);
+  EXPECT_LE((split(x, ids) - torch::cat({first * c - second * s, first * s + second * c, x.narrow(3, 18, 2)}, 3))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-14);
+}
+
+TEST_F(Vision, AxialRotaryErrors) {
+  EXPECT_POSENC_ERROR(posenc::AxialRotaryEmbedding(posenc::AxialRotaryEmbeddingOptions({16, 5})),
+                      "AxialRotaryEmbedding: every axes_dim must be even and >= 2 (each axis "
+                      "rotates pairs of channels), but axes_dim[1] = 5");
+  EXPECT_POSENC_ERROR(posenc::AxialRotaryEmbedding(posenc::AxialRotaryEmbeddingOptions({})),
+                      "axes_dim must name the rotated width of each axis");
+  EXPECT_POSENC_ERROR(
+      posenc::AxialRotaryEmbedding(posenc::AxialRotaryEmbeddingOptions({4}).theta(-1)),
+      "AxialRotaryEmbedding: base must be");
+  posenc::AxialRotaryEmbedding rope(posenc::AxialRotaryEmbeddingOptions({4, 4}));
+  const auto x = torch::randn({1, 3, 2, 8});
+  EXPECT_POSENC_ERROR(rope(x, torch::zeros({2, 2})),
+                      "AxialRotaryEmbedding: ids must hold one row per token, [L, 2] with L = 3, "
+                      "but got shape [2, 2]");
+  EXPECT_POSENC_ERROR(rope(x.view({3, 2, 8}), torch::zeros({3, 2})),
+                      "expected a 4-D query or key tensor of shape [B, L, H, Dh] (heads_first=false)");
+  EXPECT_POSENC_ERROR(rope(x, torch::tensor({{0.0, 1.0}, {std::nan(""), 0.0}, {1.0, 1.0}})),
+                      "AxialRotaryEmbedding: ids must be finite, but got NaN or infinite coordinates");
+  EXPECT_POSENC_ERROR(rope(torch::randn({1, 3, 2, 6}), torch::zeros({3, 2})),
+                      "is smaller than the rotated width 8");
+  EXPECT_POSENC_ERROR(posenc::ops::axial_rotary_tables(torch::zeros({3, 2}), {4, 4, 4}),
+                      "posenc::axial_rotary_tables: ids must be [N, 3] (one coordinate per token "
+                      "and axis of axes_dim), but got shape [3, 2]");
+  EXPECT_POSENC_ERROR(posenc::ops::axial_rotary_tables(torch::zeros({3, 1}, torch::kBool), {4}),
+                      "ids must be a real or integer tensor, but got Bool");
+  EXPECT_POSENC_ERROR(posenc::ops::axial_rotary_tables(torch::zeros({3, 1}), {4}, 10000.0, torch::kLong),
+                      "posenc::axial_rotary_tables: dtype must be");
+}

@@ -20,6 +20,7 @@ diffusers = pytest.importorskip("diffusers", reason="diffusers is installed in t
 timm = pytest.importorskip("timm", reason="timm is installed in the pip test environment only (scripts/setup.sh)")
 from diffusers.models.embeddings import (  # noqa: E402
     TimestepEmbedding, Timesteps, get_2d_sincos_pos_embed, get_timestep_embedding)
+from diffusers.models.transformers.transformer_flux import FluxPosEmbed, apply_rotary_emb  # noqa: E402
 from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed  # noqa: E402
 
 ULP32 = 2.0 ** -23
@@ -194,3 +195,58 @@ def test_opcheck_and_compile(posenc_ops):
     compiled = torch.compile(condition, fullgraph=True)
     x = torch.randn(3, 6, 64)
     assert torch.equal(compiled(t, x), condition(t, x))
+
+
+def flux_ids(text, height, width, step=1.0):
+    """Flux's ids: text tokens at (0, 0, 0), image tokens at (0, row, column) (times `step`:
+    fractional coordinates)."""
+    image = torch.zeros(height, width, 3)
+    image[..., 1] = torch.arange(height)[:, None] * step
+    image[..., 2] = torch.arange(width)[None, :] * step
+    return torch.cat([torch.zeros(text, 3), image.reshape(-1, 3)])
+
+
+@pytest.mark.parametrize("axes_dim,theta,step", [([16, 56, 56], 10000, 1.0), ([16, 56, 56], 10000, 0.375),
+                                                 ([8, 12, 12], 256, 1.0)], ids=str)
+def test_axial_rotary_against_flux(posenc_ops, axes_dim, theta, step):
+    """diffusers' FluxPosEmbed (float64 angles on CPU, cos/sin rounded once to float32, each
+    repeated for its interleaved pair) and apply_rotary_emb (use_real_unbind_dim=-1)."""
+    ids = flux_ids(7, 6, 5, step)
+    cos_d, sin_d = FluxPosEmbed(theta=theta, axes_dim=axes_dim)(ids)
+    cos, sin = posenc_ops.axial_rotary_tables(ids, axes_dim, float(theta))
+    assert cos.shape == (ids.shape[0], sum(axes_dim) // 2) and cos.dtype == torch.float32
+    # both round float64 values once: equal up to a last-bit difference of the float64 angle
+    torch.testing.assert_close(cos, cos_d[:, 0::2], rtol=0, atol=ULP32 / 2)
+    torch.testing.assert_close(sin, sin_d[:, 0::2], rtol=0, atol=ULP32 / 2)
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, ids.shape[0], sum(axes_dim))  # [B, H, S, D], Flux's attention layout
+    theirs = apply_rotary_emb(q, (cos_d, sin_d), use_real=True, use_real_unbind_dim=-1, sequence_dim=2)
+    ours = posenc_ops.apply_rotary(q, cos, sin, 0, None, True, True)
+    truth = apply_rotary_emb(q.double(), (cos_d.double(), sin_d.double()), use_real=True, use_real_unbind_dim=-1,
+                             sequence_dim=2)
+    # same cos/sin; each side rounds the float32 products and sum (<= ~2 ulp of |x| <~ 5)
+    ours_error = (ours.double() - truth).abs().max().item()
+    their_error = (theirs.double() - truth).abs().max().item()
+    assert ours_error <= max(their_error, 2e-6), (ours_error, their_error)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=4e-6)
+
+
+def test_axial_rotary_errors_opcheck_and_compile(posenc_ops):
+    with pytest.raises(RuntimeError, match=r"ids must be \[N, 3\] \(one coordinate per token and axis of axes_dim\), but got shape \[4, 2\]"):
+        posenc_ops.axial_rotary_tables(torch.zeros(4, 2), [4, 4, 4])
+    with pytest.raises(RuntimeError, match="every axes_dim must be even and >= 2"):
+        posenc_ops.axial_rotary_tables(torch.zeros(4, 2), [4, 3])
+    with pytest.raises(RuntimeError, match="ids must be finite"):
+        posenc_ops.axial_rotary_tables(torch.tensor([[0.0, math.inf]]), [4, 4])
+    ids = flux_ids(2, 3, 4, 0.5)
+    torch.library.opcheck(posenc_ops.axial_rotary_tables.default, (ids, [4, 6, 6], 10000.0, None))
+    torch.library.opcheck(posenc_ops.axial_rotary_tables.default, (ids.long(), [4, 6, 6], 500.0, torch.float64))
+
+    def attention_input(q, ids):
+        cos, sin = posenc_ops.axial_rotary_tables(ids, [4, 6, 6])
+        return posenc_ops.apply_rotary(q, cos, sin, 0, None, True, True)
+
+    q = torch.randn(1, 2, ids.shape[0], 16)
+    compiled = torch.compile(attention_input, fullgraph=True)
+    assert torch.equal(compiled(q, ids), attention_input(q, ids))
+

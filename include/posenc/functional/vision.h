@@ -1,7 +1,7 @@
 #pragma once
 
-/// Vision and diffusion positions in functional form: the diffusion timestep embedding and the
-/// 2-D sin-cos tables of patch grids (diffusers', timm's). The modules in
+/// Vision and diffusion positions in functional form: the diffusion timestep embedding, the 2-D
+/// sin-cos tables of patch grids (diffusers', timm's) and axial RoPE's tables. The modules in
 /// <posenc/modules/vision.h> call these; each calls a `posenc::` operator (<posenc/ops.h>).
 
 #include <posenc/options/vision.h>
@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 namespace posenc {
@@ -33,6 +34,17 @@ at::Tensor sincos_2d_table(const Sincos2dTableOptions& options);
 at::Tensor sincos_2d_grid_table(const std::vector<int64_t>& feat_shape, int64_t dim = 64,
                                 double temperature = 10000.0, bool reverse_coord = false,
                                 bool interleave_sin_cos = false);
+
+/// Axial RoPE's cos and sin `[N, sum(axes_dim) / 2]` for the coordinates `ids` `[N, A]`, float32
+/// (float64 with `dtype`) on the device of `ids` (see posenc::ops::axial_rotary_tables).
+///
+/// Example:
+/// ```
+/// auto [cos, sin] = F::axial_rotary_tables(ids, posenc::AxialRotaryEmbeddingOptions({16, 56, 56}));
+/// ```
+std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(
+    const at::Tensor& ids, const AxialRotaryEmbeddingOptions& options,
+    c10::optional<at::ScalarType> dtype = c10::nullopt);
 
 } // namespace functional
 } // namespace posenc

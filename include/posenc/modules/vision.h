@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <ostream>
+#include <tuple>
 
 namespace posenc {
 
@@ -79,5 +80,43 @@ class TimestepEmbedderImpl : public torch::nn::Cloneable<TimestepEmbedderImpl> {
 
 /// A `ModuleHolder` subclass for `TimestepEmbedderImpl`.
 TORCH_MODULE(TimestepEmbedder);
+
+/// Axial RoPE (Flux's `FluxPosEmbed` with diffusers' `apply_rotary_emb`): rotates queries or keys
+/// `[B, L, H, Dh]` (`[B, H, L, Dh]` with `heads_first`) by the angles of their tokens' coordinates
+/// `ids` `[L, A]` (integer or fractional), axis a turning axes_dim[a] / 2 pairs of channels;
+/// channels past sum(axes_dim) pass through. The tables are computed in float64 from `ids` on
+/// every call (they change with the image size) and rounded once. No parameters or buffers.
+///
+/// Example:
+/// ```
+/// posenc::AxialRotaryEmbedding rope(posenc::AxialRotaryEmbeddingOptions({16, 56, 56}));
+/// auto q_rot = rope(q, ids);                 // q [B, S, 24, 128], ids [S, 3]
+/// auto [cos, sin] = rope->tables(ids);       // [S, 64] each, for posenc::ops::apply_rotary_qk
+/// ```
+class AxialRotaryEmbeddingImpl : public torch::nn::Cloneable<AxialRotaryEmbeddingImpl> {
+ public:
+  static constexpr const char* kName = "AxialRotaryEmbedding";
+
+  explicit AxialRotaryEmbeddingImpl(const AxialRotaryEmbeddingOptions& options_);
+
+  /// Checks the options.
+  void reset() override;
+
+  /// Pretty prints the module, e.g. `posenc::AxialRotaryEmbedding(axes_dim=[16, 56, 56])`.
+  void pretty_print(std::ostream& stream) const override;
+
+  /// `x` rotated by the angles of `ids` (`[L, A]`, one row per token of `x`), in the dtype of `x`.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ids);
+
+  /// cos and sin `[L, sum(axes_dim) / 2]` of `ids`, float32 (float64 with `dtype`).
+  std::tuple<torch::Tensor, torch::Tensor> tables(
+      const torch::Tensor& ids, c10::optional<torch::ScalarType> dtype = c10::nullopt) const;
+
+  /// The options this module was built with.
+  AxialRotaryEmbeddingOptions options;
+};
+
+/// A `ModuleHolder` subclass for `AxialRotaryEmbeddingImpl`.
+TORCH_MODULE(AxialRotaryEmbedding);
 
 } // namespace posenc

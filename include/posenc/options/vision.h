@@ -1,5 +1,7 @@
 #pragma once
 
+#include <posenc/enums.h>
+
 #include <torch/arg.h>
 
 #include <cstdint>
@@ -73,6 +75,29 @@ struct Sincos2dTableOptions {
   /// The grid size the coordinates are normalized to (index * base_size / size). Default: 16;
   /// MAE's integer coordinates: the grid size itself.
   TORCH_ARG(int64_t, base_size) = 16;
+};
+
+/// Options of axial RoPE (the `AxialRotaryEmbedding` module and
+/// `functional::axial_rotary_tables`): Flux's `FluxPosEmbed(theta, axes_dim)`.
+///
+/// Example:
+/// ```
+/// // Flux: ids [S, 3] (text tokens 0, image tokens (0, row, column)), head_dim 128
+/// posenc::AxialRotaryEmbedding rope(posenc::AxialRotaryEmbeddingOptions({16, 56, 56}));
+/// ```
+struct AxialRotaryEmbeddingOptions {
+  /* implicit */ AxialRotaryEmbeddingOptions(std::vector<int64_t> axes_dim);
+
+  /// The rotated width of each axis (each even; their sum <= head_dim). Axis a turns
+  /// axes_dim[a] / 2 frequencies theta^(-2i / axes_dim[a]).
+  TORCH_ARG(std::vector<int64_t>, axes_dim);
+  /// Base of the frequencies. Default: 10000 (Flux).
+  TORCH_ARG(double, theta) = 10000.0;
+  /// Which channels form a rotated pair. Default: kInterleaved (2i, 2i + 1), Flux's and diffusers'
+  /// `apply_rotary_emb` with `use_real_unbind_dim=-1`; kHalfSplit for `use_real_unbind_dim=-2`.
+  TORCH_ARG(RotaryPairing, pairing) = RotaryPairing::kInterleaved;
+  /// Inputs are `[B, H, L, Dh]` instead of `[B, L, H, Dh]`. Default: false.
+  TORCH_ARG(bool, heads_first) = false;
 };
 
 } // namespace posenc
