@@ -1031,7 +1031,33 @@ void fuzz_attention_bias(FuzzedDataProvider& in) {
 // whatever is returned has the promised shape and finite values.
 void fuzz_vision(FuzzedDataProvider& in) {
   namespace F = posenc::functional;
-  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+    case 4: {
+      const int64_t prefix = in.ConsumeIntegralInRange<int64_t>(-1, 3);
+      const torch::Tensor posemb = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 6));
+      std::vector<int64_t> old_size;
+      if (in.ConsumeBool()) {
+        old_size = {in.ConsumeIntegralInRange<int64_t>(-1, 5), in.ConsumeIntegralInRange<int64_t>(-1, 5)};
+      }
+      std::vector<int64_t> new_size(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 3)));
+      for (auto& size : new_size) {
+        size = in.ConsumeIntegralInRange<int64_t>(-1, 9);
+      }
+      const posenc::Interpolation modes[] = {posenc::Interpolation::kBicubic,
+                                             posenc::Interpolation::kBilinear,
+                                             posenc::Interpolation::kNearest};
+      const torch::Tensor out = F::resample_position_table(
+          posemb, posenc::ResamplePositionTableOptions(new_size)
+                      .old_size(old_size)
+                      .num_prefix_tokens(prefix)
+                      .interpolation(modes[in.ConsumeIntegralInRange<int>(0, 2)])
+                      .antialias(in.ConsumeBool())
+                      .align_corners(in.ConsumeBool()));
+      if (out.size(-2) != prefix + new_size.front() * new_size.back() || out.dim() != posemb.dim()) {
+        abort();
+      }
+      break;
+    }
     case 0: {
       const int64_t dim = in.ConsumeIntegralInRange<int64_t>(-1, 40);
       torch::Tensor t = torch::rand({in.ConsumeIntegralInRange<int64_t>(0, 6)})

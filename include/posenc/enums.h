@@ -44,6 +44,14 @@ enum class RotaryPairing {
   kInterleaved,
 };
 
+/// The 2-D interpolation of a resampled position table (PyTorch's interpolate modes).
+enum class Interpolation {
+  /// Bicubic (timm's default for ViT position tables).
+  kBicubic,
+  kBilinear,
+  kNearest,
+};
+
 /// How a rotary embedding's frequencies are derived from `base` (the `rope_type` of Hugging Face
 /// transformers' `rope_parameters`; every variant's parameters are in RopeScalingOptions).
 enum class RopeType {
@@ -101,6 +109,18 @@ inline std::ostream& operator<<(std::ostream& stream, RopeType type) {
 }
 inline std::ostream& operator<<(std::ostream& stream, RotaryPairing pairing) {
   return stream << (pairing == RotaryPairing::kHalfSplit ? "half_split" : "interleaved");
+}
+/// The operators' name of an interpolation: "bicubic", "bilinear", "nearest".
+inline const char* interpolation_name(Interpolation mode) {
+  switch (mode) {
+    case Interpolation::kBicubic: return "bicubic";
+    case Interpolation::kBilinear: return "bilinear";
+    case Interpolation::kNearest: return "nearest";
+  }
+  return "unknown";
+}
+inline std::ostream& operator<<(std::ostream& stream, Interpolation mode) {
+  return stream << interpolation_name(mode);
 }
 
 } // namespace posenc

@@ -363,6 +363,18 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(
     const at::Tensor& ids, c10::IntArrayRef axes_dim, double theta = 10000.0,
     c10::optional<at::ScalarType> dtype = c10::nullopt);
 
+/// timm's `resample_abs_pos_embed` (same names and defaults): a learned ViT position table
+/// `posemb` (`[1, N, D]` or `[N, D]`: `num_prefix_tokens` class/register rows, then the patch grid
+/// `old_size` `{H, W}` in row-major order; empty `old_size`: a square grid) resized to the grid
+/// `new_size` (`{H', W'}`, or `{S}`: square) with PyTorch's 2-D interpolation
+/// (`interpolation` "bicubic", "bilinear" or "nearest"; `antialias` for the first two); the
+/// prefix rows are kept. Computed in float32 (float64 tables in float64), returned in the table's
+/// dtype; differentiable. A grid of the same size comes back unchanged (a copy).
+at::Tensor resample_position_table(const at::Tensor& posemb, c10::IntArrayRef new_size,
+                                   c10::IntArrayRef old_size = {}, int64_t num_prefix_tokens = 1,
+                                   c10::string_view interpolation = "bicubic",
+                                   bool antialias = true, bool align_corners = false);
+
 } // namespace ops
 
 namespace detail {

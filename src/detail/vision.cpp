@@ -11,6 +11,7 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -250,6 +251,57 @@ std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at:
     sin.push_back(rows.second);
   }
   return {at::cat(cos, 1), at::cat(sin, 1)};
+}
+
+ResamplePlan resample_plan(const char* who, const at::Tensor& posemb,
+                           const std::vector<int64_t>& new_size,
+                           const std::vector<int64_t>& old_size, int64_t num_prefix_tokens,
+                           c10::string_view interpolation, bool antialias) {
+  TORCH_CHECK(posemb.defined() && (posemb.dim() == 2 || (posemb.dim() == 3 && posemb.size(0) == 1)),
+              who, ": posemb must be a position table [1, N, D] or [N, D], but got ",
+              posemb.defined() ? "shape " + c10::str(posemb.sizes()) : "an undefined tensor");
+  check_float_dtype(who, "posemb's dtype", posemb.scalar_type());
+  const int64_t rows = posemb.size(posemb.dim() - 2);
+  TORCH_CHECK(num_prefix_tokens >= 0 && num_prefix_tokens <= rows, who,
+              ": num_prefix_tokens must lie in [0, N] = [0, ", rows, "], but got ",
+              num_prefix_tokens);
+  const int64_t grid = rows - num_prefix_tokens;
+  ResamplePlan plan;
+  if (old_size.empty()) {
+    const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(grid))));
+    TORCH_CHECK(side >= 1 && side * side == grid, who, ": the table's ", grid,
+                " grid rows (N - num_prefix_tokens = ", rows, " - ", num_prefix_tokens,
+                ") are not a square grid; pass old_size {H, W}");
+    plan.old_size = {side, side};
+  } else {
+    TORCH_CHECK(old_size.size() == 2 && old_size[0] >= 1 && old_size[1] >= 1 &&
+                    old_size[0] <= grid && old_size[0] * old_size[1] == grid,
+                who, ": old_size must be {H, W} with H * W = N - num_prefix_tokens = ", grid,
+                ", but got ", c10::IntArrayRef(old_size));
+    plan.old_size = old_size;
+  }
+  TORCH_CHECK((new_size.size() == 1 || new_size.size() == 2) && new_size.front() >= 1 &&
+                  new_size.back() >= 1,
+              who, ": new_size must be {H, W} (or {S} for a square grid) of sizes >= 1, but got ",
+              c10::IntArrayRef(new_size));
+  plan.new_size = {new_size.front(), new_size.back()};
+  check_table_size(who, "a grid of H * W", plan.new_size[0], plan.new_size[1], "new_size");
+  check_table_size(who, "a resampled table of H * W * D", plan.new_size[0] * plan.new_size[1],
+                   std::max<int64_t>(posemb.size(-1), 1), "new_size");
+  if (interpolation == "bicubic") {
+    plan.mode = ResampleMode::kBicubic;
+  } else if (interpolation == "bilinear") {
+    plan.mode = ResampleMode::kBilinear;
+  } else if (interpolation == "nearest") {
+    plan.mode = ResampleMode::kNearest;
+  } else {
+    TORCH_CHECK(false, who, ": interpolation must be \"bicubic\", \"bilinear\" or \"nearest\", but got \"",
+                interpolation, "\"");
+  }
+  TORCH_CHECK(!antialias || plan.mode != ResampleMode::kNearest, who,
+              ": antialias applies to bicubic and bilinear interpolation only; pass "
+              "antialias=false with \"nearest\"");
+  return plan;
 }
 
 } // namespace detail

@@ -6,6 +6,7 @@
 // functional forms and modules use.
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <utility>
@@ -99,6 +100,26 @@ void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
 std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at::Tensor& ids,
                                                       const std::vector<int64_t>& axes_dim,
                                                       double theta, c10::ScalarType dtype);
+
+/// The interpolations resample_position_table offers (PyTorch's 2-D modes).
+enum class ResampleMode { kBicubic, kBilinear, kNearest };
+
+/// A checked resampling: the grid sizes `{H, W}` before and after, and the mode.
+struct ResamplePlan {
+  std::vector<int64_t> old_size;
+  std::vector<int64_t> new_size;
+  ResampleMode mode = ResampleMode::kBicubic;
+};
+
+/// Checks the arguments of resample_position_table: `posemb` a floating `[1, N, D]` or `[N, D]`
+/// table, 0 <= num_prefix_tokens <= N, `old_size` empty (then N - num_prefix_tokens must be a
+/// square) or two sizes >= 1 covering the N - num_prefix_tokens rows, `new_size` one (square) or
+/// two sizes >= 1 within kMaxTableElements, a known `interpolation`, `antialias` only for bicubic
+/// and bilinear.
+ResamplePlan resample_plan(const char* who, const at::Tensor& posemb,
+                           const std::vector<int64_t>& new_size,
+                           const std::vector<int64_t>& old_size, int64_t num_prefix_tokens,
+                           c10::string_view interpolation, bool antialias);
 
 } // namespace detail
 } // namespace posenc

@@ -36,5 +36,14 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
   return ops::axial_rotary_tables(ids, options.axes_dim(), options.theta(), dtype);
 }
 
+at::Tensor resample_position_table(const at::Tensor& posemb,
+                                   const ResamplePositionTableOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "resample_position_table");
+  return ops::resample_position_table(posemb, options.new_size(), options.old_size(),
+                                      options.num_prefix_tokens(),
+                                      interpolation_name(options.interpolation()),
+                                      options.antialias(), options.align_corners());
+}
+
 } // namespace functional
 } // namespace posenc

@@ -24,6 +24,8 @@ Sincos2dTableOptions::Sincos2dTableOptions(int64_t embed_dim, std::vector<int64_
     : embed_dim_(embed_dim), grid_size_(std::move(grid_size)) {}
 AxialRotaryEmbeddingOptions::AxialRotaryEmbeddingOptions(std::vector<int64_t> axes_dim)
     : axes_dim_(std::move(axes_dim)) {}
+ResamplePositionTableOptions::ResamplePositionTableOptions(std::vector<int64_t> new_size)
+    : new_size_(std::move(new_size)) {}
 
 namespace {
 detail::TimestepSpec spec_of(const TimestepEmbeddingOptions& options) {

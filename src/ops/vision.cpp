@@ -9,7 +9,13 @@
 
 #include <posenc/ops.h>
 
+#include <ATen/ops/_upsample_bicubic2d_aa.h>
+#include <ATen/ops/_upsample_bilinear2d_aa.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/upsample_bicubic2d.h>
+#include <ATen/ops/upsample_bilinear2d.h>
+#include <ATen/ops/upsample_nearest2d.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -34,6 +40,10 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
   m.def(
       "axial_rotary_tables(Tensor ids, int[] axes_dim, float theta=10000., "
       "ScalarType? dtype=None) -> (Tensor, Tensor)");
+  m.def(
+      "resample_position_table(Tensor posemb, int[] new_size, int[] old_size=[], "
+      "int num_prefix_tokens=1, str interpolation=\"bicubic\", bool antialias=True, "
+      "bool align_corners=False) -> Tensor");
 }
 
 namespace ops {
@@ -44,6 +54,7 @@ constexpr const char* kTimestep = "posenc::timestep_embedding";
 constexpr const char* kSincos2d = "posenc::sincos_2d_table";
 constexpr const char* kGridTable = "posenc::sincos_2d_grid_table";
 constexpr const char* kAxial = "posenc::axial_rotary_tables";
+constexpr const char* kResample = "posenc::resample_position_table";
 
 detail::TimestepSpec timestep_spec(int64_t embedding_dim, bool flip_sin_to_cos,
                                    double downscale_freq_shift, double scale,
@@ -163,7 +174,56 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_meta(const at::Tensor& id
   return {at::empty({ids.size(0), half}, options), at::empty({ids.size(0), half}, options)};
 }
 
+// Written with ATen operators only (CompositeImplicitAutograd): autograd, Meta and every device
+// come from ATen's interpolation kernels, the ones timm's F.interpolate calls.
+at::Tensor resample_position_table_kernel(const at::Tensor& posemb, c10::IntArrayRef new_size,
+                                          c10::IntArrayRef old_size, int64_t num_prefix_tokens,
+                                          c10::string_view interpolation, bool antialias,
+                                          bool align_corners) {
+  const char* who = detail::caller_or(kResample);
+  const detail::ResamplePlan plan = detail::resample_plan(
+      who, posemb, new_size.vec(), old_size.vec(), num_prefix_tokens, interpolation, antialias);
+  const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
+  const int64_t width = rows.size(2);
+  at::Tensor grid;
+  if (plan.old_size == plan.new_size) {
+    grid = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1]).clone();
+  } else {
+    // float64 tables are resampled in float64, every other dtype in float32 (as timm does)
+    const at::ScalarType compute =
+        rows.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const at::Tensor image = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1])
+                                 .to(compute)
+                                 .reshape({1, plan.old_size[0], plan.old_size[1], width})
+                                 .permute({0, 3, 1, 2});
+    const c10::IntArrayRef size(plan.new_size);
+    at::Tensor resized;
+    switch (plan.mode) {
+      case detail::ResampleMode::kBicubic:
+        resized = antialias ? at::_upsample_bicubic2d_aa(image, size, align_corners)
+                            : at::upsample_bicubic2d(image, size, align_corners);
+        break;
+      case detail::ResampleMode::kBilinear:
+        resized = antialias ? at::_upsample_bilinear2d_aa(image, size, align_corners)
+                            : at::upsample_bilinear2d(image, size, align_corners);
+        break;
+      case detail::ResampleMode::kNearest:
+        resized = at::upsample_nearest2d(image, size);
+        break;
+    }
+    grid = resized.permute({0, 2, 3, 1})
+               .reshape({1, plan.new_size[0] * plan.new_size[1], width})
+               .to(rows.scalar_type());
+  }
+  const at::Tensor out = at::cat({rows.narrow(1, 0, num_prefix_tokens), grid}, 1);
+  return posemb.dim() == 2 ? out.squeeze(0) : out;
+}
+
 } // namespace
+
+TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
+  m.impl("resample_position_table", TORCH_FN(resample_position_table_kernel));
+}
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("timestep_embedding", TORCH_FN(timestep_embedding_kernel));
@@ -185,6 +245,8 @@ using Sincos2dSignature = at::Tensor(int64_t, c10::IntArrayRef, bool, int64_t, d
                                      c10::optional<at::ScalarType>, c10::optional<at::Device>);
 using AxialSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::IntArrayRef,
                                                            double, c10::optional<at::ScalarType>);
+using ResampleSignature = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
+                                     int64_t, c10::string_view, bool, bool);
 using GridTableSignature = at::Tensor(c10::IntArrayRef, int64_t, double, bool, bool,
                                       c10::optional<at::ScalarType>, c10::optional<at::Device>);
 
@@ -217,6 +279,15 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
                                                        c10::optional<at::ScalarType> dtype) {
   static const auto op = typed_op<AxialSignature>(kAxial);
   return op.call(ids, axes_dim, theta, dtype);
+}
+
+at::Tensor resample_position_table(const at::Tensor& posemb, c10::IntArrayRef new_size,
+                                   c10::IntArrayRef old_size, int64_t num_prefix_tokens,
+                                   c10::string_view interpolation, bool antialias,
+                                   bool align_corners) {
+  static const auto op = typed_op<ResampleSignature>(kResample);
+  return op.call(posemb, new_size, old_size, num_prefix_tokens, interpolation, antialias,
+                 align_corners);
 }
 
 } // namespace ops

@@ -246,3 +246,77 @@ TEST_F(Vision, AxialRotaryErrors) {
   EXPECT_POSENC_ERROR(posenc::ops::axial_rotary_tables(torch::zeros({3, 1}), {4}, 10000.0, torch::kLong),
                       "posenc::axial_rotary_tables: dtype must be");
 }
+
+// Resampling a ViT position table: the prefix rows are kept, the grid goes through ATen's 2-D
+// interpolation (identical to torch.nn.functional.interpolate on the [1, D, H, W] image).
+TEST_F(Vision, ResamplePositionTableInterpolatesTheGridAndKeepsThePrefix) {
+  const auto table = torch::randn({1, 2 + 4 * 6, 8});
+  const auto grid = table.narrow(1, 2, 24).reshape({1, 4, 6, 8}).permute({0, 3, 1, 2});
+  for (const bool antialias : {true, false}) {
+    const auto out = F::resample_position_table(
+        table, posenc::ResamplePositionTableOptions({3, 9}).old_size({4, 6}).num_prefix_tokens(2).antialias(antialias));
+    ASSERT_EQ(out.sizes(), (std::vector<int64_t>{1, 2 + 27, 8}));
+    EXPECT_TRUE(torch::equal(out.narrow(1, 0, 2), table.narrow(1, 0, 2)));
+    const auto expected = torch::nn::functional::interpolate(
+        grid, torch::nn::functional::InterpolateFuncOptions()
+                  .size(std::vector<int64_t>{3, 9})
+                  .mode(torch::kBicubic)
+                  .align_corners(false)
+                  .antialias(antialias));
+    EXPECT_TRUE(torch::equal(out.narrow(1, 2, 27), expected.permute({0, 2, 3, 1}).reshape({1, 27, 8})))
+        << "antialias=" << antialias;
+  }
+  // a square grid by default, [N, D] tables, the same size: an unchanged copy
+  const auto square = torch::randn({1 + 16, 4}, torch::kDouble);
+  const auto same = F::resample_position_table(square, posenc::ResamplePositionTableOptions({4}));
+  EXPECT_TRUE(torch::equal(same, square));
+  EXPECT_FALSE(same.is_same(square));
+  // a constant grid stays constant under every interpolation
+  const auto flat = torch::cat({torch::zeros({1, 1, 3}), torch::full({1, 25, 3}, 0.25)}, 1);
+  for (const auto mode : {posenc::Interpolation::kBicubic, posenc::Interpolation::kBilinear,
+                          posenc::Interpolation::kNearest}) {
+    const auto out = F::resample_position_table(
+        flat, posenc::ResamplePositionTableOptions({7, 3}).interpolation(mode).antialias(
+                  mode != posenc::Interpolation::kNearest));
+    EXPECT_LE((out.narrow(1, 1, 21) - 0.25).abs().max().item<double>(), 1e-6) << mode;
+  }
+  // differentiable: a learned table can be resampled inside a training step
+  const auto learned = torch::randn({1, 1 + 9, 4}, torch::requires_grad());
+  F::resample_position_table(learned, posenc::ResamplePositionTableOptions({5, 5})).sum().backward();
+  ASSERT_TRUE(learned.grad().defined());
+  EXPECT_TRUE(torch::equal(learned.grad()[0][0], torch::ones({4})));
+}
+
+TEST_F(Vision, ResamplePositionTableErrors) {
+  const auto table = torch::randn({1, 11, 4});
+  EXPECT_POSENC_ERROR(F::resample_position_table(table, posenc::ResamplePositionTableOptions({4})),
+                      "resample_position_table: the table's 10 grid rows (N - num_prefix_tokens = "
+                      "11 - 1) are not a square grid; pass old_size {H, W}");
+  EXPECT_POSENC_ERROR(
+      F::resample_position_table(table, posenc::ResamplePositionTableOptions({4}).old_size({3, 3})),
+      "old_size must be {H, W} with H * W = N - num_prefix_tokens = 10, but got [3, 3]");
+  EXPECT_POSENC_ERROR(
+      F::resample_position_table(table, posenc::ResamplePositionTableOptions({0, 4}).old_size({2, 5})),
+      "new_size must be {H, W} (or {S} for a square grid) of sizes >= 1, but got [0, 4]");
+  EXPECT_POSENC_ERROR(
+      F::resample_position_table(table, posenc::ResamplePositionTableOptions({4}).num_prefix_tokens(12)),
+      "num_prefix_tokens must lie in [0, N] = [0, 11], but got 12");
+  EXPECT_POSENC_ERROR(
+      F::resample_position_table(table, posenc::ResamplePositionTableOptions({4})
+                                            .old_size({2, 5})
+                                            .interpolation(posenc::Interpolation::kNearest)),
+      "antialias applies to bicubic and bilinear interpolation only");
+  EXPECT_POSENC_ERROR(
+      F::resample_position_table(torch::randn({2, 10, 4}), posenc::ResamplePositionTableOptions({3})),
+      "posemb must be a position table [1, N, D] or [N, D], but got shape [2, 10, 4]");
+  EXPECT_POSENC_ERROR(
+      F::resample_position_table(torch::ones({1, 10, 4}, torch::kLong),
+                                 posenc::ResamplePositionTableOptions({3}).num_prefix_tokens(1)),
+      "posemb's dtype must be float16, bfloat16, float32 or float64, but got Long");
+  EXPECT_POSENC_ERROR(posenc::ops::resample_position_table(table, {4}, {2, 5}, 1, "area"),
+                      "interpolation must be \"bicubic\", \"bilinear\" or \"nearest\", but got \"area\"");
+  EXPECT_POSENC_ERROR(
+      F::resample_position_table(table, posenc::ResamplePositionTableOptions({1 << 20, 1 << 20}).old_size({2, 5})),
+      "is over posenc's limit of 2^28 elements");
+}
+

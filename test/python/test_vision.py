@@ -21,6 +21,7 @@ timm = pytest.importorskip("timm", reason="timm is installed in the pip test env
 from diffusers.models.embeddings import (  # noqa: E402
     TimestepEmbedding, Timesteps, get_2d_sincos_pos_embed, get_timestep_embedding)
 from diffusers.models.transformers.transformer_flux import FluxPosEmbed, apply_rotary_emb  # noqa: E402
+from timm.layers.pos_embed import resample_abs_pos_embed  # noqa: E402
 from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed  # noqa: E402
 
 ULP32 = 2.0 ** -23
@@ -249,4 +250,44 @@ def test_axial_rotary_errors_opcheck_and_compile(posenc_ops):
     q = torch.randn(1, 2, ids.shape[0], 16)
     compiled = torch.compile(attention_input, fullgraph=True)
     assert torch.equal(compiled(q, ids), attention_input(q, ids))
+
+
+@pytest.mark.parametrize("interpolation,antialias", [("bicubic", True), ("bicubic", False), ("bilinear", True),
+                                                     ("bilinear", False), ("nearest", False)])
+@pytest.mark.parametrize("old,new,prefix", [((14, 14), (24, 24), 1),   # ViT-B/16 224 -> 384 px
+                                            ((24, 24), (14, 14), 1),   # down: antialiasing matters
+                                            ((16, 16), (12, 20), 5),   # 1 class + 4 register tokens
+                                            ((7, 9), (7, 9), 0)], ids=str)
+def test_resample_position_table_against_timm(posenc_ops, old, new, prefix, interpolation, antialias):
+    """timm's resample_abs_pos_embed itself: the same ATen interpolation kernels on the same float32
+    values, so the results are bitwise equal (bfloat16 tables: both compute in float32 and round
+    once)."""
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        posemb = (torch.randn(1, prefix + old[0] * old[1], 48) * 0.02).to(dtype)
+        theirs = resample_abs_pos_embed(posemb, list(new), list(old), num_prefix_tokens=prefix,
+                                        interpolation=interpolation, antialias=antialias)
+        ours = posenc_ops.resample_position_table(posemb, list(new), list(old), prefix, interpolation, antialias)
+        assert ours.dtype == dtype
+        assert torch.equal(ours, theirs)
+    # [N, D] tables and square defaults
+    if old[0] == old[1] and new[0] == new[1]:
+        posemb = torch.randn(prefix + old[0] * old[1], 16)
+        theirs = resample_abs_pos_embed(posemb[None], [new[0], new[0]], num_prefix_tokens=prefix,
+                                        interpolation=interpolation, antialias=antialias)[0]
+        assert torch.equal(posenc_ops.resample_position_table(posemb, [new[0]], [], prefix, interpolation, antialias), theirs)
+
+
+def test_resample_position_table_opcheck_gradients_and_compile(posenc_ops):
+    posemb = torch.randn(1, 1 + 36, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: posenc_ops.resample_position_table(t, [4, 5]), (posemb,))
+    torch.library.opcheck(posenc_ops.resample_position_table.default, (posemb.detach().float(), [4, 5], [], 1, "bicubic", True, False))
+    with pytest.raises(RuntimeError, match=r"are not a square grid; pass old_size \{H, W\}"):
+        posenc_ops.resample_position_table(torch.randn(1, 11, 4), [4])
+
+    def resize(table):
+        return posenc_ops.resample_position_table(table, [8, 8], [6, 6], 1, "bilinear", True)
+
+    table = torch.randn(1, 37, 8)
+    assert torch.equal(torch.compile(resize, fullgraph=True)(table), resize(table))
 

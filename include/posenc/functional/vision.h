@@ -46,5 +46,10 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(
     const at::Tensor& ids, const AxialRotaryEmbeddingOptions& options,
     c10::optional<at::ScalarType> dtype = c10::nullopt);
 
+/// timm's `resample_abs_pos_embed`: a `[1, N, D]` (or `[N, D]`) position table with its prefix
+/// rows and its patch grid resized to `new_size` (see posenc::ops::resample_position_table).
+at::Tensor resample_position_table(const at::Tensor& posemb,
+                                   const ResamplePositionTableOptions& options);
+
 } // namespace functional
 } // namespace posenc

@@ -77,6 +77,32 @@ struct Sincos2dTableOptions {
   TORCH_ARG(int64_t, base_size) = 16;
 };
 
+/// Options of `functional::resample_position_table` (timm's `resample_abs_pos_embed` arguments and
+/// defaults).
+///
+/// Example:
+/// ```
+/// // a ViT-B/16 checkpoint trained at 224 px (14 x 14 patches + class token), run at 384 px
+/// auto table = posenc::functional::resample_position_table(
+///     state["pos_embed"], posenc::ResamplePositionTableOptions({24, 24}));
+/// ```
+struct ResamplePositionTableOptions {
+  /* implicit */ ResamplePositionTableOptions(std::vector<int64_t> new_size);
+
+  /// The grid `{H, W}` to resample to (`{S}`: square).
+  TORCH_ARG(std::vector<int64_t>, new_size);
+  /// The table's grid `{H, W}`. Default: empty, a square grid.
+  TORCH_ARG(std::vector<int64_t>, old_size) = {};
+  /// Rows before the grid (class, register tokens), kept as they are. Default: 1.
+  TORCH_ARG(int64_t, num_prefix_tokens) = 1;
+  /// Default: kBicubic.
+  TORCH_ARG(Interpolation, interpolation) = Interpolation::kBicubic;
+  /// Antialiased downsampling (bicubic, bilinear). Default: true.
+  TORCH_ARG(bool, antialias) = true;
+  /// Default: false.
+  TORCH_ARG(bool, align_corners) = false;
+};
+
 /// Options of axial RoPE (the `AxialRotaryEmbedding` module and
 /// `functional::axial_rotary_tables`): Flux's `FluxPosEmbed(theta, axes_dim)`.
 ///
