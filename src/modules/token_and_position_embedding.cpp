@@ -134,7 +134,9 @@ torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids
   return functional::detail::token_and_position_embedding(
       ids.to(torch::kLong), tokens->weight, sinusoidal ? sinusoidal->pe : learned->weight, offset,
       positions, options.batch_first(), options.scale(), options.padding_idx().value_or(-1),
-      options.dropout(), is_training(), extrapolate ? columns_ : torch::Tensor());
+      options.dropout(), is_training(),
+      // sinusoidal positions past the table, or floating-point ones: computed from the definition
+      extrapolate || (sinusoidal && detail::is_continuous(positions)) ? columns_ : torch::Tensor());
 }
 
 } // namespace posenc

@@ -196,6 +196,33 @@ TEST(TokenAndPositionEmbedding, ErrorsAndPrinting) {
             "positions=sinusoidal, scale=2, padding_idx=1, dropout=0, batch_first=true)");
 }
 
+TEST(TokenAndPositionEmbedding, FractionalSinusoidalPositions) {
+  torch::manual_seed(0);
+  posenc::TokenAndPositionEmbedding embed(20, 8, 16);
+  const auto ids = torch::tensor({{1, 2, 3}, {4, 5, 6}}, torch::kLong);
+  const auto positions = torch::tensor({{0.0, 2.0, 15.0}, {1.0, 1.0, 3.0}}, torch::kDouble);
+  torch::NoGradGuard no_grad;
+  // integer-valued floats: the integer result; fractional ones (past max_len too): token rows
+  // times the scale plus the sinusoid computed in float64
+  EXPECT_TRUE(torch::equal(embed->forward_positions(ids, positions),
+                           embed->forward_positions(ids, positions.to(torch::kLong))));
+  const auto fractional = torch::tensor({0.5, 7.25, 100.75}, torch::kDouble);
+  const auto tokens = embed->tokens->weight.index_select(0, ids.reshape({-1})).view({2, 3, 8});
+  EXPECT_TRUE(torch::allclose(
+      embed->forward_positions(ids, fractional),
+      posenc::ops::add_positional_encoding(tokens, 0, 10000.0, true, fractional, embed->options.scale()),
+      0, 1e-6));
+  posenc::TokenAndPositionEmbedding learned(
+      posenc::TokenAndPositionEmbeddingOptions(20, 8, 16).positions(posenc::PositionKind::kLearned));
+  EXPECT_POSENC_ERROR(learned->forward_positions(ids, fractional),
+                      "TokenAndPositionEmbedding: floating-point positions (Double) are computed "
+                      "from the encoding's definition, which this call lacks (a learned table has "
+                      "none)");
+  auto exported = posenc::to_torchscript(embed);
+  EXPECT_TRUE(torch::allclose(exported.run_method("forward_positions", ids, fractional).toTensor(),
+                              embed->forward_positions(ids, fractional), 0, 1e-6));
+}
+
 TEST(TokenAndPositionEmbedding, ExportEqualsModule) {
   torch::manual_seed(0);
   for (const auto kind : {posenc::PositionKind::kSinusoidal, posenc::PositionKind::kLearned}) {

@@ -53,7 +53,8 @@ class TokenAndPositionEmbeddingImpl : public detail::EncodingModule<TokenAndPosi
   // forward(ids, offset = 0): embeds token ids (`[B, L]` or `[L, B]`, integral, in
   // [0, vocab_size)) at positions `offset .. offset + L - 1` (with `padding_idx`: counted over real
   // tokens from `offset`). forward_positions(ids, positions): at explicit positions (`[B, L]` /
-  // `[L, B]` or `[L]`; -1 = padding). (Both from detail::EncodingModule.)
+  // `[L, B]` or `[L]`; -1 = padding; sinusoidal positions may be floating-point: fractional, computed
+  // from the definition). (Both from detail::EncodingModule.)
 
   /// The options this module was built with.
   TokenAndPositionEmbeddingOptions options;
