@@ -247,18 +247,22 @@ def cpu_attention_bias(library):
 
 
 def cpu_vision(library):
-    """The timestep embedding of a batch of 1024 timesteps and 2-D table builds against diffusers'
-    get_timestep_embedding / get_2d_sincos_pos_embed and timm's build_sincos2d_pos_embed, 2
-    threads."""
+    """The timestep embedding of a batch of 1024 timesteps, 2-D and 3-D table builds, resampling a
+    ViT table and timm's EVA-02 RoPE against diffusers' get_timestep_embedding /
+    get_2d_sincos_pos_embed / get_3d_sincos_pos_embed and timm's build_sincos2d_pos_embed /
+    resample_abs_pos_embed / RotaryEmbeddingCat, 2 threads."""
     try:
-        from diffusers.models.embeddings import get_2d_sincos_pos_embed, get_timestep_embedding
-        from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+        from diffusers.models.embeddings import get_2d_sincos_pos_embed, get_3d_sincos_pos_embed, get_timestep_embedding
+        from timm.layers.pos_embed import resample_abs_pos_embed
+        from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, build_sincos2d_pos_embed
     except ImportError:
         return []
     torch.ops.load_library(library)
     ops = torch.ops.posenc
     torch.set_num_threads(2)
     timesteps = torch.rand(1024) * 1000
+    posemb = torch.randn(1, 1 + 14 * 14, 768) * 0.02
+    eva_rope = RotaryEmbeddingCat(64, in_pixels=False, ref_feat_shape=[16, 16])
     cases = {
         "timestep_embedding/1024x256/diffusers": lambda: get_timestep_embedding(timesteps, 256, True, 0),
         "timestep_embedding/1024x256/posenc": lambda: ops.timestep_embedding(timesteps, 256, True, 0.0),
@@ -266,6 +270,15 @@ def cpu_vision(library):
         "sincos_2d_table/64x64x1152/posenc": lambda: ops.sincos_2d_table(1152, [64, 64], base_size=64),
         "sincos_2d_grid_table/64x64x1152/timm": lambda: build_sincos2d_pos_embed([64, 64], 1152),
         "sincos_2d_grid_table/64x64x1152/posenc": lambda: ops.sincos_2d_grid_table([64, 64], 1152),
+        # CogVideoX-2B at 480 x 720 px, 49 frames
+        "sincos_3d_table/13x30x45x1920/diffusers": lambda: get_3d_sincos_pos_embed(1920, (45, 30), 13, 1.875),
+        "sincos_3d_table/13x30x45x1920/posenc": lambda: ops.sincos_3d_table(1920, [45, 30], 13, 1.875),
+        # a ViT-B/16 table (class token + 14 x 14) to 384 px (24 x 24), bicubic with antialias
+        "resample_position_table/14to24x768/timm": lambda: resample_abs_pos_embed(posemb, [24, 24], num_prefix_tokens=1),
+        "resample_position_table/14to24x768/posenc": lambda: ops.resample_position_table(posemb, [24, 24]),
+        # EVA-02-B/14 at 448 px (32 x 32 patches, pretrained on 16 x 16), head_dim 64
+        "grid_rotary_tables/32x32x64/timm": lambda: eva_rope.get_embed([32, 32]),
+        "grid_rotary_tables/32x32x64/posenc": lambda: ops.grid_rotary_tables([32, 32], 64, 10000.0, [16, 16]),
     }
     with torch.no_grad():
         return [{"name": f"py_vision/{name}/threads:2", "real_time_us": median_time_us(call, repeats=3)} for name, call in cases.items()]

@@ -1031,7 +1031,77 @@ void fuzz_attention_bias(FuzzedDataProvider& in) {
 // whatever is returned has the promised shape and finite values.
 void fuzz_vision(FuzzedDataProvider& in) {
   namespace F = posenc::functional;
-  switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    case 5: {
+      const int64_t dim = in.ConsumeIntegralInRange<int64_t>(-16, 48);
+      std::vector<int64_t> spatial(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 3)));
+      for (auto& size : spatial) {
+        size = in.ConsumeIntegralInRange<int64_t>(-1, 5);
+      }
+      const int64_t frames = in.ConsumeIntegralInRange<int64_t>(-1, 4);
+      const torch::Tensor table = F::sincos_3d_table(
+          posenc::Sincos3dTableOptions(dim, spatial, frames)
+              .spatial_interpolation_scale(pick_double(in, {1.0, 0.0, -1.0, NAN, 1e-300}, 0.1, 4))
+              .temporal_interpolation_scale(pick_double(in, {1.0, 0.0, INFINITY, 1e-300}, 0.1, 4)));
+      if (table.size(0) != frames || table.size(1) != spatial.front() * spatial.back() ||
+          table.size(2) != dim || !table.isfinite().all().item<bool>()) {
+        abort();
+      }
+      break;
+    }
+    case 6: {
+      const int64_t prefix = in.ConsumeIntegralInRange<int64_t>(-1, 3);
+      const torch::Tensor posemb = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 6));
+      std::vector<int64_t> old_size;
+      if (in.ConsumeBool()) {
+        old_size = {in.ConsumeIntegralInRange<int64_t>(-1, 5), in.ConsumeIntegralInRange<int64_t>(-1, 5)};
+      }
+      std::vector<int64_t> new_size(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 3)));
+      for (auto& size : new_size) {
+        size = in.ConsumeIntegralInRange<int64_t>(-1, 6);
+      }
+      const torch::Tensor out = F::crop_position_table(
+          posemb, posenc::CropPositionTableOptions(new_size).old_size(old_size).num_prefix_tokens(prefix));
+      if (out.size(-2) != prefix + new_size.front() * new_size.back() || out.dim() != posemb.dim() ||
+          !torch::equal(out.narrow(-2, 0, prefix), posemb.narrow(-2, 0, prefix))) {
+        abort();
+      }
+      break;
+    }
+    case 7: {
+      const posenc::GridIndexing indexings[] = {posenc::GridIndexing::kIJ, posenc::GridIndexing::kXY};
+      std::vector<int64_t> ref;
+      if (in.ConsumeBool()) {
+        ref = {in.ConsumeIntegralInRange<int64_t>(-1, 6), in.ConsumeIntegralInRange<int64_t>(-1, 6)};
+      }
+      const auto options = posenc::VisionRotaryEmbeddingOptions(in.ConsumeIntegralInRange<int64_t>(-4, 24))
+                               .temperature(pick_double(in, {10000.0, 0.0, -1.0, NAN}, 1, 1e5))
+                               .ref_feat_shape(ref)
+                               .grid_offset(pick_double(in, {0.0, 0.5, INFINITY, NAN}, -2, 2))
+                               .grid_indexing(indexings[in.ConsumeIntegralInRange<int>(0, 1)])
+                               .pairing(in.ConsumeBool() ? posenc::RotaryPairing::kInterleaved
+                                                         : posenc::RotaryPairing::kHalfSplit)
+                               .num_prefix_tokens(in.ConsumeIntegralInRange<int64_t>(-1, 2))
+                               .heads_first(in.ConsumeBool());
+      std::vector<int64_t> grid(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 3)));
+      for (auto& size : grid) {
+        size = in.ConsumeIntegralInRange<int64_t>(-1, 4);
+      }
+      posenc::VisionRotaryEmbedding rope(options);
+      torch::Tensor x = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 24), /*rank_default=*/4);
+      if (grid.size() == 2 && grid[0] >= 0 && grid[1] >= 0 && options.num_prefix_tokens() >= 0 &&
+          x.dim() == 4 && in.ConsumeBool()) {
+        // the token count of the grid, along the layout's token dimension
+        std::vector<int64_t> sizes = x.sizes().vec();
+        sizes[options.heads_first() ? 2 : 1] = options.num_prefix_tokens() + grid[0] * grid[1];
+        x = torch::randn(sizes).to(x.scalar_type());
+      }
+      const torch::Tensor y = rope(x, grid);
+      if (y.sizes() != x.sizes() || y.scalar_type() != x.scalar_type()) {
+        abort();
+      }
+      break;
+    }
     case 4: {
       const int64_t prefix = in.ConsumeIntegralInRange<int64_t>(-1, 3);
       const torch::Tensor posemb = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 6));

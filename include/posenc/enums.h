@@ -52,6 +52,15 @@ enum class Interpolation {
   kNearest,
 };
 
+/// Which coordinate comes first for each token of a 2-D grid (timm's `grid_indexing`, as in
+/// torch.meshgrid).
+enum class GridIndexing {
+  /// (row, column): the first axis of the grid shape first (timm's default; EVA-02).
+  kIJ,
+  /// (column, row): the second axis first.
+  kXY,
+};
+
 /// How a rotary embedding's frequencies are derived from `base` (the `rope_type` of Hugging Face
 /// transformers' `rope_parameters`; every variant's parameters are in RopeScalingOptions).
 enum class RopeType {
@@ -121,6 +130,13 @@ inline const char* interpolation_name(Interpolation mode) {
 }
 inline std::ostream& operator<<(std::ostream& stream, Interpolation mode) {
   return stream << interpolation_name(mode);
+}
+/// The operators' name of a grid indexing: "ij" or "xy".
+inline const char* grid_indexing_name(GridIndexing indexing) {
+  return indexing == GridIndexing::kXY ? "xy" : "ij";
+}
+inline std::ostream& operator<<(std::ostream& stream, GridIndexing indexing) {
+  return stream << grid_indexing_name(indexing);
 }
 
 } // namespace posenc

@@ -375,6 +375,39 @@ at::Tensor resample_position_table(const at::Tensor& posemb, c10::IntArrayRef ne
                                    c10::string_view interpolation = "bicubic",
                                    bool antialias = true, bool align_corners = false);
 
+/// diffusers' `get_3d_sincos_pos_embed` (CogVideoX, Latte; same names and defaults): `[T, H * W,
+/// embed_dim]` for `spatial_size` `{W, H}` (diffusers' order; `{S}`: square) and `temporal_size`
+/// T, row `[t, i * W + j]` frame t's patch at (i, j). The first `embed_dim / 4` columns encode
+/// `t / temporal_interpolation_scale` (`[sin | cos]` of `embed_dim / 8` frequencies
+/// 10000^(-k / (embed_dim / 8))), the rest the column, then the row coordinate
+/// `(j, i) / spatial_interpolation_scale` as `sincos_2d_table` lays them out (`3 embed_dim / 16`
+/// frequencies each). `embed_dim` a multiple of 16. float64, rounded once to `dtype`.
+at::Tensor sincos_3d_table(int64_t embed_dim, c10::IntArrayRef spatial_size, int64_t temporal_size,
+                           double spatial_interpolation_scale = 1.0,
+                           double temporal_interpolation_scale = 1.0,
+                           c10::optional<at::ScalarType> dtype = c10::nullopt,
+                           c10::optional<at::Device> device = c10::nullopt);
+
+/// SD3's `PatchEmbed.cropped_pos_embed`: the centre `new_size` `{h, w}` (`{S}`: square) of a
+/// position table's grid (`[1, N, D]` or `[N, D]`: `num_prefix_tokens` rows kept, then the grid
+/// `old_size` `{H, W}`, empty: square), rows `top = (H - h) / 2` .. and columns
+/// `left = (W - w) / 2` .., floor division. SD3: a `pos_embed_max_size`^2 table cropped to the
+/// latent's patch grid. Differentiable; every device.
+at::Tensor crop_position_table(const at::Tensor& posemb, c10::IntArrayRef new_size,
+                               c10::IntArrayRef old_size = {}, int64_t num_prefix_tokens = 0);
+
+/// The token coordinates of timm's axial RoPE of index grids (`RotaryEmbeddingCat(dim,
+/// in_pixels=False, ...)`, EVA-02; same names and defaults): `[H * W, 2]` for the patch grid
+/// `feat_shape` `{H, W}`, the token at (i, j) (row-major) at `(i + grid_offset) * ref_H / H` and
+/// `(j + grid_offset) * ref_W / W` (`ref_feat_shape` `{ref_H, ref_W}`, the pretraining grid;
+/// empty: no rescaling), in that order (`grid_indexing` "ij") or swapped ("xy"). float64 (the
+/// default `dtype`). `axial_rotary_tables(ids, {dim / 2, dim / 2}, temperature)` turns them into
+/// timm's tables: each coordinate turns dim / 4 frequencies temperature^(-k / (dim / 4)).
+at::Tensor grid_ids(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape = {},
+                    double grid_offset = 0.0, c10::string_view grid_indexing = "ij",
+                    c10::optional<at::ScalarType> dtype = c10::nullopt,
+                    c10::optional<at::Device> device = c10::nullopt);
+
 } // namespace ops
 
 namespace detail {

@@ -204,6 +204,120 @@ at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& fea
                            interleave_sin_cos ? GridLayout::kAxisSinCos : GridLayout::kSinCosAxis);
 }
 
+void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
+                               const std::vector<int64_t>& spatial_size, int64_t temporal_size,
+                               double spatial_interpolation_scale,
+                               double temporal_interpolation_scale) {
+  TORCH_CHECK(embed_dim >= 16 && embed_dim % 16 == 0 && embed_dim <= kMaxTableElements, who,
+              ": embed_dim must be a positive multiple of 16 (a quarter of the columns for time, "
+              "three quarters for the two spatial axes, each half sines and cosines), but got ",
+              embed_dim);
+  TORCH_CHECK(temporal_size >= 1 && temporal_size <= kMaxTableElements, who,
+              ": temporal_size must be in [1, 2^28], but got ", temporal_size);
+  check_grid(who, "spatial_size", spatial_size, embed_dim);
+  const int64_t patches = spatial_size.front() * spatial_size.back();
+  TORCH_CHECK(patches <= kMaxTableElements / temporal_size, who, ": ", temporal_size,
+              " frames of ", patches, " patches are over 2^28 positions");
+  check_table_size(who, "the table", temporal_size * patches, embed_dim,
+                   "the sizes or the width");
+  TORCH_CHECK(std::isfinite(spatial_interpolation_scale) && spatial_interpolation_scale > 0, who,
+              ": spatial_interpolation_scale must be finite and > 0, but got ",
+              spatial_interpolation_scale);
+  TORCH_CHECK(std::isfinite(temporal_interpolation_scale) && temporal_interpolation_scale > 0, who,
+              ": temporal_interpolation_scale must be finite and > 0, but got ",
+              temporal_interpolation_scale);
+}
+
+at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
+                           const std::vector<int64_t>& spatial_size, int64_t temporal_size,
+                           double spatial_interpolation_scale, double temporal_interpolation_scale) {
+  check_sincos_3d_arguments(who, embed_dim, spatial_size, temporal_size,
+                            spatial_interpolation_scale, temporal_interpolation_scale);
+  // diffusers' order: spatial_size is (width, height)
+  const int64_t width = spatial_size.front();
+  const int64_t height = spatial_size.back();
+  const auto coordinates = [](int64_t size, double scale) {
+    std::vector<double> values(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) {
+      values[static_cast<size_t>(i)] = static_cast<double>(i) / scale;
+    }
+    return values;
+  };
+  // [T, D / 4]: time; [H * W, 3 D / 4]: the column coordinate, then the row coordinate
+  const at::Tensor temporal =
+      grid_sincos_table({coordinates(temporal_size, temporal_interpolation_scale)}, {0},
+                        embed_dim / 8, 10000.0, GridLayout::kAxisSinCos);
+  const at::Tensor spatial = grid_sincos_table(
+      {coordinates(height, spatial_interpolation_scale),
+       coordinates(width, spatial_interpolation_scale)},
+      {1, 0}, 3 * embed_dim / 16, 10000.0, GridLayout::kAxisSinCos);
+  const int64_t patches = height * width;
+  return at::cat({temporal.unsqueeze(1).expand({temporal_size, patches, embed_dim / 4}),
+                  spatial.unsqueeze(0).expand({temporal_size, patches, 3 * embed_dim / 4})},
+                 2);
+}
+
+void check_grid_ids_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+                              const std::vector<int64_t>& ref_feat_shape, double grid_offset,
+                              c10::string_view grid_indexing) {
+  TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be the patch grid [H, W], but got ",
+              feat_shape.size(), " values");
+  check_grid(who, "feat_shape", feat_shape, 2);
+  TORCH_CHECK(ref_feat_shape.empty() ||
+                  (ref_feat_shape.size() == 2 && ref_feat_shape[0] >= 1 && ref_feat_shape[1] >= 1),
+              who,
+              ": ref_feat_shape must be empty or the pretraining grid [H, W] of sizes >= 1, but "
+              "got ",
+              c10::IntArrayRef(ref_feat_shape));
+  TORCH_CHECK(std::isfinite(grid_offset), who, ": grid_offset must be finite, but got ",
+              grid_offset);
+  TORCH_CHECK(grid_indexing == "ij" || grid_indexing == "xy", who,
+              ": grid_indexing must be \"ij\" (row, column) or \"xy\" (column, row), but got \"",
+              grid_indexing, "\"");
+}
+
+void check_grid_rotary_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+                                 int64_t dim, double temperature,
+                                 const std::vector<int64_t>& ref_feat_shape, double grid_offset,
+                                 c10::string_view grid_indexing) {
+  TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
+              ": dim must be a positive multiple of 4 (a pair of channels per frequency and "
+              "axis), but got ",
+              dim);
+  TORCH_CHECK(std::isfinite(temperature) && temperature > 0, who,
+              ": temperature must be finite and > 0, but got ", temperature);
+  check_grid_ids_arguments(who, feat_shape, ref_feat_shape, grid_offset, grid_indexing);
+  check_table_size(who, "the tables", feat_shape[0] * feat_shape[1], dim / 2,
+                   "the grid or dim");
+}
+
+at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
+                    const std::vector<int64_t>& ref_feat_shape, double grid_offset,
+                    c10::string_view grid_indexing) {
+  check_grid_ids_arguments(who, feat_shape, ref_feat_shape, grid_offset, grid_indexing);
+  const int64_t height = feat_shape[0];
+  const int64_t width = feat_shape[1];
+  // (i + offset) / size * reference: EVA's rescaling of a fine-tuning grid to the pretraining one
+  const auto coordinate = [&](int64_t index, size_t axis) {
+    const double value = static_cast<double>(index) + grid_offset;
+    return ref_feat_shape.empty() ? value
+                                  : value / static_cast<double>(feat_shape[axis]) *
+                                        static_cast<double>(ref_feat_shape[axis]);
+  };
+  const bool xy = grid_indexing == "xy";
+  std::vector<double> ids;
+  ids.reserve(static_cast<size_t>(height * width * 2));
+  for (int64_t i = 0; i < height; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      const double row = coordinate(i, 0);
+      const double column = coordinate(j, 1);
+      ids.push_back(xy ? column : row);
+      ids.push_back(xy ? row : column);
+    }
+  }
+  return at::tensor(ids, at::TensorOptions().dtype(at::kDouble)).view({height * width, 2});
+}
+
 void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
                                   const std::vector<int64_t>& axes_dim, double theta) {
   TORCH_CHECK(!axes_dim.empty(), who,
@@ -253,10 +367,8 @@ std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at:
   return {at::cat(cos, 1), at::cat(sin, 1)};
 }
 
-ResamplePlan resample_plan(const char* who, const at::Tensor& posemb,
-                           const std::vector<int64_t>& new_size,
-                           const std::vector<int64_t>& old_size, int64_t num_prefix_tokens,
-                           c10::string_view interpolation, bool antialias) {
+std::vector<int64_t> table_grid(const char* who, const at::Tensor& posemb,
+                                const std::vector<int64_t>& old_size, int64_t num_prefix_tokens) {
   TORCH_CHECK(posemb.defined() && (posemb.dim() == 2 || (posemb.dim() == 3 && posemb.size(0) == 1)),
               who, ": posemb must be a position table [1, N, D] or [N, D], but got ",
               posemb.defined() ? "shape " + c10::str(posemb.sizes()) : "an undefined tensor");
@@ -266,20 +378,46 @@ ResamplePlan resample_plan(const char* who, const at::Tensor& posemb,
               ": num_prefix_tokens must lie in [0, N] = [0, ", rows, "], but got ",
               num_prefix_tokens);
   const int64_t grid = rows - num_prefix_tokens;
-  ResamplePlan plan;
   if (old_size.empty()) {
     const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(grid))));
     TORCH_CHECK(side >= 1 && side * side == grid, who, ": the table's ", grid,
                 " grid rows (N - num_prefix_tokens = ", rows, " - ", num_prefix_tokens,
                 ") are not a square grid; pass old_size {H, W}");
-    plan.old_size = {side, side};
-  } else {
-    TORCH_CHECK(old_size.size() == 2 && old_size[0] >= 1 && old_size[1] >= 1 &&
-                    old_size[0] <= grid && old_size[0] * old_size[1] == grid,
-                who, ": old_size must be {H, W} with H * W = N - num_prefix_tokens = ", grid,
-                ", but got ", c10::IntArrayRef(old_size));
-    plan.old_size = old_size;
+    return {side, side};
   }
+  TORCH_CHECK(old_size.size() == 2 && old_size[0] >= 1 && old_size[1] >= 1 &&
+                  old_size[0] <= grid && old_size[0] * old_size[1] == grid,
+              who, ": old_size must be {H, W} with H * W = N - num_prefix_tokens = ", grid,
+              ", but got ", c10::IntArrayRef(old_size));
+  return old_size;
+}
+
+CropPlan crop_plan(const char* who, const at::Tensor& posemb, const std::vector<int64_t>& new_size,
+                   const std::vector<int64_t>& old_size, int64_t num_prefix_tokens) {
+  CropPlan plan;
+  plan.old_size = table_grid(who, posemb, old_size, num_prefix_tokens);
+  TORCH_CHECK(new_size.size() == 1 || new_size.size() == 2, who,
+              ": new_size must be {H, W} (or {S} for a square grid), but got ",
+              c10::IntArrayRef(new_size));
+  plan.new_size = {new_size.front(), new_size.back()};
+  for (size_t a = 0; a < 2; ++a) {
+    TORCH_CHECK(plan.new_size[a] >= 1 && plan.new_size[a] <= plan.old_size[a], who,
+                ": new_size ", c10::IntArrayRef(plan.new_size),
+                " must lie within the table's grid ", c10::IntArrayRef(plan.old_size),
+                " (a crop cannot add positions); build a larger table or resample it with "
+                "resample_position_table");
+  }
+  plan.top = (plan.old_size[0] - plan.new_size[0]) / 2;
+  plan.left = (plan.old_size[1] - plan.new_size[1]) / 2;
+  return plan;
+}
+
+ResamplePlan resample_plan(const char* who, const at::Tensor& posemb,
+                           const std::vector<int64_t>& new_size,
+                           const std::vector<int64_t>& old_size, int64_t num_prefix_tokens,
+                           c10::string_view interpolation, bool antialias) {
+  ResamplePlan plan;
+  plan.old_size = table_grid(who, posemb, old_size, num_prefix_tokens);
   TORCH_CHECK((new_size.size() == 1 || new_size.size() == 2) && new_size.front() >= 1 &&
                   new_size.back() >= 1,
               who, ": new_size must be {H, W} (or {S} for a square grid) of sizes >= 1, but got ",

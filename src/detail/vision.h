@@ -85,6 +85,47 @@ at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& fea
                                 int64_t dim, double temperature, bool reverse_coord,
                                 bool interleave_sin_cos);
 
+/// Checks the arguments of sincos_3d_table (below).
+void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
+                               const std::vector<int64_t>& spatial_size, int64_t temporal_size,
+                               double spatial_interpolation_scale,
+                               double temporal_interpolation_scale);
+
+/// diffusers' get_3d_sincos_pos_embed (CogVideoX, Latte): a `[T, H * W, embed_dim]` table for
+/// spatial_size `[W, H]` (diffusers' order; one value: square) and temporal_size T; row
+/// `[t, i * W + j]` is frame t's patch at row i, column j. The first embed_dim / 4 columns encode
+/// t / temporal_interpolation_scale as [sin | cos] of embed_dim / 8 frequencies
+/// 10000^(-k / (embed_dim / 8)); the other 3 embed_dim / 4 encode the column then the row
+/// coordinate (j, i) / spatial_interpolation_scale, each [sin | cos] of 3 embed_dim / 16
+/// frequencies (get_2d_sincos_pos_embed's layout). float64, on the host. Checks the arguments
+/// (embed_dim a positive multiple of 16, sizes >= 1, finite scales > 0, at most kMaxTableElements).
+at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
+                           const std::vector<int64_t>& spatial_size, int64_t temporal_size,
+                           double spatial_interpolation_scale, double temporal_interpolation_scale);
+
+/// Checks the arguments of grid_ids (below).
+void check_grid_ids_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+                              const std::vector<int64_t>& ref_feat_shape, double grid_offset,
+                              c10::string_view grid_indexing);
+
+/// Checks the arguments of timm's axial RoPE of a patch grid: grid_ids' and dim (a positive
+/// multiple of 4: dim / 4 frequencies per axis), temperature (finite, > 0).
+void check_grid_rotary_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+                                 int64_t dim, double temperature,
+                                 const std::vector<int64_t>& ref_feat_shape, double grid_offset,
+                                 c10::string_view grid_indexing);
+
+/// The coordinates of timm's axial RoPE with index grids (RotaryEmbeddingCat with in_pixels=False,
+/// EVA-02): `[H * W, 2]` float64 for feat_shape `[H, W]`, row i * W + j holding ((i + grid_offset)
+/// * ref_H / H, (j + grid_offset) * ref_W / W) (no rescaling without ref_feat_shape), the two
+/// coordinates swapped for grid_indexing "xy". With axial_rotary_tables and axes_dim
+/// {dim / 2, dim / 2}, theta = temperature, they give timm's angles. Checks the arguments
+/// (feat_shape two sizes >= 1, ref_feat_shape empty or two sizes >= 1, grid_offset finite,
+/// grid_indexing "ij" or "xy").
+at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
+                    const std::vector<int64_t>& ref_feat_shape, double grid_offset,
+                    c10::string_view grid_indexing);
+
 /// Checks the arguments of axial_rotary_tables: `ids` `[N, A]` of a real or integer dtype with
 /// A = axes_dim.size() >= 1, each axes_dim even and >= 2, theta finite and > 0, and the tables
 /// within kMaxTableElements.
@@ -110,6 +151,26 @@ struct ResamplePlan {
   std::vector<int64_t> new_size;
   ResampleMode mode = ResampleMode::kBicubic;
 };
+
+/// The grid `{H, W}` of a position table `posemb` (`[1, N, D]` or `[N, D]`, floating) whose first
+/// num_prefix_tokens rows are not on the grid: `old_size` when given (H * W must equal
+/// N - num_prefix_tokens), else the square root of N - num_prefix_tokens (an error when it is not
+/// a square).
+std::vector<int64_t> table_grid(const char* who, const at::Tensor& posemb,
+                                const std::vector<int64_t>& old_size, int64_t num_prefix_tokens);
+
+/// A checked centre crop of a position table's grid (SD3's PatchEmbed.cropped_pos_embed).
+struct CropPlan {
+  std::vector<int64_t> old_size;
+  std::vector<int64_t> new_size;
+  int64_t top = 0;
+  int64_t left = 0;
+};
+
+/// Checks the arguments of crop_position_table: the table as table_grid reads it, `new_size` one
+/// (square) or two sizes in [1, old size]; top = (H - h) / 2, left = (W - w) / 2 (floor).
+CropPlan crop_plan(const char* who, const at::Tensor& posemb, const std::vector<int64_t>& new_size,
+                   const std::vector<int64_t>& old_size, int64_t num_prefix_tokens);
 
 /// Checks the arguments of resample_position_table: `posemb` a floating `[1, N, D]` or `[N, D]`
 /// table, 0 <= num_prefix_tokens <= N, `old_size` empty (then N - num_prefix_tokens must be a

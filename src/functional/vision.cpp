@@ -2,6 +2,7 @@
 #include <posenc/ops.h>
 
 #include "detail/checks.h"
+#include "detail/vision.h"
 
 namespace posenc {
 namespace functional {
@@ -43,6 +44,35 @@ at::Tensor resample_position_table(const at::Tensor& posemb,
                                       options.num_prefix_tokens(),
                                       interpolation_name(options.interpolation()),
                                       options.antialias(), options.align_corners());
+}
+
+at::Tensor sincos_3d_table(const Sincos3dTableOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "sincos_3d_table");
+  return ops::sincos_3d_table(options.embed_dim(), options.spatial_size(), options.temporal_size(),
+                              options.spatial_interpolation_scale(),
+                              options.temporal_interpolation_scale());
+}
+
+std::tuple<at::Tensor, at::Tensor> grid_rotary_tables(const std::vector<int64_t>& feat_shape,
+                                                      const VisionRotaryEmbeddingOptions& options,
+                                                      c10::optional<at::ScalarType> dtype,
+                                                      c10::optional<at::Device> device) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "grid_rotary_tables");
+  pd::check_grid_rotary_arguments(pd::caller_or("grid_rotary_tables"), feat_shape, options.dim(),
+                                  options.temperature(), options.ref_feat_shape(),
+                                  options.grid_offset(),
+                                  grid_indexing_name(options.grid_indexing()));
+  const at::Tensor ids =
+      ops::grid_ids(feat_shape, options.ref_feat_shape(), options.grid_offset(),
+                    grid_indexing_name(options.grid_indexing()), at::kDouble, device);
+  return ops::axial_rotary_tables(ids, {options.dim() / 2, options.dim() / 2},
+                                  options.temperature(), dtype);
+}
+
+at::Tensor crop_position_table(const at::Tensor& posemb, const CropPositionTableOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "crop_position_table");
+  return ops::crop_position_table(posemb, options.new_size(), options.old_size(),
+                                  options.num_prefix_tokens());
 }
 
 } // namespace functional

@@ -9,6 +9,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -26,6 +27,12 @@ AxialRotaryEmbeddingOptions::AxialRotaryEmbeddingOptions(std::vector<int64_t> ax
     : axes_dim_(std::move(axes_dim)) {}
 ResamplePositionTableOptions::ResamplePositionTableOptions(std::vector<int64_t> new_size)
     : new_size_(std::move(new_size)) {}
+Sincos3dTableOptions::Sincos3dTableOptions(int64_t embed_dim, std::vector<int64_t> spatial_size,
+                                           int64_t temporal_size)
+    : embed_dim_(embed_dim), spatial_size_(std::move(spatial_size)), temporal_size_(temporal_size) {}
+CropPositionTableOptions::CropPositionTableOptions(std::vector<int64_t> new_size)
+    : new_size_(std::move(new_size)) {}
+VisionRotaryEmbeddingOptions::VisionRotaryEmbeddingOptions(int64_t dim) : dim_(dim) {}
 
 namespace {
 detail::TimestepSpec spec_of(const TimestepEmbeddingOptions& options) {
@@ -159,6 +166,85 @@ torch::Tensor AxialRotaryEmbeddingImpl::forward(const torch::Tensor& x, const to
   return ops::apply_rotary(x, std::get<0>(rows), std::get<1>(rows), /*offset=*/0,
                            /*positions=*/c10::nullopt,
                            options.pairing() == RotaryPairing::kInterleaved, options.heads_first());
+}
+
+// ---- timm's axial RoPE of patch grids (EVA-02) ----
+
+VisionRotaryEmbeddingImpl::VisionRotaryEmbeddingImpl(const VisionRotaryEmbeddingOptions& options_)
+    : options(options_) {
+  // NOLINTNEXTLINE(clang-analyzer-optin.cplusplus.VirtualCall)
+  reset();
+}
+
+void VisionRotaryEmbeddingImpl::reset() {
+  // The argument checks of the tables, on a 1 x 1 grid.
+  detail::check_grid_rotary_arguments(kName, {1, 1}, options.dim(), options.temperature(),
+                                      options.ref_feat_shape(), options.grid_offset(),
+                                      grid_indexing_name(options.grid_indexing()));
+  TORCH_CHECK(options.num_prefix_tokens() >= 0, kName,
+              ": num_prefix_tokens must be >= 0 (the class and register tokens before the "
+              "patches), but got ",
+              options.num_prefix_tokens());
+}
+
+void VisionRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
+  stream << "posenc::VisionRotaryEmbedding(dim=" << options.dim()
+         << detail::non_default("temperature", options.temperature(), 10000.0);
+  if (!options.ref_feat_shape().empty()) {
+    stream << ", ref_feat_shape=" << c10::IntArrayRef(options.ref_feat_shape());
+  }
+  stream << detail::non_default("grid_offset", options.grid_offset(), 0.0);
+  if (options.grid_indexing() != GridIndexing::kIJ) {
+    stream << ", grid_indexing=" << options.grid_indexing();
+  }
+  if (options.pairing() != RotaryPairing::kInterleaved) {
+    stream << ", pairing=" << options.pairing();
+  }
+  if (options.num_prefix_tokens() != 1) {
+    stream << ", num_prefix_tokens=" << options.num_prefix_tokens();
+  }
+  stream << (options.heads_first() ? "" : ", heads_first=false") << ")";
+}
+
+std::tuple<torch::Tensor, torch::Tensor> VisionRotaryEmbeddingImpl::tables(
+    const std::vector<int64_t>& feat_shape, c10::optional<torch::ScalarType> dtype,
+    c10::optional<torch::Device> device) const {
+  const detail::CallerScope caller(kName);
+  return functional::grid_rotary_tables(feat_shape, options, dtype, device);
+}
+
+torch::Tensor VisionRotaryEmbeddingImpl::forward(const torch::Tensor& x,
+                                                 const std::vector<int64_t>& feat_shape) {
+  const detail::CallerScope caller(kName);
+  const int64_t length_dim = options.heads_first() ? 2 : 1;
+  TORCH_CHECK(x.defined() && x.dim() == 4, kName,
+              ": expected a 4-D query or key tensor of shape ",
+              options.heads_first() ? "[B, H, N, Dh] (heads_first=true)"
+                                    : "[B, N, H, Dh] (heads_first=false)",
+              ", but got ", x.defined() ? "shape " + c10::str(x.sizes()) : "an undefined tensor");
+  detail::check_grid_rotary_arguments(kName, feat_shape, options.dim(), options.temperature(),
+                                      options.ref_feat_shape(), options.grid_offset(),
+                                      grid_indexing_name(options.grid_indexing()));
+  const int64_t patches = feat_shape[0] * feat_shape[1];
+  const int64_t prefix = options.num_prefix_tokens();
+  TORCH_CHECK(x.size(length_dim) == prefix + patches, kName, ": expected ", prefix,
+              " prefix tokens + ", feat_shape[0], " x ", feat_shape[1], " = ", prefix + patches,
+              " tokens along dimension ", length_dim, ", but got ", x.size(length_dim),
+              " (shape ", x.sizes(), "); pass the patch grid of this input");
+  TORCH_CHECK(x.size(3) >= options.dim(), kName, ": the head width ", x.size(3),
+              " is smaller than the rotated width dim = ", options.dim());
+  // float64 inputs rotate by float64 tables; every other dtype by float32 ones
+  const auto rows = tables(feat_shape,
+                           x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat,
+                           x.device());
+  const torch::Tensor rotated =
+      ops::apply_rotary(x.narrow(length_dim, prefix, patches), std::get<0>(rows),
+                        std::get<1>(rows), /*offset=*/0, /*positions=*/c10::nullopt,
+                        options.pairing() == RotaryPairing::kInterleaved, options.heads_first());
+  if (prefix == 0) {
+    return rotated;
+  }
+  return at::cat({x.narrow(length_dim, 0, prefix), rotated}, length_dim);
 }
 
 } // namespace posenc

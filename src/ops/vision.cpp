@@ -1,5 +1,6 @@
 // The vision and diffusion family: timestep embeddings of (fractional) diffusion timesteps, the
-// sin-cos tables of 2-D patch grids and the cos/sin tables of axial RoPE. Schemas, C++ entry points and kernels; the values come from
+// sin-cos tables of 2-D and 3-D patch grids, the cos/sin tables of axial RoPE, and resizing
+// (resampling, cropping) learned tables. Schemas, C++ entry points and kernels; the values come from
 // detail/vision.cpp (float64, rounded once), the Meta kernels give shapes for torch.compile.
 
 #include "ops/dispatch.h"
@@ -44,6 +45,16 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "resample_position_table(Tensor posemb, int[] new_size, int[] old_size=[], "
       "int num_prefix_tokens=1, str interpolation=\"bicubic\", bool antialias=True, "
       "bool align_corners=False) -> Tensor");
+  m.def(
+      "sincos_3d_table(int embed_dim, int[] spatial_size, int temporal_size, "
+      "float spatial_interpolation_scale=1.0, float temporal_interpolation_scale=1.0, "
+      "ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def(
+      "crop_position_table(Tensor posemb, int[] new_size, int[] old_size=[], "
+      "int num_prefix_tokens=0) -> Tensor");
+  m.def(
+      "grid_ids(int[] feat_shape, int[] ref_feat_shape=[], float grid_offset=0., "
+      "str grid_indexing=\"ij\", ScalarType? dtype=None, Device? device=None) -> Tensor");
 }
 
 namespace ops {
@@ -55,6 +66,9 @@ constexpr const char* kSincos2d = "posenc::sincos_2d_table";
 constexpr const char* kGridTable = "posenc::sincos_2d_grid_table";
 constexpr const char* kAxial = "posenc::axial_rotary_tables";
 constexpr const char* kResample = "posenc::resample_position_table";
+constexpr const char* kSincos3d = "posenc::sincos_3d_table";
+constexpr const char* kCrop = "posenc::crop_position_table";
+constexpr const char* kGridIds = "posenc::grid_ids";
 
 detail::TimestepSpec timestep_spec(int64_t embedding_dim, bool flip_sin_to_cos,
                                    double downscale_freq_shift, double scale,
@@ -149,6 +163,55 @@ at::Tensor sincos_2d_grid_table_meta(c10::IntArrayRef feat_shape, int64_t dim,
                    at::TensorOptions().dtype(type).device(at::kMeta));
 }
 
+at::Tensor sincos_3d_table_kernel(int64_t embed_dim, c10::IntArrayRef spatial_size,
+                                  int64_t temporal_size, double spatial_interpolation_scale,
+                                  double temporal_interpolation_scale,
+                                  c10::optional<at::ScalarType> dtype,
+                                  c10::optional<at::Device> device) {
+  const char* who = detail::caller_or(kSincos3d);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  return detail::sincos_3d_table(who, embed_dim, spatial_size.vec(), temporal_size,
+                                 spatial_interpolation_scale, temporal_interpolation_scale)
+      .to(device.value_or(at::Device(at::kCPU)), type);
+}
+
+at::Tensor sincos_3d_table_meta(int64_t embed_dim, c10::IntArrayRef spatial_size,
+                                int64_t temporal_size, double spatial_interpolation_scale,
+                                double temporal_interpolation_scale,
+                                c10::optional<at::ScalarType> dtype,
+                                c10::optional<at::Device> /*device*/) {
+  const char* who = detail::caller_or(kSincos3d);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  detail::check_sincos_3d_arguments(who, embed_dim, spatial_size.vec(), temporal_size,
+                                    spatial_interpolation_scale, temporal_interpolation_scale);
+  return at::empty({temporal_size, spatial_size.front() * spatial_size.back(), embed_dim},
+                   at::TensorOptions().dtype(type).device(at::kMeta));
+}
+
+at::Tensor grid_ids_kernel(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape,
+                           double grid_offset, c10::string_view grid_indexing,
+                           c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
+  const char* who = detail::caller_or(kGridIds);
+  const at::ScalarType type = dtype.value_or(at::kDouble);
+  detail::check_float_dtype(who, "dtype", type);
+  return detail::grid_ids(who, feat_shape.vec(), ref_feat_shape.vec(), grid_offset, grid_indexing)
+      .to(device.value_or(at::Device(at::kCPU)), type);
+}
+
+at::Tensor grid_ids_meta(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape,
+                         double grid_offset, c10::string_view grid_indexing,
+                         c10::optional<at::ScalarType> dtype, c10::optional<at::Device> /*device*/) {
+  const char* who = detail::caller_or(kGridIds);
+  const at::ScalarType type = dtype.value_or(at::kDouble);
+  detail::check_float_dtype(who, "dtype", type);
+  detail::check_grid_ids_arguments(who, feat_shape.vec(), ref_feat_shape.vec(), grid_offset,
+                                   grid_indexing);
+  return at::empty({feat_shape[0] * feat_shape[1], 2},
+                   at::TensorOptions().dtype(type).device(at::kMeta));
+}
+
 std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_kernel(const at::Tensor& ids,
                                                               c10::IntArrayRef axes_dim,
                                                               double theta,
@@ -219,10 +282,28 @@ at::Tensor resample_position_table_kernel(const at::Tensor& posemb, c10::IntArra
   return posemb.dim() == 2 ? out.squeeze(0) : out;
 }
 
+// SD3's PatchEmbed.cropped_pos_embed: the centre of the grid, as a view-and-copy of the table
+// (CompositeImplicitAutograd: differentiable, every device).
+at::Tensor crop_position_table_kernel(const at::Tensor& posemb, c10::IntArrayRef new_size,
+                                      c10::IntArrayRef old_size, int64_t num_prefix_tokens) {
+  const detail::CropPlan plan = detail::crop_plan(detail::caller_or(kCrop), posemb,
+                                                  new_size.vec(), old_size.vec(), num_prefix_tokens);
+  const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
+  const int64_t width = rows.size(2);
+  const at::Tensor grid = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1])
+                              .reshape({1, plan.old_size[0], plan.old_size[1], width})
+                              .narrow(1, plan.top, plan.new_size[0])
+                              .narrow(2, plan.left, plan.new_size[1])
+                              .reshape({1, plan.new_size[0] * plan.new_size[1], width});
+  const at::Tensor out = at::cat({rows.narrow(1, 0, num_prefix_tokens), grid}, 1);
+  return posemb.dim() == 2 ? out.squeeze(0) : out;
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
   m.impl("resample_position_table", TORCH_FN(resample_position_table_kernel));
+  m.impl("crop_position_table", TORCH_FN(crop_position_table_kernel));
 }
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
@@ -230,6 +311,8 @@ TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("sincos_2d_table", TORCH_FN(sincos_2d_table_kernel));
   m.impl("sincos_2d_grid_table", TORCH_FN(sincos_2d_grid_table_kernel));
   m.impl("axial_rotary_tables", TORCH_FN(axial_rotary_tables_kernel));
+  m.impl("sincos_3d_table", TORCH_FN(sincos_3d_table_kernel));
+  m.impl("grid_ids", TORCH_FN(grid_ids_kernel));
 }
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {
@@ -237,6 +320,8 @@ TORCH_LIBRARY_IMPL(posenc, Meta, m) {
   m.impl("sincos_2d_table", TORCH_FN(sincos_2d_table_meta));
   m.impl("sincos_2d_grid_table", TORCH_FN(sincos_2d_grid_table_meta));
   m.impl("axial_rotary_tables", TORCH_FN(axial_rotary_tables_meta));
+  m.impl("sincos_3d_table", TORCH_FN(sincos_3d_table_meta));
+  m.impl("grid_ids", TORCH_FN(grid_ids_meta));
 }
 
 using TimestepSignature = at::Tensor(const at::Tensor&, int64_t, bool, double, double, int64_t,
@@ -247,6 +332,11 @@ using AxialSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10
                                                            double, c10::optional<at::ScalarType>);
 using ResampleSignature = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
                                      int64_t, c10::string_view, bool, bool);
+using Sincos3dSignature = at::Tensor(int64_t, c10::IntArrayRef, int64_t, double, double,
+                                     c10::optional<at::ScalarType>, c10::optional<at::Device>);
+using CropSignature = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef, int64_t);
+using GridIdsSignature = at::Tensor(c10::IntArrayRef, c10::IntArrayRef, double, c10::string_view,
+                                    c10::optional<at::ScalarType>, c10::optional<at::Device>);
 using GridTableSignature = at::Tensor(c10::IntArrayRef, int64_t, double, bool, bool,
                                       c10::optional<at::ScalarType>, c10::optional<at::Device>);
 
@@ -288,6 +378,27 @@ at::Tensor resample_position_table(const at::Tensor& posemb, c10::IntArrayRef ne
   static const auto op = typed_op<ResampleSignature>(kResample);
   return op.call(posemb, new_size, old_size, num_prefix_tokens, interpolation, antialias,
                  align_corners);
+}
+
+at::Tensor sincos_3d_table(int64_t embed_dim, c10::IntArrayRef spatial_size, int64_t temporal_size,
+                           double spatial_interpolation_scale, double temporal_interpolation_scale,
+                           c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
+  static const auto op = typed_op<Sincos3dSignature>(kSincos3d);
+  return op.call(embed_dim, spatial_size, temporal_size, spatial_interpolation_scale,
+                 temporal_interpolation_scale, dtype, device);
+}
+
+at::Tensor crop_position_table(const at::Tensor& posemb, c10::IntArrayRef new_size,
+                               c10::IntArrayRef old_size, int64_t num_prefix_tokens) {
+  static const auto op = typed_op<CropSignature>(kCrop);
+  return op.call(posemb, new_size, old_size, num_prefix_tokens);
+}
+
+at::Tensor grid_ids(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape,
+                    double grid_offset, c10::string_view grid_indexing,
+                    c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
+  static const auto op = typed_op<GridIdsSignature>(kGridIds);
+  return op.call(feat_shape, ref_feat_shape, grid_offset, grid_indexing, dtype, device);
 }
 
 } // namespace ops

@@ -320,3 +320,147 @@ TEST_F(Vision, ResamplePositionTableErrors) {
       "is over posenc's limit of 2^28 elements");
 }
 
+
+// diffusers' get_3d_sincos_pos_embed: a quarter of the columns encode the frame, the rest the
+// column then the row coordinate; spatial_size is {W, H}. Against std::sin/std::cos in float64.
+TEST_F(Vision, Sincos3dTableFollowsDiffusersLayout) {
+  const int64_t dim = 32;
+  const int64_t width = 5;
+  const int64_t height = 3;
+  const int64_t frames = 4;
+  const auto ours = F::sincos_3d_table(posenc::Sincos3dTableOptions(dim, {width, height}, frames)
+                                           .spatial_interpolation_scale(1.5)
+                                           .temporal_interpolation_scale(2.0));
+  ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{frames, height * width, dim}));
+  ASSERT_EQ(ours.scalar_type(), torch::kFloat);
+  // [sin | cos] of `bands` frequencies 10000^(-k / bands) of a coordinate, at `first`
+  const auto expect_sincos = [&](const torch::Tensor& row, int64_t first, int64_t bands, double coordinate) {
+    for (int64_t k = 0; k < bands; ++k) {
+      const double angle = coordinate * std::pow(10000.0, -static_cast<double>(k) / static_cast<double>(bands));
+      EXPECT_NEAR(row[first + k].item<double>(), std::sin(angle), std::ldexp(1.0, -24));
+      EXPECT_NEAR(row[first + bands + k].item<double>(), std::cos(angle), std::ldexp(1.0, -24));
+    }
+  };
+  for (int64_t t = 0; t < frames; ++t) {
+    for (int64_t i = 0; i < height; ++i) {
+      for (int64_t j = 0; j < width; ++j) {
+        const auto row = ours[t][i * width + j];
+        expect_sincos(row, 0, dim / 8, static_cast<double>(t) / 2.0);
+        expect_sincos(row, dim / 4, 3 * dim / 16, static_cast<double>(j) / 1.5);
+        expect_sincos(row, dim / 4 + 3 * dim / 8, 3 * dim / 16, static_cast<double>(i) / 1.5);
+      }
+    }
+  }
+  // one value: a square grid; float64 rounds to the float32 table
+  const auto square = F::sincos_3d_table(posenc::Sincos3dTableOptions(16, {4}, 2));
+  EXPECT_EQ(square.sizes(), (std::vector<int64_t>{2, 16, 16}));
+  EXPECT_TRUE(torch::equal(
+      posenc::ops::sincos_3d_table(16, {4, 4}, 2, 1.0, 1.0, torch::kDouble).to(torch::kFloat), square));
+  EXPECT_POSENC_ERROR(F::sincos_3d_table(posenc::Sincos3dTableOptions(24, {4}, 2)),
+                      "sincos_3d_table: embed_dim must be a positive multiple of 16");
+  EXPECT_POSENC_ERROR(F::sincos_3d_table(posenc::Sincos3dTableOptions(16, {4}, 0)),
+                      "temporal_size must be in [1, 2^28], but got 0");
+  EXPECT_POSENC_ERROR(
+      F::sincos_3d_table(posenc::Sincos3dTableOptions(16, {4}, 2).spatial_interpolation_scale(0)),
+      "spatial_interpolation_scale must be finite and > 0, but got 0");
+  EXPECT_POSENC_ERROR(F::sincos_3d_table(posenc::Sincos3dTableOptions(16, {4, 4, 4}, 2)),
+                      "spatial_size must be [H, W]");
+}
+
+// SD3's cropped_pos_embed: the centre of the grid (floor for odd margins), prefix rows kept.
+TEST_F(Vision, CropPositionTableTakesTheCentreOfTheGrid) {
+  const auto table = F::sincos_2d_table(posenc::Sincos2dTableOptions(16, {8}));  // [64, 16]
+  const auto crop = F::crop_position_table(table.unsqueeze(0), posenc::CropPositionTableOptions({3, 6}));
+  ASSERT_EQ(crop.sizes(), (std::vector<int64_t>{1, 18, 16}));
+  // top = (8 - 3) / 2 = 2, left = (8 - 6) / 2 = 1
+  EXPECT_TRUE(torch::equal(crop[0].view({3, 6, 16}), table.view({8, 8, 16}).slice(0, 2, 5).slice(1, 1, 7)));
+  EXPECT_TRUE(torch::equal(F::crop_position_table(table, posenc::CropPositionTableOptions({8})), table));
+  const auto learned = torch::randn({2 + 4 * 6, 8}, torch::requires_grad());
+  const auto kept = F::crop_position_table(
+      learned, posenc::CropPositionTableOptions({2, 3}).old_size({4, 6}).num_prefix_tokens(2));
+  ASSERT_EQ(kept.sizes(), (std::vector<int64_t>{2 + 6, 8}));
+  EXPECT_TRUE(torch::equal(kept.narrow(0, 0, 2), learned.narrow(0, 0, 2)));
+  EXPECT_TRUE(torch::equal(kept.narrow(0, 2, 6).view({2, 3, 8}),
+                           learned.narrow(0, 2, 24).view({4, 6, 8}).slice(0, 1, 3).slice(1, 1, 4)));
+  kept.sum().backward();  // differentiable: the kept rows get gradient 1, the rest 0
+  EXPECT_EQ(learned.grad().sum().item<double>(), 8.0 * 8.0);
+  EXPECT_POSENC_ERROR(F::crop_position_table(table, posenc::CropPositionTableOptions({9, 2})),
+                      "crop_position_table: new_size [9, 2] must lie within the table's grid [8, 8] "
+                      "(a crop cannot add positions)");
+  EXPECT_POSENC_ERROR(F::crop_position_table(table.narrow(0, 0, 60), posenc::CropPositionTableOptions({2})),
+                      "are not a square grid; pass old_size {H, W}");
+  EXPECT_POSENC_ERROR(F::crop_position_table(table, posenc::CropPositionTableOptions({0, 2})),
+                      "must lie within the table's grid");
+}
+
+// timm's RotaryEmbeddingCat(in_pixels=False) (EVA-02): axial RoPE of (row, column) grid
+// coordinates, rescaled to the pretraining grid; prefix tokens unrotated.
+TEST_F(Vision, VisionRotaryEmbeddingRotatesThePatchesByTheirGridCoordinates) {
+  posenc::VisionRotaryEmbedding rope(posenc::VisionRotaryEmbeddingOptions(16).ref_feat_shape({4, 4}));
+  EXPECT_EQ(printed(*rope), "posenc::VisionRotaryEmbedding(dim=16, ref_feat_shape=[4, 4])");
+  // a 2 x 3 grid rescaled to 4 x 4: rows i * 4 / 2, columns j * 4 / 3
+  std::vector<double> ids;
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 3; ++j) {
+      ids.push_back(static_cast<double>(i) * 2.0);
+      ids.push_back(static_cast<double>(j) / 3.0 * 4.0);
+    }
+  }
+  const auto coordinates = torch::tensor(ids, torch::kDouble).view({6, 2});
+  const auto expected = F::axial_rotary_tables(coordinates, posenc::AxialRotaryEmbeddingOptions({8, 8}), torch::kDouble);
+  const auto tables = rope->tables({2, 3}, torch::kDouble);
+  EXPECT_LE((std::get<0>(tables) - std::get<0>(expected)).abs().max().item<double>(), 1e-15);
+  EXPECT_LE((std::get<1>(tables) - std::get<1>(expected)).abs().max().item<double>(), 1e-15);
+  // EVA's attention layout [B, heads, 1 + h * w, Dh]: the class token passes, channels past dim too
+  const auto q = torch::randn({2, 3, 1 + 6, 20}, torch::kDouble);
+  const auto y = rope->forward(q, {2, 3});
+  EXPECT_TRUE(torch::equal(y.narrow(2, 0, 1), q.narrow(2, 0, 1)));
+  const auto rotated = posenc::ops::apply_rotary(q.narrow(2, 1, 6), std::get<0>(tables), std::get<1>(tables), 0,
+                                                 c10::nullopt, /*interleaved=*/true, /*heads_first=*/true);
+  EXPECT_TRUE(torch::equal(y.narrow(2, 1, 6), rotated));
+  EXPECT_TRUE(torch::equal(y.narrow(3, 16, 4), q.narrow(3, 16, 4)));
+  // xy swaps the two coordinates: the column's frequencies first
+  posenc::VisionRotaryEmbedding xy(posenc::VisionRotaryEmbeddingOptions(16)
+                                       .ref_feat_shape({4, 4})
+                                       .grid_indexing(posenc::GridIndexing::kXY)
+                                       .num_prefix_tokens(0)
+                                       .heads_first(false)
+                                       .pairing(posenc::RotaryPairing::kHalfSplit));
+  EXPECT_EQ(printed(*xy),
+            "posenc::VisionRotaryEmbedding(dim=16, ref_feat_shape=[4, 4], grid_indexing=xy, "
+            "pairing=half_split, num_prefix_tokens=0, heads_first=false)");
+  const auto swapped = xy->tables({2, 3}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(std::get<0>(swapped).narrow(1, 0, 4), std::get<0>(tables).narrow(1, 4, 4)));
+  EXPECT_TRUE(torch::equal(std::get<1>(swapped).narrow(1, 4, 4), std::get<1>(tables).narrow(1, 0, 4)));
+  const auto x = torch::randn({2, 6, 3, 16});
+  EXPECT_TRUE(torch::equal(xy->forward(x, {2, 3}),
+                           posenc::ops::apply_rotary(x, std::get<0>(xy->tables({2, 3})), std::get<1>(xy->tables({2, 3})),
+                                                     0, c10::nullopt, /*interleaved=*/false, /*heads_first=*/false)));
+  // without ref_feat_shape and with an offset: coordinates i + offset, j + offset
+  const auto plain = F::grid_rotary_tables({2, 2}, posenc::VisionRotaryEmbeddingOptions(4).grid_offset(0.5), torch::kDouble);
+  const auto offsets = torch::tensor({0.5, 0.5, 0.5, 1.5, 1.5, 0.5, 1.5, 1.5}, torch::kDouble).view({4, 2});
+  EXPECT_TRUE(torch::allclose(std::get<0>(plain), torch::cos(offsets), 0, 1e-15));
+}
+
+TEST_F(Vision, VisionRotaryEmbeddingErrors) {
+  EXPECT_POSENC_ERROR(posenc::VisionRotaryEmbedding(posenc::VisionRotaryEmbeddingOptions(18)),
+                      "VisionRotaryEmbedding: dim must be a positive multiple of 4");
+  EXPECT_POSENC_ERROR(posenc::VisionRotaryEmbedding(posenc::VisionRotaryEmbeddingOptions(16).ref_feat_shape({4})),
+                      "ref_feat_shape must be empty or the pretraining grid [H, W] of sizes >= 1, but got [4]");
+  EXPECT_POSENC_ERROR(posenc::VisionRotaryEmbedding(posenc::VisionRotaryEmbeddingOptions(16).num_prefix_tokens(-1)),
+                      "num_prefix_tokens must be >= 0");
+  EXPECT_POSENC_ERROR(
+      posenc::VisionRotaryEmbedding(posenc::VisionRotaryEmbeddingOptions(16).grid_offset(std::nan(""))),
+      "grid_offset must be finite");
+  posenc::VisionRotaryEmbedding rope(posenc::VisionRotaryEmbeddingOptions(16));
+  EXPECT_POSENC_ERROR(rope->forward(torch::randn({1, 2, 7, 16}), {2, 2}),
+                      "VisionRotaryEmbedding: expected 1 prefix tokens + 2 x 2 = 5 tokens along dimension 2, "
+                      "but got 7");
+  EXPECT_POSENC_ERROR(rope->forward(torch::randn({1, 2, 5, 12}), {2, 2}), "the head width 12 is smaller than the rotated width dim = 16");
+  EXPECT_POSENC_ERROR(rope->forward(torch::randn({1, 2, 5, 16}), {4}), "feat_shape must be the patch grid [H, W]");
+  EXPECT_POSENC_ERROR(rope->forward(torch::randn({2, 5, 16}), {2, 2}), "expected a 4-D query or key tensor");
+  EXPECT_POSENC_ERROR(posenc::ops::grid_ids({2, 2}, {}, 0.0, "yx"),
+                      "posenc::grid_ids: grid_indexing must be \"ij\" (row, column) or \"xy\"");
+  EXPECT_POSENC_ERROR(F::grid_rotary_tables({2, 2}, posenc::VisionRotaryEmbeddingOptions(6)),
+                      "grid_rotary_tables: dim must be a positive multiple of 4");
+}

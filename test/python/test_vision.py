@@ -1,6 +1,8 @@
 """Vision and diffusion positions against the libraries' own code (pinned in scripts/setup.sh):
 diffusers' `get_timestep_embedding`, `Timesteps` + `TimestepEmbedding` (DiT's embedder),
-`get_2d_sincos_pos_embed`; timm's `build_sincos2d_pos_embed`. Plus float64 truths written here,
+`get_2d_sincos_pos_embed`, `get_3d_sincos_pos_embed`, SD3's `PatchEmbed.cropped_pos_embed`,
+`FluxPosEmbed`; timm's `build_sincos2d_pos_embed`, `RotaryEmbeddingCat` (EVA-02's RoPE, in an
+EVA-02 model) and `resample_abs_pos_embed`. Plus float64 truths written here,
 opcheck and torch.compile of the operators.
 
 Tolerances: diffusers' timestep frequencies and angles are float32 (exp of a float32 exponent, then
@@ -19,10 +21,12 @@ import torch
 diffusers = pytest.importorskip("diffusers", reason="diffusers is installed in the pip test environment only (scripts/setup.sh)")
 timm = pytest.importorskip("timm", reason="timm is installed in the pip test environment only (scripts/setup.sh)")
 from diffusers.models.embeddings import (  # noqa: E402
-    TimestepEmbedding, Timesteps, get_2d_sincos_pos_embed, get_timestep_embedding)
+    PatchEmbed, TimestepEmbedding, Timesteps, get_2d_sincos_pos_embed, get_3d_sincos_pos_embed,
+    get_timestep_embedding)
 from diffusers.models.transformers.transformer_flux import FluxPosEmbed, apply_rotary_emb  # noqa: E402
 from timm.layers.pos_embed import resample_abs_pos_embed  # noqa: E402
-from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed  # noqa: E402
+from timm.layers.pos_embed_sincos import (  # noqa: E402
+    RotaryEmbeddingCat, apply_rot_embed_cat, build_sincos2d_pos_embed)
 
 ULP32 = 2.0 ** -23
 
@@ -291,3 +295,171 @@ def test_resample_position_table_opcheck_gradients_and_compile(posenc_ops):
     table = torch.randn(1, 37, 8)
     assert torch.equal(torch.compile(resize, fullgraph=True)(table), resize(table))
 
+
+
+def sincos_1d_truth(coordinates, bands):
+    frequency = 10000.0 ** (-torch.arange(bands, dtype=torch.float64) / bands)
+    angle = coordinates.double().unsqueeze(1) * frequency
+    return torch.cat([torch.sin(angle), torch.cos(angle)], 1)
+
+
+@pytest.mark.parametrize("embed_dim,spatial,frames,s_scale,t_scale", [
+    (1920, (45, 30), 13, 1.875, 1.0),   # CogVideoX-2B at 480 x 720 px, 49 frames
+    (64, (5, 3), 4, 1.5, 2.0),          # rectangular; fractional coordinates in both scales
+    (32, 4, 1, 1.0, 1.0),               # one frame, a square given as one size
+], ids=str)
+def test_sincos_3d_table_against_diffusers(posenc_ops, embed_dim, spatial, frames, s_scale, t_scale):
+    """diffusers' get_3d_sincos_pos_embed: float32 coordinates (arange / scale rounded to float32),
+    float64 frequencies and sines; posenc's coordinates are float64. spatial_size is (W, H)."""
+    theirs = get_3d_sincos_pos_embed(embed_dim, spatial, frames, s_scale, t_scale)
+    sizes = [spatial] if isinstance(spatial, int) else list(spatial)
+    ours = posenc_ops.sincos_3d_table(embed_dim, sizes, frames, s_scale, t_scale)
+    assert ours.dtype == torch.float32 and ours.shape == theirs.shape
+    width, height = (spatial, spatial) if isinstance(spatial, int) else spatial
+    temporal = sincos_1d_truth(torch.arange(frames, dtype=torch.float64) / t_scale, embed_dim // 8)
+    rows = (torch.arange(height, dtype=torch.float64) / s_scale).repeat_interleave(width)
+    columns = (torch.arange(width, dtype=torch.float64) / s_scale).repeat(height)
+    spatial_truth = torch.cat([sincos_1d_truth(columns, 3 * embed_dim // 16),
+                               sincos_1d_truth(rows, 3 * embed_dim // 16)], 1)
+    truth = torch.cat([temporal[:, None, :].expand(frames, height * width, -1),
+                       spatial_truth[None].expand(frames, -1, -1)], 2)
+    assert_not_worse(ours, theirs, truth)
+    assert torch.equal(posenc_ops.sincos_3d_table(embed_dim, sizes, frames, s_scale, t_scale, torch.float64).float(), ours)
+    with pytest.raises(RuntimeError, match="embed_dim must be a positive multiple of 16"):
+        posenc_ops.sincos_3d_table(40, sizes, frames)
+    torch.library.opcheck(posenc_ops.sincos_3d_table.default, (embed_dim, sizes, frames, s_scale, t_scale, None, None))
+
+
+@pytest.mark.parametrize("max_size,latent,patch", [(12, (16, 16), 2), (12, (24, 10), 2), (9, (5, 8), 1)], ids=str)
+def test_crop_position_table_against_sd3_patch_embed(posenc_ops, max_size, latent, patch):
+    """diffusers' PatchEmbed with pos_embed_max_size (SD3): its cropped_pos_embed of a latent of
+    `latent` pixels is a slice of its table, so posenc's crop of the same table is bitwise equal;
+    posenc's own table + crop is no further from float64 than diffusers' table + crop."""
+    embed = PatchEmbed(height=max_size * patch, width=max_size * patch, patch_size=patch, in_channels=4,
+                       embed_dim=64, pos_embed_max_size=max_size)
+    theirs = embed.cropped_pos_embed(*latent)
+    new = [latent[0] // patch, latent[1] // patch]
+    assert torch.equal(posenc_ops.crop_position_table(embed.pos_embed, new), theirs)
+    assert torch.equal(posenc_ops.crop_position_table(embed.pos_embed[0], new), theirs[0])
+    base = embed.base_size
+    ours = posenc_ops.crop_position_table(posenc_ops.sincos_2d_table(64, [max_size], False, 0, 1.0, base), new)
+    full = grid_truth(64, max_size, max_size, base, 1.0, 0).view(max_size, max_size, 64)
+    top, left = (max_size - new[0]) // 2, (max_size - new[1]) // 2
+    truth = full[top:top + new[0], left:left + new[1]].reshape(-1, 64)
+    assert_not_worse(ours, theirs[0], truth)
+
+
+def test_crop_position_table_prefix_errors_gradients_and_compile(posenc_ops):
+    table = torch.randn(1, 2 + 36, 8, dtype=torch.float64, requires_grad=True)
+    out = posenc_ops.crop_position_table(table, [3, 4], [], 2)
+    assert out.shape == (1, 2 + 12, 8)
+    assert torch.equal(out[0, :2], table[0, :2])
+    assert torch.equal(out[0, 2:].view(3, 4, 8), table[0, 2:].view(6, 6, 8)[1:4, 1:5])
+    assert torch.autograd.gradcheck(lambda t: posenc_ops.crop_position_table(t, [3, 4], [], 2), (table,))
+    with pytest.raises(RuntimeError, match=r"new_size \[7, 4\] must lie within the table's grid \[6, 6\]"):
+        posenc_ops.crop_position_table(table, [7, 4], [], 2)
+    torch.library.opcheck(posenc_ops.crop_position_table.default, (table.detach().float(), [2, 3], [4, 9], 2))
+    compiled = torch.compile(lambda t: posenc_ops.crop_position_table(t, [3]), fullgraph=True)
+    plain = torch.randn(25, 8)
+    assert torch.equal(compiled(plain), posenc_ops.crop_position_table(plain, [3]))
+
+
+def grid_rotary_tables(ops, feat_shape, dim, temperature=10000.0, ref=(), offset=0.0, indexing="ij"):
+    """EVA-02's tables from posenc's operators: grid_ids, then axial RoPE of {dim / 2, dim / 2}."""
+    ids = ops.grid_ids(list(feat_shape), list(ref or ()), offset, indexing)
+    return ops.axial_rotary_tables(ids, [dim // 2, dim // 2], float(temperature))
+
+
+def grid_rotary_truth(feat_shape, dim, temperature, ref, offset, indexing):
+    height, width = feat_shape
+    rows = torch.arange(height, dtype=torch.float64) + offset
+    columns = torch.arange(width, dtype=torch.float64) + offset
+    if ref is not None:
+        rows, columns = rows / height * ref[0], columns / width * ref[1]
+    coordinates = [rows.repeat_interleave(width), columns.repeat(height)]
+    if indexing == "xy":
+        coordinates.reverse()
+    bands = temperature ** (-torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))
+    angle = torch.cat([c.unsqueeze(1) * bands for c in coordinates], 1)
+    return torch.cos(angle), torch.sin(angle)
+
+
+ROPE_CAT_CONFIGS = [
+    # dim, feat_shape, temperature, ref_feat_shape, grid_offset, grid_indexing, rotate_half
+    (64, (16, 16), 10000.0, None, 0.0, "ij", False),         # EVA-02 at its pretraining size
+    (64, (24, 24), 10000.0, (16, 16), 0.0, "ij", False),     # EVA-02 fine-tuned at 336 px
+    (32, (7, 12), 100.0, (4, 6), 0.5, "xy", True),           # every option
+    (16, (3, 5), 10000.0, None, 1.0, "xy", False),
+]
+
+
+@pytest.mark.parametrize("config", ROPE_CAT_CONFIGS, ids=str)
+def test_grid_rotary_against_timm_rotary_embedding_cat(posenc_ops, config):
+    """timm's RotaryEmbeddingCat(in_pixels=False): float32 bands, coordinates and angles (error
+    about |angle| * 2^-24, up to ~3e-6 for EVA-02's grids); posenc's angles are float64, rounded
+    once. Then EVA's attention: prefix tokens as they are, apply_rot_embed_cat on the rest."""
+    dim, shape, temperature, ref, offset, indexing, half = config
+    rope = RotaryEmbeddingCat(dim, temperature=temperature, in_pixels=False, feat_shape=list(shape),
+                              ref_feat_shape=None if ref is None else list(ref), grid_offset=offset,
+                              grid_indexing=indexing, rotate_half=half)
+    embed = rope.get_embed()
+    sin_t, cos_t = embed[:, :dim], embed[:, dim:]
+    cos, sin = grid_rotary_tables(posenc_ops, shape, dim, temperature, ref, offset, indexing)
+    assert cos.shape == (shape[0] * shape[1], dim // 2) and cos.dtype == torch.float32
+
+    def layout(t):
+        return torch.cat([t, t], -1) if half else t.repeat_interleave(2, -1)
+
+    cos_truth, sin_truth = grid_rotary_truth(shape, dim, temperature, ref, offset, indexing)
+    assert_not_worse(layout(cos), cos_t, layout(cos_truth))
+    assert_not_worse(layout(sin), sin_t, layout(sin_truth))
+    torch.manual_seed(0)
+    prefix = 1
+    q = torch.randn(2, 3, prefix + shape[0] * shape[1], dim)  # [B, heads, N, head_dim]
+    theirs = torch.cat([q[:, :, :prefix], apply_rot_embed_cat(q[:, :, prefix:], embed, half=half)], 2)
+    ours = torch.cat([q[:, :, :prefix], posenc_ops.apply_rotary(q[:, :, prefix:], cos, sin, 0, None, not half, True)], 2)
+    truth = torch.cat([q[:, :, :prefix].double(),
+                       apply_rot_embed_cat(q[:, :, prefix:].double(),
+                                           torch.cat([layout(sin_truth), layout(cos_truth)], 1), half=half)], 2)
+    ours_error = (ours.double() - truth).abs().max().item()
+    their_error = (theirs.double() - truth).abs().max().item()
+    assert ours_error <= max(their_error, 2e-6), (ours_error, their_error)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=their_error + 4e-6)
+
+
+def test_grid_rotary_in_an_eva02_model(posenc_ops):
+    """The RoPE an EVA-02 model builds (timm's eva02_tiny_patch14_336: 24 x 24 patches, pretrained
+    on 16 x 16, head_dim 64, one class token) from the model's own settings."""
+    model = timm.create_model("eva02_tiny_patch14_336", pretrained=False)
+    rope = model.rope
+    embed = rope.get_embed()
+    dim = rope.dim
+    cos, sin = grid_rotary_tables(posenc_ops, rope.feat_shape, dim, rope.temperature, rope.ref_feat_shape,
+                                  rope.grid_offset, rope.grid_indexing)
+    cos_truth, sin_truth = grid_rotary_truth(rope.feat_shape, dim, rope.temperature, rope.ref_feat_shape,
+                                             rope.grid_offset, rope.grid_indexing)
+    assert_not_worse(cos.repeat_interleave(2, -1), embed[:, dim:], cos_truth.repeat_interleave(2, -1))
+    assert_not_worse(sin.repeat_interleave(2, -1), embed[:, :dim], sin_truth.repeat_interleave(2, -1))
+    assert model.num_prefix_tokens == 1
+
+
+def test_grid_ids_errors_opcheck_and_compile(posenc_ops):
+    ids = posenc_ops.grid_ids([2, 3], [4, 6], 0.5)
+    assert ids.dtype == torch.float64
+    assert torch.equal(ids, torch.tensor([[1.0, 1.0], [1.0, 3.0], [1.0, 5.0], [3.0, 1.0], [3.0, 3.0], [3.0, 5.0]],
+                                         dtype=torch.float64))
+    assert torch.equal(posenc_ops.grid_ids([2, 3], [4, 6], 0.5, "xy"), ids.flip(1))
+    with pytest.raises(RuntimeError, match=r'grid_indexing must be "ij" \(row, column\) or "xy"'):
+        posenc_ops.grid_ids([4, 4], [], 0.0, "yx")
+    with pytest.raises(RuntimeError, match="ref_feat_shape must be empty or the pretraining grid"):
+        posenc_ops.grid_ids([4, 4], [0, 4])
+    with pytest.raises(RuntimeError, match="grid_offset must be finite"):
+        posenc_ops.grid_ids([4, 4], [], math.nan)
+    torch.library.opcheck(posenc_ops.grid_ids.default, ([3, 5], [2, 2], 0.5, "xy", None, None))
+
+    def attend(q):
+        cos, sin = grid_rotary_tables(posenc_ops, [3, 4], 16, 10000.0, [6, 6])
+        return posenc_ops.apply_rotary(q, cos, sin, 0, None, True, True)
+
+    q = torch.randn(1, 2, 12, 16)
+    assert torch.equal(torch.compile(attend, fullgraph=True)(q), attend(q))

@@ -10,6 +10,7 @@
 
 #include <ostream>
 #include <tuple>
+#include <vector>
 
 namespace posenc {
 
@@ -118,5 +119,50 @@ class AxialRotaryEmbeddingImpl : public torch::nn::Cloneable<AxialRotaryEmbeddin
 
 /// A `ModuleHolder` subclass for `AxialRotaryEmbeddingImpl`.
 TORCH_MODULE(AxialRotaryEmbedding);
+
+/// timm's axial RoPE of patch grids as EVA-02 uses it (`RotaryEmbeddingCat(dim, in_pixels=False)`
+/// with `apply_rot_embed_cat`, the class and register tokens left as they are): rotates queries or
+/// keys `[B, H, N, Dh]` (`[B, N, H, Dh]` without `heads_first`) whose N tokens are
+/// `num_prefix_tokens` prefix tokens, then the patch grid `feat_shape` `{h, w}` in row-major order.
+/// Patch (i, j) turns dim / 4 pairs by its row and dim / 4 by its column coordinate (see
+/// functional::grid_rotary_tables); channels past `dim` pass through. The tables are computed in
+/// float64 for the grid of each call (any resolution) and rounded once. No parameters or buffers.
+///
+/// Example:
+/// ```
+/// posenc::VisionRotaryEmbedding rope(
+///     posenc::VisionRotaryEmbeddingOptions(64).ref_feat_shape({16, 16}));
+/// auto q_rot = rope->forward(q, {32, 32});   // q [B, 12, 1 + 32 * 32, 64]
+/// auto [cos, sin] = rope->tables({32, 32});  // [1024, 32] each
+/// ```
+class VisionRotaryEmbeddingImpl : public torch::nn::Cloneable<VisionRotaryEmbeddingImpl> {
+ public:
+  static constexpr const char* kName = "VisionRotaryEmbedding";
+
+  explicit VisionRotaryEmbeddingImpl(const VisionRotaryEmbeddingOptions& options_);
+
+  /// Checks the options.
+  void reset() override;
+
+  /// Pretty prints the module, e.g. `posenc::VisionRotaryEmbedding(dim=64, ref_feat_shape=[16,
+  /// 16])`.
+  void pretty_print(std::ostream& stream) const override;
+
+  /// `x` with its patch tokens rotated for the grid `feat_shape` (`{h, w}`; the token count must
+  /// be num_prefix_tokens + h * w), in the dtype of `x`.
+  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& feat_shape);
+
+  /// cos and sin `[h * w, dim / 2]` of the grid, float32 (float64 with `dtype`), on `device`.
+  std::tuple<torch::Tensor, torch::Tensor> tables(
+      const std::vector<int64_t>& feat_shape,
+      c10::optional<torch::ScalarType> dtype = c10::nullopt,
+      c10::optional<torch::Device> device = c10::nullopt) const;
+
+  /// The options this module was built with.
+  VisionRotaryEmbeddingOptions options;
+};
+
+/// A `ModuleHolder` subclass for `VisionRotaryEmbeddingImpl`.
+TORCH_MODULE(VisionRotaryEmbedding);
 
 } // namespace posenc

@@ -77,6 +77,49 @@ struct Sincos2dTableOptions {
   TORCH_ARG(int64_t, base_size) = 16;
 };
 
+/// Options of `functional::sincos_3d_table` (diffusers' `get_3d_sincos_pos_embed` arguments).
+///
+/// Example:
+/// ```
+/// // CogVideoX-2B at 480 x 720 px, 49 frames: 13 latent frames of 30 x 45 patches
+/// auto pos = posenc::functional::sincos_3d_table(
+///     posenc::Sincos3dTableOptions(1920, /*spatial_size=*/{45, 30}, /*temporal_size=*/13)
+///         .spatial_interpolation_scale(1.875));
+/// ```
+struct Sincos3dTableOptions {
+  Sincos3dTableOptions(int64_t embed_dim, std::vector<int64_t> spatial_size,
+                       int64_t temporal_size);
+
+  /// Number of channels (a positive multiple of 16): a quarter for time, the rest for space.
+  TORCH_ARG(int64_t, embed_dim);
+  /// `{W, H}` (diffusers' order: width first), or `{S}` for a square grid.
+  TORCH_ARG(std::vector<int64_t>, spatial_size);
+  /// Number of frames.
+  TORCH_ARG(int64_t, temporal_size);
+  /// The spatial coordinates are divided by it. Default: 1.
+  TORCH_ARG(double, spatial_interpolation_scale) = 1.0;
+  /// The frame indices are divided by it. Default: 1.
+  TORCH_ARG(double, temporal_interpolation_scale) = 1.0;
+};
+
+/// Options of `functional::crop_position_table` (SD3's `PatchEmbed.cropped_pos_embed`).
+///
+/// Example:
+/// ```
+/// // SD3: a 192 x 192 table (pos_embed_max_size), a 1024 px image = 64 x 64 patches
+/// auto pos = posenc::functional::crop_position_table(table, posenc::CropPositionTableOptions({64}));
+/// ```
+struct CropPositionTableOptions {
+  /* implicit */ CropPositionTableOptions(std::vector<int64_t> new_size);
+
+  /// The grid `{h, w}` to keep (`{S}`: square), at most the table's grid.
+  TORCH_ARG(std::vector<int64_t>, new_size);
+  /// The table's grid `{H, W}`. Default: empty, a square grid.
+  TORCH_ARG(std::vector<int64_t>, old_size) = {};
+  /// Rows before the grid (class, register tokens), kept as they are. Default: 0 (SD3 has none).
+  TORCH_ARG(int64_t, num_prefix_tokens) = 0;
+};
+
 /// Options of `functional::resample_position_table` (timm's `resample_abs_pos_embed` arguments and
 /// defaults).
 ///
@@ -124,6 +167,39 @@ struct AxialRotaryEmbeddingOptions {
   TORCH_ARG(RotaryPairing, pairing) = RotaryPairing::kInterleaved;
   /// Inputs are `[B, H, L, Dh]` instead of `[B, L, H, Dh]`. Default: false.
   TORCH_ARG(bool, heads_first) = false;
+};
+
+/// Options of timm's axial RoPE of patch grids (the `VisionRotaryEmbedding` module and
+/// `functional::grid_rotary_tables`): `RotaryEmbeddingCat(dim, in_pixels=False, ...)` as EVA-02
+/// uses it, with timm's names and defaults.
+///
+/// Example:
+/// ```
+/// // EVA-02-B/14 fine-tuned at 448 px: 32 x 32 patches, pretrained on 16 x 16, head_dim 64
+/// posenc::VisionRotaryEmbedding rope(
+///     posenc::VisionRotaryEmbeddingOptions(64).ref_feat_shape({16, 16}));
+/// ```
+struct VisionRotaryEmbeddingOptions {
+  /* implicit */ VisionRotaryEmbeddingOptions(int64_t dim);
+
+  /// The rotated width of a head (a positive multiple of 4): dim / 4 frequencies per axis.
+  TORCH_ARG(int64_t, dim);
+  /// Base of the frequencies temperature^(-k / (dim / 4)). Default: 10000.
+  TORCH_ARG(double, temperature) = 10000.0;
+  /// The pretraining grid `{H, W}`: coordinates are rescaled to it (EVA's fine-tuning at another
+  /// resolution). Default: empty, no rescaling.
+  TORCH_ARG(std::vector<int64_t>, ref_feat_shape) = {};
+  /// Added to every grid index before rescaling. Default: 0.
+  TORCH_ARG(double, grid_offset) = 0.0;
+  /// Which coordinate the first half of the frequencies turns. Default: kIJ (the row).
+  TORCH_ARG(GridIndexing, grid_indexing) = GridIndexing::kIJ;
+  /// Which channels form a rotated pair. Default: kInterleaved (timm's `rotate_half=False`);
+  /// kHalfSplit for `rotate_half=True`.
+  TORCH_ARG(RotaryPairing, pairing) = RotaryPairing::kInterleaved;
+  /// Tokens before the patch grid (class, register tokens), left unrotated. Default: 1.
+  TORCH_ARG(int64_t, num_prefix_tokens) = 1;
+  /// Inputs are `[B, H, N, Dh]` (timm's attention) rather than `[B, N, H, Dh]`. Default: true.
+  TORCH_ARG(bool, heads_first) = true;
 };
 
 } // namespace posenc
