@@ -278,7 +278,7 @@ def cpu_vision(library):
         "resample_position_table/14to24x768/posenc": lambda: ops.resample_position_table(posemb, [24, 24]),
         # EVA-02-B/14 at 448 px (32 x 32 patches, pretrained on 16 x 16), head_dim 64
         "grid_rotary_tables/32x32x64/timm": lambda: eva_rope.get_embed([32, 32]),
-        "grid_rotary_tables/32x32x64/posenc": lambda: ops.grid_rotary_tables([32, 32], 64, 10000.0, [16, 16]),
+        "grid_rotary_tables/32x32x64/posenc": lambda: ops.axial_rotary_tables(ops.grid_ids([32, 32], [16, 16]), [32, 32]),
     }
     with torch.no_grad():
         return [{"name": f"py_vision/{name}/threads:2", "real_time_us": median_time_us(call, repeats=3)} for name, call in cases.items()]
@@ -288,7 +288,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
+    parser.add_argument("--only", choices=["vision"], help="run one family's rows only (e.g. to refresh the README's figures)")
     args = parser.parse_args()
+    if args.only == "vision":
+        report = {"torch": torch.__version__, "benchmarks": cpu_vision(args.library)}
+        with open(args.output, "w") as out:
+            json.dump(report, out, indent=1)
+        return
     report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_attention_bias(args.library) + cpu_vision(args.library)}
     if torch.cuda.is_available():
         report["device"] = torch.cuda.get_device_name()
