@@ -402,9 +402,9 @@ CropPlan crop_plan(const char* who, const at::Tensor& posemb, const std::vector<
   plan.new_size = {new_size.front(), new_size.back()};
   for (size_t a = 0; a < 2; ++a) {
     TORCH_CHECK(plan.new_size[a] >= 1 && plan.new_size[a] <= plan.old_size[a], who,
-                ": new_size ", c10::IntArrayRef(plan.new_size),
-                " must lie within the table's grid ", c10::IntArrayRef(plan.old_size),
-                " (a crop cannot add positions); build a larger table or resample it with "
+                ": new_size must hold sizes >= 1 within the table's grid ",
+                c10::IntArrayRef(plan.old_size), ", but got ", c10::IntArrayRef(plan.new_size),
+                "; a crop cannot add positions: build a larger table, or resample this one with "
                 "resample_position_table");
   }
   plan.top = (plan.old_size[0] - plan.new_size[0]) / 2;

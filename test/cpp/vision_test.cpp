@@ -385,12 +385,12 @@ TEST_F(Vision, CropPositionTableTakesTheCentreOfTheGrid) {
   kept.sum().backward();  // differentiable: the kept rows get gradient 1, the rest 0
   EXPECT_EQ(learned.grad().sum().item<double>(), 8.0 * 8.0);
   EXPECT_POSENC_ERROR(F::crop_position_table(table, posenc::CropPositionTableOptions({9, 2})),
-                      "crop_position_table: new_size [9, 2] must lie within the table's grid [8, 8] "
-                      "(a crop cannot add positions)");
+                      "crop_position_table: new_size must hold sizes >= 1 within the table's grid "
+                      "[8, 8], but got [9, 2]; a crop cannot add positions");
   EXPECT_POSENC_ERROR(F::crop_position_table(table.narrow(0, 0, 60), posenc::CropPositionTableOptions({2})),
                       "are not a square grid; pass old_size {H, W}");
   EXPECT_POSENC_ERROR(F::crop_position_table(table, posenc::CropPositionTableOptions({0, 2})),
-                      "must lie within the table's grid");
+                      "new_size must hold sizes >= 1 within the table's grid [8, 8], but got [0, 2]");
 }
 
 // timm's RotaryEmbeddingCat(in_pixels=False) (EVA-02): axial RoPE of (row, column) grid

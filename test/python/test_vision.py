@@ -356,7 +356,7 @@ def test_crop_position_table_prefix_errors_gradients_and_compile(posenc_ops):
     assert torch.equal(out[0, :2], table[0, :2])
     assert torch.equal(out[0, 2:].view(3, 4, 8), table[0, 2:].view(6, 6, 8)[1:4, 1:5])
     assert torch.autograd.gradcheck(lambda t: posenc_ops.crop_position_table(t, [3, 4], [], 2), (table,))
-    with pytest.raises(RuntimeError, match=r"new_size \[7, 4\] must lie within the table's grid \[6, 6\]"):
+    with pytest.raises(RuntimeError, match=r"new_size must hold sizes >= 1 within the table's grid \[6, 6\], but got \[7, 4\]"):
         posenc_ops.crop_position_table(table, [7, 4], [], 2)
     torch.library.opcheck(posenc_ops.crop_position_table.default, (table.detach().float(), [2, 3], [4, 9], 2))
     compiled = torch.compile(lambda t: posenc_ops.crop_position_table(t, [3]), fullgraph=True)
