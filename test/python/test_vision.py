@@ -21,7 +21,7 @@ import torch
 diffusers = pytest.importorskip("diffusers", reason="diffusers is installed in the pip test environment only (scripts/setup.sh)")
 timm = pytest.importorskip("timm", reason="timm is installed in the pip test environment only (scripts/setup.sh)")
 from diffusers.models.embeddings import (  # noqa: E402
-    PatchEmbed, TimestepEmbedding, Timesteps, get_2d_sincos_pos_embed, get_3d_sincos_pos_embed,
+    CogVideoXPatchEmbed, PatchEmbed, TimestepEmbedding, Timesteps, get_2d_sincos_pos_embed, get_3d_sincos_pos_embed,
     get_timestep_embedding)
 from diffusers.models.transformers.transformer_flux import FluxPosEmbed, apply_rotary_emb  # noqa: E402
 from timm.layers.pos_embed import resample_abs_pos_embed  # noqa: E402
@@ -328,6 +328,22 @@ def test_sincos_3d_table_against_diffusers(posenc_ops, embed_dim, spatial, frame
     with pytest.raises(RuntimeError, match="embed_dim must be a positive multiple of 16"):
         posenc_ops.sincos_3d_table(40, sizes, frames)
     torch.library.opcheck(posenc_ops.sincos_3d_table.default, (embed_dim, sizes, frames, s_scale, t_scale, None, None))
+
+
+def test_sincos_3d_table_in_cogvideox_patch_embed(posenc_ops):
+    """CogVideoX's own patch embedding: its position buffer is max_text_seq_length zero rows, then
+    get_3d_sincos_pos_embed of (width, height) patches and the compressed frames, flattened."""
+    embed = CogVideoXPatchEmbed(patch_size=2, in_channels=4, embed_dim=64, text_embed_dim=8, sample_width=20,
+                                sample_height=12, sample_frames=9, temporal_compression_ratio=4, max_text_seq_length=5,
+                                use_learned_positional_embeddings=False)
+    theirs = embed.pos_embedding[0]
+    frames = (9 - 1) // 4 + 1
+    ours = posenc_ops.sincos_3d_table(64, [20 // 2, 12 // 2], frames, embed.spatial_interpolation_scale,
+                                      embed.temporal_interpolation_scale).flatten(0, 1)
+    assert theirs.shape == (5 + ours.shape[0], 64)
+    assert torch.equal(theirs[:5], torch.zeros(5, 64, dtype=theirs.dtype))
+    # their coordinates j / 1.875 are float32; the sines float64 of those, then the buffer's dtype
+    torch.testing.assert_close(ours.double(), theirs[5:].double(), rtol=0, atol=ULP32 * 10 / 1.875 + ULP32)
 
 
 @pytest.mark.parametrize("max_size,latent,patch", [(12, (16, 16), 2), (12, (24, 10), 2), (9, (5, 8), 1)], ids=str)
