@@ -415,6 +415,13 @@ namespace detail {
 /// libposenc (and with it the operator registrations) even when linked with --as-needed, as
 /// torchvision does for its ops. Returns the operator namespace, "posenc".
 const char* operator_namespace();
+// An inline variable that nothing reads is not emitted, and would not keep the library: the
+// anchor is a per-translation-unit constant marked `used` (GCC, Clang), so that its reference to
+// operator_namespace is always in the object file.
+#if defined(__GNUC__)
+[[gnu::used]] static const char* (*const operator_namespace_anchor)() = &operator_namespace;
+#else
 inline const auto operator_namespace_anchor = &operator_namespace;
+#endif
 } // namespace detail
 } // namespace posenc

@@ -262,7 +262,7 @@ void check_grid_ids_arguments(const char* who, const std::vector<int64_t>& feat_
                               c10::string_view grid_indexing) {
   TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be the patch grid [H, W], but got ",
               feat_shape.size(), " values");
-  check_grid(who, "feat_shape", feat_shape, 2);
+  check_grid(who, "feat_shape", feat_shape, 1);
   TORCH_CHECK(ref_feat_shape.empty() ||
                   (ref_feat_shape.size() == 2 && ref_feat_shape[0] >= 1 && ref_feat_shape[1] >= 1),
               who,
@@ -332,14 +332,14 @@ void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
   }
   check_rotary_arguments(who, 1, width, theta);
   TORCH_CHECK(ids.defined() && ids.dim() == 2 &&
-                  ids.size(1) == static_cast<int64_t>(axes_dim.size()),
+                  ids.sym_size(1) == static_cast<int64_t>(axes_dim.size()),
               who, ": ids must be [N, ", axes_dim.size(),
               "] (one coordinate per token and axis of axes_dim), but got ",
               ids.defined() ? "shape " + c10::str(ids.sizes()) : "an undefined tensor");
   const c10::ScalarType type = ids.scalar_type();
   TORCH_CHECK(at::isFloatingType(type) || at::isIntegralType(type, /*includeBool=*/false), who,
               ": ids must be a real or integer tensor, but got ", type);
-  TORCH_CHECK(ids.size(0) <= kMaxTableElements / (width / 2), who, ": ", ids.size(0),
+  TORCH_CHECK(ids.sym_size(0) <= kMaxTableElements / (width / 2), who, ": ", ids.sym_size(0),
               " tokens * ", width / 2, " frequencies is over posenc's limit of 2^28 elements");
 }
 

@@ -106,7 +106,9 @@ at::Tensor timestep_embedding_meta(const at::Tensor& timesteps, int64_t embeddin
               ": timesteps must be a 1-D tensor [N] (one timestep per batch element), but got "
               "shape ",
               timesteps.sizes());
-  return at::empty({timesteps.size(0), embedding_dim}, timesteps.options().dtype(type));
+  // symbolic sizes stay symbolic (torch.export with a dynamic batch of timesteps)
+  const std::vector<c10::SymInt> shape{timesteps.sym_size(0), c10::SymInt(embedding_dim)};
+  return at::empty_symint(shape, timesteps.options().dtype(type));
 }
 
 at::Tensor sincos_2d_table_kernel(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token,
@@ -234,7 +236,8 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_meta(const at::Tensor& id
     half += dim / 2;
   }
   const auto options = ids.options().dtype(type);
-  return {at::empty({ids.size(0), half}, options), at::empty({ids.size(0), half}, options)};
+  const std::vector<c10::SymInt> shape{ids.sym_size(0), c10::SymInt(half)};
+  return {at::empty_symint(shape, options), at::empty_symint(shape, options)};
 }
 
 // Written with ATen operators only (CompositeImplicitAutograd): autograd, Meta and every device

@@ -45,8 +45,9 @@ void check_qk(const char* who, const at::Tensor& q, const at::Tensor& k, const a
   check_rotary(who, q, cos, sin, positions, inv_freq);
   check_rotary(who, k, cos, sin, positions, inv_freq);
   const int64_t length = heads_first ? 2 : 1;
-  TORCH_CHECK(k.scalar_type() == q.scalar_type() && k.size(0) == q.size(0) &&
-                  k.size(length) == q.size(length),
+  // sym_size: symbolic sizes stay symbolic (torch.export with a dynamic sequence length)
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && k.sym_size(0) == q.sym_size(0) &&
+                  k.sym_size(length) == q.sym_size(length),
               who, ": k must hold the keys of q's tokens (same batch, length and dtype), but q is ",
               q.scalar_type(), " ", q.sizes(), " and k ", k.scalar_type(), " ", k.sizes());
 }
@@ -59,7 +60,7 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(const at::Tensor& q, const at
   check_qk(detail::caller_or("posenc::apply_rotary_qk"), q, k, cos, sin, positions, inv_freq,
            heads_first);
   // As the CPU and CUDA kernels allocate: contiguous.
-  return {at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options())};
+  return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(k.sym_sizes(), k.options())};
 }
 
 void apply_rotary_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
@@ -79,13 +80,14 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& co
   TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2 && cos.sizes() == sin.sizes(), who,
               ": cos and sin must be [max_len, R/2] tables of the same shape");
   detail::mrope_axes(who, mrope_section.vec(), interleaved, cos.size(1));
-  TORCH_CHECK((positions.dim() == 2 || positions.dim() == 3) && positions.size(0) == 3, who,
+  TORCH_CHECK((positions.dim() == 2 || positions.dim() == 3) && positions.sym_size(0) == 3, who,
               ": multimodal positions must be [3, B, L] or [3, L], but got ", positions.sizes());
   detail::check_positions_device(who, positions, cos.device());
   check_definition_device(who, inv_freq, "inv_freq", cos.device());
-  std::vector<int64_t> shape = positions.sizes().slice(1).vec();
-  shape.push_back(cos.size(1));
-  return {at::empty(shape, cos.options()), at::empty(shape, sin.options())};
+  // symbolic sizes stay symbolic (torch.export with a dynamic sequence length)
+  std::vector<c10::SymInt> shape = positions.sym_sizes().slice(1).vec();
+  shape.emplace_back(cos.size(1));
+  return {at::empty_symint(shape, cos.options()), at::empty_symint(shape, sin.options())};
 }
 
 std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,

@@ -1,0 +1,59 @@
+"""torch.export with a dynamic sequence length (or batch of timesteps / tokens) through posenc's
+operators: their Meta kernels keep symbolic sizes symbolic (no specialization to the example's
+length), and the exported program run at other lengths equals eager. This is what AOTInductor
+export of a model that uses posenc needs."""
+
+import pytest
+import torch
+
+from conftest import TORCH_VERSION
+
+pytestmark = pytest.mark.skipif(TORCH_VERSION < (2, 6), reason="torch.export with Dim needs torch >= 2.6 (this is the LibTorch 1.13 environment)")
+
+
+class Call(torch.nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x):
+        return self.function(x)
+
+
+def cases(ops):
+    cos, sin = ops.rotary_tables(64, ops.rope_frequencies(16)[0])
+    table = torch.randn(64, 32)
+    weight = torch.randn(50, 32)
+    qk = lambda x: x.view(x.shape[0], x.shape[1], 2, 16)  # noqa: E731  [B, L, H, Dh]
+    return {
+        # name: (function, example inputs, dimension of the first input that varies, other sizes)
+        "add_positional_encoding": (lambda x: ops.add_positional_encoding(x), (torch.randn(2, 9, 32),), 1, [1, 40]),
+        "add_position_table": (lambda x: ops.add_position_table(x, table), (torch.randn(2, 9, 32),), 1, [1, 64]),
+        "apply_rotary": (lambda x: ops.apply_rotary(qk(x), cos, sin), (torch.randn(2, 9, 32),), 1, [1, 64]),
+        "apply_rotary_qk": (lambda x: ops.apply_rotary_qk(qk(x), qk(x * 2), cos, sin)[1], (torch.randn(2, 9, 32),), 1, [1, 64]),
+        "token_and_position_embedding": (lambda t: ops.token_and_position_embedding(t, weight, table)[0],
+                                         (torch.randint(0, 50, (2, 9)),), 1, [1, 64]),
+        "timestep_embedding": (lambda t: ops.timestep_embedding(t, 64, True, 0.0), (torch.rand(9) * 1000,), 0, [1, 300]),
+        "axial_rotary_tables": (lambda ids: ops.axial_rotary_tables(ids, [4, 6, 6])[0], (torch.randn(9, 3),), 0, [1, 300]),
+        # M-RoPE's [3, B, L] positions (Qwen2-VL), L dynamic
+        "multimodal_rotary_tables": (lambda p: ops.multimodal_rotary_tables(cos, sin, p, [2, 3, 3])[0],
+                                     (torch.randint(0, 64, (3, 2, 9)),), 2, [1, 64]),
+    }
+
+
+@pytest.mark.parametrize("name", ["add_positional_encoding", "add_position_table", "apply_rotary", "apply_rotary_qk",
+                                  "token_and_position_embedding", "timestep_embedding", "axial_rotary_tables",
+                                  "multimodal_rotary_tables"])
+def test_export_keeps_the_length_dynamic(posenc_ops, name):
+    function, example, dim, others = cases(posenc_ops)[name]
+    length = torch.export.Dim("length", min=1, max=others[-1])
+    program = torch.export.export(Call(function), example, dynamic_shapes=({dim: length},))
+    for size in others:
+        shape = list(example[0].shape)
+        shape[dim] = size
+        x = torch.randint(0, 50, shape) if example[0].dtype == torch.int64 else torch.randn(shape)
+        if name == "multimodal_rotary_tables":
+            x = torch.randint(0, 64, shape)
+        if name == "timestep_embedding":
+            x = x.abs() * 1000
+        assert torch.equal(program.module()(x), function(x)), size
