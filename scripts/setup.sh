@@ -35,6 +35,8 @@ diffusers_version=0.42.1
 timm_version=1.0.31
 # timm pulls torchvision; 0.26.0 is the one built for torch 2.11 (a newer one would upgrade torch)
 torchvision_version=0.26.0
+# builds the Python package (pip install --no-build-isolation ., pyproject.toml)
+scikit_build_core_version=0.11.6
 
 missing=()
 for package in "${packages[@]}"; do
@@ -66,6 +68,10 @@ for flavour in "${flavours[@]}"; do
     echo "setup: installing diffusers==$diffusers_version timm==$timm_version torchvision==$torchvision_version"
     "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 "torchvision==$torchvision_version" \
       "diffusers==$diffusers_version" "timm==$timm_version"
+  fi
+  if ! "$venv/bin/python" -c "import sys, scikit_build_core as s; sys.exit(s.__version__ != '$scikit_build_core_version')" 2>/dev/null; then
+    echo "setup: installing scikit-build-core==$scikit_build_core_version"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "scikit-build-core==$scikit_build_core_version"
   fi
   "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '2.11.0')" || {
     echo "setup: torch in $venv is not 2.11.0 any more; remove $venv and run setup again" >&2; exit 1; }

@@ -1,0 +1,45 @@
+"""posenc: positional encodings for PyTorch, from the LibTorch library of the same name.
+
+``import posenc`` loads posenc's operators into ``torch.ops.posenc`` (the library built with the
+package, ``posenc/lib/libposenc.so``, or the one named by the environment variable
+``POSENC_LIBRARY``) and gives
+
+* ``posenc.ops``: the operators (``posenc.ops.sinusoidal_table(5000, 512)`` etc.), usable under
+  ``torch.compile(fullgraph=True)`` and ``torch.export``;
+* ``posenc.nn``: ``torch.nn.Module`` versions of posenc's C++ modules with the same options,
+  defaults, state-dict keys and shapes, computing through the same operators (so the same outputs
+  on CPU, bit for bit).
+
+The library must be loaded by the torch it was built against (``posenc.torch_version``).
+"""
+
+import os
+
+import torch
+
+__all__ = ["ops", "nn", "library_path", "torch_version", "__version__"]
+
+__version__ = "0.1.0"
+
+
+def _find_library():
+    override = os.environ.get("POSENC_LIBRARY")
+    if override:
+        return os.path.abspath(override)
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libposenc.so")
+    if not os.path.exists(bundled):
+        raise ImportError(
+            f"posenc: the operator library {bundled} is missing; install the package with "
+            "'pip install --no-build-isolation .' from posenc's source tree, or set POSENC_LIBRARY "
+            "to a libposenc.so built against this torch")
+    return bundled
+
+
+library_path = _find_library()
+torch.ops.load_library(library_path)
+#: torch's version in this process (the library was built against it).
+torch_version = torch.__version__
+#: The operators, ``torch.ops.posenc``.
+ops = torch.ops.posenc
+
+from . import nn  # noqa: E402  (needs the operators loaded)

@@ -1,0 +1,372 @@
+"""``torch.nn`` modules mirroring posenc's C++ modules.
+
+Each module takes the options of its C++ twin (``posenc::PositionalEncodingOptions`` etc.) as
+keyword arguments with the same names and defaults, holds the same tensors under the same
+state-dict keys and shapes, and computes through the same ``torch.ops.posenc`` operators, so its
+outputs on CPU equal the C++ module's bit for bit and a state dict moves between the two (e.g. as
+safetensors). Enumerations are strings: ``layout="interleaved" | "concatenated"``, ``spacing=
+"paper" | "tensor2tensor"``, ``pairing="half_split" | "interleaved"``, ``grid_indexing="ij" | "xy"``.
+
+Tables that are functions of the options (``pe``, ``cos``/``sin``) follow the C++ rule under
+``.to()``/``.half()``/``.double()``: float64 recomputes them in float64, a 16-bit dtype leaves them
+in float32 (a table is never stored in 16 bits).
+
+Not mirrored yet (use the C++ modules or the operators): positions past ``max_len``
+(``beyond_max_len``) and fractional positions of ``PositionalEncoding``, the ``dynamic`` and
+``longrope`` RoPE types and M-RoPE, the token-and-position embedding and the attention-bias
+modules.
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "PositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "Timesteps",
+    "TimestepEmbedder",
+    "AxialRotaryEmbedding",
+    "VisionRotaryEmbedding",
+]
+
+_ops = torch.ops.posenc
+
+
+def _choice(who: str, name: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{who}: {name} must be one of {', '.join(map(repr, allowed))}, but got {value!r}")
+    return value
+
+
+def _check_dropout(who: str, p: float) -> None:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{who}: dropout must be a probability in [0, 1], but got {p}")
+
+
+def _table_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a derived table takes when the module is cast to `dtype` (the C++ rule)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _positions_from_padding_mask(padding_mask: Tensor, batch_first: bool) -> Tensor:
+    """Positions counted from each sequence's first real token; padding gets -1 (fairseq)."""
+    if padding_mask.dim() != 2 or padding_mask.dtype != torch.bool:
+        raise ValueError(
+            "positions_from_padding_mask: expected a bool padding mask (true = padding) of shape "
+            f"{'[B, L]' if batch_first else '[L, B]'}, but got {padding_mask.dtype} {tuple(padding_mask.shape)}")
+    real = padding_mask.logical_not().to(torch.long)
+    return (real.cumsum(1 if batch_first else 0) - 1).masked_fill(padding_mask, -1)
+
+
+class _DerivedTables(torch.nn.Module):
+    """Buffers computed from the options: `_build_tables(dtype, device)` recomputes them; casts
+    keep them in float32 or float64, as the C++ modules' `to()` does."""
+
+    _tables: Tuple[str, ...] = ()
+
+    def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
+        raise NotImplementedError
+
+    def _apply(self, fn, recurse=True):
+        first = getattr(self, self._tables[0])
+        before = first.dtype
+        if _APPLY_TAKES_RECURSE:
+            super()._apply(fn, recurse)
+        else:
+            super()._apply(fn)
+        after = getattr(self, self._tables[0])
+        if after.dtype != before:
+            # recomputed from the options in float32 or float64: never widened, never kept in 16 bits
+            self._build_tables(_table_dtype(after.dtype), after.device)
+        return self
+
+
+def _apply_takes_recurse() -> bool:
+    import inspect
+
+    return "recurse" in inspect.signature(torch.nn.Module._apply).parameters
+
+
+_APPLY_TAKES_RECURSE = _apply_takes_recurse()
+
+
+class _SequenceEncoding(torch.nn.Module):
+    """forward(x, offset) / forward_positions(x, positions) / forward_padded(x, padding_mask) of the
+    modules that add a position table to `[B, L, D]` (or `[L, B, D]`) inputs."""
+
+    batch_first: bool
+    scale: float
+    dropout: float
+    inplace: bool
+
+    def _table(self) -> Tensor:
+        raise NotImplementedError
+
+    def _add(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
+        if self.inplace:
+            _ops.add_position_table_(x, self._table(), offset, self.batch_first, positions, self.scale)
+            out = x
+        else:
+            out = _ops.add_position_table(x, self._table(), offset, self.batch_first, positions, self.scale)
+        if self.training and self.dropout > 0.0:
+            out = torch.nn.functional.dropout(out, self.dropout, True, self.inplace)
+        return out
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """`dropout(x * scale + table[offset : offset + L])`."""
+        return self._add(x, offset, None)
+
+    def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Explicit integer positions, `[L]` or like the first two dimensions of `x`; -1 = padding."""
+        if positions is None:
+            raise ValueError(f"{type(self).__name__}: forward_positions needs positions; use forward(x, offset) for consecutive ones")
+        if positions.is_floating_point():
+            raise ValueError(
+                f"{type(self).__name__}: posenc.nn takes integer positions only; for fractional ones use "
+                "the C++ module or torch.ops.posenc.add_positional_encoding")
+        return self._add(x, 0, positions)
+
+    def forward_padded(self, x: Tensor, padding_mask: Tensor) -> Tensor:
+        """Positions counted from each sequence's first real token; padding gets a zero vector."""
+        return self._add(x, 0, _positions_from_padding_mask(padding_mask, self.batch_first))
+
+
+class PositionalEncoding(_SequenceEncoding, _DerivedTables):
+    """The sinusoidal encoding of "Attention Is All You Need" (``posenc::PositionalEncoding``): a
+    buffer ``pe`` ``[1, max_len, d_model]`` computed in float64 and rounded once; ``forward(x,
+    offset=0)`` returns ``dropout(x * scale + pe[:, offset : offset + L])``."""
+
+    _tables = ("pe",)
+
+    def __init__(self, d_model: int, max_len: int, *, base: float = 10000.0, dropout: float = 0.0,
+                 batch_first: bool = True, layout: str = "interleaved", spacing: str = "paper",
+                 scale: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        _check_dropout("PositionalEncoding", dropout)
+        self.d_model, self.max_len, self.base = d_model, max_len, base
+        self.dropout, self.batch_first, self.scale, self.inplace = dropout, batch_first, scale, inplace
+        self.layout = _choice("PositionalEncoding", "layout", layout, ("interleaved", "concatenated"))
+        self.spacing = _choice("PositionalEncoding", "spacing", spacing, ("paper", "tensor2tensor"))
+        self._build_tables(torch.float32, torch.device("cpu"))
+
+    def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
+        table = _ops.sinusoidal_table(self.max_len, self.d_model, self.base, 0, self.layout,
+                                      self.spacing, dtype=dtype, device=device)
+        self.register_buffer("pe", table.unsqueeze(0))
+
+    def _table(self) -> Tensor:
+        return self.pe
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base}, dropout={self.dropout}, batch_first={self.batch_first}"
+
+
+class LearnedPositionalEmbedding(_SequenceEncoding):
+    """A trained position table (BERT/GPT-2, ``posenc::LearnedPositionalEmbedding``): the parameter
+    ``weight`` ``[max_len, d_model]``, initialized from N(0, init_std^2)."""
+
+    def __init__(self, d_model: int, max_len: int, *, init_std: float = 0.02, dropout: float = 0.0,
+                 batch_first: bool = True, scale: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        _check_dropout("LearnedPositionalEmbedding", dropout)
+        if not init_std >= 0.0:
+            raise ValueError(f"LearnedPositionalEmbedding: init_std must be finite and >= 0, but got {init_std}")
+        self.d_model, self.max_len, self.init_std = d_model, max_len, init_std
+        self.dropout, self.batch_first, self.scale, self.inplace = dropout, batch_first, scale, inplace
+        self.weight = torch.nn.Parameter(torch.empty(max_len, d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        torch.nn.init.normal_(self.weight, 0.0, self.init_std)
+
+    def _table(self) -> Tensor:
+        return self.weight
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}, dropout={self.dropout}, batch_first={self.batch_first}"
+
+
+_ROPE_TYPES = ("default", "linear", "yarn", "llama3")
+
+
+class RotaryEmbedding(_DerivedTables):
+    """Rotary position embedding (``posenc::RotaryEmbedding``): caches ``cos``/``sin`` ``[max_len,
+    rotary_dim / 2]``; ``forward(x, offset=0)`` rotates queries or keys ``[B, L, H, head_dim]``
+    (``[B, H, L, head_dim]`` with ``heads_first``), the first ``rotary_dim`` channels of each head.
+
+    ``rope_scaling`` is Hugging Face's block (``{"rope_type": "llama3", "factor": 8.0, ...}``, the
+    parameter names of ``modeling_rope_utils.py``) for the types ``default``, ``linear``, ``yarn``
+    and ``llama3``; ``attention_factor_in_cos_sin`` folds YaRN's attention factor into cos/sin (HF)
+    or leaves it to the caller's softmax scale (DeepSeek; read it from ``attention_factor``).
+    """
+
+    _tables = ("cos", "sin")
+
+    def __init__(self, head_dim: int, max_len: int, *, base: float = 10000.0,
+                 rotary_dim: Optional[int] = None, pairing: str = "half_split",
+                 heads_first: bool = False, rope_scaling: Optional[dict] = None,
+                 freq_factors: Optional[List[float]] = None,
+                 attention_factor_in_cos_sin: bool = True) -> None:
+        super().__init__()
+        self.head_dim, self.max_len, self.base = head_dim, max_len, base
+        self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        if not 2 <= self.rotary_dim <= head_dim:
+            raise ValueError(f"RotaryEmbedding: rotary_dim must be in [2, head_dim = {head_dim}], but got {self.rotary_dim}")
+        self.pairing = _choice("RotaryEmbedding", "pairing", pairing, ("half_split", "interleaved"))
+        self.heads_first = heads_first
+        scaling = dict(rope_scaling or {})
+        rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
+        if rope_type in ("dynamic", "longrope"):
+            raise ValueError(
+                f"RotaryEmbedding: rope_type {rope_type!r} depends on the call's length and is not "
+                "mirrored by posenc.nn yet; use the C++ module or torch.ops.posenc.rope_frequencies(..., seq_len=)")
+        self.rope_type = _choice("RotaryEmbedding", "rope_type", rope_type, _ROPE_TYPES)
+        known = {"factor", "max_position_embeddings", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                 "mscale_all_dim", "truncate", "attention_factor", "low_freq_factor", "high_freq_factor"}
+        unknown = sorted(set(scaling) - known)
+        if unknown:
+            raise ValueError(f"RotaryEmbedding: unknown rope_scaling fields {unknown}; expected some of {sorted(known)}")
+        self.rope_scaling = scaling
+        self.freq_factors = list(freq_factors) if freq_factors else None
+        self.attention_factor_in_cos_sin = attention_factor_in_cos_sin
+        self._build_tables(torch.float32, torch.device("cpu"))
+
+    def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
+        s = self.rope_scaling
+        inv_freq, factor = _ops.rope_frequencies(
+            self.rotary_dim, self.base, self.rope_type, s.get("factor"), s.get("max_position_embeddings", self.max_len),
+            s.get("original_max_position_embeddings"), s.get("beta_fast", 32.0), s.get("beta_slow", 1.0),
+            s.get("mscale"), s.get("mscale_all_dim"), s.get("truncate", True), s.get("attention_factor"),
+            None, None, s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0), self.freq_factors)
+        #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``).
+        self.inv_freq = inv_freq
+        #: The variant's attention factor (YaRN's mscale; 1 for the others).
+        self.attention_factor = float(factor)
+        in_tables = self.attention_factor if self.attention_factor_in_cos_sin else 1.0
+        cos, sin = _ops.rotary_tables(self.max_len, inv_freq, in_tables, dtype=dtype, device=device)
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        return _ops.apply_rotary(x, self.cos, self.sin, offset, None, self.pairing == "interleaved",
+                                 self.heads_first)
+
+    def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Explicit integer positions ``[L]`` or ``[B, L]``."""
+        return _ops.apply_rotary(x, self.cos, self.sin, 0, positions, self.pairing == "interleaved",
+                                 self.heads_first)
+
+    def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
+        """Queries and keys (any head counts: GQA/MQA) in one call."""
+        return _ops.apply_rotary_qk(q, k, self.cos, self.sin, offset, None,
+                                    self.pairing == "interleaved", self.heads_first)
+
+    def extra_repr(self) -> str:
+        return (f"head_dim={self.head_dim}, max_len={self.max_len}, rotary_dim={self.rotary_dim}, "
+                f"base={self.base}, pairing={self.pairing}, heads_first={self.heads_first}, rope_type={self.rope_type}")
+
+
+class Timesteps(torch.nn.Module):
+    """Diffusers' sinusoidal timestep embedding (``posenc::Timesteps``, diffusers' ``Timesteps``):
+    integer or fractional timesteps ``[N]`` -> ``[N, embedding_dim]``, computed in float64."""
+
+    def __init__(self, embedding_dim: int, *, flip_sin_to_cos: bool = False,
+                 downscale_freq_shift: float = 1.0, scale: float = 1.0, max_period: int = 10000) -> None:
+        super().__init__()
+        self.embedding_dim, self.flip_sin_to_cos = embedding_dim, flip_sin_to_cos
+        self.downscale_freq_shift, self.scale, self.max_period = downscale_freq_shift, scale, max_period
+        self.forward(torch.zeros(0))  # the operator's argument checks, at construction
+
+    def forward(self, timesteps: Tensor) -> Tensor:
+        return _ops.timestep_embedding(timesteps, self.embedding_dim, self.flip_sin_to_cos,
+                                       self.downscale_freq_shift, self.scale, self.max_period)
+
+    def extra_repr(self) -> str:
+        return f"embedding_dim={self.embedding_dim}, flip_sin_to_cos={self.flip_sin_to_cos}, downscale_freq_shift={self.downscale_freq_shift}"
+
+
+class TimestepEmbedder(torch.nn.Module):
+    """DiT's ``TimestepEmbedder`` (``posenc::TimestepEmbedder``): the timestep embedding (cos first,
+    no shift) through ``mlp`` = Linear, SiLU, Linear (keys ``mlp.0.*``, ``mlp.2.*``)."""
+
+    def __init__(self, hidden_size: int, *, frequency_embedding_size: int = 256, max_period: int = 10000) -> None:
+        super().__init__()
+        if hidden_size < 1:
+            raise ValueError(f"TimestepEmbedder: hidden_size must be >= 1, but got {hidden_size}")
+        self.hidden_size, self.frequency_embedding_size = hidden_size, frequency_embedding_size
+        self.frequencies = Timesteps(frequency_embedding_size, flip_sin_to_cos=True,
+                                     downscale_freq_shift=0.0, max_period=max_period)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(frequency_embedding_size, hidden_size),
+                                       torch.nn.SiLU(), torch.nn.Linear(hidden_size, hidden_size))
+
+    def forward(self, timesteps: Tensor) -> Tensor:
+        weight = self.mlp[0].weight
+        return self.mlp(self.frequencies(timesteps).to(weight.dtype))
+
+
+def _rotation_dtype(x: Tensor) -> torch.dtype:
+    # float64 inputs rotate by float64 tables, every other dtype by float32 ones (as in C++)
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+class AxialRotaryEmbedding(torch.nn.Module):
+    """Axial RoPE of token coordinates (Flux's ``FluxPosEmbed``, ``posenc::AxialRotaryEmbedding``):
+    ``forward(x, ids)`` rotates ``x`` ``[B, L, H, Dh]`` by the coordinates ``ids`` ``[L, A]``, axis
+    ``a`` turning ``axes_dim[a] / 2`` frequency pairs."""
+
+    def __init__(self, axes_dim: List[int], *, theta: float = 10000.0, pairing: str = "interleaved",
+                 heads_first: bool = False) -> None:
+        super().__init__()
+        self.axes_dim, self.theta, self.heads_first = list(axes_dim), theta, heads_first
+        self.pairing = _choice("AxialRotaryEmbedding", "pairing", pairing, ("half_split", "interleaved"))
+        self.tables(torch.zeros(0, len(self.axes_dim)))  # the operator's argument checks
+
+    def tables(self, ids: Tensor, dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
+        return _ops.axial_rotary_tables(ids, self.axes_dim, self.theta, dtype=dtype)
+
+    def forward(self, x: Tensor, ids: Tensor) -> Tensor:
+        cos, sin = self.tables(ids, _rotation_dtype(x))
+        return _ops.apply_rotary(x, cos, sin, 0, None, self.pairing == "interleaved", self.heads_first)
+
+
+class VisionRotaryEmbedding(torch.nn.Module):
+    """EVA-02's RoPE of a patch grid (timm's ``RotaryEmbeddingCat(in_pixels=False)``,
+    ``posenc::VisionRotaryEmbedding``): ``forward(x, feat_shape)`` rotates the patches of ``x``
+    ``[B, heads, prefix + h * w, Dh]``, leaving the ``num_prefix_tokens`` class/register tokens."""
+
+    def __init__(self, dim: int, *, temperature: float = 10000.0, ref_feat_shape: Optional[List[int]] = None,
+                 grid_offset: float = 0.0, grid_indexing: str = "ij", pairing: str = "interleaved",
+                 num_prefix_tokens: int = 1, heads_first: bool = True) -> None:
+        super().__init__()
+        self.dim, self.temperature = dim, temperature
+        self.ref_feat_shape = list(ref_feat_shape or [])
+        self.grid_offset = grid_offset
+        self.grid_indexing = _choice("VisionRotaryEmbedding", "grid_indexing", grid_indexing, ("ij", "xy"))
+        self.pairing = _choice("VisionRotaryEmbedding", "pairing", pairing, ("half_split", "interleaved"))
+        if num_prefix_tokens < 0:
+            raise ValueError(f"VisionRotaryEmbedding: num_prefix_tokens must be >= 0, but got {num_prefix_tokens}")
+        self.num_prefix_tokens, self.heads_first = num_prefix_tokens, heads_first
+        self.tables([1, 1])  # the operators' argument checks
+
+    def tables(self, feat_shape: List[int], dtype: Optional[torch.dtype] = None,
+               device: Optional[torch.device] = None) -> Tuple[Tensor, Tensor]:
+        ids = _ops.grid_ids(feat_shape, self.ref_feat_shape, self.grid_offset, self.grid_indexing,
+                            dtype=torch.float64, device=device)
+        return _ops.axial_rotary_tables(ids, [self.dim // 2, self.dim // 2], self.temperature, dtype=dtype)
+
+    def forward(self, x: Tensor, feat_shape: List[int]) -> Tensor:
+        length_dim = 2 if self.heads_first else 1
+        patches = feat_shape[0] * feat_shape[1]
+        prefix = self.num_prefix_tokens
+        if x.dim() != 4 or x.shape[length_dim] != prefix + patches:
+            raise ValueError(
+                f"VisionRotaryEmbedding: expected {prefix} prefix tokens + {feat_shape[0]} x {feat_shape[1]} = "
+                f"{prefix + patches} tokens along dimension {length_dim} of a 4-D input, but got shape {tuple(x.shape)}; "
+                "pass the patch grid of this input")
+        cos, sin = self.tables(feat_shape, _rotation_dtype(x), x.device)
+        rotated = _ops.apply_rotary(x.narrow(length_dim, prefix, patches), cos, sin, 0, None,
+                                    self.pairing == "interleaved", self.heads_first)
+        return rotated if prefix == 0 else torch.cat([x.narrow(length_dim, 0, prefix), rotated], length_dim)

@@ -1,0 +1,316 @@
+"""The Python package (python/posenc): `import posenc` and the posenc.nn modules.
+
+The modules are compared with the C++ modules through files the C++ side writes (the `posenc
+export` program writes a C++ module as TorchScript, holding its tensors under the C++ state-dict
+names): equal state-dict keys, shapes and tensors (bit for bit) and equal outputs. Then training,
+torch.compile(fullgraph=True), torch.export, dtype casts, and DDP (gloo, 2 processes) against a
+single process on the whole batch.
+
+Run through ctest: the package is imported from the source tree with POSENC_LIBRARY naming the
+build's libposenc.so (`test_pip_install` installs it with pip instead).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from conftest import TORCH_VERSION
+
+SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SOURCE_ROOT, "python"))
+
+
+def requires_torch(major, minor, what):
+    return pytest.mark.skipif(TORCH_VERSION < (major, minor), reason=f"{what} needs torch >= {major}.{minor} (this torch is {torch.__version__})")
+
+
+@pytest.fixture(scope="module")
+def posenc(posenc_ops):  # the fixture checks POSENC_LIBRARY is set (the package reads it)
+    import posenc as package
+
+    return package
+
+
+def export(cli, tmp_path, name, *args):
+    path = tmp_path / f"{name}.pt"
+    result = subprocess.run([cli, "export", *map(str, args), "-o", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return torch.jit.load(str(path))
+
+
+def same_state(module, scripted):
+    ours = module.state_dict()
+    theirs = dict(scripted.state_dict())
+    assert sorted(ours) == sorted(theirs)
+    for key, value in ours.items():
+        assert value.shape == theirs[key].shape and value.dtype == theirs[key].dtype, key
+        assert torch.equal(value, theirs[key]), f"{key} differs from the C++ module's"
+
+
+def test_import_loads_the_operators(posenc):
+    assert posenc.ops is torch.ops.posenc
+    assert os.path.samefile(posenc.library_path, os.environ["POSENC_LIBRARY"])
+    assert posenc.ops.sinusoidal_table(4, 6).shape == (4, 6)
+    for name in posenc.nn.__all__:
+        module = getattr(posenc.nn, name)
+        assert issubclass(module, torch.nn.Module) and module.__doc__
+
+
+@pytest.mark.parametrize("options, flags", [
+    ({}, []),
+    ({"base": 500.0, "layout": "concatenated", "spacing": "tensor2tensor", "scale": 2.5}, ["--base", 500.0, "--layout", "concatenated", "--spacing", "tensor2tensor", "--scale", 2.5]),
+    ({"batch_first": False}, ["--seq-first"]),
+])
+def test_positional_encoding_is_the_cpp_module(posenc, posenc_cli, tmp_path, options, flags):
+    module = posenc.nn.PositionalEncoding(33, 40, **options)
+    scripted = export(posenc_cli, tmp_path, "pe", "--max-len", 40, "--d-model", 33, *flags)
+    same_state(module, scripted)
+    x = torch.randn(3, 9, 33) if module.batch_first else torch.randn(9, 3, 33)
+    def same(ours, theirs):
+        # The exported file computes x * scale + pe with TorchScript's own operators, which may
+        # round x * scale once more than posenc's kernel: equal for scale 1, within an ulp else.
+        if module.scale == 1.0:
+            assert torch.equal(ours, theirs)
+        else:
+            torch.testing.assert_close(ours, theirs, rtol=2.0**-23, atol=2.0**-23)
+
+    for offset in (0, 31):
+        same(module(x, offset), scripted(x, offset))
+    positions = torch.tensor([5, 0, 39, -1, 7, 7, 2, 1, 0])
+    same(module.forward_positions(x, positions), scripted.forward_positions(x, positions))
+    mask = torch.zeros(3, 9, dtype=torch.bool)
+    mask[1, :4] = True
+    mask = mask if module.batch_first else mask.t()
+    same(module.forward_padded(x, mask), scripted.forward_padded(x, mask))
+    with pytest.raises(RuntimeError, match="max_len"):
+        module(x, 35)
+
+
+def test_positional_encoding_in_place_and_dropout(posenc):
+    module = posenc.nn.PositionalEncoding(8, 16, inplace=True)
+    x = torch.randn(2, 5, 8)
+    expected = x + module.pe[:, :5]
+    out = module(x)
+    assert out.data_ptr() == x.data_ptr() and torch.equal(out, expected)
+    dropped = posenc.nn.PositionalEncoding(8, 16, dropout=0.5).train()
+    y = dropped(torch.randn(4, 16, 8))
+    zeros = (y == 0).float().mean().item()
+    assert 0.35 < zeros < 0.65  # 512 elements, p = 0.5: outside this 4.6-sigma band by chance < 1e-5
+    assert torch.equal(dropped.eval()(x), dropped(x))
+    with pytest.raises(ValueError, match="dropout"):
+        posenc.nn.PositionalEncoding(8, 16, dropout=1.5)
+    with pytest.raises(ValueError, match="layout"):
+        posenc.nn.PositionalEncoding(8, 16, layout="sideways")
+
+
+def test_tables_follow_the_cpp_casting_rule(posenc, posenc_ops):
+    module = posenc.nn.PositionalEncoding(16, 24)
+    module.double()  # recomputed in float64, not widened from float32
+    assert module.pe.dtype == torch.float64
+    assert torch.equal(module.pe[0], posenc_ops.sinusoidal_table(24, 16, dtype=torch.float64))
+    module.half()  # never stored in 16 bits
+    assert module.pe.dtype == torch.float32
+    assert torch.equal(module.pe[0], posenc_ops.sinusoidal_table(24, 16))
+    rope = posenc.nn.RotaryEmbedding(8, 12).to(torch.bfloat16)
+    assert rope.cos.dtype == torch.float32 and rope.sin.dtype == torch.float32
+
+
+def test_learned_embedding_state_dict_and_outputs(posenc, posenc_ops):
+    torch.manual_seed(0)
+    module = posenc.nn.LearnedPositionalEmbedding(12, 20, init_std=0.5, scale=2.0)
+    assert list(module.state_dict()) == ["weight"] and module.weight.shape == (20, 12)
+    assert 0.4 < module.weight.std().item() < 0.6
+    x = torch.randn(2, 7, 12)
+    assert torch.equal(module(x, 3), posenc_ops.add_position_table(x, module.weight, 3, True, None, 2.0))
+    module(x, 3).sum().backward()  # the table's gradient: each used row gets 2 (the batch)
+    expected = torch.zeros(20, 12)
+    expected[3:10] = 2.0
+    assert torch.equal(module.weight.grad, expected)
+
+
+@pytest.mark.parametrize("config", [
+    {"head_dim": 64, "rope_theta": 10000.0},
+    {"head_dim": 128, "rope_theta": 500000.0, "partial_rotary_factor": 0.5,
+     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
+    {"head_dim": 64, "rope_theta": 10000.0,
+     "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
+    {"head_dim": 32, "rope_theta": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+])
+def test_rotary_embedding_is_the_cpp_module(posenc, posenc_cli, tmp_path, config):
+    """The C++ module from a Hugging Face config (posenc export --hf-config) against posenc.nn
+    with the same rope_scaling block."""
+    max_len = 128
+    hf = {"max_position_embeddings": max_len, "num_attention_heads": 4, "hidden_size": 4 * config["head_dim"], **config}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    scripted = export(posenc_cli, tmp_path, "rope", "--module", "rotary", "--hf-config", path)
+    rotary_dim = int(config["head_dim"] * config.get("partial_rotary_factor", 1.0))
+    module = posenc.nn.RotaryEmbedding(config["head_dim"], max_len, base=config["rope_theta"], rotary_dim=rotary_dim,
+                                       rope_scaling=config.get("rope_scaling"))
+    same_state(module, scripted)
+    x = torch.randn(2, 10, 3, config["head_dim"])
+    expected = scripted(x, 100)
+    assert torch.equal(module(x, 100), expected)
+    q, k = module.forward_qk(x, x[:, :, :1].contiguous(), 100)
+    assert torch.equal(q, expected) and torch.equal(k, expected[:, :, :1])
+    if config.get("rope_scaling", {}).get("rope_type") == "yarn":
+        assert module.attention_factor > 1.0  # 0.1 ln(4) + 1
+
+
+def test_rotary_embedding_rejects_what_it_does_not_mirror(posenc):
+    with pytest.raises(ValueError, match="dynamic"):
+        posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ValueError, match="unknown rope_scaling fields"):
+        posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear", "factr": 2.0})
+    with pytest.raises(ValueError, match="rotary_dim"):
+        posenc.nn.RotaryEmbedding(8, 16, rotary_dim=10)
+    with pytest.raises(RuntimeError, match="factor"):  # the operator's check: linear needs a factor
+        posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear"})
+
+
+def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
+    t = torch.tensor([0.0, 1.5, 999.0])
+    steps = posenc.nn.Timesteps(33, flip_sin_to_cos=True, downscale_freq_shift=0.0)
+    assert torch.equal(steps(t), posenc_ops.timestep_embedding(t, 33, True, 0.0))
+    with pytest.raises(RuntimeError):
+        posenc.nn.Timesteps(0)
+    embedder = posenc.nn.TimestepEmbedder(48, frequency_embedding_size=16)
+    assert sorted(embedder.state_dict()) == ["mlp.0.bias", "mlp.0.weight", "mlp.2.bias", "mlp.2.weight"]
+    assert embedder.mlp[0].weight.shape == (48, 16)
+    expected = embedder.mlp(posenc_ops.timestep_embedding(t, 16, True, 0.0))
+    assert torch.equal(embedder(t), expected)
+
+    ids = torch.tensor([[0.0, 1.0, 2.0], [0.5, -3.0, 4.0]])
+    axial = posenc.nn.AxialRotaryEmbedding([4, 6, 6])
+    x = torch.randn(1, 2, 3, 16)
+    cos, sin = posenc_ops.axial_rotary_tables(ids, [4, 6, 6], dtype=torch.float32)
+    assert torch.equal(axial(x, ids), posenc_ops.apply_rotary(x, cos, sin, interleaved=True))
+
+    rope = posenc.nn.VisionRotaryEmbedding(16, ref_feat_shape=[2, 2])
+    q = torch.randn(1, 2, 1 + 3 * 4, 16)
+    out = rope(q, [3, 4])
+    assert torch.equal(out[:, :, :1], q[:, :, :1])  # the class token is not rotated
+    ids = posenc_ops.grid_ids([3, 4], [2, 2], dtype=torch.float64)
+    cos, sin = posenc_ops.axial_rotary_tables(ids, [8, 8], dtype=torch.float32)
+    assert torch.equal(out[:, :, 1:], posenc_ops.apply_rotary(q[:, :, 1:], cos, sin, interleaved=True, heads_first=True))
+    with pytest.raises(ValueError, match="prefix tokens"):
+        rope(q, [4, 4])
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, nn):
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 16)
+        self.positions = nn.PositionalEncoding(16, 64)
+        self.learned = nn.LearnedPositionalEmbedding(16, 64)
+        self.rope = nn.RotaryEmbedding(8, 64)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.learned(self.positions(self.embed(x)))
+        b, l, _ = h.shape
+        q = self.rope(h.view(b, l, 2, 8)).reshape(b, l, 16)
+        return self.head(torch.tanh(q))
+
+
+@requires_torch(2, 4, "torch.compile(fullgraph=True) of custom operators")
+def test_modules_compile_fullgraph_and_export(posenc):
+    torch.manual_seed(0)
+    model = _Model(posenc.nn).eval()
+    x = torch.randn(2, 11, 8)
+    expected = model(x)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), expected, rtol=0, atol=0)
+    length = torch.export.Dim("length", min=2, max=64)
+    program = torch.export.export(model, (x,), dynamic_shapes={"x": {1: length}})
+    other = torch.randn(2, 30, 8)
+    assert torch.equal(program.module()(other), model(other))
+
+
+STEPS, WORLD_SIZE = 3, 2
+
+
+def _train(nn, batch, targets, ddp_rank=None):
+    torch.manual_seed(0)
+    net = _Model(nn)
+    model = net if ddp_rank is None else torch.nn.parallel.DistributedDataParallel(net)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    gradients = []
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(batch), targets)
+        loss.backward()
+        gradients.append({name: p.grad.clone() for name, p in net.named_parameters()})
+        optimizer.step()
+    return gradients, {name: t.detach().clone() for name, t in net.state_dict().items()}
+
+
+def _ddp_rank(rank, store, result_dir):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD_SIZE)
+    try:
+        import posenc
+
+        batch, targets = torch.load(os.path.join(result_dir, "data.pt"))
+        half = batch.shape[0] // WORLD_SIZE
+        mine = slice(rank * half, (rank + 1) * half)
+        torch.save(_train(posenc.nn, batch[mine], targets[mine], ddp_rank=rank), os.path.join(result_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="this torch has no gloo backend")
+def test_ddp_equals_one_process_on_the_whole_batch(posenc, tmp_path):
+    """DDP averages the ranks' gradients; with a mean loss over equal halves, that is the gradient
+    of the whole batch, so every step's gradients and the trained weights match one process. The
+    tables are buffers computed from the options, the same on every rank (DDP broadcasts rank 0's
+    buffers; they are equal anyway). Tolerance: the two ranks' float32 sums are added in another
+    order than the single process's (a few ulp)."""
+    torch.manual_seed(1)
+    batch, targets = torch.randn(4, 12, 8), torch.randn(4, 12, 4)
+    torch.save((batch, targets), tmp_path / "data.pt")
+    mp.spawn(_ddp_rank, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    gradients, weights = _train(posenc.nn, batch, targets)
+    for rank in range(WORLD_SIZE):
+        ddp_gradients, ddp_weights = torch.load(tmp_path / f"rank{rank}.pt")
+        for step, (ours, theirs) in enumerate(zip(gradients, ddp_gradients)):
+            for name in ours:
+                torch.testing.assert_close(theirs[name], ours[name], rtol=1e-5, atol=1e-6, msg=f"rank {rank}, step {step}, {name}")
+        assert sorted(ddp_weights) == sorted(weights)
+        for name in weights:
+            torch.testing.assert_close(ddp_weights[name], weights[name], rtol=1e-5, atol=1e-6)
+        assert torch.equal(ddp_weights["positions.pe"], weights["positions.pe"])
+
+
+def test_trained_in_python_runs_in_cpp(posenc, test_tool, tmp_path):
+    """Train with posenc.nn, save the state dict as safetensors (the Python package's own
+    save_file), load it into the C++ twin of the model (posenc::load_safetensors into C++ modules
+    of the same options) and run it: the same outputs, bit for bit (the same operators and ATen
+    kernels on the same inputs)."""
+    safetensors_torch = pytest.importorskip("safetensors.torch", reason="the safetensors package (pip environment)")
+    torch.manual_seed(2)
+    batch, targets = torch.randn(4, 12, 8), torch.randn(4, 12, 4)
+    model = _Model(posenc.nn)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(20):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(batch), targets).backward()
+        optimizer.step()
+    model.eval()
+    assert not torch.equal(model.learned.weight, _Model(posenc.nn).learned.weight)  # it trained
+    weights = tmp_path / "model.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    inputs = torch.randn(3, 20, 8)
+    torch.save((inputs,), tmp_path / "args.pt")
+    test_tool("run-trained", weights, tmp_path / "args.pt", tmp_path / "out.pt")
+    out = torch.load(tmp_path / "out.pt")
+    with torch.no_grad():
+        expected = model(inputs)
+    assert torch.equal(out, expected), (out - expected).abs().max()
