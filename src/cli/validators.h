@@ -25,18 +25,37 @@ inline CLI::Validator at_least(int64_t lowest) {
       ">= " + std::to_string(lowest));
 }
 
-/// A number option that must be finite and > 0.
-inline CLI::Validator positive() {
+/// An integer option that must be a multiple of `step` (combine with at_least for the range).
+inline CLI::Validator multiple_of(int64_t step) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double value = 0;
-        if (!CLI::detail::lexical_cast(text, value) || !(value > 0) ||
-            value > 1.7976931348623157e308) {
-          return "must be a finite number > 0, but got " + text;
+      [step](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || value % step != 0) {
+          return "must be a multiple of " + std::to_string(step) + ", but got " + text;
         }
         return std::string();
       },
-      "> 0");
+      "multiple of " + std::to_string(step));
+}
+
+/// A number option that must be finite and > `bound` (or >= `bound` when `inclusive`).
+inline CLI::Validator finite_above(double bound, bool inclusive = false) {
+  std::string condition = (inclusive ? ">= " : "> ") + CLI::detail::to_string(bound);
+  return CLI::Validator(
+      [bound, inclusive, condition](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) ||
+            !(inclusive ? value >= bound : value > bound) || value > 1.7976931348623157e308) {
+          return "must be a finite number " + condition + ", but got " + text;
+        }
+        return std::string();
+      },
+      condition);
+}
+
+/// A number option that must be finite and > 0.
+inline CLI::Validator positive() {
+  return finite_above(0.0);
 }
 
 } // namespace cli

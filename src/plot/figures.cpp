@@ -1,20 +1,18 @@
 #include "plot/figures.h"
 
-#include "cli/output.h"
+#include "plot/drawing.h"
 
 #include <posenc/functional/positional_encoding.h>
+#include <posenc/functional/rotary_embedding.h>
+#include <posenc/functional/vision.h>
 
 #include <ATen/ops/matmul.h>
 #include <c10/util/Exception.h>
 
-#include <cairo.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <memory>
 #include <string>
 
 #include <sys/stat.h>
@@ -22,173 +20,24 @@
 namespace posenc {
 namespace plot {
 
-std::array<uint8_t, 3> viridis(double t) {
-  // matplotlib's viridis at t = 0, 1/9, ..., 1, interpolated linearly in RGB.
-  static const uint8_t anchors[10][3] = {{0x44, 0x01, 0x54}, {0x48, 0x28, 0x78}, {0x3e, 0x49, 0x89},
-                                         {0x31, 0x68, 0x8e}, {0x26, 0x82, 0x8e}, {0x1f, 0x9e, 0x89},
-                                         {0x35, 0xb7, 0x79}, {0x6e, 0xce, 0x58}, {0xb5, 0xde, 0x2b},
-                                         {0xfd, 0xe7, 0x25}};
-  const double x = std::min(1.0, std::max(0.0, std::isnan(t) ? 0.0 : t)) * 9.0;
-  const int i = std::min(8, static_cast<int>(x));
-  const double f = x - i;
-  std::array<uint8_t, 3> rgb{};
-  for (int c = 0; c < 3; ++c) {
-    rgb[static_cast<size_t>(c)] =
-        static_cast<uint8_t>(std::lround(anchors[i][c] + f * (anchors[i + 1][c] - anchors[i][c])));
-  }
-  return rgb;
-}
+using draw::axes;
+using draw::Axis;
+using draw::canvas;
+using draw::Colour;
+using draw::colour_bar;
+using draw::Context;
+using draw::heatmap;
+using draw::legend;
+using draw::LegendEntry;
+using draw::polyline;
+using draw::Rect;
+using draw::save;
+using draw::Surface;
+using draw::text;
 
 namespace {
 
-using Surface = std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)>;
-using Context = std::unique_ptr<cairo_t, decltype(&cairo_destroy)>;
-
-struct Rect {
-  double x, y, w, h;
-};
-
-// Tick values between lo and hi, steps of 1, 2 or 5 times a power of ten, about `count` of them.
-std::vector<double> ticks(double lo, double hi, int count = 6) {
-  const double raw = (hi - lo) / count;
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = power;
-  for (const double m : {1.0, 2.0, 5.0, 10.0}) {
-    if (m * power >= raw) {
-      step = m * power;
-      break;
-    }
-  }
-  std::vector<double> values;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
-    values.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
-  }
-  return values;
-}
-
-std::string label(double v) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), std::fabs(v - std::round(v)) < 1e-9 ? "%.0f" : "%.1f", v);
-  return buffer;
-}
-
-void text(cairo_t* cr, const std::string& s, double x, double y, double size, double align_x,
-          double align_y, double angle = 0.0) {
-  cairo_save(cr);
-  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_font_size(cr, size);
-  cairo_text_extents_t e;
-  cairo_text_extents(cr, s.c_str(), &e);
-  cairo_translate(cr, x, y);
-  cairo_rotate(cr, angle);
-  cairo_move_to(cr, -e.x_bearing - align_x * e.width, -e.y_bearing - align_y * e.height);
-  cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-  cairo_show_text(cr, s.c_str());
-  cairo_restore(cr);
-}
-
-// Axes box with ticks and labels for x in [x0, x1] and y in [y0, y1] (y0 at the top when flipped).
-void axes(cairo_t* cr, const Rect& r, double x0, double x1, double y0, double y1, bool y_down,
-          const std::string& xlabel, const std::string& ylabel) {
-  cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-  cairo_set_line_width(cr, 1.0);
-  cairo_rectangle(cr, r.x, r.y, r.w, r.h);
-  cairo_stroke(cr);
-  for (const double v : ticks(x0, x1)) {
-    const double px = r.x + (v - x0) / (x1 - x0) * r.w;
-    cairo_move_to(cr, px, r.y + r.h);
-    cairo_line_to(cr, px, r.y + r.h + 5);
-    cairo_stroke(cr);
-    text(cr, label(v), px, r.y + r.h + 8, 12, 0.5, 0.0);
-  }
-  for (const double v : ticks(std::min(y0, y1), std::max(y0, y1))) {
-    const double f = (v - y0) / (y1 - y0);
-    const double py = y_down ? r.y + f * r.h : r.y + r.h - f * r.h;
-    cairo_move_to(cr, r.x - 5, py);
-    cairo_line_to(cr, r.x, py);
-    cairo_stroke(cr);
-    text(cr, label(v), r.x - 8, py, 12, 1.0, 0.5);
-  }
-  text(cr, xlabel, r.x + r.w / 2, r.y + r.h + 28, 14, 0.5, 0.0);
-  text(cr, ylabel, r.x - 52, r.y + r.h / 2, 14, 0.5, 0.5, -M_PI / 2);
-}
-
-// matrix [rows, cols] as an image in r, colours over [lo, hi].
-void heatmap(cairo_t* cr, const at::Tensor& matrix, const Rect& r, double lo, double hi) {
-  const at::Tensor m = matrix.to(at::kDouble).contiguous();
-  const int rows = static_cast<int>(m.size(0));
-  const int cols = static_cast<int>(m.size(1));
-  Surface image(cairo_image_surface_create(CAIRO_FORMAT_RGB24, cols, rows), &cairo_surface_destroy);
-  cairo_surface_flush(image.get());
-  unsigned char* data = cairo_image_surface_get_data(image.get());
-  const int stride = cairo_image_surface_get_stride(image.get());
-  const double* values = m.data_ptr<double>();
-  for (int y = 0; y < rows; ++y) {
-    auto* row = reinterpret_cast<uint32_t*>(data + y * stride);
-    for (int x = 0; x < cols; ++x) {
-      const auto c = viridis((values[y * cols + x] - lo) / (hi - lo));
-      row[x] = (uint32_t{c[0]} << 16) | (uint32_t{c[1]} << 8) | uint32_t{c[2]};
-    }
-  }
-  cairo_surface_mark_dirty(image.get());
-  cairo_save(cr);
-  cairo_rectangle(cr, r.x, r.y, r.w, r.h);
-  cairo_clip(cr);
-  cairo_translate(cr, r.x, r.y);
-  cairo_scale(cr, r.w / cols, r.h / rows);
-  cairo_set_source_surface(cr, image.get(), 0, 0);
-  cairo_pattern_set_filter(cairo_get_source(cr), CAIRO_FILTER_NEAREST);
-  cairo_paint(cr);
-  cairo_restore(cr);
-}
-
-void colour_bar(cairo_t* cr, const Rect& r, double lo, double hi, const std::string& name) {
-  for (int i = 0; i < static_cast<int>(r.h); ++i) {
-    const auto c = viridis(1.0 - i / r.h);
-    cairo_set_source_rgb(cr, c[0] / 255.0, c[1] / 255.0, c[2] / 255.0);
-    cairo_rectangle(cr, r.x, r.y + i, r.w, 1.0);
-    cairo_fill(cr);
-  }
-  cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-  cairo_set_line_width(cr, 1.0);
-  cairo_rectangle(cr, r.x, r.y, r.w, r.h);
-  cairo_stroke(cr);
-  for (const double v : ticks(lo, hi, 5)) {
-    const double py = r.y + r.h - (v - lo) / (hi - lo) * r.h;
-    cairo_move_to(cr, r.x + r.w, py);
-    cairo_line_to(cr, r.x + r.w + 5, py);
-    cairo_stroke(cr);
-    text(cr, label(v), r.x + r.w + 8, py, 12, 0.0, 0.5);
-  }
-  text(cr, name, r.x + r.w + 52, r.y + r.h / 2, 14, 0.5, 0.5, -M_PI / 2);
-}
-
-Surface canvas(int width, int height, Context& cr) {
-  TORCH_CHECK(width >= 200 && height >= 200,
-              "plot: figures need at least 200 x 200 pixels, but got ", width, " x ", height);
-  Surface surface(cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height),
-                  &cairo_surface_destroy);
-  cr = Context(cairo_create(surface.get()), &cairo_destroy);
-  cairo_set_source_rgb(cr.get(), 1, 1, 1);
-  cairo_paint(cr.get());
-  return surface;
-}
-
-// Encodes the PNG in memory, then writes it with every error checked (cairo's own file writer
-// does not report a failed flush: a full disk gave a truncated file and success).
-void save(cairo_surface_t* surface, const std::string& path) {
-  std::string bytes;
-  const cairo_status_t status = cairo_surface_write_to_png_stream(
-      surface,
-      [](void* closure, const unsigned char* data, unsigned int length) {
-        static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
-        return CAIRO_STATUS_SUCCESS;
-      },
-      &bytes);
-  TORCH_CHECK(status == CAIRO_STATUS_SUCCESS, "plot: cannot encode '", path,
-              "': ", cairo_status_to_string(status));
-  cli::write_file(path, bytes);
-}
+constexpr double kTwoPi = 6.283185307179586476925286766559;
 
 void check_table(const at::Tensor& table) {
   TORCH_CHECK(table.defined() && table.dim() == 2 && table.size(0) >= 2 && table.size(1) >= 1,
@@ -205,8 +54,8 @@ void write_encoding_heatmap(const at::Tensor& table, const std::string& path, in
   Surface surface = canvas(width, height, cr);
   const Rect plot{80, 50, width - 230.0, height - 110.0};
   heatmap(cr.get(), table, plot, -1.0, 1.0);
-  axes(cr.get(), plot, 0, static_cast<double>(table.size(1)), 0, static_cast<double>(table.size(0)),
-       /*y_down=*/true, "embedding dimension i", "position pos");
+  axes(cr.get(), plot, {0, static_cast<double>(table.size(1)), "embedding dimension i"},
+       {0, static_cast<double>(table.size(0)), "position pos", false, /*flipped=*/true});
   colour_bar(cr.get(), {plot.x + plot.w + 30, plot.y, 20, plot.h}, -1.0, 1.0, "PE(pos, i)");
   text(cr.get(),
        "Sinusoidal positional encoding (" + std::to_string(table.size(0)) + " positions x " +
@@ -232,37 +81,209 @@ void write_similarity_figure(const at::Tensor& table, const std::string& path, i
   const double side = std::min(height - 110.0, width * 0.42);
   const Rect left{80, 50, side, side};
   heatmap(cr.get(), similarity, left, bottom, top);
-  axes(cr.get(), left, 0, static_cast<double>(positions), 0, static_cast<double>(positions), true,
-       "position q", "position p");
+  axes(cr.get(), left, {0, static_cast<double>(positions), "position q"},
+       {0, static_cast<double>(positions), "position p", false, /*flipped=*/true});
   colour_bar(cr.get(), {left.x + left.w + 20, left.y, 16, left.h}, bottom, top, "PE(p) . PE(q)");
 
   // Right: PE(p) . PE(p + k) against k, for several p.
   const Rect right{left.x + left.w + 210, 50, width - (left.x + left.w + 210) - 30, side};
   const int64_t span = positions / 2;
-  axes(cr.get(), right, 0, static_cast<double>(span), bottom, top, false, "distance k",
-       "PE(p) . PE(p + k)");
-  const double colours[4][3] = {
+  const Axis distance{0, static_cast<double>(span), "distance k"};
+  const Axis dot{bottom, top, "PE(p) . PE(p + k)"};
+  axes(cr.get(), right, distance, dot);
+  const Colour colours[4] = {
       {0.27, 0.0, 0.33}, {0.19, 0.41, 0.56}, {0.21, 0.72, 0.47}, {0.99, 0.6, 0.1}};
   const int64_t starts[4] = {0, positions / 8, positions / 4, positions / 2 - 1};
+  std::vector<LegendEntry> entries;
   for (int s = 0; s < 4; ++s) {
     const int64_t p = starts[s];
-    cairo_set_source_rgb(cr.get(), colours[s][0], colours[s][1], colours[s][2]);
-    cairo_set_line_width(cr.get(),
-                         4.0 - 0.8 * s); // thinner on top, so that coinciding curves stay visible
+    std::vector<double> ks, values;
     for (int64_t k = 0; k < span && p + k < positions; ++k) {
-      const double x = right.x + static_cast<double>(k) / static_cast<double>(span) * right.w;
-      const double y = right.y + right.h -
-                       (similarity[p][p + k].item<double>() - bottom) / (top - bottom) * right.h;
-      k == 0 ? cairo_move_to(cr.get(), x, y) : cairo_line_to(cr.get(), x, y);
+      ks.push_back(static_cast<double>(k));
+      values.push_back(similarity[p][p + k].item<double>());
     }
-    cairo_stroke(cr.get());
-    const double ly = right.y + 14 + 18.0 * s;
-    cairo_move_to(cr.get(), right.x + right.w - 90, ly);
-    cairo_line_to(cr.get(), right.x + right.w - 66, ly);
-    cairo_stroke(cr.get());
-    text(cr.get(), "p = " + std::to_string(p), right.x + right.w - 60, ly, 12, 0.0, 0.5);
+    const double width = 4.0 - 0.8 * s; // thinner on top, so that coinciding curves stay visible
+    polyline(cr.get(), right, distance, dot, ks, values, colours[s], width);
+    entries.push_back({"p = " + std::to_string(p), colours[s], width});
   }
+  legend(cr.get(), right.x + right.w - 100, right.y + 6, entries, 12);
   save(surface.get(), path);
+}
+
+std::vector<int64_t> default_sincos_2d_channels(int64_t embed_dim) {
+  TORCH_CHECK(embed_dim >= 4 && embed_dim % 4 == 0,
+              "plot: the 2-D sin-cos table needs an embed_dim that is a positive multiple of 4, "
+              "but got ",
+              embed_dim);
+  const int64_t quarter = embed_dim / 4;
+  std::vector<int64_t> frequencies{0};
+  if (quarter > 1) {
+    frequencies.push_back(std::max<int64_t>(1, quarter / 8));
+  }
+  std::vector<int64_t> channels;
+  for (const int64_t half : {int64_t{0}, embed_dim / 2}) { // x, then y
+    for (const int64_t k : frequencies) {
+      channels.push_back(half + k);           // sin
+      channels.push_back(half + quarter + k); // cos
+    }
+  }
+  return channels;
+}
+
+std::string sincos_2d_channel_name(int64_t embed_dim, int64_t channel) {
+  TORCH_CHECK(channel >= 0 && channel < embed_dim, "plot: channel ", channel,
+              " is outside the table's channels [0, ", embed_dim, "); choose channels below ",
+              embed_dim);
+  const int64_t quarter = embed_dim / 4;
+  const int64_t within = channel % (2 * quarter);
+  return "ch " + std::to_string(channel) + ": " + (within < quarter ? "sin" : "cos") + "(w_" +
+         std::to_string(within % quarter) + " " + (channel < 2 * quarter ? "x" : "y") + ")";
+}
+
+void write_sincos_2d_figure(const Sincos2dTableOptions& options,
+                            const std::vector<int64_t>& channels, const std::string& path,
+                            int panel) {
+  TORCH_CHECK(!channels.empty() && channels.size() <= kMaxSincos2dChannels,
+              "plot: the 2-D sin-cos figure shows 1 to ", kMaxSincos2dChannels,
+              " channels (one panel each), but got ", channels.size());
+  TORCH_CHECK(panel >= 40 && panel <= 1000, "plot: panels must be 40 to 1000 pixels, but got ",
+              panel);
+  const int64_t embed_dim = options.embed_dim();
+  std::vector<std::string> names;
+  for (const int64_t channel : channels) {
+    names.push_back(sincos_2d_channel_name(embed_dim, channel)); // checks the channel
+  }
+  Sincos2dTableOptions grid_only = options;
+  grid_only.cls_token(false).extra_tokens(0);
+  const at::Tensor table = functional::sincos_2d_table(grid_only); // [H * W, D]
+  const auto& size = options.grid_size();
+  const int64_t rows_h = size[0];
+  const int64_t cols_w = size.size() == 2 ? size[1] : size[0];
+  const double longer = static_cast<double>(std::max(rows_h, cols_w));
+  const double pw = panel * cols_w / longer;
+  const double ph = panel * rows_h / longer;
+
+  const int n = static_cast<int>(channels.size());
+  const int per_row = std::min(n, 4);
+  const int rows = (n + per_row - 1) / per_row;
+  const int width = std::max(600, per_row * (panel + 50) + 130); // 600: room for the caption
+  const int height = 70 + rows * (panel + 60) + 10;
+  Context cr(nullptr, &cairo_destroy);
+  Surface surface = canvas(width, height, cr);
+  const std::string scale = draw::number(options.interpolation_scale());
+  text(cr.get(),
+       "2-D sin-cos table (" + std::to_string(rows_h) + " x " + std::to_string(cols_w) +
+           " patches, embed_dim " + std::to_string(embed_dim) + ")",
+       width / 2.0, 12, 16, 0.5, 0.0);
+  text(cr.get(),
+       "x = j * " + std::to_string(options.base_size()) + " / " + std::to_string(cols_w) + " / " +
+           scale + " (column j),  y = i * " + std::to_string(options.base_size()) + " / " +
+           std::to_string(rows_h) + " / " + scale + " (row i),  w_k = 10000^(-k / " +
+           std::to_string(embed_dim / 4) + ")",
+       width / 2.0, 36, 12, 0.5, 0.0);
+  const Axis x{0, static_cast<double>(cols_w), "", false, false, 10};
+  const Axis y{0, static_cast<double>(rows_h), "", false, /*flipped=*/true, 10};
+  for (int p = 0; p < n; ++p) {
+    const Rect r{50.0 + (p % per_row) * (panel + 50.0), 70.0 + 24 + (p / per_row) * (panel + 60.0),
+                 pw, ph};
+    const at::Tensor values =
+        table.select(1, channels[static_cast<size_t>(p)]).view({rows_h, cols_w});
+    heatmap(cr.get(), values, r, -1.0, 1.0);
+    axes(cr.get(), r, x, y);
+    text(cr.get(), names[static_cast<size_t>(p)], r.x + pw / 2, r.y - 6, 13, 0.5, 1.0);
+  }
+  const double bar_x = 50.0 + per_row * (panel + 50.0) - 20;
+  colour_bar(cr.get(), {bar_x, 94, 16, rows * (panel + 60.0) - 60}, -1.0, 1.0, "value");
+  save(surface.get(), path);
+}
+
+std::vector<Spectrum> rope_spectra(const RopeSpectrumOptions& options) {
+  namespace F = functional;
+  const auto extended = static_cast<int64_t>(
+      std::llround(options.factor * static_cast<double>(options.original_max_len)));
+  const std::string factor = draw::number(options.factor);
+  const std::pair<RopeType, std::string> variants[] = {
+      {RopeType::kDefault, "default"},
+      {RopeType::kLinear, "linear (factor " + factor + ")"},
+      {RopeType::kYarn, "YaRN (factor " + factor + ", beta 32 / 1)"},
+      {RopeType::kLlama3, "LLaMA 3 (factor " + factor + ", low 1, high 4)"}};
+  std::vector<Spectrum> spectra;
+  for (const auto& variant : variants) {
+    auto scaling = RopeScalingOptions(variant.first);
+    if (variant.first != RopeType::kDefault) {
+      scaling.factor(options.factor)
+          .max_position_embeddings(std::max<int64_t>(1, extended))
+          .original_max_position_embeddings(options.original_max_len);
+    }
+    const at::Tensor inv_freq = F::rotary_inv_freq(
+        options.head_dim, F::RotaryTablesFuncOptions().base(options.theta).scaling(scaling));
+    Spectrum spectrum{variant.second, {}};
+    for (int64_t i = 0; i < inv_freq.numel(); ++i) {
+      spectrum.wavelengths.push_back(kTwoPi / inv_freq[i].item<double>());
+    }
+    spectra.push_back(std::move(spectrum));
+  }
+  return spectra;
+}
+
+void write_spectrum_figure(const std::vector<Spectrum>& spectra, double context_length,
+                           const std::string& title, const std::string& path, int width,
+                           int height) {
+  TORCH_CHECK(!spectra.empty() && !spectra.front().wavelengths.empty(),
+              "plot: a spectrum figure needs at least one spectrum with at least one wavelength");
+  const size_t pairs = spectra.front().wavelengths.size();
+  double lowest = context_length;
+  double highest = context_length;
+  for (const Spectrum& spectrum : spectra) {
+    TORCH_CHECK(spectrum.wavelengths.size() == pairs,
+                "plot: every spectrum needs one wavelength per pair (", pairs, "), but '",
+                spectrum.name, "' has ", spectrum.wavelengths.size());
+    for (const double wavelength : spectrum.wavelengths) {
+      TORCH_CHECK(std::isfinite(wavelength) && wavelength > 0, "plot: the wavelengths of '",
+                  spectrum.name, "' must be finite numbers > 0, but hold ", wavelength);
+      lowest = std::min(lowest, wavelength);
+      highest = std::max(highest, wavelength);
+    }
+  }
+  TORCH_CHECK(std::isfinite(context_length) && context_length > 0,
+              "plot: the context length must be a finite number > 0, but got ", context_length);
+  Context cr(nullptr, &cairo_destroy);
+  Surface surface = canvas(width, height, cr);
+  text(cr.get(), title, width / 2.0, 14, 16, 0.5, 0.0);
+  const Rect r{90, 50, width - 120.0, height - 110.0};
+  const Axis x{0, std::max(1.0, static_cast<double>(pairs - 1)), "frequency pair i"};
+  const Axis y{std::pow(10.0, std::floor(std::log10(lowest))),
+               std::pow(10.0, std::ceil(std::log10(highest) + 1e-9)),
+               "wavelength 2 pi / inv_freq (positions)", /*log=*/true};
+  axes(cr.get(), r, x, y);
+  std::vector<double> xs(pairs);
+  for (size_t i = 0; i < pairs; ++i) {
+    xs[i] = static_cast<double>(i);
+  }
+  std::vector<LegendEntry> entries;
+  const Colour grey{0.45, 0.45, 0.45};
+  draw::polyline(cr.get(), r, x, y, {x.lo, x.hi}, {context_length, context_length}, grey, 1.5,
+                 /*dashed=*/true);
+  for (size_t s = 0; s < spectra.size(); ++s) {
+    // Thinner on top, so that coinciding lines stay visible.
+    const double line_width = std::max(1.5, 5.0 - 1.1 * static_cast<double>(s));
+    polyline(cr.get(), r, x, y, xs, spectra[s].wavelengths, draw::line_colour(s), line_width);
+    entries.push_back({spectra[s].name, draw::line_colour(s), line_width});
+  }
+  entries.push_back(
+      {"original context (" + draw::number(context_length) + ")", grey, 1.5, /*dashed=*/true});
+  legend(cr.get(), r.x + 12, r.y + 12, entries);
+  save(surface.get(), path);
+}
+
+void write_rope_spectrum_figure(const RopeSpectrumOptions& options, const std::string& path,
+                                int width, int height) {
+  const std::string title = "RoPE wavelength per frequency pair (head_dim " +
+                            std::to_string(options.head_dim) + ", theta " +
+                            draw::number(options.theta) + ", original context " +
+                            std::to_string(options.original_max_len) + ")";
+  write_spectrum_figure(rope_spectra(options), static_cast<double>(options.original_max_len), title,
+                        path, width, height);
 }
 
 void make_directories(const std::string& directory) {
