@@ -19,6 +19,19 @@
 /// key_length, offset: int = 0)`, `RelPositionalEncoding`'s `forward(x, offset: int = 0)` (a
 /// tuple) and `RelPositionMultiheadAttention`'s `forward(query, key, value, pos_emb, mask:
 /// Optional[Tensor] = None)`.
+/// The vision and diffusion modules keep their C++ signatures too: `Timesteps`' and
+/// `TimestepEmbedder`'s `forward(timesteps)` ([N] -> [N, embedding_dim] float32, and [N,
+/// hidden_size] through the MLP `mlp.0`, `mlp.2`), `AxialRotaryEmbedding`'s `forward(x, ids)` and
+/// `tables(ids, dtype: Optional[int] = None)`, `VisionRotaryEmbedding`'s `forward(x, feat_shape:
+/// List[int])` and `tables(feat_shape, dtype: Optional[int] = None, device: Optional[Device] =
+/// None)` (a dtype is a `torch.dtype` from Python, a `torch::ScalarType` from C++). They hold no
+/// tensors in their state dicts but `TimestepEmbedder`'s; their float64 frequencies are plain
+/// attributes (`frequencies`, `axial_inv_freq`), and the tables are computed per call in float64
+/// as in C++. The timestep embeddings equal the C++ module's bit for bit; the axial and grid
+/// tables use PyTorch's float64 cos/sin where posenc uses the C library's, so they (and the
+/// rotated outputs) can differ in the last bit of float32 (or float64) outputs; `TimestepEmbedder`
+/// computes its SiLU as x * sigmoid(x) (aten::silu has no name in torch's Python namespace), a few
+/// float32 ulps from the C++ module's.
 /// Their TorchScript source is the Python files of posenc's `src/export/torchscript/`, embedded in
 /// the library at build time; besides the tensors, an exported module carries the attributes those
 /// methods read (e.g. `who`, the module's name in the error messages, `max_len`, `extrapolate`).
@@ -38,6 +51,7 @@
 #include <posenc/modules/positional_encoding.h>
 #include <posenc/modules/rotary_embedding.h>
 #include <posenc/modules/token_and_position_embedding.h>
+#include <posenc/modules/vision.h>
 
 #include <torch/csrc/jit/api/module.h>
 
@@ -60,6 +74,16 @@ torch::jit::Module to_torchscript(const RelativePositionBiasImpl& module);
 torch::jit::Module to_torchscript(const RelPositionalEncodingImpl& module);
 /// TorchScript version of a `RelPositionMultiheadAttention` (the parameters under the same names).
 torch::jit::Module to_torchscript(const RelPositionMultiheadAttentionImpl& module);
+
+/// TorchScript version of a `Timesteps` (no tensors; the attribute `frequencies`).
+torch::jit::Module to_torchscript(const TimestepsImpl& module);
+/// TorchScript version of a `TimestepEmbedder` (`mlp.0.weight`, `mlp.0.bias`, `mlp.2.weight`,
+/// `mlp.2.bias`).
+torch::jit::Module to_torchscript(const TimestepEmbedderImpl& module);
+/// TorchScript version of an `AxialRotaryEmbedding` (no tensors; `forward` and `tables`).
+torch::jit::Module to_torchscript(const AxialRotaryEmbeddingImpl& module);
+/// TorchScript version of a `VisionRotaryEmbedding` (no tensors; `forward` and `tables`).
+torch::jit::Module to_torchscript(const VisionRotaryEmbeddingImpl& module);
 
 /// Overloads for the module holders.
 template <typename Impl>

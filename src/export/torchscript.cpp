@@ -3,6 +3,7 @@
 #include "detail/attention_bias.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
+#include "detail/vision.h"
 #include "torchscript_sources.h"
 
 #include <ATen/core/jit_type.h>
@@ -29,8 +30,17 @@ namespace posenc {
 
 namespace {
 
-// The names the exported code uses: `torch` (the native resolver's) and `RuntimeError`.
+// The names the exported code uses: `torch` (the native resolver's) and `RuntimeError`; and the
+// type `torch.device` (as Python's TorchScript frontend reads it).
 struct ExportResolver : torch::jit::NativeResolver {
+  c10::TypePtr resolveType(const std::string& name,
+                           const torch::jit::SourceRange& location) override {
+    if (name == "torch.device") {
+      return c10::DeviceObjType::get();
+    }
+    return torch::jit::NativeResolver::resolveType(name, location);
+  }
+
   std::shared_ptr<torch::jit::SugaredValue> resolveValue(
       const std::string& name, torch::jit::GraphFunction& function,
       const torch::jit::SourceRange& location) override {
@@ -79,6 +89,7 @@ constexpr Source kOffset{"offset.py", &sources::offset_py};
 constexpr Source kSequence{"sequence.py", &sources::sequence_py};
 constexpr Source kSinusoidal{"sinusoidal.py", &sources::sinusoidal_py};
 constexpr Source kLearned{"learned.py", &sources::learned_py};
+constexpr Source kRotation{"rotation.py", &sources::rotation_py};
 constexpr Source kRotary{"rotary.py", &sources::rotary_py};
 constexpr Source kTokenEmbedding{"token_embedding.py", &sources::token_embedding_py};
 constexpr Source kTokenAndPosition{"token_and_position.py", &sources::token_and_position_py};
@@ -86,6 +97,12 @@ constexpr Source kALiBi{"alibi.py", &sources::alibi_py};
 constexpr Source kT5Bias{"t5_bias.py", &sources::t5_bias_py};
 constexpr Source kRelativeEncoding{"relative_encoding.py", &sources::relative_encoding_py};
 constexpr Source kRelativeAttention{"relative_attention.py", &sources::relative_attention_py};
+constexpr Source kTimestep{"timestep.py", &sources::timestep_py};
+constexpr Source kTimesteps{"timesteps.py", &sources::timesteps_py};
+constexpr Source kTimestepEmbedder{"timestep_embedder.py", &sources::timestep_embedder_py};
+constexpr Source kAxial{"axial.py", &sources::axial_py};
+constexpr Source kAxialRotary{"axial_rotary.py", &sources::axial_rotary_py};
+constexpr Source kVisionRotary{"vision_rotary.py", &sources::vision_rotary_py};
 
 torch::jit::Module sequence_module(const std::string& name, int64_t d_model, int64_t max_len,
                                    bool batch_first, double scale, bool extrapolate) {
@@ -107,6 +124,43 @@ torch::jit::Module linear_parameters(const torch::nn::Linear& linear) {
     exported.register_parameter("bias", linear->bias.detach().clone(), /*is_buffer=*/false);
   }
   return exported;
+}
+
+// The attributes of the timestep embedding (timestep.py): the options it reads and the float64
+// frequencies of posenc::detail::timestep_frequencies (a plain attribute: the C++ module has no
+// buffers).
+void register_timestep_embedding(torch::jit::Module& exported, const detail::TimestepSpec& spec) {
+  exported.register_attribute("embedding_dim", c10::IntType::get(), spec.embedding_dim);
+  exported.register_attribute("flip_sin_to_cos", c10::BoolType::get(), spec.flip_sin_to_cos);
+  exported.register_attribute("downscale_freq_shift", c10::FloatType::get(),
+                              spec.downscale_freq_shift);
+  exported.register_attribute("scale", c10::FloatType::get(), spec.scale);
+  exported.register_attribute("max_period", c10::IntType::get(), spec.max_period);
+  exported.register_attribute("frequencies", c10::TensorType::get(),
+                              at::tensor(detail::timestep_frequencies(spec), at::kDouble));
+}
+
+// The attributes of the axial tables (axial.py): `axes_dim`, and each axis' plain RoPE
+// frequencies (posenc::detail::rope_frequencies, as detail::axial_rotary_tables computes them)
+// one axis after the other, with the axis of each.
+void register_axial_tables(torch::jit::Module& exported, const char* who,
+                           const std::vector<int64_t>& axes_dim, double theta) {
+  c10::List<int64_t> dims;
+  std::vector<double> inv_freq;
+  std::vector<int64_t> axis_of;
+  for (size_t a = 0; a < axes_dim.size(); ++a) {
+    dims.push_back(axes_dim[a]);
+    const detail::RopeSpec spec = detail::rope_spec(
+        axes_dim[a], functional::RotaryTablesFuncOptions().base(theta), /*max_len=*/1);
+    const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, who);
+    TORCH_INTERNAL_ASSERT(frequencies.attention_factor == 1.0);
+    inv_freq.insert(inv_freq.end(), frequencies.inv_freq.begin(), frequencies.inv_freq.end());
+    axis_of.insert(axis_of.end(), frequencies.inv_freq.size(), static_cast<int64_t>(a));
+  }
+  exported.register_attribute("axes_dim", c10::ListType::ofInts(), dims);
+  exported.register_attribute("axial_inv_freq", c10::TensorType::get(),
+                              at::tensor(inv_freq, at::kDouble));
+  exported.register_attribute("axial_axis", c10::TensorType::get(), at::tensor(axis_of, at::kLong));
 }
 
 } // namespace
@@ -189,7 +243,7 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
     }
   }
   exported.register_attribute("mrope_axes", c10::ListType::ofInts(), mrope_axes);
-  define(exported, "RotaryEmbedding", {kCommon, kOffset, kRotary});
+  define(exported, "RotaryEmbedding", {kCommon, kOffset, kRotation, kRotary});
   exported.eval();
   return exported;
 }
@@ -277,6 +331,82 @@ torch::jit::Module to_torchscript(const RelPositionMultiheadAttentionImpl& modul
   exported.register_attribute("score_scale", c10::FloatType::get(),
                               1.0 / std::sqrt(static_cast<double>(depth)));
   define(exported, "RelPositionMultiheadAttention", {kCommon, kRelativeAttention});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const TimestepsImpl& module) {
+  const auto& options = module.options;
+  detail::TimestepSpec spec;
+  spec.embedding_dim = options.embedding_dim();
+  spec.flip_sin_to_cos = options.flip_sin_to_cos();
+  spec.downscale_freq_shift = options.downscale_freq_shift();
+  spec.scale = options.scale();
+  spec.max_period = options.max_period();
+  torch::jit::Module exported("__torch__.posenc.Timesteps");
+  register_timestep_embedding(exported, spec);
+  define(exported, TimestepsImpl::kName, {kCommon, kTimestep, kTimesteps});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const TimestepEmbedderImpl& module) {
+  const auto& options = module.options;
+  // DiT's embedding: cos first, no shift (as TimestepEmbedderImpl::forward)
+  detail::TimestepSpec spec;
+  spec.embedding_dim = options.frequency_embedding_size();
+  spec.flip_sin_to_cos = true;
+  spec.downscale_freq_shift = 0.0;
+  spec.max_period = options.max_period();
+  torch::jit::Module mlp("__torch__.posenc.Sequential");
+  mlp.register_module(
+      "0", linear_parameters(torch::nn::Linear(module.mlp->ptr<torch::nn::LinearImpl>(0))));
+  mlp.register_module(
+      "2", linear_parameters(torch::nn::Linear(module.mlp->ptr<torch::nn::LinearImpl>(2))));
+  torch::jit::Module exported("__torch__.posenc.TimestepEmbedder");
+  exported.register_module("mlp", mlp);
+  exported.register_attribute("hidden_size", c10::IntType::get(), options.hidden_size());
+  register_timestep_embedding(exported, spec);
+  define(exported, TimestepEmbedderImpl::kName, {kCommon, kTimestep, kTimestepEmbedder});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const AxialRotaryEmbeddingImpl& module) {
+  const auto& options = module.options;
+  torch::jit::Module exported("__torch__.posenc.AxialRotaryEmbedding");
+  register_axial_tables(exported, AxialRotaryEmbeddingImpl::kName, options.axes_dim(),
+                        options.theta());
+  exported.register_attribute("theta", c10::FloatType::get(), options.theta());
+  exported.register_attribute("interleaved", c10::BoolType::get(),
+                              options.pairing() == RotaryPairing::kInterleaved);
+  exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
+  define(exported, AxialRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kAxialRotary});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const VisionRotaryEmbeddingImpl& module) {
+  const auto& options = module.options;
+  torch::jit::Module exported("__torch__.posenc.VisionRotaryEmbedding");
+  register_axial_tables(exported, VisionRotaryEmbeddingImpl::kName,
+                        {options.dim() / 2, options.dim() / 2}, options.temperature());
+  exported.register_attribute("dim", c10::IntType::get(), options.dim());
+  exported.register_attribute("temperature", c10::FloatType::get(), options.temperature());
+  c10::List<int64_t> ref_feat_shape;
+  for (const int64_t size : options.ref_feat_shape()) {
+    ref_feat_shape.push_back(size);
+  }
+  exported.register_attribute("ref_feat_shape", c10::ListType::ofInts(), ref_feat_shape);
+  exported.register_attribute("grid_offset", c10::FloatType::get(), options.grid_offset());
+  exported.register_attribute("grid_indexing", c10::StringType::get(),
+                              std::string(grid_indexing_name(options.grid_indexing())));
+  exported.register_attribute("num_prefix_tokens", c10::IntType::get(),
+                              options.num_prefix_tokens());
+  exported.register_attribute("interleaved", c10::BoolType::get(),
+                              options.pairing() == RotaryPairing::kInterleaved);
+  exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
+  define(exported, VisionRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kVisionRotary});
   exported.eval();
   return exported;
 }

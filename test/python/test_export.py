@@ -130,19 +130,23 @@ SOURCE_DIR = Path(__file__).resolve().parents[2] / "src" / "export" / "torchscri
 SOURCES = sorted(SOURCE_DIR.glob("*.py"))
 IMPORTS = ["import torch", "from torch import Tensor", "from typing import List, Optional, Tuple"]
 # The names the methods may use besides their arguments and locals.
-ALLOWED_NAMES = {"self", "torch", "Tensor", "List", "Optional", "Tuple", "RuntimeError", "str", "int", "float", "bool", "len"}
+ALLOWED_NAMES = {"self", "torch", "Tensor", "List", "Optional", "Tuple", "RuntimeError", "str", "int", "float", "bool", "len", "getattr"}
 
 # The files each exported module is made of (what src/export/torchscript.cpp passes to define).
 COMPOSITION = {
     "PositionalEncoding": ["common", "offset", "sequence", "sinusoidal"],
     "LearnedPositionalEmbedding": ["common", "offset", "sequence", "learned"],
-    "RotaryEmbedding": ["common", "offset", "rotary"],
+    "RotaryEmbedding": ["common", "offset", "rotation", "rotary"],
     "TokenEmbedding": ["common", "token_embedding"],
     "TokenAndPositionEmbedding": ["token_and_position"],
     "ALiBi": ["common", "alibi"],
     "RelativePositionBias": ["common", "t5_bias"],
     "RelPositionalEncoding": ["common", "relative_encoding"],
     "RelPositionMultiheadAttention": ["common", "relative_attention"],
+    "Timesteps": ["common", "timestep", "timesteps"],
+    "TimestepEmbedder": ["common", "timestep", "timestep_embedder"],
+    "AxialRotaryEmbedding": ["common", "rotation", "axial", "axial_rotary"],
+    "VisionRotaryEmbedding": ["common", "rotation", "axial", "vision_rotary"],
 }
 
 
@@ -235,7 +239,7 @@ def module_class(kind):
             setattr(self, name, value)
 
     # Attributes whose type an empty value does not tell (the exports register them typed).
-    annotations = {"mrope_axes": typing.List[int]}
+    annotations = {"mrope_axes": typing.List[int], "axes_dim": typing.List[int], "ref_feat_shape": typing.List[int]}
     return type(f"Scripted{kind}", (torch.nn.Module,), {"__init__": __init__, "__annotations__": annotations, **methods})
 
 
@@ -518,6 +522,9 @@ def test_exported_code_uses_only_builtins(posenc_cli, test_tool, tmp_path):
     for kind, flags in ATTENTION_EXPORTS.items():
         test_tool("export-attention", kind, *flags, tmp_path / f"{kind}.pt")
         files.append(tmp_path / f"{kind}.pt")
+    for case, (kind, flags, _) in VISION_CASES.items():
+        test_tool("export-vision", kind, *flags, tmp_path / f"{case}.pt")
+        files.append(tmp_path / f"{case}.pt")
     for path in files:
         assert_builtin_code(torch.jit.load(str(path)))
 
@@ -743,3 +750,344 @@ def test_relative_attention_export(posenc_ops, test_tool, tmp_path):
     assert_same_outcomes(scripted, exported, calls)
     # Streaming: the last two queries against all keys are the whole sequence's last two rows
     torch.testing.assert_close(exported(x[:, 4:], x, x, chunk_table), exported(x, x, x, table)[:, 4:], rtol=1e-5, atol=1e-6)
+
+
+# --- the vision and diffusion modules: Timesteps, TimestepEmbedder, AxialRotaryEmbedding,
+# VisionRotaryEmbedding (test_tool export-vision) -------------------------------------------------
+#
+# Tolerances. The timestep embeddings are computed as posenc computes them (float64 angles from the
+# same float64 frequencies, ATen's sin/cos, one rounding): bit-identical. The axial and grid tables
+# take the same float64 angles, but ATen's float64 cos/sin (SLEEF, <= 1 ulp) where posenc's
+# operators call the C library's: within one float64 ulp (2^-52 allowed for |value| <= 1), so
+# float32 tables within one float32 ulp (2^-24), and rotated values a c - b s within
+# 2 max|x| (table tolerance + one ulp of the result). TimestepEmbedder's SiLU is x * sigmoid(x)
+# (aten::silu has no name in torch's Python namespace), a couple of float32 ulps from aten::silu,
+# summed by the second Linear (bound below).
+
+VISION_CASES = {
+    # case: (kind, test_tool flags, the attributes the export carries)
+    "timesteps_default": ("timesteps", ["--dim", 64], dict(embedding_dim=64, flip_sin_to_cos=False, downscale_freq_shift=1.0, scale=1.0, max_period=10000)),
+    "timesteps_odd_flip_shift_scale": (
+        "timesteps",
+        ["--dim", 33, "--flip-sin-to-cos", "--shift", 0.5, "--scale", 2.5, "--max-period", 500],
+        dict(embedding_dim=33, flip_sin_to_cos=True, downscale_freq_shift=0.5, scale=2.5, max_period=500),
+    ),
+    "embedder": (
+        "embedder",
+        ["--dim", 24, "--frequency-size", 17, "--seed", 3],
+        dict(hidden_size=24, embedding_dim=17, flip_sin_to_cos=True, downscale_freq_shift=0.0, scale=1.0, max_period=10000),
+    ),
+    "axial_flux": ("axial", ["--axes-dim", 4, 6, 2, "--theta", 10000], dict(axes_dim=[4, 6, 2], theta=10000.0, interleaved=True, heads_first=False)),
+    "axial_half_split_heads_first": (
+        "axial",
+        ["--axes-dim", 4, 6, 2, "--theta", 500, "--half-split", "--heads-first"],
+        dict(axes_dim=[4, 6, 2], theta=500.0, interleaved=False, heads_first=True),
+    ),
+    "vision_eva02": (
+        "vision",
+        ["--dim", 16],
+        dict(dim=16, temperature=10000.0, ref_feat_shape=[], grid_offset=0.0, grid_indexing="ij", num_prefix_tokens=1, interleaved=True, heads_first=True, axes_dim=[8, 8]),
+    ),
+    "vision_every_option": (
+        "vision",
+        ["--dim", 16, "--theta", 100, "--ref-feat-shape", 4, 6, "--grid-offset", 0.5, "--xy", "--half-split", "--tokens-first", "--prefix", 2],
+        dict(dim=16, temperature=100.0, ref_feat_shape=[4, 6], grid_offset=0.5, grid_indexing="xy", num_prefix_tokens=2, interleaved=False, heads_first=False, axes_dim=[8, 8]),
+    ),
+    "vision_no_prefix": (
+        "vision",
+        ["--dim", 12, "--ref-feat-shape", 7, 3, "--prefix", 0],
+        dict(dim=12, temperature=10000.0, ref_feat_shape=[7, 3], grid_offset=0.0, grid_indexing="ij", num_prefix_tokens=0, interleaved=True, heads_first=True, axes_dim=[6, 6]),
+    ),
+}
+VISION_KINDS = {"timesteps": "Timesteps", "embedder": "TimestepEmbedder", "axial": "AxialRotaryEmbedding", "vision": "VisionRotaryEmbedding"}
+ULP32 = 2.0 ** -24
+
+
+def export_vision(test_tool, tmp_path, case):
+    kind, flags, _ = VISION_CASES[case]
+    path = tmp_path / f"{case}.pt"
+    test_tool("export-vision", kind, *flags, path)
+    return torch.jit.load(str(path))
+
+
+def table_tolerance(dtype):
+    return 2.0 ** -52 if dtype == torch.float64 else ULP32
+
+
+def rotation_tolerance(x):
+    ulp = 2.0 ** -53 if x.dtype == torch.float64 else ULP32
+    return 2.0 * x.abs().max().item() * (table_tolerance(x.dtype) + ulp)
+
+
+def assert_within(ours, theirs, tolerance):
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    assert (ours.double() - theirs.double()).abs().max().item() <= tolerance
+
+
+class Mlp(torch.nn.Module):
+    """The exported TimestepEmbedder's `mlp`: submodules 0 and 2 holding Linear parameters."""
+
+    def __init__(self, exported):
+        super().__init__()
+        self.add_module("0", Parameters(getattr(exported, "0")))
+        self.add_module("2", Parameters(getattr(exported, "2")))
+
+
+def vision_calls(kind, scalars):
+    generator = torch.Generator().manual_seed(5)
+    if kind in ("timesteps", "embedder"):
+        t = torch.tensor([0.0, 0.5, 1.0, 250.25, 999.0])
+        calls = [(f"timesteps {dtype}", lambda m, dtype=dtype: m(t.to(dtype))) for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.long)]
+        calls += [
+            ("no timesteps", lambda m: m(torch.zeros(0))),
+            ("2-D timesteps", lambda m: m(torch.zeros(2, 3))),
+            ("bool timesteps", lambda m: m(torch.zeros(3, dtype=torch.bool))),
+            ("complex timesteps", lambda m: m(torch.zeros(3, dtype=torch.complex64))),
+            ("NaN", lambda m: m(torch.tensor([1.0, math.nan]))),
+            ("large timesteps (angles that overflow with a scale > 1)", lambda m: m(torch.tensor([1.7e308], dtype=torch.float64))),
+            ("timesteps on meta", lambda m: m(torch.zeros(3, device="meta"))),
+        ]
+        return calls
+    if kind == "axial":
+        length = 5
+        shape = (2, 3, length, 16) if scalars["heads_first"] else (2, length, 3, 16)
+        x = torch.randn(shape, generator=generator)
+        ids = [torch.randint(-20, 64, (length, 3), generator=generator), torch.randn(length, 3, generator=generator, dtype=torch.float64) * 50]
+        calls = [(f"forward {dtype} ids {i}", lambda m, dtype=dtype, p=p: m(x.to(dtype), p))
+                 for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16) for i, p in enumerate(ids)]
+        calls += [(f"tables {dtype}", lambda m, dtype=dtype: torch.stack(m.tables(ids[1], dtype))) for dtype in (torch.float32, torch.float64, torch.float16)]
+        calls += [
+            ("tables, default dtype", lambda m: torch.stack(m.tables(ids[0]))),
+            ("tables, int32 ids", lambda m: torch.stack(m.tables(ids[0].int()))),
+            ("tables, a long dtype", lambda m: torch.stack(m.tables(ids[0], torch.long))),
+            ("a long input", lambda m: m(x.long(), ids[0])),
+            ("a 3-D input", lambda m: m(x[0], ids[0])),
+            ("ids of another length", lambda m: m(x, ids[0][:4])),
+            ("ids of two axes", lambda m: m(x, ids[0][:, :2])),
+            ("bool ids", lambda m: m(x, ids[0].bool())),
+            ("NaN ids", lambda m: m(x, torch.full((length, 3), math.nan))),
+            ("ids on meta", lambda m: m(x, ids[0].to("meta"))),
+            ("a narrow head", lambda m: m(x[..., :8], ids[0])),
+        ]
+        return calls
+    prefix, dim = scalars["num_prefix_tokens"], scalars["dim"]
+
+    def query(grid, width=dim + 4):
+        tokens = prefix + grid[0] * grid[1]
+        return torch.randn((2, 3, tokens, width) if scalars["heads_first"] else (2, tokens, 3, width), generator=generator)
+
+    calls = []
+    for grid in ([2, 3], [5, 5], [1, 7]):
+        x = query(grid)
+        calls += [(f"forward {grid} {dtype}", lambda m, x=x, grid=grid, dtype=dtype: m(x.to(dtype), grid)) for dtype in (torch.float32, torch.float64, torch.bfloat16)]
+        calls += [(f"tables {grid} {dtype}", lambda m, grid=grid, dtype=dtype: torch.stack(m.tables(grid, dtype))) for dtype in (torch.float32, torch.float64)]
+        calls.append((f"grid ids {grid}", lambda m, grid=grid: m._grid_ids(grid, torch.device("cpu"))))
+    x = query([2, 2])
+    calls += [
+        ("tables, default dtype and device", lambda m: torch.stack(m.tables([3, 4]))),
+        ("tables, a long dtype", lambda m: torch.stack(m.tables([3, 4], torch.long))),
+        ("tables, one size", lambda m: torch.stack(m.tables([4]))),
+        ("tables, a zero size", lambda m: torch.stack(m.tables([0, 4]))),
+        ("tables, too large a grid", lambda m: torch.stack(m.tables([2 ** 20, 2 ** 10]))),
+        ("the wrong grid", lambda m: m(x, [2, 3])),
+        ("a long input", lambda m: m(x.long(), [2, 2])),
+        ("a 3-D input", lambda m: m(x[0], [2, 2])),
+        ("a narrow head", lambda m: m(x[..., : dim - 4], [2, 2])),
+    ]
+    return calls
+
+
+@pytest.mark.parametrize("case", VISION_CASES)
+def test_vision_sources_script_like_the_export(test_tool, tmp_path, case):
+    kind, _, scalars = VISION_CASES[case]
+    exported = export_vision(test_tool, tmp_path, case)
+    name = VISION_KINDS[kind]
+    tensors = ["frequencies"] if kind in ("timesteps", "embedder") else ["axial_inv_freq", "axial_axis"]
+    submodules = {"mlp": Mlp(exported.mlp)} if kind == "embedder" else None
+    scripted = scripted_like(name, exported, name, scalars, tensors=tensors, submodules=submodules)
+    assert_same_methods(scripted, exported)
+    assert_same_outcomes(scripted, exported, vision_calls(kind, scalars))
+    # the state dict of the C++ module: DiT's names for the embedder, nothing for the others
+    expected = ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"] if kind == "embedder" else []
+    assert sorted(exported.state_dict()) == sorted(expected)
+
+
+def timestep_truth(t, dim, flip, shift, scale, max_period):
+    half = dim // 2
+    frequency = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float64) / (half - shift))
+    angle = t.double().unsqueeze(1) * frequency * scale
+    columns = [torch.cos(angle), torch.sin(angle)] if flip else [torch.sin(angle), torch.cos(angle)]
+    if dim % 2:
+        columns.append(torch.zeros(len(t), 1, dtype=torch.float64))
+    return torch.cat(columns, 1)
+
+
+TIMESTEPS = torch.cat([torch.arange(0, 1000, 37).float(), torch.tensor([0.5, 999.25, 1e-3, 123.456])])
+
+
+@pytest.mark.parametrize("case", ["timesteps_default", "timesteps_odd_flip_shift_scale"])
+def test_timesteps_export_equals_posenc_operator(posenc_ops, test_tool, tmp_path, case):
+    exported = export_vision(test_tool, tmp_path, case)
+    s = VISION_CASES[case][2]
+    args = (s["embedding_dim"], s["flip_sin_to_cos"], s["downscale_freq_shift"], s["scale"], s["max_period"])
+    for t in (TIMESTEPS, TIMESTEPS.double(), torch.arange(0, 1000, 7), torch.arange(0, 1000, 7).int()):
+        assert torch.equal(exported(t), posenc_ops.timestep_embedding(t, *args))
+
+
+@pytest.mark.parametrize("case", ["timesteps_default", "timesteps_odd_flip_shift_scale"])
+def test_timesteps_export_against_diffusers(test_tool, tmp_path, case):
+    """diffusers' get_timestep_embedding computes its frequencies and angles in float32 (error
+    about |angle| 2^-24); the export's are float64, rounded once: no further from the float64 truth,
+    and within diffusers' error plus one float32 ulp of it."""
+    pytest.importorskip("diffusers", reason="diffusers is installed in the pip test environment only")
+    from diffusers.models.embeddings import get_timestep_embedding
+
+    exported = export_vision(test_tool, tmp_path, case)
+    s = VISION_CASES[case][2]
+    args = (s["embedding_dim"], s["flip_sin_to_cos"], s["downscale_freq_shift"], s["scale"], s["max_period"])
+    for t in (TIMESTEPS, torch.arange(0, 1000, 7)):
+        ours, theirs, truth = exported(t), get_timestep_embedding(t, *args), timestep_truth(t, *args)
+        ours_error = (ours.double() - truth).abs().max().item()
+        their_error = (theirs.double() - truth).abs().max().item()
+        assert ours_error <= max(their_error, ULP32)
+        torch.testing.assert_close(ours.double(), theirs.double(), rtol=0, atol=their_error + 2 * ULP32)
+
+
+def test_embedder_export_against_posenc_and_diffusers(posenc_ops, test_tool, tmp_path):
+    """DiT's TimestepEmbedder: posenc's embedding (bit for bit) through the exported MLP, and
+    diffusers' Timesteps + TimestepEmbedding holding the export's weights."""
+    exported = export_vision(test_tool, tmp_path, "embedder")
+    t = torch.tensor([0.0, 1.0, 250.5, 999.0])
+    frequencies = posenc_ops.timestep_embedding(t, 17, True, 0.0)
+    assert torch.equal(exported._timestep_embedding(t), frequencies)
+    first, second = getattr(exported.mlp, "0"), getattr(exported.mlp, "2")
+    with torch.no_grad():
+        hidden = torch.nn.functional.silu(torch.nn.functional.linear(frequencies, first.weight, first.bias))
+        expected = torch.nn.functional.linear(hidden, second.weight, second.bias)
+        # SiLU as x * sigmoid(x): each hidden value within 2^-22 relative, summed by the Linear
+        bound = (hidden.abs() @ second.weight.abs().t() * 2.0 ** -22).max().item() + expected.abs().max().item() * 2.0 ** -23
+        assert_within(exported(t), expected, bound)
+    diffusers = pytest.importorskip("diffusers", reason="diffusers is installed in the pip test environment only")
+    projection = diffusers.models.embeddings.Timesteps(17, flip_sin_to_cos=True, downscale_freq_shift=0)
+    embedder = diffusers.models.embeddings.TimestepEmbedding(17, 24)
+    with torch.no_grad():
+        embedder.linear_1.weight.copy_(first.weight)
+        embedder.linear_1.bias.copy_(first.bias)
+        embedder.linear_2.weight.copy_(second.weight)
+        embedder.linear_2.bias.copy_(second.bias)
+        theirs = embedder(projection(t))
+        truth = embedder.double()(timestep_truth(t, 17, True, 0, 1, 10000))
+        ours = exported(t)
+    ours_error = (ours.double() - truth).abs().max().item()
+    their_error = (theirs.double() - truth).abs().max().item()
+    assert ours_error <= max(their_error, 1e-6)
+    torch.testing.assert_close(ours.double(), theirs.double(), rtol=0, atol=their_error + 1e-6)
+
+
+@pytest.mark.parametrize("case", ["axial_flux", "axial_half_split_heads_first"])
+def test_axial_export_against_posenc_operators(posenc_ops, test_tool, tmp_path, case):
+    exported = export_vision(test_tool, tmp_path, case)
+    s = VISION_CASES[case][2]
+    generator = torch.Generator().manual_seed(6)
+    length = 7
+    for ids in (torch.randint(-30, 100, (length, 3), generator=generator), torch.randn(length, 3, generator=generator, dtype=torch.float64) * 100):
+        for dtype in (torch.float32, torch.float64):
+            cos, sin = posenc_ops.axial_rotary_tables(ids, s["axes_dim"], s["theta"], dtype)
+            ours = exported.tables(ids, dtype)
+            assert_within(ours[0], cos, table_tolerance(dtype))
+            assert_within(ours[1], sin, table_tolerance(dtype))
+            shape = (2, 4, length, 16) if s["heads_first"] else (2, length, 4, 16)
+            x = torch.randn(shape, generator=generator, dtype=dtype)
+            expected = posenc_ops.apply_rotary(x, cos, sin, 0, None, s["interleaved"], s["heads_first"])
+            assert_within(exported(x, ids), expected, rotation_tolerance(x))
+
+
+def vision_reference(posenc_ops, s, x, grid, dtype):
+    """posenc's operators as VisionRotaryEmbedding composes them: grid_ids, axial_rotary_tables
+    of {dim / 2, dim / 2}, apply_rotary on the tokens after the prefix."""
+    ids = posenc_ops.grid_ids(grid, s["ref_feat_shape"], s["grid_offset"], s["grid_indexing"])
+    cos, sin = posenc_ops.axial_rotary_tables(ids, s["axes_dim"], s["temperature"], dtype)
+    along = 2 if s["heads_first"] else 1
+    prefix = s["num_prefix_tokens"]
+    rotated = posenc_ops.apply_rotary(x.narrow(along, prefix, grid[0] * grid[1]), cos, sin, 0, None, s["interleaved"], s["heads_first"])
+    return ids, (cos, sin), torch.cat([x.narrow(along, 0, prefix), rotated], along)
+
+
+@pytest.mark.parametrize("case", ["vision_eva02", "vision_every_option", "vision_no_prefix"])
+def test_vision_export_against_posenc_operators(posenc_ops, test_tool, tmp_path, case):
+    exported = export_vision(test_tool, tmp_path, case)
+    s = VISION_CASES[case][2]
+    generator = torch.Generator().manual_seed(7)
+    for grid in ([3, 5], [6, 4], [1, 1]):
+        tokens = s["num_prefix_tokens"] + grid[0] * grid[1]
+        for dtype in (torch.float32, torch.float64):
+            shape = (2, 3, tokens, s["dim"] + 2) if s["heads_first"] else (2, tokens, 3, s["dim"] + 2)
+            x = torch.randn(shape, generator=generator, dtype=dtype)
+            ids, (cos, sin), expected = vision_reference(posenc_ops, s, x, grid, dtype)
+            assert torch.equal(exported._grid_ids(grid, torch.device("cpu")), ids)
+            ours = exported.tables(grid, dtype)
+            assert_within(ours[0], cos, table_tolerance(dtype))
+            assert_within(ours[1], sin, table_tolerance(dtype))
+            assert_within(exported(x, grid), expected, rotation_tolerance(x))
+
+
+@pytest.mark.parametrize("case", ["vision_eva02", "vision_every_option"])
+def test_vision_export_against_timm_rotary_embedding_cat(test_tool, tmp_path, case):
+    """timm's RotaryEmbeddingCat(in_pixels=False) with apply_rot_embed_cat on the patch tokens, as
+    EVA-02's attention uses it (see test_vision.py): float32 bands and angles in timm (error about
+    |angle| 2^-24), float64 ones rounded once in the export."""
+    pytest.importorskip("timm", reason="timm is installed in the pip test environment only")
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
+
+    exported = export_vision(test_tool, tmp_path, case)
+    s = VISION_CASES[case][2]
+    dim, prefix, half = s["dim"], s["num_prefix_tokens"], not s["interleaved"]
+    for grid in ([7, 12], [16, 16]):
+        rope = RotaryEmbeddingCat(dim, temperature=s["temperature"], in_pixels=False, feat_shape=grid, ref_feat_shape=s["ref_feat_shape"] or None,
+                                  grid_offset=s["grid_offset"], grid_indexing=s["grid_indexing"], rotate_half=half)
+        embed = rope.get_embed()
+        cos, sin = exported.tables(grid)
+        cos64, sin64 = exported.tables(grid, torch.float64)
+
+        def layout(t):
+            return torch.cat([t, t], -1) if half else t.repeat_interleave(2, -1)
+
+        for ours, theirs, truth in ((cos, embed[:, dim:], cos64), (sin, embed[:, :dim], sin64)):
+            ours_error = (layout(ours).double() - layout(truth)).abs().max().item()
+            their_error = (theirs.double() - layout(truth)).abs().max().item()
+            assert ours_error <= max(their_error, ULP32)
+            torch.testing.assert_close(layout(ours).double(), theirs.double(), rtol=0, atol=their_error + ULP32)
+        q = torch.randn(2, 3, prefix + grid[0] * grid[1], dim, generator=torch.Generator().manual_seed(8))  # [B, heads, N, head_dim]
+        theirs = torch.cat([q[:, :, :prefix], apply_rot_embed_cat(q[:, :, prefix:], embed, half=half)], 2)
+        truth = torch.cat([q[:, :, :prefix].double(), apply_rot_embed_cat(q[:, :, prefix:].double(), torch.cat([layout(sin64), layout(cos64)], 1), half=half)], 2)
+        ours = exported(q, grid) if s["heads_first"] else exported(q.transpose(1, 2), grid).transpose(1, 2)
+        ours_error = (ours.double() - truth).abs().max().item()
+        their_error = (theirs.double() - truth).abs().max().item()
+        assert ours_error <= max(their_error, 2e-6), (ours_error, their_error)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=their_error + 4e-6)
+
+
+def test_vision_exports_load_without_posenc(test_tool, tmp_path):
+    """A fresh interpreter that never loads libposenc runs the four exports."""
+    paths = {case: tmp_path / f"{case}.pt" for case in ("timesteps_default", "embedder", "axial_flux", "vision_every_option")}
+    for case, path in paths.items():
+        kind, flags, _ = VISION_CASES[case]
+        test_tool("export-vision", kind, *flags, path)
+    script = textwrap.dedent(f"""
+        import torch
+        paths = {({case: str(path) for case, path in paths.items()})!r}
+        t = torch.tensor([0.0, 999.0])
+        assert torch.jit.load(paths["timesteps_default"])(t).shape == (2, 64)
+        assert torch.jit.load(paths["embedder"])(t).shape == (2, 24)
+        axial = torch.jit.load(paths["axial_flux"])
+        assert axial(torch.randn(1, 4, 2, 12), torch.zeros(4, 3, dtype=torch.long)).shape == (1, 4, 2, 12)
+        assert axial.tables(torch.zeros(4, 3), torch.float64)[0].dtype == torch.float64
+        vision = torch.jit.load(paths["vision_every_option"])
+        assert vision(torch.randn(1, 2 + 6, 2, 16), [2, 3]).shape == (1, 8, 2, 16)
+        assert vision.tables([2, 3])[0].shape == (6, 8)
+        assert not any("posenc" in name for name in torch.ops.loaded_libraries)
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -17,6 +17,13 @@
 //   [--max-distance M] [--causal] [--legacy] [--unscaled] [--seed S] OUT
 //       to_torchscript of a randomly initialized ALiBi / RelativePositionBias /
 //       RelPositionalEncoding / RelPositionMultiheadAttention.
+//   posenc_test_tool export-vision timesteps|embedder|axial|vision [--dim D] [--frequency-size F]
+//   [--flip-sin-to-cos] [--shift S] [--scale S] [--max-period P] [--axes-dim A...] [--theta T]
+//   [--ref-feat-shape H W] [--grid-offset O] [--xy] [--half-split] [--heads-first]
+//   [--tokens-first] [--prefix P] [--seed S] OUT
+//       to_torchscript of a Timesteps (embedding_dim D) / TimestepEmbedder (hidden_size D,
+//       randomly initialized) / AxialRotaryEmbedding (axes_dim A, theta T) /
+//       VisionRotaryEmbedding (dim D, temperature T).
 //   posenc_test_tool t5-bias --num-heads H [--num-buckets N] [--max-distance M] [--causal]
 //   --query-length Q --key-length K [--offset O] [--prefix P] FILE OUT
 //       posenc::load_state_dict a RelativePositionBias from FILE (non-strict: a T5 attention
@@ -179,6 +186,70 @@ int main(int argc, char** argv) {
           .save(out_path);
     } else {
       posenc::to_torchscript(posenc::RelPositionMultiheadAttention(d_model, num_heads))
+          .save(out_path);
+    }
+  });
+  std::string vision_kind;
+  int64_t dim = 0, frequency_size = 256, max_period = 10000, prefix_tokens = 1;
+  double shift = 1.0, scale = 1.0, theta = 10000.0, grid_offset = 0.0;
+  bool flip = false, xy = false, half_split = false, heads_first = false, tokens_first = false;
+  std::vector<int64_t> axes_dim, ref_feat_shape;
+  CLI::App* export_vision =
+      app.add_subcommand("export-vision", "Export a vision or diffusion module");
+  export_vision->add_option("kind", vision_kind)
+      ->required()
+      ->check(CLI::IsMember({"timesteps", "embedder", "axial", "vision"}));
+  export_vision->add_option("--dim", dim);
+  export_vision->add_option("--frequency-size", frequency_size);
+  export_vision->add_flag("--flip-sin-to-cos", flip);
+  export_vision->add_option("--shift", shift);
+  export_vision->add_option("--scale", scale);
+  export_vision->add_option("--max-period", max_period);
+  export_vision->add_option("--axes-dim", axes_dim);
+  export_vision->add_option("--theta", theta);
+  export_vision->add_option("--ref-feat-shape", ref_feat_shape)->expected(2);
+  export_vision->add_option("--grid-offset", grid_offset);
+  export_vision->add_flag("--xy", xy);
+  export_vision->add_flag("--half-split", half_split);
+  export_vision->add_flag("--heads-first", heads_first);
+  export_vision->add_flag("--tokens-first", tokens_first);
+  export_vision->add_option("--prefix", prefix_tokens);
+  export_vision->add_option("--seed", seed);
+  export_vision->add_option("out", out_path)->required();
+  export_vision->callback([&] {
+    torch::manual_seed(seed);
+    const posenc::RotaryPairing pairing =
+        half_split ? posenc::RotaryPairing::kHalfSplit : posenc::RotaryPairing::kInterleaved;
+    if (vision_kind == "timesteps") {
+      posenc::to_torchscript(posenc::Timesteps(posenc::TimestepEmbeddingOptions(dim)
+                                                   .flip_sin_to_cos(flip)
+                                                   .downscale_freq_shift(shift)
+                                                   .scale(scale)
+                                                   .max_period(max_period)))
+          .save(out_path);
+    } else if (vision_kind == "embedder") {
+      posenc::to_torchscript(posenc::TimestepEmbedder(posenc::TimestepEmbedderOptions(dim)
+                                                          .frequency_embedding_size(frequency_size)
+                                                          .max_period(max_period)))
+          .save(out_path);
+    } else if (vision_kind == "axial") {
+      posenc::to_torchscript(
+          posenc::AxialRotaryEmbedding(posenc::AxialRotaryEmbeddingOptions(axes_dim)
+                                           .theta(theta)
+                                           .pairing(pairing)
+                                           .heads_first(heads_first)))
+          .save(out_path);
+    } else {
+      posenc::to_torchscript(
+          posenc::VisionRotaryEmbedding(
+              posenc::VisionRotaryEmbeddingOptions(dim)
+                  .temperature(theta)
+                  .ref_feat_shape(ref_feat_shape)
+                  .grid_offset(grid_offset)
+                  .grid_indexing(xy ? posenc::GridIndexing::kXY : posenc::GridIndexing::kIJ)
+                  .pairing(pairing)
+                  .num_prefix_tokens(prefix_tokens)
+                  .heads_first(!tokens_first)))
           .save(out_path);
     }
   });

@@ -2,8 +2,8 @@
 # ([max_len, R/2]), rows past them (BeyondMaxLen::kExtrapolate) computed in float64 from the
 # attributes `inv_freq` (float64 [R/2]) and `attention_factor` that
 # posenc::detail::rope_frequencies defines, and the rotation of the first R = rotary_dim channels
-# of [B, L, H, Dh] or [B, H, L, Dh] queries and keys. Used with common.py and offset.py (see
-# common.py).
+# of [B, L, H, Dh] or [B, H, L, Dh] queries and keys (rotation.py). Used with common.py, offset.py
+# and rotation.py (see common.py).
 
 import torch
 from torch import Tensor
@@ -63,35 +63,6 @@ class RotaryMethods:
         base = self.ntk_base * (self.ntk_factor * float(end) / float(self.switch_len) - (self.ntk_factor - 1.0)) ** (dim / (dim - 2.0))
         exponents = torch.arange(0, self.rotary_dim, 2).to(7) / dim
         return 1.0 / torch.pow(base, exponents) / self.freq_divisors
-
-    def _broadcast(self, rows: Tensor, batch: int, length: int) -> Tensor:
-        if self.heads_first:
-            return rows.view(batch, 1, length, rows.size(1))
-        return rows.view(batch, length, 1, rows.size(1))
-
-    def _rotate(self, x: Tensor, c: Tensor, s: Tensor) -> Tensor:
-        half = c.size(-1)
-        rotated = 2 * half
-        part = x[..., :rotated]
-        if self.interleaved:
-            shape = part.shape[:-1]
-            shape.append(half)
-            shape.append(2)
-            pairs = part.reshape(shape)
-            a = pairs.select(-1, 0)
-            b = pairs.select(-1, 1)
-        else:
-            a = part[..., :half]
-            b = part[..., half:rotated]
-        new_a = a.mul(c).sub(b.mul(s))
-        new_b = a.mul(s).add(b.mul(c))
-        if self.interleaved:
-            out = torch.stack([new_a, new_b], -1).flatten(-2)
-        else:
-            out = torch.cat([new_a, new_b], -1)
-        if rotated < x.size(-1):
-            out = torch.cat([out, x[..., rotated:].to(out.dtype)], -1)
-        return out.to(x.dtype)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         self._check_input(x)
