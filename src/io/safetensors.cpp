@@ -215,17 +215,23 @@ Entry parse_entry(const std::string& tensor, const json& info, const std::string
   TORCH_CHECK(shape.is_array(), kRead, ": '", name, "': tensor '", tensor, "' has shape ",
               shape.dump(), "; shape must be an array of non-negative integers");
   uint64_t numel = 1;
+  // The product of the sizes with zeros counted as ones: the largest stride of the contiguous
+  // tensor, which must fit int64 even when the tensor is empty.
+  uint64_t span = 1;
   bool overflow = false;
   for (const json& dim : shape) {
     const uint64_t size = header_count(dim, name, tensor, "shape");
     entry.shape.push_back(static_cast<int64_t>(size));
-    overflow = overflow || __builtin_mul_overflow(numel, size, &numel);
+    overflow = overflow || __builtin_mul_overflow(numel, size, &numel) ||
+               __builtin_mul_overflow(span, std::max<uint64_t>(size, 1), &span) ||
+               span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   }
   uint64_t bytes = 0;
   overflow = overflow || __builtin_mul_overflow(numel, entry.dtype->itemsize, &bytes) ||
              numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   TORCH_CHECK(!overflow, kRead, ": '", name, "': tensor '", tensor, "' has shape ", shape.dump(),
-              ", whose size in bytes overflows 64 bits; the file is corrupt");
+              ", whose element count, strides or size in bytes overflow 64-bit integers; the file "
+              "is corrupt");
 
   const json& offsets = info.at("data_offsets");
   TORCH_CHECK(offsets.is_array() && offsets.size() == 2, kRead, ": '", name, "': tensor '", tensor,

@@ -13,6 +13,12 @@ from reference import reference_table
 st = pytest.importorskip("safetensors.torch", reason="the safetensors package is installed in the pip test environment only (scripts/setup.sh)")
 
 
+def load_pickle(path):
+    # What the test tool wrote with torch::pickle_save: typed dicts need torch.jit's type tags,
+    # which weights_only loading refuses; the file is the test's own.
+    return torch.load(str(path), weights_only=False)
+
+
 def dtypes():
     # Every dtype both safetensors and this torch have (posenc's LibTorch is the same version).
     names = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "complex64", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"]
@@ -52,7 +58,7 @@ def test_python_file_reads_in_posenc_with_equal_values_and_metadata(test_tool, t
     tensors = every_dtype_tensors()
     st.save_file(tensors, str(tmp_path / "python.safetensors"), metadata=METADATA)
     test_tool("safetensors-to-pickle", tmp_path / "python.safetensors", tmp_path / "out.pt")
-    read, metadata = torch.load(str(tmp_path / "out.pt"))
+    read, metadata = load_pickle(tmp_path / "out.pt")
     assert metadata == METADATA
     assert sorted(read) == sorted(tensors)
     for name, tensor in tensors.items():
@@ -87,7 +93,7 @@ def test_posenc_file_loads_with_load_file(test_tool, tmp_path):
 @pytest.mark.parametrize("kind", ["learned", "t5", "token", "conformer"])
 def test_module_saved_by_posenc_loads_with_load_file(test_tool, tmp_path, kind):
     test_tool("save-module-safetensors", kind, "--seed", 3, tmp_path / "module.safetensors", tmp_path / "state.pt")
-    expected = torch.load(str(tmp_path / "state.pt"))
+    expected = load_pickle(tmp_path / "state.pt")
     loaded = st.load_file(str(tmp_path / "module.safetensors"))
     assert list(sorted(loaded)) == list(sorted(expected))
     for name in expected:
@@ -98,12 +104,12 @@ def test_module_saved_by_posenc_loads_with_load_file(test_tool, tmp_path, kind):
 def test_module_loads_a_file_from_save_file(test_tool, tmp_path, kind):
     # The keys and shapes come from posenc's own state dict; the values are new, from Python.
     test_tool("save-module-safetensors", kind, tmp_path / "template.safetensors", tmp_path / "template.pt")
-    template = torch.load(str(tmp_path / "template.pt"))
+    template = load_pickle(tmp_path / "template.pt")
     generator = torch.Generator().manual_seed(1)
     state = {name: torch.randn(tensor.shape, generator=generator).to(tensor.dtype) for name, tensor in template.items()}
     st.save_file({f"encoder.{name}": tensor for name, tensor in state.items()}, str(tmp_path / "python.safetensors"))
     test_tool("load-module-safetensors", kind, "--prefix", "encoder.", tmp_path / "python.safetensors", tmp_path / "loaded.pt")
-    loaded = torch.load(str(tmp_path / "loaded.pt"))
+    loaded = load_pickle(tmp_path / "loaded.pt")
     assert sorted(loaded) == sorted(state)
     for name in state:
         assert torch.equal(loaded[name], state[name]), name

@@ -41,11 +41,11 @@ struct SafetensorsFile {
 /// Reads a safetensors file. Everything is checked before a tensor is allocated: the header length
 /// (at most 100 MB, within the file), the header (a JSON object without duplicate keys; each entry
 /// exactly `dtype`, `shape`, `data_offsets`; `__metadata__` a map of strings), every dtype (one
-/// LibTorch has: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL C64, and U64 U32 U16 F8_E5M2 F8_E4M3 where
-/// LibTorch has them), every size (`numel * itemsize` without overflow, equal to `end - begin`),
-/// and the offsets (sorted by `begin`, they tile the data exactly: no overlap, no hole, no trailing
-/// byte). BOOL bytes must be 0 or 1. Any violation throws a `c10::Error` naming the file and the
-/// tensor.
+/// LibTorch has: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL C64, and U64 U32 U16 F8_E5M2 F8_E4M3
+/// where LibTorch has them), every size (element count, strides and bytes without overflow; the
+/// bytes equal to `end - begin`), and the offsets (sorted by `begin`, they tile the data exactly:
+/// no overlap, no hole, no trailing byte). BOOL bytes must be 0 or 1. Any violation throws a
+/// `c10::Error` naming the file and the tensor.
 SafetensorsFile read_safetensors(const std::string& path);
 
 /// Reads safetensors bytes from `stream` (which must be seekable, for its size); `name` stands for
