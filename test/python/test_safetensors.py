@@ -55,7 +55,11 @@ METADATA = {"format": "pt", "note": "written by Python, read by posenc"}
 
 
 def test_python_file_reads_in_posenc_with_equal_values_and_metadata(test_tool, tmp_path):
-    tensors = every_dtype_tensors()
+    # The values come back through torch::pickle_save, which torch.load cannot read for float8,
+    # uint16, uint32 and uint64 (no legacy storage classes); those are read by posenc in the two
+    # tests below, which compare the bytes it writes again with Python's.
+    unpicklable = (torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32, torch.uint64) if hasattr(torch, "uint16") else ()
+    tensors = {name: tensor for name, tensor in every_dtype_tensors().items() if tensor.dtype not in unpicklable}
     st.save_file(tensors, str(tmp_path / "python.safetensors"), metadata=METADATA)
     test_tool("safetensors-to-pickle", tmp_path / "python.safetensors", tmp_path / "out.pt")
     read, metadata = load_pickle(tmp_path / "out.pt")
