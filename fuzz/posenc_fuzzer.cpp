@@ -1,11 +1,12 @@
-// libFuzzer target for posenc. The first byte picks a target; the rest become its options, input
-// shapes, dtypes, devices, offsets, positions, padding masks and layouts, or the bytes of a
-// checkpoint. posenc's promise is checked on each: the call returns a result of the right shape
-// and dtype (a reader: defined, fully readable tensors), or throws c10::Error. Any other exception
-// escapes to libFuzzer and is reported as a crash, as are the sanitizers' findings.
+// libFuzzer target for posenc. The first byte picks a target (0-8, the last safetensors); the rest
+// become its options, input shapes, dtypes, devices, offsets, positions, padding masks and layouts,
+// or the bytes of a checkpoint. posenc's promise is checked on each: the call returns a result of
+// the right shape and dtype (a reader: defined, fully readable tensors), or throws c10::Error. Any
+// other exception escapes to libFuzzer and is reported as a crash, as are the sanitizers' findings.
 
 #include <posenc/export.h>
 #include <posenc/io/hf_config.h>
+#include <posenc/io/safetensors.h>
 #include <posenc/io/state_dict.h>
 #include <posenc/posenc.h>
 
@@ -892,6 +893,80 @@ void fuzz_reader(FuzzedDataProvider& in) {
   }
 }
 
+// Every byte of a tensor's memory, so that the sanitizers see a tensor that is not fully backed.
+unsigned read_all_bytes(const torch::Tensor& tensor) {
+  const auto* bytes = static_cast<const unsigned char*>(tensor.data_ptr());
+  unsigned sum = 0;
+  for (size_t i = 0; i < tensor.nbytes(); ++i) {
+    sum += bytes[i];
+  }
+  return sum;
+}
+
+bool same_tensor_bits(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
+         (a.nbytes() == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
+}
+
+// The rest of the input as a safetensors file. read_safetensors must return CPU, contiguous,
+// fully readable tensors that write_safetensors writes and read_safetensors reads back bit for bit,
+// or throw c10::Error; load_safetensors into a LearnedPositionalEmbedding (weight [3, 2] float32,
+// the shape of the seeds) must, when it throws, leave the module bit for bit as it was.
+void fuzz_safetensors(FuzzedDataProvider& in) {
+  const bool strict = in.ConsumeBool();
+  const std::string bytes = in.ConsumeRemainingBytesAsString();
+  posenc::SafetensorsFile file;
+  bool read = false;
+  try {
+    std::istringstream stream(bytes);
+    file = posenc::read_safetensors(stream, "fuzz");
+    read = true;
+  } catch (const c10::Error&) {
+    // A clear error; the load below must fail too, leaving the module unchanged.
+  }
+  if (read) {
+    for (const auto& item : file.tensors) {
+      const torch::Tensor& tensor = item.value();
+      if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+        abort();
+      }
+      (void)read_all_bytes(tensor);
+    }
+    try {
+      std::ostringstream written;
+      posenc::write_safetensors(written, file.tensors, file.metadata);
+      std::istringstream again(written.str());
+      const posenc::SafetensorsFile reread = posenc::read_safetensors(again, "fuzz (again)");
+      if (reread.metadata != file.metadata || reread.tensors.size() != file.tensors.size()) {
+        abort(); // a file read, written and read again changed
+      }
+      for (const auto& item : file.tensors) {
+        const torch::Tensor* other = reread.tensors.find(item.key());
+        if (other == nullptr || !same_tensor_bits(*other, item.value())) {
+          abort();
+        }
+      }
+    } catch (const c10::Error&) {
+      abort(); // what read_safetensors returned, write_safetensors must write
+    }
+  }
+  posenc::LearnedPositionalEmbedding module(2, 3);
+  const torch::Tensor before = module->weight.detach().clone();
+  try {
+    std::istringstream stream(bytes);
+    posenc::load_safetensors(*module, stream, posenc::LoadStateDictOptions().strict(strict),
+                             "fuzz");
+  } catch (const c10::Error&) {
+    if (!same_tensor_bits(module->weight.detach(), before)) {
+      abort(); // a failed load changed the module
+    }
+    return;
+  }
+  if (!read || module->weight.sizes() != before.sizes() ||
+      !module->weight.isfinite().all().item<bool>()) {
+    abort(); // a file that does not read loaded, or a load gave a wrong or non-finite weight
+  }
+}
 
 // Attention biases and relative encodings: slopes, both ALiBi forms (masks of any shape and
 // dtype), T5's buckets (any int64 value must land in a bucket) and bias, the relative table,
@@ -1225,7 +1300,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   torch::manual_seed(in.ConsumeIntegral<uint32_t>());
   try {
-    switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 8)) {
       case 0:
         fuzz_sinusoidal(in);
         break;
@@ -1246,6 +1321,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 7:
         fuzz_vision(in);
+        break;
+      case 8:
+        fuzz_safetensors(in);
         break;
       default:
         fuzz_reader(in);

@@ -33,6 +33,8 @@ done
 transformers_version=5.23.0
 diffusers_version=0.42.1
 timm_version=1.0.31
+# safetensors: the reference of test_safetensors.py (the version transformers brings, pinned).
+safetensors_version=0.8.0
 # timm pulls torchvision; 0.26.0 is the one built for torch 2.11 (a newer one would upgrade torch)
 torchvision_version=0.26.0
 # builds the Python package (pip install --no-build-isolation ., pyproject.toml)
@@ -72,6 +74,10 @@ for flavour in "${flavours[@]}"; do
   if ! "$venv/bin/python" -c "import sys, scikit_build_core as s; sys.exit(s.__version__ != '$scikit_build_core_version')" 2>/dev/null; then
     echo "setup: installing scikit-build-core==$scikit_build_core_version"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "scikit-build-core==$scikit_build_core_version"
+  fi
+  if ! "$venv/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('safetensors') != '$safetensors_version')" 2>/dev/null; then
+    echo "setup: installing safetensors==$safetensors_version"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 "safetensors==$safetensors_version"
   fi
   "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '2.11.0')" || {
     echo "setup: torch in $venv is not 2.11.0 any more; remove $venv and run setup again" >&2; exit 1; }

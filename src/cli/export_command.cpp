@@ -5,6 +5,7 @@
 
 #include <posenc/export.h>
 #include <posenc/io/hf_config.h>
+#include <posenc/io/safetensors.h>
 #include <posenc/modules/positional_encoding.h>
 #include <posenc/modules/rotary_embedding.h>
 
@@ -34,11 +35,28 @@ struct ExportArgs {
   std::string spacing = "paper";
   std::string pairing = "half_split";
   std::string hf_config;
+  std::string format = "torchscript";
   std::string output;
 };
 
 template <typename Module>
-void save(const Module& module, const std::string& path) {
+void save(const Module& module, const std::string& path, const std::string& format) {
+  if (format == "safetensors") {
+    std::ostringstream description;
+    description << *module;
+    // The module's state dict (its tables); "format": "pt" is what Hugging Face's loaders expect.
+    save_safetensors(*module, path, {{"format", "pt"}, {"posenc.module", description.str()}});
+    std::cout << "wrote " << path << ": safetensors state dict of " << *module << " (";
+    const char* separator = "";
+    for (const auto& item : state_dict(*module)) {
+      std::cout << separator << item.key() << " " << item.value().sizes() << " "
+                << item.value().scalar_type();
+      separator = ", ";
+    }
+    std::cout << "); load it with safetensors.torch.load_file (Python) or "
+                 "posenc::load_safetensors (C++)\n";
+    return;
+  }
   std::ostringstream bytes;
   to_torchscript(module).save(bytes);
   write_file(path, bytes.str());
@@ -58,7 +76,7 @@ void run_export(const ExportArgs& args) {
     options.heads_first(args.heads_first).beyond_max_len(beyond);
     options.pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
                                                   : RotaryPairing::kHalfSplit);
-    save(RotaryEmbedding(options), args.output);
+    save(RotaryEmbedding(options), args.output, args.format);
     return;
   }
   if (args.module == "rotary") {
@@ -71,7 +89,7 @@ void run_export(const ExportArgs& args) {
     if (args.rotary_dim) {
       options.rotary_dim(*args.rotary_dim);
     }
-    save(RotaryEmbedding(options), args.output);
+    save(RotaryEmbedding(options), args.output, args.format);
     return;
   }
   save(PositionalEncoding(PositionalEncodingOptions(args.d_model, args.max_len)
@@ -84,7 +102,7 @@ void run_export(const ExportArgs& args) {
                                            : FrequencySpacing::kPaper)
                               .beyond_max_len(beyond)
                               .scale(args.scale)),
-       args.output);
+       args.output, args.format);
 }
 
 } // namespace
@@ -93,7 +111,8 @@ void add_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand("export",
                                      "Write a PositionalEncoding or RotaryEmbedding as a "
-                                     "TorchScript file that plain PyTorch can load");
+                                     "TorchScript file that plain PyTorch can load, or its "
+                                     "tables as a safetensors file");
   cmd->add_option("--module", args->module,
                   "sinusoidal (PositionalEncoding) or rotary (RotaryEmbedding)")
       ->capture_default_str()
@@ -132,7 +151,12 @@ void add_export_command(CLI::App& app) {
                 "Inputs are [B, H, L, Dh] instead of [B, L, H, Dh] (rotary)");
   cmd->add_flag("--extrapolate", args->extrapolate,
                 "Compute positions past max-len on the fly instead of raising");
-  cmd->add_option("-o,--output", args->output, "Output file (.pt)")->required();
+  cmd->add_option("--format", args->format,
+                  "torchscript (a module torch.jit.load runs) or safetensors (the module's tables, "
+                  "its state dict)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"torchscript", "safetensors"}));
+  cmd->add_option("-o,--output", args->output, "Output file (.pt, .safetensors)")->required();
   cmd->callback([args, cmd] {
     const bool from_config = !args->hf_config.empty();
     if (from_config && args->module != "rotary") {

@@ -1,5 +1,6 @@
 #include <posenc/io/state_dict.h>
 
+#include "io/assign_state_dict.h"
 #include "io/torch_save_reader.h"
 
 #include <c10/util/Exception.h>
@@ -13,8 +14,6 @@
 namespace posenc {
 
 namespace {
-
-constexpr const char* kWho = "load_state_dict";
 
 // The file's entries as name -> tensor.
 std::map<std::string, at::Tensor> read_state_dict(const std::string& path) {
@@ -37,8 +36,14 @@ std::string join(const std::vector<std::string>& names) {
 
 void load_state_dict(torch::nn::Module& module, const std::string& path,
                      const LoadStateDictOptions& options) {
-  const std::map<std::string, at::Tensor> entries = read_state_dict(path);
+  detail::assign_state_dict(module, read_state_dict(path), options, "load_state_dict", path);
+}
 
+namespace detail {
+
+void assign_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& entries,
+                       const LoadStateDictOptions& options, const char* who,
+                       const std::string& source) {
   // The module's tensors, by the names Python uses.
   std::vector<std::pair<std::string, at::Tensor>> targets;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
@@ -60,24 +65,23 @@ void load_state_dict(torch::nn::Module& module, const std::string& path,
       continue;
     }
     used[key] = true;
-    const at::Tensor& source = found->second;
+    const at::Tensor& value = found->second;
     const at::Tensor& destination = target.second;
-    TORCH_CHECK(source.sizes() == destination.sizes(), kWho, ": size mismatch for '", key,
-                "': the file has shape ", source.sizes(), ", the module has ", destination.sizes(),
-                "; build the module with the options the checkpoint was saved with");
+    TORCH_CHECK(value.sizes() == destination.sizes(), who, ": size mismatch for '", key,
+                "': the file has shape ", value.sizes(), ", the module has ", destination.sizes(),
+                "; build the module with the options '", source, "' was saved with");
     if (destination.is_floating_point()) {
-      TORCH_CHECK(source.is_floating_point(), kWho, ": dtype mismatch for '", key,
-                  "': the file has ", source.scalar_type(),
-                  ", the module expects a floating dtype (it holds ", destination.scalar_type(),
-                  ")");
-      TORCH_CHECK(source.numel() == 0 || source.isfinite().all().item<bool>(), kWho,
-                  ": the entry '", key, "' holds NaN or infinite values; the file is corrupted");
+      TORCH_CHECK(value.is_floating_point(), who, ": dtype mismatch for '", key, "': the file has ",
+                  value.scalar_type(), ", the module expects a floating dtype (it holds ",
+                  destination.scalar_type(), "); check that '", source, "' belongs to this module");
+      TORCH_CHECK(value.numel() == 0 || value.isfinite().all().item<bool>(), who, ": the entry '",
+                  key, "' holds NaN or infinite values; the file '", source, "' is corrupted");
     } else {
-      TORCH_CHECK(source.scalar_type() == destination.scalar_type(), kWho, ": dtype mismatch for '",
-                  key, "': the file has ", source.scalar_type(), ", the module has ",
-                  destination.scalar_type());
+      TORCH_CHECK(value.scalar_type() == destination.scalar_type(), who, ": dtype mismatch for '",
+                  key, "': the file has ", value.scalar_type(), ", the module has ",
+                  destination.scalar_type(), "; check that '", source, "' belongs to this module");
     }
-    assignments.emplace_back(destination, source);
+    assignments.emplace_back(destination, value);
   }
   std::vector<std::string> unexpected;
   for (const auto& entry : entries) {
@@ -87,10 +91,10 @@ void load_state_dict(torch::nn::Module& module, const std::string& path,
     }
   }
   if (options.strict()) {
-    TORCH_CHECK(missing.empty(), kWho, ": '", path, "' lacks ", join(missing),
+    TORCH_CHECK(missing.empty(), who, ": '", source, "' lacks ", join(missing),
                 "; check LoadStateDictOptions::prefix (now '", options.prefix(),
                 "') or pass strict(false)");
-    TORCH_CHECK(unexpected.empty(), kWho, ": '", path,
+    TORCH_CHECK(unexpected.empty(), who, ": '", source,
                 "' has entries the module does not: ", join(unexpected),
                 "; check LoadStateDictOptions::prefix (now '", options.prefix(),
                 "') or pass strict(false)");
@@ -101,5 +105,7 @@ void load_state_dict(torch::nn::Module& module, const std::string& path,
     assignment.first.copy_(assignment.second);
   }
 }
+
+} // namespace detail
 
 } // namespace posenc

@@ -31,10 +31,22 @@
 //   posenc_test_tool conformer-attention --d-model D --num-heads H [--prefix P] FILE INPUT OUT
 //       load a RelPositionMultiheadAttention from FILE, attend the [B, L, D] tensor in INPUT to
 //       itself with RelPositionalEncoding's relative positions (unscaled), save the output.
+//   posenc_test_tool safetensors-copy IN OUT
+//       posenc::read_safetensors(IN), then posenc::write_safetensors(OUT) of its tensors and
+//       metadata.
+//   posenc_test_tool safetensors-to-pickle IN OUT
+//       posenc::read_safetensors(IN); save (tensors dict, metadata dict) to OUT.
+//   posenc_test_tool save-module-safetensors learned|t5|token|conformer [--seed S] FILE OUT
+//       posenc::save_safetensors of a randomly initialized module to FILE; its state dict (a dict)
+//       to OUT.
+//   posenc_test_tool load-module-safetensors learned|t5|token|conformer [--prefix P]
+//   [--non-strict] FILE OUT
+//       posenc::load_safetensors(FILE) into a module; its state dict (a dict) to OUT.
 //
 // On a c10::Error the message goes to stderr and the exit status is 1.
 
 #include <posenc/export.h>
+#include <posenc/io/safetensors.h>
 #include <posenc/io/state_dict.h>
 #include <posenc/posenc.h>
 
@@ -62,6 +74,33 @@ void write_value(const c10::IValue& value, const std::string& path) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   TORCH_CHECK(out.good(), "cannot write ", path);
+}
+
+c10::Dict<std::string, at::Tensor> to_dict(
+    const torch::OrderedDict<std::string, at::Tensor>& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& item : tensors) {
+    dict.insert(item.key(), item.value().detach());
+  }
+  return dict;
+}
+
+// The modules the safetensors round trips use (small, randomly initialized).
+std::shared_ptr<torch::nn::Module> make_module(const std::string& kind) {
+  if (kind == "learned") {
+    return posenc::LearnedPositionalEmbedding(6, 10).ptr();
+  }
+  if (kind == "t5") {
+    return posenc::RelativePositionBias(posenc::RelativePositionBiasOptions(4)).ptr();
+  }
+  if (kind == "token") {
+    return posenc::TokenAndPositionEmbedding(
+               posenc::TokenAndPositionEmbeddingOptions(20, 8, 12).positions(
+                   posenc::PositionKind::kLearned))
+        .ptr();
+  }
+  TORCH_CHECK(kind == "conformer", "unknown module kind '", kind, "'");
+  return posenc::RelPositionMultiheadAttention(8, 2).ptr();
 }
 
 } // namespace
@@ -296,6 +335,53 @@ int main(int argc, char** argv) {
     torch::NoGradGuard no_grad;
     const torch::Tensor pos_emb = std::get<1>(encoding->forward(x));
     write_value(attention(x, x, x, pos_emb), out_path);
+  });
+
+  std::string module_kind;
+  CLI::App* st_copy =
+      app.add_subcommand("safetensors-copy", "Read a safetensors file and write it again");
+  st_copy->add_option("in", checkpoint)->required();
+  st_copy->add_option("out", out_path)->required();
+  st_copy->callback([&] {
+    const posenc::SafetensorsFile file = posenc::read_safetensors(checkpoint);
+    posenc::write_safetensors(out_path, file.tensors, file.metadata);
+  });
+  CLI::App* st_pickle =
+      app.add_subcommand("safetensors-to-pickle", "Read a safetensors file, pickle its contents");
+  st_pickle->add_option("in", checkpoint)->required();
+  st_pickle->add_option("out", out_path)->required();
+  st_pickle->callback([&] {
+    const posenc::SafetensorsFile file = posenc::read_safetensors(checkpoint);
+    c10::Dict<std::string, std::string> metadata;
+    for (const auto& item : file.metadata) {
+      metadata.insert(item.first, item.second);
+    }
+    write_value(c10::ivalue::Tuple::create({to_dict(file.tensors), metadata}), out_path);
+  });
+  CLI::App* st_save = app.add_subcommand("save-module-safetensors",
+                                         "save_safetensors of a randomly initialized module");
+  st_save->add_option("kind", module_kind)->required();
+  st_save->add_option("--seed", seed);
+  st_save->add_option("file", checkpoint)->required();
+  st_save->add_option("out", out_path)->required();
+  st_save->callback([&] {
+    torch::manual_seed(seed);
+    const auto module = make_module(module_kind);
+    posenc::save_safetensors(*module, checkpoint);
+    write_value(to_dict(posenc::state_dict(*module)), out_path);
+  });
+  CLI::App* st_load =
+      app.add_subcommand("load-module-safetensors", "load_safetensors into a module");
+  st_load->add_option("kind", module_kind)->required();
+  st_load->add_option("--prefix", prefix);
+  st_load->add_flag("--non-strict", non_strict);
+  st_load->add_option("file", checkpoint)->required();
+  st_load->add_option("out", out_path)->required();
+  st_load->callback([&] {
+    const auto module = make_module(module_kind);
+    posenc::load_safetensors(*module, checkpoint,
+                             posenc::LoadStateDictOptions().prefix(prefix).strict(!non_strict));
+    write_value(to_dict(posenc::state_dict(*module)), out_path);
   });
 
   try {
