@@ -42,6 +42,9 @@
 //   posenc_test_tool load-module-safetensors learned|t5|token|conformer [--prefix P]
 //   [--non-strict] FILE OUT
 //       posenc::load_safetensors(FILE) into a module; its state dict (a dict) to OUT.
+//   posenc_test_tool run-trained WEIGHTS ARGS OUT
+//       load test_package.py's model (C++ modules of the posenc.nn ones there) from the
+//       safetensors file WEIGHTS, run it on the tensor in ARGS, save the output.
 //
 // On a c10::Error the message goes to stderr and the exit status is 1.
 
@@ -103,6 +106,30 @@ std::shared_ptr<torch::nn::Module> make_module(const std::string& kind) {
   return posenc::RelPositionMultiheadAttention(8, 2).ptr();
 }
 
+
+// The C++ twin of test_package.py's model (posenc.nn modules there): the same submodules, names
+// and options, so a state dict trained in Python loads here.
+struct TrainedModelImpl : torch::nn::Module {
+  TrainedModelImpl()
+      : embed(register_module("embed", torch::nn::Linear(8, 16))),
+        positions(register_module("positions", posenc::PositionalEncoding(16, 64))),
+        learned(register_module("learned", posenc::LearnedPositionalEmbedding(16, 64))),
+        rope(register_module("rope", posenc::RotaryEmbedding(8, 64))),
+        head(register_module("head", torch::nn::Linear(16, 4))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor h = learned(positions(embed(x)));
+    const int64_t batch = h.size(0), length = h.size(1);
+    const torch::Tensor q = rope(h.view({batch, length, 2, 8})).reshape({batch, length, 16});
+    return head(torch::tanh(q));
+  }
+
+  torch::nn::Linear embed;
+  posenc::PositionalEncoding positions;
+  posenc::LearnedPositionalEmbedding learned;
+  posenc::RotaryEmbedding rope;
+  torch::nn::Linear head;
+};
 } // namespace
 
 int main(int argc, char** argv) {
@@ -382,6 +409,22 @@ int main(int argc, char** argv) {
     posenc::load_safetensors(*module, checkpoint,
                              posenc::LoadStateDictOptions().prefix(prefix).strict(!non_strict));
     write_value(to_dict(posenc::state_dict(*module)), out_path);
+  });
+
+  std::string weights_path;
+  CLI::App* run_trained = app.add_subcommand(
+      "run-trained", "Load test_package.py's trained model from safetensors and run it");
+  run_trained->add_option("weights", weights_path)->required();
+  run_trained->add_option("args", args_path)->required();
+  run_trained->add_option("out", out_path)->required();
+  run_trained->callback([&] {
+    TrainedModelImpl model;
+    posenc::load_safetensors(model, weights_path);
+    model.eval();
+    const c10::IValue args = torch::pickle_load(read_bytes(args_path));
+    TORCH_CHECK(args.isTuple(), "run-trained: ARGS must hold a tuple (x,)");
+    torch::NoGradGuard no_grad;
+    write_value(model.forward(args.toTupleRef().elements().at(0).toTensor()), out_path);
   });
 
   try {
