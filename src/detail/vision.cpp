@@ -18,6 +18,16 @@
 namespace posenc {
 namespace detail {
 
+TimestepSpec timestep_spec(const TimestepEmbeddingOptions& options) {
+  TimestepSpec spec;
+  spec.embedding_dim = options.embedding_dim();
+  spec.flip_sin_to_cos = options.flip_sin_to_cos();
+  spec.downscale_freq_shift = options.downscale_freq_shift();
+  spec.scale = options.scale();
+  spec.max_period = options.max_period();
+  return spec;
+}
+
 void check_timestep_spec(const char* who, const TimestepSpec& spec) {
   TORCH_CHECK(spec.embedding_dim >= 2 && spec.embedding_dim <= kMaxTableElements, who,
               ": embedding_dim must be in [2, 2^28], but got ", spec.embedding_dim);

@@ -5,6 +5,8 @@
 // get_2d_sincos_pos_embed; timm's build_sincos2d_pos_embed). The one definition the operators,
 // functional forms and modules use.
 
+#include <posenc/options/vision.h>
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
@@ -23,6 +25,9 @@ struct TimestepSpec {
   double scale = 1.0;
   int64_t max_period = 10000;
 };
+
+/// The spec of a module's or functional's TimestepEmbeddingOptions.
+TimestepSpec timestep_spec(const TimestepEmbeddingOptions& options);
 
 /// Checks a TimestepSpec: embedding_dim >= 2, max_period >= 1, a finite scale and shift, and
 /// embedding_dim / 2 - downscale_freq_shift != 0 (the frequencies divide by it).

@@ -336,13 +336,7 @@ torch::jit::Module to_torchscript(const RelPositionMultiheadAttentionImpl& modul
 }
 
 torch::jit::Module to_torchscript(const TimestepsImpl& module) {
-  const auto& options = module.options;
-  detail::TimestepSpec spec;
-  spec.embedding_dim = options.embedding_dim();
-  spec.flip_sin_to_cos = options.flip_sin_to_cos();
-  spec.downscale_freq_shift = options.downscale_freq_shift();
-  spec.scale = options.scale();
-  spec.max_period = options.max_period();
+  const detail::TimestepSpec spec = detail::timestep_spec(module.options);
   torch::jit::Module exported("__torch__.posenc.Timesteps");
   register_timestep_embedding(exported, spec);
   define(exported, TimestepsImpl::kName, {kCommon, kTimestep, kTimesteps});

@@ -35,16 +35,6 @@ CropPositionTableOptions::CropPositionTableOptions(std::vector<int64_t> new_size
 VisionRotaryEmbeddingOptions::VisionRotaryEmbeddingOptions(int64_t dim) : dim_(dim) {}
 
 namespace {
-detail::TimestepSpec spec_of(const TimestepEmbeddingOptions& options) {
-  detail::TimestepSpec spec;
-  spec.embedding_dim = options.embedding_dim();
-  spec.flip_sin_to_cos = options.flip_sin_to_cos();
-  spec.downscale_freq_shift = options.downscale_freq_shift();
-  spec.scale = options.scale();
-  spec.max_period = options.max_period();
-  return spec;
-}
-
 // DiT's embedding: cos first, frequencies exp(-ln(max_period) k / half)
 TimestepEmbeddingOptions dit_frequencies(const TimestepEmbedderOptions& options) {
   return TimestepEmbeddingOptions(options.frequency_embedding_size())
@@ -62,7 +52,7 @@ TimestepsImpl::TimestepsImpl(const TimestepEmbeddingOptions& options_) : options
 }
 
 void TimestepsImpl::reset() {
-  detail::check_timestep_spec(kName, spec_of(options));
+  detail::check_timestep_spec(kName, detail::timestep_spec(options));
 }
 
 void TimestepsImpl::pretty_print(std::ostream& stream) const {
@@ -92,7 +82,7 @@ TimestepEmbedderImpl::TimestepEmbedderImpl(const TimestepEmbedderOptions& option
 void TimestepEmbedderImpl::reset() {
   TORCH_CHECK(options.hidden_size() >= 1, kName, ": hidden_size must be >= 1, but got ",
               options.hidden_size());
-  detail::check_timestep_spec(kName, spec_of(dit_frequencies(options)));
+  detail::check_timestep_spec(kName, detail::timestep_spec(dit_frequencies(options)));
   mlp = register_module(
       "mlp", torch::nn::Sequential(
                  torch::nn::Linear(options.frequency_embedding_size(), options.hidden_size()),
