@@ -13,8 +13,8 @@ in float32 (a table is never stored in 16 bits).
 
 Not mirrored yet (use the C++ modules or the operators): positions past ``max_len``
 (``beyond_max_len``) and fractional positions of ``PositionalEncoding``, the ``dynamic`` and
-``longrope`` RoPE types and M-RoPE, the token-and-position embedding and the attention-bias
-modules.
+``longrope`` RoPE types and M-RoPE, ``TokenAndPositionEmbedding``, and Conformer's
+``RelPositionalEncoding`` / ``RelPositionMultiheadAttention``.
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -30,6 +30,8 @@ __all__ = [
     "TimestepEmbedder",
     "AxialRotaryEmbedding",
     "VisionRotaryEmbedding",
+    "ALiBi",
+    "RelativePositionBias",
 ]
 
 _ops = torch.ops.posenc
@@ -370,3 +372,51 @@ class VisionRotaryEmbedding(torch.nn.Module):
         rotated = _ops.apply_rotary(x.narrow(length_dim, prefix, patches), cos, sin, 0, None,
                                     self.pairing == "interleaved", self.heads_first)
         return rotated if prefix == 0 else torch.cat([x.narrow(length_dim, 0, prefix), rotated], length_dim)
+
+
+class ALiBi(torch.nn.Module):
+    """ALiBi's attention biases (``posenc::ALiBi``): the buffer ``slopes`` (heads ``first_head ..
+    first_head + heads - 1`` of ``num_heads``, for tensor-parallel shards); ``forward(query_length,
+    key_length, offset=None, causal=False)`` gives the bias ``[1, H, Lq, Lk]`` to add to the
+    attention scores, ``forward_causal(key_length, attention_mask=None)`` BLOOM's form."""
+
+    def __init__(self, num_heads: int, *, max_bias: float = 8.0, first_head: int = 0,
+                 heads: Optional[int] = None) -> None:
+        super().__init__()
+        self.num_heads, self.max_bias, self.first_head = num_heads, max_bias, first_head
+        self.register_buffer("slopes", _ops.alibi_slopes(num_heads, max_bias, first_head, heads))
+
+    def forward(self, query_length: int, key_length: int, offset: Optional[int] = None,
+                causal: bool = False) -> Tensor:
+        return _ops.alibi_bias(self.slopes, query_length, key_length, offset, causal)
+
+    def forward_causal(self, key_length: int, attention_mask: Optional[Tensor] = None) -> Tensor:
+        return _ops.alibi_causal_bias(self.slopes, key_length, attention_mask)
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, max_bias={self.max_bias}, heads={self.slopes.shape[0]}"
+
+
+class RelativePositionBias(torch.nn.Module):
+    """T5's bucketed relative position bias (``posenc::RelativePositionBias``): the embedding
+    ``relative_attention_bias`` ``[num_buckets, num_heads]`` (T5's key name);
+    ``forward(query_length, key_length, offset=0)`` gives the bias ``[1, H, Lq, Lk]``."""
+
+    def __init__(self, num_heads: int, *, num_buckets: int = 32, max_distance: int = 128,
+                 bidirectional: bool = True) -> None:
+        super().__init__()
+        if num_heads < 1:
+            raise ValueError(f"RelativePositionBias: num_heads must be >= 1, but got {num_heads}")
+        self.num_heads, self.num_buckets = num_heads, num_buckets
+        self.max_distance, self.bidirectional = max_distance, bidirectional
+        # the operator's checks of the bucket arguments, at construction
+        _ops.relative_position_bucket(torch.zeros(0, dtype=torch.long), bidirectional, num_buckets, max_distance)
+        self.relative_attention_bias = torch.nn.Embedding(num_buckets, num_heads)
+
+    def forward(self, query_length: int, key_length: int, offset: int = 0) -> Tensor:
+        return _ops.relative_position_bias(self.relative_attention_bias.weight, query_length, key_length,
+                                           self.bidirectional, self.max_distance, offset)
+
+    def extra_repr(self) -> str:
+        return (f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "
+                f"max_distance={self.max_distance}, bidirectional={self.bidirectional}")

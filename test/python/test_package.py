@@ -203,6 +203,38 @@ def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
         rope(q, [4, 4])
 
 
+def test_alibi_is_the_cpp_module(posenc, test_tool, tmp_path):
+    path = tmp_path / "alibi.pt"
+    test_tool("export-attention", "alibi", "--num-heads", 12, "--first-head", 4, "--heads", 4, path)
+    scripted = torch.jit.load(str(path))
+    module = posenc.nn.ALiBi(12, first_head=4, heads=4)
+    same_state(module, scripted)
+    assert torch.equal(module(5, 9), scripted(5, 9))
+    assert torch.equal(module(5, 9, 3, True), scripted(5, 9, 3, True))
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 0, 0]])
+    assert torch.equal(module.forward_causal(9, mask), scripted.forward_causal(9, mask))
+    with pytest.raises(RuntimeError):
+        posenc.nn.ALiBi(12, first_head=10, heads=4)  # heads 10..13 of 12
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_relative_position_bias_is_the_cpp_module(posenc, test_tool, tmp_path, bidirectional):
+    """A Python-trained T5 bias (random here) saved with torch.save, loaded by the C++ module."""
+    torch.manual_seed(3)
+    module = posenc.nn.RelativePositionBias(6, num_buckets=16, max_distance=40, bidirectional=bidirectional)
+    assert list(module.state_dict()) == ["relative_attention_bias.weight"]
+    path = tmp_path / "t5.pt"
+    torch.save({f"layer.0.{k}": v for k, v in module.state_dict().items()}, str(path))
+    flags = [] if bidirectional else ["--causal"]
+    test_tool("t5-bias", "--num-heads", 6, "--num-buckets", 16, "--max-distance", 40, *flags,
+              "--query-length", 7, "--key-length", 50, "--offset", 43, "--prefix", "layer.0.", path, tmp_path / "bias.pt")
+    expected = torch.load(str(tmp_path / "bias.pt"))
+    with torch.no_grad():
+        assert torch.equal(module(7, 50, 43), expected)
+    with pytest.raises(RuntimeError):
+        posenc.nn.RelativePositionBias(6, num_buckets=1)
+
+
 class _Model(torch.nn.Module):
     def __init__(self, nn):
         super().__init__()
