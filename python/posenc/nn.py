@@ -13,10 +13,11 @@ in float32 (a table is never stored in 16 bits).
 
 Not mirrored yet (use the C++ modules or the operators): positions past ``max_len``
 (``beyond_max_len``) and fractional positions of ``PositionalEncoding``, the ``dynamic`` and
-``longrope`` RoPE types and M-RoPE, ``TokenAndPositionEmbedding``, and Conformer's
+``longrope`` RoPE types and M-RoPE, and Conformer's
 ``RelPositionalEncoding`` / ``RelPositionMultiheadAttention``.
 """
 
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -25,6 +26,7 @@ from torch import Tensor
 __all__ = [
     "PositionalEncoding",
     "LearnedPositionalEmbedding",
+    "TokenAndPositionEmbedding",
     "RotaryEmbedding",
     "Timesteps",
     "TimestepEmbedder",
@@ -189,6 +191,71 @@ class LearnedPositionalEmbedding(_SequenceEncoding):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}, dropout={self.dropout}, batch_first={self.batch_first}"
+
+
+class TokenAndPositionEmbedding(torch.nn.Module):
+    """Token embedding plus positions in one fused operator (``posenc::TokenAndPositionEmbedding``):
+    ``tokens`` (an ``Embedding``, ``padding_idx`` rows zero) and ``positions`` (a
+    ``PositionalEncoding`` or a ``LearnedPositionalEmbedding``: keys ``tokens.weight`` and
+    ``positions.pe`` / ``positions.weight``); ``forward(ids, offset=0)`` returns
+    ``dropout(tokens(ids) * scale + table[positions])``, ``[B, L, D]`` for ids ``[B, L]``
+    (``[L, B]`` with ``batch_first=False``). With ``padding_idx``, positions count the real tokens
+    from each sequence's first one and padding gets no position (fairseq)."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, *, positions: str = "sinusoidal",
+                 scale: Optional[float] = None, padding_idx: Optional[int] = None, dropout: float = 0.0,
+                 batch_first: bool = True, base: float = 10000.0) -> None:
+        super().__init__()
+        who = "TokenAndPositionEmbedding"
+        self.kind = _choice(who, "positions", positions, ("sinusoidal", "learned"))
+        if vocab_size < 1 or d_model < 1:
+            raise ValueError(f"{who}: vocab_size and d_model must be >= 1, but got {vocab_size} and {d_model}")
+        if padding_idx is not None and not 0 <= padding_idx < vocab_size:
+            raise ValueError(f"{who}: padding_idx must be in [0, vocab_size) = [0, {vocab_size}), but got {padding_idx}")
+        self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
+        self.scale = math.sqrt(d_model) if scale is None else scale
+        self.padding_idx, self.dropout, self.batch_first = padding_idx, dropout, batch_first
+        self.tokens = torch.nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        if self.kind == "sinusoidal":
+            self.positions = PositionalEncoding(d_model, max_len, base=base, dropout=dropout,
+                                                batch_first=batch_first, scale=self.scale)
+        else:
+            self.positions = LearnedPositionalEmbedding(d_model, max_len, dropout=dropout,
+                                                        batch_first=batch_first, scale=self.scale)
+
+    def _table(self) -> Tensor:
+        return self.positions.pe if self.kind == "sinusoidal" else self.positions.weight
+
+    def _embed(self, ids: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
+        if ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ValueError(
+                f"TokenAndPositionEmbedding: expected integer token ids of shape {'[B, L]' if self.batch_first else '[L, B]'}, "
+                f"but got {ids.dtype} {tuple(ids.shape)}")
+        if positions is None and self.padding_idx is not None:
+            if offset < 0:
+                raise ValueError(f"TokenAndPositionEmbedding: offset must be >= 0, but got {offset}; positions start at 0")
+            positions = _positions_from_padding_mask(ids.eq(self.padding_idx), self.batch_first)
+            if offset != 0:
+                positions = positions.where(positions.lt(0), positions + offset)
+            offset = 0
+        out, _ = _ops.token_and_position_embedding(
+            ids.to(torch.long), self.tokens.weight, self._table(), offset, self.batch_first, positions,
+            self.scale, -1 if self.padding_idx is None else self.padding_idx, self.dropout, self.training)
+        return out
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        return self._embed(ids, offset, None)
+
+    def forward_positions(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """Explicit integer positions, ``[L]`` or like ``ids``; -1 = padding."""
+        if positions is None or positions.is_floating_point():
+            raise ValueError("TokenAndPositionEmbedding: forward_positions needs integer positions; "
+                             "for fractional ones use the C++ module")
+        return self._embed(ids, 0, positions)
+
+    def extra_repr(self) -> str:
+        return (f"vocab_size={self.vocab_size}, d_model={self.d_model}, max_len={self.max_len}, "
+                f"positions={self.kind}, scale={self.scale}, padding_idx={self.padding_idx}")
 
 
 _ROPE_TYPES = ("default", "linear", "yarn", "llama3")

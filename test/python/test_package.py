@@ -11,6 +11,7 @@ build's libposenc.so (`test_pip_install` installs it with pip instead).
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -201,6 +202,35 @@ def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
     assert torch.equal(out[:, :, 1:], posenc_ops.apply_rotary(q[:, :, 1:], cos, sin, interleaved=True, heads_first=True))
     with pytest.raises(ValueError, match="prefix tokens"):
         rope(q, [4, 4])
+
+
+@pytest.mark.parametrize("flags", [[], ["--learned"], ["--padding-idx", 0], ["--learned", "--padding-idx", 3]])
+def test_token_and_position_embedding_is_the_cpp_module(posenc, test_tool, tmp_path, flags):
+    path = tmp_path / "token.pt"
+    test_tool("export-token", "--vocab", 11, "--d-model", 10, "--max-len", 16, "--seed", 4, *flags, path)
+    scripted = torch.jit.load(str(path))
+    padding_idx = flags[flags.index("--padding-idx") + 1] if "--padding-idx" in flags else None
+    module = posenc.nn.TokenAndPositionEmbedding(11, 10, 16, positions="learned" if "--learned" in flags else "sinusoidal",
+                                                 padding_idx=padding_idx)
+    with torch.no_grad():  # the C++ module's random tables; the sinusoidal pe must already be equal
+        module.tokens.weight.copy_(dict(scripted.state_dict())["tokens.weight"])
+        if "--learned" in flags:
+            module.positions.weight.copy_(dict(scripted.state_dict())["positions.weight"])
+    same_state(module, scripted)
+    module.eval()
+    ids = torch.tensor([[0, 3, 3, 5, 10, 1], [3, 3, 0, 0, 2, 9]])
+    # The export computes tokens * sqrt(d_model) + table with TorchScript's operators (the product
+    # rounded first); posenc's fused kernel may differ by an ulp.
+    for offset in (0, 7):
+        torch.testing.assert_close(module(ids, offset), scripted(ids, offset), rtol=2.0**-23, atol=2.0**-23)
+    positions = torch.tensor([4, 0, 1, -1, 15, 2])
+    torch.testing.assert_close(module.forward_positions(ids, positions), scripted.forward_positions(ids, positions),
+                               rtol=2.0**-23, atol=2.0**-23)
+    if padding_idx is None:  # the module is the operator with its tables (bit for bit)
+        expected, _ = posenc.ops.token_and_position_embedding(ids, module.tokens.weight, module._table(), 7, True, None, math.sqrt(10))
+        assert torch.equal(module(ids, 7), expected)
+    with pytest.raises(ValueError, match="integer token ids"):
+        module(ids.float())
 
 
 def test_alibi_is_the_cpp_module(posenc, test_tool, tmp_path):
