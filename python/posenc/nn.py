@@ -13,8 +13,7 @@ in float32 (a table is never stored in 16 bits).
 
 Not mirrored yet (use the C++ modules or the operators): positions past ``max_len``
 (``beyond_max_len``) and fractional positions of ``PositionalEncoding``, the ``dynamic`` and
-``longrope`` RoPE types and M-RoPE, and Conformer's
-``RelPositionalEncoding`` / ``RelPositionMultiheadAttention``.
+``longrope`` RoPE types and M-RoPE.
 """
 
 import math
@@ -34,6 +33,8 @@ __all__ = [
     "VisionRotaryEmbedding",
     "ALiBi",
     "RelativePositionBias",
+    "RelPositionalEncoding",
+    "RelPositionMultiheadAttention",
 ]
 
 _ops = torch.ops.posenc
@@ -487,3 +488,97 @@ class RelativePositionBias(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "
                 f"max_distance={self.max_distance}, bidirectional={self.bidirectional}")
+
+
+class RelPositionalEncoding(torch.nn.Module):
+    """Transformer-XL / Conformer relative positions (``posenc::RelPositionalEncoding``, ESPnet's
+    ``RelPositionalEncoding``): the buffer ``pe`` holds the sinusoids of the relative positions
+    ``max_len - 1 .. -(max_len - 1)`` (``legacy``: ESPnet's ``LegacyRelPositionalEncoding``, the
+    absolute positions ``0 .. max_len - 1``); ``forward(x, offset=0)`` returns ``(x * sqrt(d_model)``
+    (``scale_input``), ``pos_emb)`` with ``pos_emb`` ``[1, 2 L - 1, d_model]`` (``[1, L, d_model]``)."""
+
+    def __init__(self, d_model: int, *, max_len: int = 5000, dropout: float = 0.0, scale_input: bool = True,
+                 legacy: bool = False, base: float = 10000.0) -> None:
+        super().__init__()
+        _check_dropout("RelPositionalEncoding", dropout)
+        self.d_model, self.max_len, self.dropout = d_model, max_len, dropout
+        self.scale_input, self.legacy, self.base = scale_input, legacy, base
+        if legacy:
+            table = _ops.sinusoidal_table(max_len, d_model, base)
+        else:
+            table = _ops.relative_sinusoidal_table(max_len, d_model, base, max_len)
+        self.register_buffer("pe", table)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
+        if x.dim() != 3 or x.shape[2] != self.d_model:
+            raise ValueError(f"RelPositionalEncoding: expected x of shape [B, L, {self.d_model}], but got {tuple(x.shape)}")
+        length = x.shape[1]
+        if offset < 0 or offset + length > self.max_len:
+            raise ValueError(
+                f"RelPositionalEncoding: the {offset} cached and {length} new positions must fit in the "
+                f"table's max_len = {self.max_len} (offset >= 0, offset + L <= max_len); build the module with a larger max_len")
+        if self.legacy:
+            pos_emb = self.pe.narrow(0, offset, length)
+        else:
+            pos_emb = self.pe.narrow(0, self.max_len - offset - length, offset + 2 * length - 1)
+        scaled = x * math.sqrt(self.d_model) if self.scale_input else x
+        positions = pos_emb.unsqueeze(0).to(x.dtype)
+        if self.dropout > 0 and self.training:
+            scaled = torch.nn.functional.dropout(scaled, self.dropout, True)
+            positions = torch.nn.functional.dropout(positions, self.dropout, True)
+        return scaled, positions
+
+
+class RelPositionMultiheadAttention(torch.nn.Module):
+    """Transformer-XL / Conformer self-attention with relative positions
+    (``posenc::RelPositionMultiheadAttention``, ESPnet's ``RelPositionMultiHeadedAttention``): the
+    parameters ``linear_q``, ``linear_k``, ``linear_v``, ``linear_out``, ``linear_pos`` (no bias),
+    ``pos_bias_u``, ``pos_bias_v`` ``[H, d_k]`` under ESPnet's names; ``forward(query, key, value,
+    pos_emb, mask=None)`` with ``pos_emb`` from ``RelPositionalEncoding``."""
+
+    def __init__(self, embed_dim: int, num_heads: int, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        if num_heads < 1 or embed_dim < 1 or embed_dim % num_heads != 0:
+            raise ValueError(
+                "RelPositionMultiheadAttention: embed_dim must be a positive multiple of num_heads >= 1, "
+                f"but got embed_dim = {embed_dim} and num_heads = {num_heads}")
+        _check_dropout("RelPositionMultiheadAttention", dropout)
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.linear_q = torch.nn.Linear(embed_dim, embed_dim)
+        self.linear_k = torch.nn.Linear(embed_dim, embed_dim)
+        self.linear_v = torch.nn.Linear(embed_dim, embed_dim)
+        self.linear_out = torch.nn.Linear(embed_dim, embed_dim)
+        self.linear_pos = torch.nn.Linear(embed_dim, embed_dim, bias=False)
+        self.pos_bias_u = torch.nn.Parameter(torch.empty(num_heads, embed_dim // num_heads))
+        self.pos_bias_v = torch.nn.Parameter(torch.empty(num_heads, embed_dim // num_heads))
+        torch.nn.init.xavier_uniform_(self.pos_bias_u)
+        torch.nn.init.xavier_uniform_(self.pos_bias_v)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, pos_emb: Tensor,
+                mask: Optional[Tensor] = None) -> Tensor:
+        width, heads = self.embed_dim, self.num_heads
+        for t in (query, key, value, pos_emb):
+            if t.dim() != 3 or t.shape[-1] != width:
+                raise ValueError(f"RelPositionMultiheadAttention: query, key, value and pos_emb must be [B, L, embed_dim = {width}], but got {tuple(t.shape)}")
+        batch, queries, keys = query.shape[0], query.shape[1], key.shape[1]
+        if pos_emb.shape[0] not in (1, batch) or pos_emb.shape[1] != queries + keys - 1:
+            raise ValueError(
+                f"RelPositionMultiheadAttention: pos_emb must be [1 or B, Lq + Lk - 1, embed_dim] = [1 or {batch}, "
+                f"{queries + keys - 1}, {width}], but got {tuple(pos_emb.shape)}")
+
+        def split(t: Tensor) -> Tensor:  # [B, L, D] -> [B, H, L, d_k]
+            return t.view(t.shape[0], t.shape[1], heads, width // heads).transpose(1, 2)
+
+        q, k, v = split(self.linear_q(query)), split(self.linear_k(key)), split(self.linear_v(value))
+        p = split(self.linear_pos(pos_emb))
+        depth = width // heads
+        content = torch.matmul(q + self.pos_bias_u.unsqueeze(1), k.transpose(-2, -1))
+        position = _ops.rel_shift(torch.matmul(q + self.pos_bias_v.unsqueeze(1), p.transpose(-2, -1)))
+        scores = (content + position) * (1.0 / math.sqrt(depth))
+        if mask is not None:
+            scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
+        weights = torch.softmax(scores, -1)
+        if self.dropout > 0 and self.training:
+            weights = torch.nn.functional.dropout(weights, self.dropout, True)
+        attended = torch.matmul(weights, v)
+        return self.linear_out(attended.transpose(1, 2).reshape(batch, queries, width))

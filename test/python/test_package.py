@@ -265,6 +265,45 @@ def test_relative_position_bias_is_the_cpp_module(posenc, test_tool, tmp_path, b
         posenc.nn.RelativePositionBias(6, num_buckets=1)
 
 
+@pytest.mark.parametrize("flags", [[], ["--legacy"], ["--unscaled"]])
+def test_rel_positional_encoding_is_the_cpp_module(posenc, test_tool, tmp_path, flags):
+    path = tmp_path / "rel.pt"
+    test_tool("export-attention", "rel-encoding", "--d-model", 12, "--max-len", 20, *flags, path)
+    scripted = torch.jit.load(str(path))
+    module = posenc.nn.RelPositionalEncoding(12, max_len=20, legacy="--legacy" in flags, scale_input="--unscaled" not in flags)
+    same_state(module, scripted)
+    x = torch.randn(2, 7, 12)
+    for offset in (0, 13):
+        ours, theirs = module(x, offset), scripted(x, offset)
+        assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    with pytest.raises(ValueError, match="max_len"):
+        module(x, 14)
+
+
+def test_conformer_attention_is_the_cpp_module(posenc, test_tool, tmp_path):
+    """A Python-initialized RelPositionMultiheadAttention, saved with torch.save and loaded by the
+    C++ module, attends the same input with the same relative positions: equal outputs (the same
+    ATen operations in the same order)."""
+    torch.manual_seed(5)
+    attention = posenc.nn.RelPositionMultiheadAttention(16, 4).eval()
+    torch.save({f"encoder.self_attn.{k}": v for k, v in attention.state_dict().items()}, str(tmp_path / "attn.pt"))
+    x = torch.randn(2, 9, 16)
+    torch.save(x, str(tmp_path / "x.pt"))
+    test_tool("conformer-attention", "--d-model", 16, "--num-heads", 4, "--prefix", "encoder.self_attn.",
+              tmp_path / "attn.pt", tmp_path / "x.pt", tmp_path / "out.pt")
+    _, pos_emb = posenc.nn.RelPositionalEncoding(16, max_len=9, scale_input=False)(x)
+    with torch.no_grad():
+        expected = attention(x, x, x, pos_emb)
+    assert torch.equal(torch.load(str(tmp_path / "out.pt")), expected)
+    mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)  # [B, 1, 1, Lk]: the keys each batch may attend
+    mask[1, :, :, 6:] = False
+    with torch.no_grad():
+        masked = attention(x, x, x, pos_emb, mask)
+    assert torch.isfinite(masked).all() and not torch.equal(masked[1], expected[1]) and torch.equal(masked[0], expected[0])
+    with pytest.raises(ValueError, match="pos_emb"):
+        attention(x, x, x, pos_emb[:, :5])
+
+
 class _Model(torch.nn.Module):
     def __init__(self, nn):
         super().__init__()
