@@ -11,9 +11,10 @@ Tables that are functions of the options (``pe``, ``cos``/``sin``) follow the C+
 ``.to()``/``.half()``/``.double()``: float64 recomputes them in float64, a 16-bit dtype leaves them
 in float32 (a table is never stored in 16 bits).
 
-Not mirrored yet (use the C++ modules or the operators): positions past ``max_len``
-(``beyond_max_len``) and fractional positions of ``PositionalEncoding``, the ``dynamic`` and
-``longrope`` RoPE types and M-RoPE.
+Not mirrored: positions past ``max_len`` and fractional positions of ``TokenAndPositionEmbedding``'s
+sinusoidal positions (use the C++ module). Rows that ``PositionalEncoding`` computes (past
+``max_len`` with ``beyond_max_len="extrapolate"``, fractional positions) are float64 for float64
+inputs, where the C++ module adds float32 rows unless the module is float64 (``.double()``).
 """
 
 import math
@@ -125,13 +126,12 @@ class _SequenceEncoding(torch.nn.Module):
         return self._add(x, offset, None)
 
     def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Explicit integer positions, `[L]` or like the first two dimensions of `x`; -1 = padding."""
+        """Explicit positions, `[L]` or like the first two dimensions of `x`; -1 = padding.
+        Fractional ones (sinusoidal encodings only) are computed from the definition."""
         if positions is None:
             raise ValueError(f"{type(self).__name__}: forward_positions needs positions; use forward(x, offset) for consecutive ones")
-        if positions.is_floating_point():
-            raise ValueError(
-                f"{type(self).__name__}: posenc.nn takes integer positions only; for fractional ones use "
-                "the C++ module or torch.ops.posenc.add_positional_encoding")
+        if positions.is_floating_point() and not isinstance(self, PositionalEncoding):
+            raise ValueError(f"{type(self).__name__}: a learned table has rows for integer positions only, but got {positions.dtype} positions")
         return self._add(x, 0, positions)
 
     def forward_padded(self, x: Tensor, padding_mask: Tensor) -> Tensor:
@@ -148,14 +148,40 @@ class PositionalEncoding(_SequenceEncoding, _DerivedTables):
 
     def __init__(self, d_model: int, max_len: int, *, base: float = 10000.0, dropout: float = 0.0,
                  batch_first: bool = True, layout: str = "interleaved", spacing: str = "paper",
-                 scale: float = 1.0, inplace: bool = False) -> None:
+                 beyond_max_len: str = "error", scale: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         _check_dropout("PositionalEncoding", dropout)
         self.d_model, self.max_len, self.base = d_model, max_len, base
         self.dropout, self.batch_first, self.scale, self.inplace = dropout, batch_first, scale, inplace
         self.layout = _choice("PositionalEncoding", "layout", layout, ("interleaved", "concatenated"))
         self.spacing = _choice("PositionalEncoding", "spacing", spacing, ("paper", "tensor2tensor"))
+        self.beyond_max_len = _choice("PositionalEncoding", "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         self._build_tables(torch.float32, torch.device("cpu"))
+
+    def _computed(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> bool:
+        """Whether the call's rows come from the definition: fractional positions, or positions
+        past the table with beyond_max_len="extrapolate"."""
+        if positions is not None and positions.is_floating_point():
+            return True
+        if self.beyond_max_len != "extrapolate" or x.dim() != 3:
+            return False
+        if positions is None:
+            return offset + x.shape[1 if self.batch_first else 0] > self.max_len
+        return positions.numel() > 0 and int(positions.max().item()) >= self.max_len
+
+    def _add(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
+        if not self._computed(x, offset, positions):
+            return super()._add(x, offset, positions)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"PositionalEncoding: expected inputs of width d_model = {self.d_model}, but got shape {tuple(x.shape)}")
+        # every row from the float64 definition, rounded once (float64 rows for float64 inputs)
+        out = _ops.add_positional_encoding(x, offset, self.base, self.batch_first, positions, self.scale,
+                                           self.layout, self.spacing)
+        if self.inplace:
+            out = x.copy_(out)
+        if self.training and self.dropout > 0.0:
+            out = torch.nn.functional.dropout(out, self.dropout, True, self.inplace)
+        return out
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         table = _ops.sinusoidal_table(self.max_len, self.d_model, self.base, 0, self.layout,
@@ -259,7 +285,10 @@ class TokenAndPositionEmbedding(torch.nn.Module):
                 f"positions={self.kind}, scale={self.scale}, padding_idx={self.padding_idx}")
 
 
-_ROPE_TYPES = ("default", "linear", "yarn", "llama3")
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+_ROPE_FIELDS = {"factor", "max_position_embeddings", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                "mscale", "mscale_all_dim", "truncate", "attention_factor", "short_factor", "long_factor",
+                "low_freq_factor", "high_freq_factor"}
 
 
 class RotaryEmbedding(_DerivedTables):
@@ -268,71 +297,136 @@ class RotaryEmbedding(_DerivedTables):
     (``[B, H, L, head_dim]`` with ``heads_first``), the first ``rotary_dim`` channels of each head.
 
     ``rope_scaling`` is Hugging Face's block (``{"rope_type": "llama3", "factor": 8.0, ...}``, the
-    parameter names of ``modeling_rope_utils.py``) for the types ``default``, ``linear``, ``yarn``
-    and ``llama3``; ``attention_factor_in_cos_sin`` folds YaRN's attention factor into cos/sin (HF)
-    or leaves it to the caller's softmax scale (DeepSeek; read it from ``attention_factor``).
+    parameter names of ``modeling_rope_utils.py``) for every rope type: ``default``, ``linear``,
+    ``dynamic``, ``yarn``, ``longrope``, ``llama3``. ``attention_factor_in_cos_sin`` folds the
+    variant's attention factor into cos/sin (HF) or leaves it to the caller's softmax scale
+    (DeepSeek; read it from ``attention_factor``). ``dynamic`` and ``longrope`` switch, per call, to
+    the frequencies of the call's length once it passes ``max_position_embeddings`` /
+    ``original_max_position_embeddings`` (the C++ module's semantics: keys cached by earlier calls
+    keep the rotation they got). ``mrope_section`` (Qwen2-VL; ``mrope_interleaved``: Qwen3-VL)
+    rotates by multimodal positions ``[3, B, L]`` given to ``forward_positions``.
+    ``beyond_max_len="extrapolate"`` computes positions past the cache from the frequencies.
     """
 
     _tables = ("cos", "sin")
 
     def __init__(self, head_dim: int, max_len: int, *, base: float = 10000.0,
                  rotary_dim: Optional[int] = None, pairing: str = "half_split",
-                 heads_first: bool = False, rope_scaling: Optional[dict] = None,
-                 freq_factors: Optional[List[float]] = None,
-                 attention_factor_in_cos_sin: bool = True) -> None:
+                 heads_first: bool = False, beyond_max_len: str = "error",
+                 rope_scaling: Optional[dict] = None, freq_factors: Optional[List[float]] = None,
+                 attention_factor_in_cos_sin: bool = True, mrope_section: Optional[List[int]] = None,
+                 mrope_interleaved: bool = False) -> None:
         super().__init__()
+        who = "RotaryEmbedding"
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
         if not 2 <= self.rotary_dim <= head_dim:
-            raise ValueError(f"RotaryEmbedding: rotary_dim must be in [2, head_dim = {head_dim}], but got {self.rotary_dim}")
-        self.pairing = _choice("RotaryEmbedding", "pairing", pairing, ("half_split", "interleaved"))
+            raise ValueError(f"{who}: rotary_dim must be in [2, head_dim = {head_dim}], but got {self.rotary_dim}")
+        self.pairing = _choice(who, "pairing", pairing, ("half_split", "interleaved"))
         self.heads_first = heads_first
+        self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         scaling = dict(rope_scaling or {})
-        rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
-        if rope_type in ("dynamic", "longrope"):
-            raise ValueError(
-                f"RotaryEmbedding: rope_type {rope_type!r} depends on the call's length and is not "
-                "mirrored by posenc.nn yet; use the C++ module or torch.ops.posenc.rope_frequencies(..., seq_len=)")
-        self.rope_type = _choice("RotaryEmbedding", "rope_type", rope_type, _ROPE_TYPES)
-        known = {"factor", "max_position_embeddings", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-                 "mscale_all_dim", "truncate", "attention_factor", "low_freq_factor", "high_freq_factor"}
-        unknown = sorted(set(scaling) - known)
+        self.rope_type = _choice(who, "rope_type", scaling.pop("rope_type", scaling.pop("type", "default")), _ROPE_TYPES)
+        unknown = sorted(set(scaling) - _ROPE_FIELDS)
         if unknown:
-            raise ValueError(f"RotaryEmbedding: unknown rope_scaling fields {unknown}; expected some of {sorted(known)}")
+            raise ValueError(f"{who}: unknown rope_scaling fields {unknown}; expected some of {sorted(_ROPE_FIELDS)}")
         self.rope_scaling = scaling
         self.freq_factors = list(freq_factors) if freq_factors else None
         self.attention_factor_in_cos_sin = attention_factor_in_cos_sin
+        self.mrope_section = list(mrope_section) if mrope_section else None
+        self.mrope_interleaved = mrope_interleaved
+        max_positions = scaling.get("max_position_embeddings", max_len)
+        #: dynamic / longrope: calls ending past this length use the frequencies of their length
+        self.switch_length: Optional[int] = {
+            "dynamic": max_positions,
+            "longrope": scaling.get("original_max_position_embeddings", max_positions),
+        }.get(self.rope_type)
         self._build_tables(torch.float32, torch.device("cpu"))
+        if self.mrope_section is not None:  # the operator's checks of the sections, at construction
+            _ops.multimodal_rotary_tables(self.cos, self.sin, torch.zeros(3, 1, 0, dtype=torch.long),
+                                          self.mrope_section, self.mrope_interleaved)
 
-    def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
+    def _frequencies(self, seq_len: Optional[int] = None) -> Tuple[Tensor, Tensor]:
         s = self.rope_scaling
-        inv_freq, factor = _ops.rope_frequencies(
+        return _ops.rope_frequencies(
             self.rotary_dim, self.base, self.rope_type, s.get("factor"), s.get("max_position_embeddings", self.max_len),
             s.get("original_max_position_embeddings"), s.get("beta_fast", 32.0), s.get("beta_slow", 1.0),
             s.get("mscale"), s.get("mscale_all_dim"), s.get("truncate", True), s.get("attention_factor"),
-            None, None, s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0), self.freq_factors)
+            s.get("short_factor"), s.get("long_factor"), s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0),
+            self.freq_factors, seq_len)
+
+    def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
+        inv_freq, factor = self._frequencies()
         #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``).
         self.inv_freq = inv_freq
-        #: The variant's attention factor (YaRN's mscale; 1 for the others).
+        #: The variant's attention factor (YaRN's mscale, LongRoPE's; 1 for the others).
         self.attention_factor = float(factor)
-        in_tables = self.attention_factor if self.attention_factor_in_cos_sin else 1.0
-        cos, sin = _ops.rotary_tables(self.max_len, inv_freq, in_tables, dtype=dtype, device=device)
+        #: The factor in the rows (cached or computed): the attention factor, or 1 when it is left out.
+        self._rows_factor = self.attention_factor if self.attention_factor_in_cos_sin else 1.0
+        self._long_inv_freq = (self._frequencies(self.switch_length + 1)[0]
+                               if self.rope_type == "longrope" else None)
+        cos, sin = _ops.rotary_tables(self.max_len, inv_freq, self._rows_factor, dtype=dtype, device=device)
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
 
+    @staticmethod
+    def _call_end(offset: int, length: int, positions: Optional[Tensor]) -> Optional[int]:
+        """The call's last position + 1, or None where there is none (the operator rejects it)."""
+        if positions is None:
+            return offset + length if offset >= 0 and length >= 1 else None
+        if positions.numel() == 0:
+            return None
+        if positions.is_floating_point():
+            last = positions.max().item()
+            return int(math.floor(last)) + 1 if 0.0 <= last < 9.2e18 else None
+        last = int(positions.max().item())
+        return last + 1 if last >= 0 else None
+
+    def _tables_for(self, x: Tensor, offset: int, positions: Optional[Tensor]):
+        """cos, sin, inv_freq and positions of a call (the C++ module's call_tables)."""
+        if x.dim() == 4 and x.shape[3] != self.head_dim and x.shape[3] >= self.rotary_dim:
+            raise ValueError(f"RotaryEmbedding: expected heads of width head_dim = {self.head_dim}, but got {x.shape[3]} "
+                             f"(input shape {tuple(x.shape)})")
+        continuous = positions is not None and positions.is_floating_point()
+        extrapolate = self.beyond_max_len == "extrapolate"
+        cos, sin = self.cos, self.sin
+        inv_freq = self.inv_freq if extrapolate or continuous else None
+        if self.switch_length is not None and x.dim() == 4:
+            end = self._call_end(offset, x.shape[2 if self.heads_first else 1], positions)
+            if end is not None and end > self.switch_length and (extrapolate or continuous or end <= self.max_len):
+                inv_freq = self._long_inv_freq if self._long_inv_freq is not None else self._frequencies(end)[0]
+                cos, sin = cos.narrow(0, 0, 0), sin.narrow(0, 0, 0)
+        if positions is not None and positions.dim() == 3:
+            if self.mrope_section is None:
+                raise ValueError(f"RotaryEmbedding: positions {tuple(positions.shape)} are multimodal [3, B, L] positions, "
+                                 "but the module has no mrope_section; build it with mrope_section or pass [B, L] positions")
+            rows_cos, rows_sin = _ops.multimodal_rotary_tables(cos, sin, positions, self.mrope_section,
+                                                               self.mrope_interleaved, inv_freq, self._rows_factor)
+            tokens = positions.shape[1] * positions.shape[2]
+            half = self.cos.shape[1]
+            order = torch.arange(tokens, dtype=torch.long, device=x.device).view(positions.shape[1], positions.shape[2])
+            return rows_cos.view(tokens, half), rows_sin.view(tokens, half), None, order
+        return cos, sin, inv_freq, positions
+
+    def _rotate(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
+        cos, sin, inv_freq, positions = self._tables_for(x, offset, positions)
+        return _ops.apply_rotary(x, cos, sin, offset, positions, self.pairing == "interleaved", self.heads_first,
+                                 False, inv_freq, self._rows_factor)
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        return _ops.apply_rotary(x, self.cos, self.sin, offset, None, self.pairing == "interleaved",
-                                 self.heads_first)
+        return self._rotate(x, offset, None)
 
     def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Explicit integer positions ``[L]`` or ``[B, L]``."""
-        return _ops.apply_rotary(x, self.cos, self.sin, 0, positions, self.pairing == "interleaved",
-                                 self.heads_first)
+        """Explicit positions: integer or fractional ``[L]`` / ``[B, L]``, or multimodal ``[3, B, L]``."""
+        if positions is None:
+            raise ValueError("RotaryEmbedding: forward_positions needs positions; use forward(x, offset) for consecutive ones")
+        return self._rotate(x, 0, positions)
 
     def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         """Queries and keys (any head counts: GQA/MQA) in one call."""
-        return _ops.apply_rotary_qk(q, k, self.cos, self.sin, offset, None,
-                                    self.pairing == "interleaved", self.heads_first)
+        cos, sin, inv_freq, positions = self._tables_for(q, offset, None)
+        return _ops.apply_rotary_qk(q, k, cos, sin, offset, positions, self.pairing == "interleaved",
+                                    self.heads_first, False, inv_freq, self._rows_factor)
 
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, max_len={self.max_len}, rotary_dim={self.rotary_dim}, "

@@ -93,6 +93,31 @@ def test_positional_encoding_is_the_cpp_module(posenc, posenc_cli, tmp_path, opt
         module(x, 35)
 
 
+def test_positional_encoding_extrapolates_and_takes_fractional_positions(posenc, posenc_cli, tmp_path):
+    module = posenc.nn.PositionalEncoding(12, 16, beyond_max_len="extrapolate")
+    scripted = export(posenc_cli, tmp_path, "pe", "--max-len", 16, "--d-model", 12, "--extrapolate")
+    x = torch.randn(2, 6, 12)
+    ours = module(x, 13)  # positions 13 .. 18: three from the table, three computed
+    # computed rows are the table's definition rounded once: the in-table rows are the table's
+    assert torch.equal(ours[:, :3], posenc.nn.PositionalEncoding(12, 16)(x[:, :3], 13))
+    # the export computes past max_len with PyTorch's float64 sin/cos (last float32 bit)
+    torch.testing.assert_close(ours, scripted(x, 13), rtol=0, atol=2.0**-23 * 4)
+    whole = posenc.nn.PositionalEncoding(12, 64)(x, 13)
+    assert torch.equal(ours, whole)  # computed rows equal a longer table's rows
+    fractional = module.forward_positions(x, torch.tensor([0.0, 1.0, 2.5, 40.0, 7.0, 7.25]))
+    longer = posenc.nn.PositionalEncoding(12, 64)
+    integer = longer.forward_positions(x, torch.tensor([0, 1, 2, 40, 7, 7]))
+    assert torch.equal(fractional[:, [0, 1, 3, 4]], integer[:, [0, 1, 3, 4]])  # whole positions: the table's rows
+    # a fractional position: sin(2.5 w_i) in the even columns (the definition, in float64)
+    w = 10000.0 ** (-torch.arange(0, 12, 2, dtype=torch.float64) / 12)
+    added = (fractional[:, 2, 0::2] - x[:, 2, 0::2]).double()
+    torch.testing.assert_close(added, torch.sin(2.5 * w).expand(2, 6), rtol=0, atol=4 * 2.0**-23 * float(x.abs().max() + 1))
+    with pytest.raises(RuntimeError, match="max_len"):
+        posenc.nn.PositionalEncoding(12, 16)(x, 13)
+    with pytest.raises(ValueError, match="integer positions"):
+        posenc.nn.LearnedPositionalEmbedding(12, 16).forward_positions(x, torch.zeros(6))
+
+
 def test_positional_encoding_in_place_and_dropout(posenc):
     module = posenc.nn.PositionalEncoding(8, 16, inplace=True)
     x = torch.randn(2, 5, 8)
@@ -164,15 +189,84 @@ def test_rotary_embedding_is_the_cpp_module(posenc, posenc_cli, tmp_path, config
         assert module.attention_factor > 1.0  # 0.1 ln(4) + 1
 
 
-def test_rotary_embedding_rejects_what_it_does_not_mirror(posenc):
-    with pytest.raises(ValueError, match="dynamic"):
-        posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+def _hf_rope(posenc, posenc_cli, tmp_path, config, **module_options):
+    """The C++ module exported from a Hugging Face config, and posenc.nn's from the same fields."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    scripted = export(posenc_cli, tmp_path, "rope", "--module", "rotary", "--hf-config", path, *module_options.pop("flags", []))
+    scaling = dict(config.get("rope_scaling") or {})
+    mrope_section = scaling.pop("mrope_section", None)
+    if scaling.get("type") == "mrope":
+        scaling["type"] = "default"
+    module = posenc.nn.RotaryEmbedding(config["head_dim"], config["max_position_embeddings"], base=config["rope_theta"],
+                                       rope_scaling=scaling, mrope_section=mrope_section, **module_options)
+    return module, scripted
+
+
+def _close_rotation(ours, theirs, x):
+    # Rows past the cache are computed: posenc's from the C library's float64 cos/sin, the export's
+    # from PyTorch's, which can differ in the last float32 bit of a table entry; a rotated value
+    # sums two products, so up to 2 ulp of max|x| (rows from the cache are equal).
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=2.0**-22 * float(x.abs().max()))
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "dynamic", "factor": 2.0},
+    {"rope_type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(8)], "long_factor": [1.5 + 0.5 * i for i in range(8)],
+     "original_max_position_embeddings": 32},
+])
+def test_length_dependent_rope_is_the_cpp_module(posenc, posenc_cli, tmp_path, scaling):
+    """dynamic NTK and LongRoPE switch frequencies per call once it passes the original length."""
+    config = {"head_dim": 16, "rope_theta": 10000.0, "max_position_embeddings": 64, "num_attention_heads": 2,
+              "hidden_size": 32, "rope_scaling": scaling}
+    module, scripted = _hf_rope(posenc, posenc_cli, tmp_path, config, beyond_max_len="extrapolate", flags=["--extrapolate"])
+    same_state(module, scripted)
+    x = torch.randn(2, 12, 2, 16)
+    for offset in (0, 20, 40, 70):  # inside the original length, across it, past it, past max_len
+        _close_rotation(module(x, offset), scripted(x, offset), x)
+    positions = torch.tensor([3.5, 0.0, 80.25, 7.0, 1.0, 2.0, 33.0, 9.0, 10.0, 11.0, 12.0, 13.0])
+    _close_rotation(module.forward_positions(x, positions), scripted.forward_positions(x, positions), x)
+    if scaling["rope_type"] == "longrope":
+        assert module.attention_factor == pytest.approx(math.sqrt(1 + math.log(2.0) / math.log(32)))
+    short = module(x, 0)
+    assert torch.equal(short, posenc.ops.apply_rotary(x, module.cos, module.sin, 0, None, False, False, False, None, module._rows_factor))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_multimodal_rope_is_the_cpp_module(posenc, posenc_cli, tmp_path, interleaved):
+    """Qwen2-VL's M-RoPE (Qwen3-VL's interleaved sections)."""
+    scaling = {"rope_type": "default", "mrope_section": [2, 3, 3]}
+    if interleaved:
+        scaling["mrope_interleaved"] = True
+    config = {"head_dim": 16, "rope_theta": 10000.0, "max_position_embeddings": 64, "num_attention_heads": 2,
+              "hidden_size": 32, "rope_scaling": scaling}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    scripted = export(posenc_cli, tmp_path, "rope", "--module", "rotary", "--hf-config", path)
+    module = posenc.nn.RotaryEmbedding(16, 64, mrope_section=[2, 3, 3], mrope_interleaved=interleaved)
+    same_state(module, scripted)
+    x = torch.randn(2, 6, 2, 16)
+    positions = torch.stack([torch.arange(6).expand(2, 6), torch.tensor([[0, 0, 1, 1, 2, 2]] * 2), torch.tensor([[0, 1, 0, 1, 0, 1]] * 2)])
+    _close_rotation(module.forward_positions(x, positions), scripted.forward_positions(x, positions), x)
+    with pytest.raises(ValueError, match="mrope_section"):
+        posenc.nn.RotaryEmbedding(16, 64).forward_positions(x, positions)
+
+
+def test_rotary_embedding_errors(posenc):
     with pytest.raises(ValueError, match="unknown rope_scaling fields"):
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear", "factr": 2.0})
+    with pytest.raises(ValueError, match="rope_type"):
+        posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "ntk-by-parts"})
     with pytest.raises(ValueError, match="rotary_dim"):
         posenc.nn.RotaryEmbedding(8, 16, rotary_dim=10)
     with pytest.raises(RuntimeError, match="factor"):  # the operator's check: linear needs a factor
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear"})
+    with pytest.raises(RuntimeError):  # sections summing to 5 pairs, not 4
+        posenc.nn.RotaryEmbedding(8, 16, mrope_section=[1, 2, 2])
+    with pytest.raises(RuntimeError, match="max_len"):
+        posenc.nn.RotaryEmbedding(8, 16)(torch.randn(1, 4, 1, 8), 13)
+    extrapolating = posenc.nn.RotaryEmbedding(8, 16, beyond_max_len="extrapolate")
+    assert extrapolating(torch.randn(1, 4, 1, 8), 13).shape == (1, 4, 1, 8)
 
 
 def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
