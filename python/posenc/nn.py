@@ -11,10 +11,11 @@ Tables that are functions of the options (``pe``, ``cos``/``sin``) follow the C+
 ``.to()``/``.half()``/``.double()``: float64 recomputes them in float64, a 16-bit dtype leaves them
 in float32 (a table is never stored in 16 bits).
 
-Not mirrored: positions past ``max_len`` and fractional positions of ``TokenAndPositionEmbedding``'s
-sinusoidal positions (use the C++ module). Rows that ``PositionalEncoding`` computes (past
-``max_len`` with ``beyond_max_len="extrapolate"``, fractional positions) are float64 for float64
-inputs, where the C++ module adds float32 rows unless the module is float64 (``.double()``).
+Rows that ``PositionalEncoding`` and ``TokenAndPositionEmbedding`` compute (past ``max_len`` with
+``beyond_max_len="extrapolate"``, fractional positions) are float64 for float64 inputs, where the
+C++ module adds float32 rows unless the module is float64 (``.double()``); there
+``TokenAndPositionEmbedding`` rounds ``tokens * scale`` before adding the row, where the C++
+module's fused kernel rounds the sum once (one float32 ulp).
 """
 
 import math
@@ -231,10 +232,13 @@ class TokenAndPositionEmbedding(torch.nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, *, positions: str = "sinusoidal",
                  scale: Optional[float] = None, padding_idx: Optional[int] = None, dropout: float = 0.0,
-                 batch_first: bool = True, base: float = 10000.0) -> None:
+                 batch_first: bool = True, base: float = 10000.0, beyond_max_len: str = "error") -> None:
         super().__init__()
         who = "TokenAndPositionEmbedding"
         self.kind = _choice(who, "positions", positions, ("sinusoidal", "learned"))
+        self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
+        if self.kind == "learned" and self.beyond_max_len == "extrapolate":
+            raise ValueError(f"{who}: learned positions cannot extrapolate past max_len; use positions='sinusoidal' or beyond_max_len='error'")
         if vocab_size < 1 or d_model < 1:
             raise ValueError(f"{who}: vocab_size and d_model must be >= 1, but got {vocab_size} and {d_model}")
         if padding_idx is not None and not 0 <= padding_idx < vocab_size:
@@ -244,8 +248,8 @@ class TokenAndPositionEmbedding(torch.nn.Module):
         self.padding_idx, self.dropout, self.batch_first = padding_idx, dropout, batch_first
         self.tokens = torch.nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         if self.kind == "sinusoidal":
-            self.positions = PositionalEncoding(d_model, max_len, base=base, dropout=dropout,
-                                                batch_first=batch_first, scale=self.scale)
+            self.positions = PositionalEncoding(d_model, max_len, base=base, dropout=dropout, batch_first=batch_first,
+                                                beyond_max_len=beyond_max_len, scale=self.scale)
         else:
             self.positions = LearnedPositionalEmbedding(d_model, max_len, dropout=dropout,
                                                         batch_first=batch_first, scale=self.scale)
@@ -265,8 +269,16 @@ class TokenAndPositionEmbedding(torch.nn.Module):
             if offset != 0:
                 positions = positions.where(positions.lt(0), positions + offset)
             offset = 0
+        ids = ids.to(torch.long)
+        if self.kind == "sinusoidal":
+            emb = torch.nn.functional.embedding(ids, self.tokens.weight, self.padding_idx)
+            if self.positions._computed(emb, offset, positions):
+                # rows past the table or at fractional positions, from the definition
+                return self.positions._add(emb, offset, positions)
+        elif positions is not None and positions.is_floating_point():
+            raise ValueError(f"TokenAndPositionEmbedding: learned positions are integers, but got {positions.dtype} positions")
         out, _ = _ops.token_and_position_embedding(
-            ids.to(torch.long), self.tokens.weight, self._table(), offset, self.batch_first, positions,
+            ids, self.tokens.weight, self._table(), offset, self.batch_first, positions,
             self.scale, -1 if self.padding_idx is None else self.padding_idx, self.dropout, self.training)
         return out
 
@@ -274,10 +286,10 @@ class TokenAndPositionEmbedding(torch.nn.Module):
         return self._embed(ids, offset, None)
 
     def forward_positions(self, ids: Tensor, positions: Tensor) -> Tensor:
-        """Explicit integer positions, ``[L]`` or like ``ids``; -1 = padding."""
-        if positions is None or positions.is_floating_point():
-            raise ValueError("TokenAndPositionEmbedding: forward_positions needs integer positions; "
-                             "for fractional ones use the C++ module")
+        """Explicit positions, ``[L]`` or like ``ids``; -1 = padding; fractional ones with
+        sinusoidal positions."""
+        if positions is None:
+            raise ValueError("TokenAndPositionEmbedding: forward_positions needs positions; use forward(ids, offset) otherwise")
         return self._embed(ids, 0, positions)
 
     def extra_repr(self) -> str:

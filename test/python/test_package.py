@@ -327,6 +327,27 @@ def test_token_and_position_embedding_is_the_cpp_module(posenc, test_tool, tmp_p
         module(ids.float())
 
 
+def test_token_and_position_embedding_extrapolates(posenc):
+    torch.manual_seed(6)
+    short = posenc.nn.TokenAndPositionEmbedding(11, 10, 16, padding_idx=0, beyond_max_len="extrapolate").eval()
+    longer = posenc.nn.TokenAndPositionEmbedding(11, 10, 64, padding_idx=0).eval()
+    longer.tokens.load_state_dict(short.tokens.state_dict())
+    ids = torch.tensor([[0, 3, 3, 5, 10, 1], [3, 3, 4, 0, 2, 9]])
+    # Computed rows (positions 13 .. 18) are a longer table's; the sum tokens * scale + row is
+    # rounded twice here (the product, then the sum) and once by the fused kernel: one ulp.
+    close = dict(rtol=2.0**-23, atol=2.0**-23)
+    torch.testing.assert_close(short(ids, 13), longer(ids, 13), **close)
+    assert torch.equal(short(ids, 13)[0, 0], torch.zeros(10))
+    positions = torch.tensor([0.5, 1.0, 2.0, 3.0, 4.0, 5.0])
+    fractional = short.forward_positions(ids, positions)
+    torch.testing.assert_close(fractional[:, 1:], longer.forward_positions(ids, positions.long())[:, 1:], **close)
+    assert not torch.allclose(fractional[:, 0], longer.forward_positions(ids, positions.long())[:, 0])
+    with pytest.raises(RuntimeError, match="max_len"):
+        longer(ids, 60)
+    with pytest.raises(ValueError, match="extrapolate"):
+        posenc.nn.TokenAndPositionEmbedding(11, 10, 16, positions="learned", beyond_max_len="extrapolate")
+
+
 def test_alibi_is_the_cpp_module(posenc, test_tool, tmp_path):
     path = tmp_path / "alibi.pt"
     test_tool("export-attention", "alibi", "--num-heads", 12, "--first-head", 4, "--heads", 4, path)
