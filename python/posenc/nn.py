@@ -12,10 +12,7 @@ Tables that are functions of the options (``pe``, ``cos``/``sin``) follow the C+
 in float32 (a table is never stored in 16 bits).
 
 Rows that ``PositionalEncoding`` and ``TokenAndPositionEmbedding`` compute (past ``max_len`` with
-``beyond_max_len="extrapolate"``, fractional positions) are float64 for float64 inputs, where the
-C++ module adds float32 rows unless the module is float64 (``.double()``); there
-``TokenAndPositionEmbedding`` rounds ``tokens * scale`` before adding the row, where the C++
-module's fused kernel rounds the sum once (one float32 ulp).
+``beyond_max_len="extrapolate"``, fractional positions) are rounded as the table's rows are.
 """
 
 import math
@@ -140,6 +137,22 @@ class _SequenceEncoding(torch.nn.Module):
         return self._add(x, 0, _positions_from_padding_mask(padding_mask, self.batch_first))
 
 
+def _computed_sum(x: Tensor, table_dtype: torch.dtype, scale: float, offset: int, base: float, batch_first: bool,
+                  positions: Optional[Tensor], layout: str = "interleaved", spacing: str = "paper") -> Tensor:
+    """x * scale + rows computed from the float64 definition, rounded as posenc's kernels round
+    their table path: rows in the table's dtype, the product in float32 (float64 for float64
+    inputs), then the sum, then the input's dtype (the operator's own scale would fuse the two)."""
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    scaled = x.to(acc) if scale == 1.0 else x.to(acc) * scale
+    if acc == torch.float64 and table_dtype != torch.float64:
+        # float32 rows (as the table's) added in float64: the operator adds them to zeros first
+        rows = _ops.add_positional_encoding(torch.zeros(x.shape, dtype=torch.float32, device=x.device), offset, base,
+                                            batch_first, positions, 1.0, layout, spacing)
+        return scaled + rows.to(torch.float64)
+    out = _ops.add_positional_encoding(scaled, offset, base, batch_first, positions, 1.0, layout, spacing)
+    return out.to(x.dtype)
+
+
 class PositionalEncoding(_SequenceEncoding, _DerivedTables):
     """The sinusoidal encoding of "Attention Is All You Need" (``posenc::PositionalEncoding``): a
     buffer ``pe`` ``[1, max_len, d_model]`` computed in float64 and rounded once; ``forward(x,
@@ -175,9 +188,8 @@ class PositionalEncoding(_SequenceEncoding, _DerivedTables):
             return super()._add(x, offset, positions)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"PositionalEncoding: expected inputs of width d_model = {self.d_model}, but got shape {tuple(x.shape)}")
-        # every row from the float64 definition, rounded once (float64 rows for float64 inputs)
-        out = _ops.add_positional_encoding(x, offset, self.base, self.batch_first, positions, self.scale,
-                                           self.layout, self.spacing)
+        out = _computed_sum(x, self.pe.dtype, self.scale, offset, self.base, self.batch_first, positions,
+                            self.layout, self.spacing)
         if self.inplace:
             out = x.copy_(out)
         if self.training and self.dropout > 0.0:
@@ -274,7 +286,11 @@ class TokenAndPositionEmbedding(torch.nn.Module):
             emb = torch.nn.functional.embedding(ids, self.tokens.weight, self.padding_idx)
             if self.positions._computed(emb, offset, positions):
                 # rows past the table or at fractional positions, from the definition
-                return self.positions._add(emb, offset, positions)
+                out = _computed_sum(emb, self.positions.pe.dtype, self.scale, offset, self.positions.base,
+                                    self.batch_first, positions)
+                if self.training and self.dropout > 0.0:
+                    out = torch.nn.functional.dropout(out, self.dropout, True)
+                return out
         elif positions is not None and positions.is_floating_point():
             raise ValueError(f"TokenAndPositionEmbedding: learned positions are integers, but got {positions.dtype} positions")
         out, _ = _ops.token_and_position_embedding(

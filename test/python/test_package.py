@@ -104,6 +104,11 @@ def test_positional_encoding_extrapolates_and_takes_fractional_positions(posenc,
     torch.testing.assert_close(ours, scripted(x, 13), rtol=0, atol=2.0**-23 * 4)
     whole = posenc.nn.PositionalEncoding(12, 64)(x, 13)
     assert torch.equal(ours, whole)  # computed rows equal a longer table's rows
+    for dtype, scale in ((torch.float32, 2.5), (torch.float16, 1.5), (torch.bfloat16, 1.0), (torch.float64, 0.5)):
+        # the product rounded as the table path's kernel rounds it, then the sum, then the dtype
+        a = posenc.nn.PositionalEncoding(12, 16, beyond_max_len="extrapolate", scale=scale)(x.to(dtype), 13)
+        b = posenc.nn.PositionalEncoding(12, 64, scale=scale)(x.to(dtype), 13)
+        assert a.dtype == dtype and torch.equal(a, b), dtype
     fractional = module.forward_positions(x, torch.tensor([0.0, 1.0, 2.5, 40.0, 7.0, 7.25]))
     longer = posenc.nn.PositionalEncoding(12, 64)
     integer = longer.forward_positions(x, torch.tensor([0, 1, 2, 40, 7, 7]))
@@ -333,14 +338,12 @@ def test_token_and_position_embedding_extrapolates(posenc):
     longer = posenc.nn.TokenAndPositionEmbedding(11, 10, 64, padding_idx=0).eval()
     longer.tokens.load_state_dict(short.tokens.state_dict())
     ids = torch.tensor([[0, 3, 3, 5, 10, 1], [3, 3, 4, 0, 2, 9]])
-    # Computed rows (positions 13 .. 18) are a longer table's; the sum tokens * scale + row is
-    # rounded twice here (the product, then the sum) and once by the fused kernel: one ulp.
-    close = dict(rtol=2.0**-23, atol=2.0**-23)
-    torch.testing.assert_close(short(ids, 13), longer(ids, 13), **close)
+    # computed rows (positions 13 .. 18) and their sums are a longer table's, bit for bit
+    assert torch.equal(short(ids, 13), longer(ids, 13))
     assert torch.equal(short(ids, 13)[0, 0], torch.zeros(10))
     positions = torch.tensor([0.5, 1.0, 2.0, 3.0, 4.0, 5.0])
     fractional = short.forward_positions(ids, positions)
-    torch.testing.assert_close(fractional[:, 1:], longer.forward_positions(ids, positions.long())[:, 1:], **close)
+    assert torch.equal(fractional[:, 1:], longer.forward_positions(ids, positions.long())[:, 1:])
     assert not torch.allclose(fractional[:, 0], longer.forward_positions(ids, positions.long())[:, 0])
     with pytest.raises(RuntimeError, match="max_len"):
         longer(ids, 60)
