@@ -141,7 +141,7 @@ def _computed_sum(x: Tensor, table_dtype: torch.dtype, scale: float, offset: int
                   positions: Optional[Tensor], layout: str = "interleaved", spacing: str = "paper") -> Tensor:
     """x * scale + rows computed from the float64 definition, rounded as posenc's kernels round
     their table path: rows in the table's dtype, the product in float32 (float64 for float64
-    inputs), then the sum, then the input's dtype (the operator's own scale would fuse the two)."""
+    inputs), then the sum, then the input's dtype."""
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     scaled = x.to(acc) if scale == 1.0 else x.to(acc) * scale
     if acc == torch.float64 and table_dtype != torch.float64:

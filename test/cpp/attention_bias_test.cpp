@@ -27,23 +27,10 @@
 #include <vector>
 
 namespace F = posenc::functional;
+using posenc_test::any_error;
 using posenc_test::printed;
 
 namespace {
-
-// The message of what `fn` throws (a c10::Error from a module, a TorchScript exception from an
-// exported one), or "<no error>".
-template <typename Fn>
-std::string any_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 class AttentionBias : public posenc_test::SeededTest {};
 

@@ -39,6 +39,20 @@ std::string error_message(Fn&& fn) {
   return "<no error>";
 }
 
+/// Like error_message, but also takes the message of any other std::exception: the TorchScript
+/// exceptions an exported module throws carry the raised text after the TorchScript traceback.
+template <typename Fn>
+std::string any_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
 } // namespace posenc_test
 
 /// Expects `statement` to throw a c10::Error whose message contains `substring`.

@@ -26,23 +26,10 @@
 
 namespace {
 
+using posenc_test::any_error;
 using posenc_test::printed;
 
 class VisionExport : public posenc_test::SeededTest {};
-
-// The message of whatever `fn` throws: a c10::Error from the C++ modules, a TorchScript exception
-// (whose message carries the raised text after the TorchScript traceback) from the exports.
-template <typename Fn>
-std::string any_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 // The module's message (which must exist) is part of the export's.
 void expect_same_error(const std::string& module_error, const std::string& exported_error) {

@@ -41,7 +41,8 @@ class SequenceMethods:
             raise RuntimeError(self.who + ": scale must lie in [-3.4028e38, 3.4028e38] for " + self._dtype_name(x.dtype) + " inputs (computed in float32), but got " + str(self.scale) + "; pass float64 inputs or a smaller scale")
         if self.scale == 1.0:
             return torch.add(x, rows).to(x.dtype)
-        return torch.add(rows, x, alpha=self.scale).to(x.dtype)
+        # the product rounded before the sum (add's alpha may fuse them), as posenc's kernels do
+        return torch.add(rows, x.to(torch.promote_types(x.dtype, rows.dtype)) * self.scale).to(x.dtype)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         self._check_input(x)

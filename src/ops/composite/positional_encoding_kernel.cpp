@@ -14,6 +14,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
@@ -45,7 +46,12 @@ at::Tensor selected_rows(const TableCall& call) {
 }
 
 at::Tensor add_rows(const at::Tensor& x, const at::Tensor& rows, double scale) {
-  at::Tensor out = scale == 1.0 ? at::add(x, rows) : at::add(rows, x, scale);
+  // rows + x * scale with the product rounded before the sum, as the hand-written kernels round
+  // it (at::add's alpha may fuse the two into one FMA); computed in float32, or float64 as soon as
+  // either operand is.
+  const at::ScalarType acc =
+      at::promote_types(at::promote_types(x.scalar_type(), rows.scalar_type()), at::kFloat);
+  at::Tensor out = scale == 1.0 ? at::add(x, rows) : at::add(rows, at::mul(x.to(acc), scale));
   if (out.scalar_type() != x.scalar_type()) {
     out = out.to(x.scalar_type());
   }
