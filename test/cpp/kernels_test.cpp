@@ -6,6 +6,7 @@
 #include <posenc/posenc.h>
 
 #include "ops/composite/kernels.h"
+#include "ops/cpu/cpu_helpers.h"
 #include "test_util.h"
 
 #include <ATen/Parallel.h>
@@ -13,8 +14,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace composite = posenc::ops::composite;
 namespace F = posenc::functional;
@@ -355,6 +363,66 @@ namespace {
     GTEST_SKIP() << "no CUDA device"; \
   }
 } // namespace
+
+// Outputs from kPrefaultBytes on have their pages populated before the kernel writes them: the
+// values are those of the composite kernels all the same, on every thread count.
+TEST_F(Kernels, LargeOutputsArePrefaultedAndExact) {
+  const auto tables = F::rotary_tables(512, 128);
+  const auto table = F::sinusoidal_table(512, 1024);
+  const auto q = torch::randn({2, 512, 8, 128}); // 4 MiB
+  const auto k = torch::randn({2, 512, 2, 128});
+  const auto x = torch::randn({2, 512, 1024});
+  ASSERT_GE(q.nbytes(), static_cast<size_t>(posenc::ops::cpu::kPrefaultBytes));
+  const int threads = at::get_num_threads();
+  for (const int n : {1, 2, 3}) {
+    at::set_num_threads(n);
+    const auto qk = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second);
+    const auto q_ref = composite::apply_rotary(q, tables.first, tables.second, 0, c10::nullopt,
+                                               false, false, false);
+    const auto k_ref = composite::apply_rotary(k, tables.first, tables.second, 0, c10::nullopt,
+                                               false, false, false);
+    EXPECT_TRUE(torch::equal(std::get<0>(qk), q_ref)) << n << " threads";
+    EXPECT_TRUE(torch::equal(std::get<1>(qk), k_ref)) << n << " threads";
+    EXPECT_TRUE(torch::equal(posenc::ops::add_position_table(x, table, 0),
+                             composite::add_position_table(x, table, 0, true, c10::nullopt, 1.0)))
+        << n << " threads";
+  }
+  at::set_num_threads(threads);
+}
+
+#if defined(__linux__)
+// prefault_pages makes fresh anonymous memory resident (mincore) without changing its contents,
+// where the kernel has MADV_POPULATE_WRITE (Linux >= 5.14).
+TEST_F(Kernels, PrefaultPagesMakesFreshMemoryResident) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t pages = (size_t{9} << 20) / page + 3; // a few 2 MiB chunks and a partial one
+  void* memory = mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  std::vector<unsigned char> resident(pages);
+  const auto resident_pages = [&] {
+    EXPECT_EQ(mincore(memory, pages * page, resident.data()), 0);
+    size_t count = 0;
+    for (const unsigned char r : resident) {
+      count += r & 1u;
+    }
+    return count;
+  };
+  EXPECT_EQ(resident_pages(), 0u);
+  // an empty range or a range inside one page populates nothing
+  EXPECT_FALSE(posenc::ops::cpu::prefault_pages(memory, 0));
+  EXPECT_FALSE(posenc::ops::cpu::prefault_pages(static_cast<char*>(memory) + 1, 100));
+  EXPECT_EQ(resident_pages(), 0u);
+  if (!posenc::ops::cpu::prefault_pages(memory, static_cast<int64_t>(pages * page))) {
+    munmap(memory, pages * page);
+    GTEST_SKIP() << "this kernel refuses madvise(MADV_POPULATE_WRITE) (Linux < 5.14 or a sandbox)";
+  }
+  EXPECT_EQ(resident_pages(), pages);
+  const auto* bytes = static_cast<const unsigned char*>(memory);
+  EXPECT_TRUE(std::all_of(bytes, bytes + pages * page, [](unsigned char b) { return b == 0; }));
+  munmap(memory, pages * page);
+}
+#endif
 
 TEST_F(Kernels, AddPositionTableOnGpuMatchesCpu_CUDA) {
   POSENC_REQUIRE_CUDA();
