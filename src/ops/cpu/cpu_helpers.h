@@ -8,6 +8,16 @@
 #include <algorithm>
 #include <cstdint>
 
+/// Before a loop whose iterations read and write only their own elements, so that the vectorizer
+/// need not prove it (in place, where input and output are one pointer).
+#if defined(__clang__)
+#define POSENC_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define POSENC_IVDEP _Pragma("GCC ivdep")
+#else
+#define POSENC_IVDEP
+#endif
+
 namespace posenc {
 namespace ops {
 namespace cpu {

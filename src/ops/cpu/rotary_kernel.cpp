@@ -12,51 +12,79 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace posenc {
 namespace ops {
 namespace cpu {
 namespace {
 
-// One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). out may be x. The row is rotated
-// in chunks whose values are all read (into registers / the stack) before any is written, so that
-// the compiler vectorizes the loops even in place, where it cannot rule out aliasing. -sin is
-// applied as a multiplication by -1 (exact), so inverse rotations round as before.
+// One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). -sin is applied as a negation
+// (exact), so inverse rotations round as before. Out of place, x and out never overlap (out is a
+// fresh tensor): the loops vectorize as written.
 template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
-                                const table_t* sin, int64_t half, bool interleaved, bool inverse) {
+POSENC_ROW_LOOP void rotate_row_out(const scalar_t* __restrict x, scalar_t* __restrict out,
+                                    const table_t* __restrict cos, const table_t* __restrict sin,
+                                    int64_t half, bool interleaved, bool inverse) {
   using acc_t = acc_type_t<scalar_t, table_t>;
-  constexpr int64_t kChunk = 64;
-  const acc_t sign = inverse ? acc_t(-1) : acc_t(1);
-  acc_t a[kChunk];
-  acc_t b[kChunk];
-  for (int64_t k0 = 0; k0 < half; k0 += kChunk) {
-    const int64_t n = std::min(kChunk, half - k0);
-    if (interleaved) {
-      const scalar_t* xi = x + 2 * k0;
-      for (int64_t j = 0; j < n; ++j) {
-        a[j] = load<acc_t>(xi[2 * j]);
-        b[j] = load<acc_t>(xi[2 * j + 1]);
-      }
-      scalar_t* oi = out + 2 * k0;
-      for (int64_t j = 0; j < n; ++j) {
-        const acc_t c = static_cast<acc_t>(cos[k0 + j]);
-        const acc_t s = sign * static_cast<acc_t>(sin[k0 + j]);
-        oi[2 * j] = store<scalar_t>(a[j] * c - b[j] * s);
-        oi[2 * j + 1] = store<scalar_t>(a[j] * s + b[j] * c);
-      }
-    } else {
-      for (int64_t j = 0; j < n; ++j) {
-        a[j] = load<acc_t>(x[k0 + j]);
-        b[j] = load<acc_t>(x[k0 + half + j]);
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        const acc_t c = static_cast<acc_t>(cos[k0 + j]);
-        const acc_t s = sign * static_cast<acc_t>(sin[k0 + j]);
-        out[k0 + j] = store<scalar_t>(a[j] * c - b[j] * s);
-        out[k0 + half + j] = store<scalar_t>(a[j] * s + b[j] * c);
-      }
+  if (interleaved) {
+    for (int64_t j = 0; j < half; ++j) {
+      const acc_t a = load<acc_t>(x[2 * j]);
+      const acc_t b = load<acc_t>(x[2 * j + 1]);
+      const acc_t c = static_cast<acc_t>(cos[j]);
+      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
+      out[2 * j] = store<scalar_t>(a * c - b * s);
+      out[2 * j + 1] = store<scalar_t>(a * s + b * c);
     }
+  } else {
+    for (int64_t j = 0; j < half; ++j) {
+      const acc_t a = load<acc_t>(x[j]);
+      const acc_t b = load<acc_t>(x[half + j]);
+      const acc_t c = static_cast<acc_t>(cos[j]);
+      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
+      out[j] = store<scalar_t>(a * c - b * s);
+      out[half + j] = store<scalar_t>(a * s + b * c);
+    }
+  }
+}
+
+// The same in place. Iteration j reads and writes only its own pair, so no iteration depends on
+// another's stores: POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and
+// x[half + j] with half unknown.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_row_inplace(scalar_t* x, const table_t* cos, const table_t* sin,
+                                        int64_t half, bool interleaved, bool inverse) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  if (interleaved) {
+    POSENC_IVDEP
+    for (int64_t j = 0; j < half; ++j) {
+      const acc_t a = load<acc_t>(x[2 * j]);
+      const acc_t b = load<acc_t>(x[2 * j + 1]);
+      const acc_t c = static_cast<acc_t>(cos[j]);
+      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
+      x[2 * j] = store<scalar_t>(a * c - b * s);
+      x[2 * j + 1] = store<scalar_t>(a * s + b * c);
+    }
+  } else {
+    POSENC_IVDEP
+    for (int64_t j = 0; j < half; ++j) {
+      const acc_t a = load<acc_t>(x[j]);
+      const acc_t b = load<acc_t>(x[half + j]);
+      const acc_t c = static_cast<acc_t>(cos[j]);
+      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
+      x[j] = store<scalar_t>(a * c - b * s);
+      x[half + j] = store<scalar_t>(a * s + b * c);
+    }
+  }
+}
+
+template <typename scalar_t, typename table_t>
+void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin,
+                int64_t half, bool interleaved, bool inverse) {
+  if (x == out) {
+    rotate_row_inplace(out, cos, sin, half, interleaved, inverse);
+  } else {
+    rotate_row_out(x, out, cos, sin, half, interleaved, inverse);
   }
 }
 
