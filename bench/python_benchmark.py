@@ -288,10 +288,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--only", choices=["vision"], help="run one family's rows only (e.g. to refresh the README's figures)")
+    parser.add_argument("--only", choices=["vision", "rope_qk"], help="run one family's rows only (e.g. to refresh the README's figures)")
     args = parser.parse_args()
-    if args.only == "vision":
-        report = {"torch": torch.__version__, "benchmarks": cpu_vision(args.library)}
+    if args.only is not None:
+        rows = cpu_vision(args.library) if args.only == "vision" else cpu_rope_qk(args.library)
+        report = {"torch": torch.__version__, "benchmarks": rows}
         with open(args.output, "w") as out:
             json.dump(report, out, indent=1)
         return

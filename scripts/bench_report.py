@@ -87,11 +87,13 @@ def main():
                                         ratio(t["python_reference"], t["posenc_module"])))
     lines += ["",
               "Reading the table: the posenc module, the Python reference and the naive C++ return a fresh output. Above 32 MiB glibc "
-              "maps fresh pages for every such allocation and the page faults cost several times the arithmetic, which is why the module "
-              "(out-of-place, float32) is no faster than the Python reference on the large shapes while the same kernel into a reused "
-              "buffer (out=) runs at copy_ speed. For large CPU tensors use `PositionalEncodingOptions::inplace(true)` or "
-              "`posenc::ops::add_position_table_out`. bfloat16 out= is bound by the rounding to bfloat16 (round to nearest even, NaN "
-              "kept) in this run, not by memory: the in-place variant, which moves fewer bytes per element of work, stays at copy_ speed.",
+              "maps fresh pages for every such allocation, and the kernel's allocating and zeroing them costs several times the "
+              "arithmetic: posenc pre-faults its outputs (one madvise(MADV_POPULATE_WRITE) per 2 MiB chunk instead of a page fault per "
+              "4 KiB page), which narrows the gap but leaves the module (out-of-place, float32) about as fast as the Python reference "
+              "on the large shapes, while the same kernel into a reused buffer (out=) runs near copy_ speed. For large CPU tensors use "
+              "`PositionalEncodingOptions::inplace(true)` or `posenc::ops::add_position_table_out`. copy_, out= and in-place write "
+              "into buffers whose pages were touched before timing. bfloat16 out= and in-place read a float32 table row per element "
+              "(8 bytes moved where copy_ moves 4) and round to bfloat16 (to nearest even, NaN kept): they stay above copy_'s time.",
               "", "## TokenAndPositionEmbedding at 8x2048x1024 (vocabulary 32000, dropout 0.1)", "",
               "| dtype | threads | mode | eager chain (embedding, mul, add, dropout) | posenc fused | speed-up |", "|---|---|---|---|---|---|"]
     for dtype in ["float32", "bfloat16"]:

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 namespace posenc {
 namespace ops {
@@ -128,29 +129,31 @@ void run_rotary(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bo
       });
 }
 
-// Rotates the heads of token (b, l) of one rotary_qk operand by the cos/sin row (null: padding,
-// not rotated).
+// Rotates row (b, l, h) of one rotary_qk operand by the cos/sin row (null: padding, not rotated).
 template <typename scalar_t, typename table_t>
-void rotate_token(const OperandRows<scalar_t>& x, int64_t b, int64_t l, const table_t* cos,
-                  const table_t* sin, int64_t half, bool interleaved, bool inverse) {
+void rotate_head(const OperandRows<scalar_t>& x, int64_t b, int64_t l, int64_t h,
+                 const table_t* cos, const table_t* sin, int64_t half, bool interleaved,
+                 bool inverse) {
   const bool in_place = x.in == x.out;
-  for (int64_t h = 0; h < x.heads; ++h) {
-    const scalar_t* xi = x.in + x.in_rows.row(b, l, h);
-    scalar_t* oi = x.out + x.out_rows.row(b, l, h);
-    if (cos == nullptr) {
-      if (!in_place) {
-        std::copy(xi, xi + x.head_dim, oi);
-      }
-      continue;
-    }
-    rotate_row(xi, oi, cos, sin, half, interleaved, inverse);
+  const scalar_t* xi = x.in + x.in_rows.row(b, l, h);
+  scalar_t* oi = x.out + x.out_rows.row(b, l, h);
+  if (cos == nullptr) {
     if (!in_place) {
-      std::copy(xi + 2 * half, xi + x.head_dim, oi + 2 * half);
+      std::copy(xi, xi + x.head_dim, oi);
     }
+    return;
+  }
+  rotate_row(xi, oi, cos, sin, half, interleaved, inverse);
+  if (!in_place) {
+    std::copy(xi + 2 * half, xi + x.head_dim, oi + 2 * half);
   }
 }
 
-// One pass over the tokens: each token's cos/sin row is read once for its query and key heads.
+// [B, L, H, Dh]: one pass over the tokens, each token's cos/sin row read once for its query and
+// key heads, which lie next to each other. [B, H, L, Dh] (heads_first): a token's heads lie a
+// whole head apart (a page or more), so each operand is walked in its own order, (b, h, l), a
+// head's rows one after the other; the cos/sin rows (L x R/2 values) are read again per head,
+// from cache.
 void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQkCall& call,
                    bool interleaved, bool inverse) {
   const int64_t tokens = call.batch * call.length;
@@ -165,15 +168,35 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
         with_table_data(cos, [&](const auto* c) {
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
           const table_t* s = sin.data_ptr<table_t>();
+          const auto rotate = [&](const OperandRows<scalar_t>& x, int64_t b, int64_t l,
+                                  int64_t h) {
+            const int64_t p = where.position(b * call.length + l);
+            rotate_head(x, b, l, h, p < 0 ? nullptr : c + p * call.half,
+                        p < 0 ? nullptr : s + p * call.half, call.half, interleaved, inverse);
+          };
+          if (call.heads_first) {
+            for (const OperandRows<scalar_t>* x : {&q_rows, &k_rows}) {
+              const int64_t rows = call.batch * x->heads * call.length;
+              at::parallel_for(0, rows, grain_rows(x->head_dim), [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  const int64_t l = i % call.length;
+                  const int64_t h = (i / call.length) % x->heads;
+                  rotate(*x, i / (call.length * x->heads), l, h);
+                }
+              });
+            }
+            return;
+          }
           at::parallel_for(0, tokens, grain_rows(width), [&](int64_t begin, int64_t end) {
             for (int64_t t = begin; t < end; ++t) {
               const int64_t b = t / call.length;
               const int64_t l = t - b * call.length;
-              const int64_t p = where.position(t);
-              const table_t* cos_row = p < 0 ? nullptr : c + p * call.half;
-              const table_t* sin_row = p < 0 ? nullptr : s + p * call.half;
-              rotate_token(q_rows, b, l, cos_row, sin_row, call.half, interleaved, inverse);
-              rotate_token(k_rows, b, l, cos_row, sin_row, call.half, interleaved, inverse);
+              for (int64_t h = 0; h < q_rows.heads; ++h) {
+                rotate(q_rows, b, l, h);
+              }
+              for (int64_t h = 0; h < k_rows.heads; ++h) {
+                rotate(k_rows, b, l, h);
+              }
             }
           });
         });
