@@ -20,72 +20,37 @@ namespace ops {
 namespace cpu {
 namespace {
 
-// One row of Dh channels; pairs (k, k + half) or (2k, 2k + 1). -sin is applied as a negation
-// (exact), so inverse rotations round as before. Out of place, x and out never overlap (out is a
-// fresh tensor): the loops vectorize as written.
-template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void rotate_row_out(const scalar_t* __restrict x, scalar_t* __restrict out,
-                                    const table_t* __restrict cos, const table_t* __restrict sin,
-                                    int64_t half, bool interleaved, bool inverse) {
+// The pairs of one row: (2j, 2j + 1) interleaved, (j, half + j) otherwise; inlined into each
+// clone of rotate_row, so that it is compiled for that clone's instruction set. out may be x:
+// iteration j reads and writes only its own pair, in place or not, so no iteration depends on
+// another's stores. POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and
+// out[half + j] with half unknown. -sin is applied as a negation (exact), so inverse rotations
+// round as before.
+template <bool kInterleaved, typename scalar_t, typename table_t>
+C10_ALWAYS_INLINE void rotate_pairs(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                    const table_t* sin, int64_t half, bool inverse) {
   using acc_t = acc_type_t<scalar_t, table_t>;
-  if (interleaved) {
-    for (int64_t j = 0; j < half; ++j) {
-      const acc_t a = load<acc_t>(x[2 * j]);
-      const acc_t b = load<acc_t>(x[2 * j + 1]);
-      const acc_t c = static_cast<acc_t>(cos[j]);
-      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
-      out[2 * j] = store<scalar_t>(a * c - b * s);
-      out[2 * j + 1] = store<scalar_t>(a * s + b * c);
-    }
-  } else {
-    for (int64_t j = 0; j < half; ++j) {
-      const acc_t a = load<acc_t>(x[j]);
-      const acc_t b = load<acc_t>(x[half + j]);
-      const acc_t c = static_cast<acc_t>(cos[j]);
-      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
-      out[j] = store<scalar_t>(a * c - b * s);
-      out[half + j] = store<scalar_t>(a * s + b * c);
-    }
+  constexpr int64_t kStep = kInterleaved ? 2 : 1;
+  const int64_t second = kInterleaved ? 1 : half;
+  POSENC_IVDEP
+  for (int64_t j = 0; j < half; ++j) {
+    const acc_t a = load<acc_t>(x[kStep * j]);
+    const acc_t b = load<acc_t>(x[kStep * j + second]);
+    const acc_t c = static_cast<acc_t>(cos[j]);
+    const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
+    out[kStep * j] = store<scalar_t>(a * c - b * s);
+    out[kStep * j + second] = store<scalar_t>(a * s + b * c);
   }
 }
 
-// The same in place. Iteration j reads and writes only its own pair, so no iteration depends on
-// another's stores: POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and
-// x[half + j] with half unknown.
+// One row of Dh channels, compiled once per instruction set (POSENC_ROW_LOOP).
 template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void rotate_row_inplace(scalar_t* x, const table_t* cos, const table_t* sin,
-                                        int64_t half, bool interleaved, bool inverse) {
-  using acc_t = acc_type_t<scalar_t, table_t>;
+POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                const table_t* sin, int64_t half, bool interleaved, bool inverse) {
   if (interleaved) {
-    POSENC_IVDEP
-    for (int64_t j = 0; j < half; ++j) {
-      const acc_t a = load<acc_t>(x[2 * j]);
-      const acc_t b = load<acc_t>(x[2 * j + 1]);
-      const acc_t c = static_cast<acc_t>(cos[j]);
-      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
-      x[2 * j] = store<scalar_t>(a * c - b * s);
-      x[2 * j + 1] = store<scalar_t>(a * s + b * c);
-    }
+    rotate_pairs<true>(x, out, cos, sin, half, inverse);
   } else {
-    POSENC_IVDEP
-    for (int64_t j = 0; j < half; ++j) {
-      const acc_t a = load<acc_t>(x[j]);
-      const acc_t b = load<acc_t>(x[half + j]);
-      const acc_t c = static_cast<acc_t>(cos[j]);
-      const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
-      x[j] = store<scalar_t>(a * c - b * s);
-      x[half + j] = store<scalar_t>(a * s + b * c);
-    }
-  }
-}
-
-template <typename scalar_t, typename table_t>
-void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin,
-                int64_t half, bool interleaved, bool inverse) {
-  if (x == out) {
-    rotate_row_inplace(out, cos, sin, half, interleaved, inverse);
-  } else {
-    rotate_row_out(x, out, cos, sin, half, interleaved, inverse);
+    rotate_pairs<false>(x, out, cos, sin, half, inverse);
   }
 }
 
