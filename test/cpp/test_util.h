@@ -9,6 +9,7 @@
 
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace posenc_test {
 
@@ -44,13 +45,10 @@ std::string error_message(Fn&& fn) {
 template <typename Fn>
 std::string any_error(Fn&& fn) {
   try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
+    return error_message(std::forward<Fn>(fn));
   } catch (const std::exception& e) {
     return e.what();
   }
-  return "<no error>";
 }
 
 } // namespace posenc_test

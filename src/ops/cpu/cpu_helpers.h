@@ -9,7 +9,7 @@
 #include <cstdint>
 
 /// Before a loop whose iterations read and write only their own elements, so that the vectorizer
-/// need not prove it (in place, where input and output are one pointer).
+/// need not prove it (input and output may be one pointer, or rows of one tensor).
 #if defined(__clang__)
 #define POSENC_IVDEP _Pragma("clang loop vectorize(assume_safety)")
 #elif defined(__GNUC__)
