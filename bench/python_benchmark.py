@@ -1,7 +1,8 @@
 """Times the Python reference module (test/python/reference.py, the usual PyTorch module) for the
 shapes of posenc's C++ benchmark, with the torch that matches the LibTorch it was built against.
 Where a CUDA GPU is present it also measures posenc's operators there against eager PyTorch,
-torch.compile of the same Python formulation, and the device's copy bandwidth.
+torch.compile of the same Python formulation, and the device's copy bandwidth, plus the LLaMA-3-8B
+cases of bench/cuda_benchmark.py (rows, checks and targets).
 
     python bench/python_benchmark.py --library build/pip/src/libposenc.so --output python.json
 """
@@ -17,6 +18,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "python"))
 from reference import ReferencePositionalEncoding  # noqa: E402
+
+import cuda_benchmark  # noqa: E402  (bench/, this file's folder)
 
 SHAPES = [(1, 1, 512), (8, 2048, 1024), (64, 512, 768)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -174,6 +177,17 @@ def gpu_benchmarks(library):
     return results
 
 
+def llama_gpu_benchmarks():
+    """bench/cuda_benchmark.py: posenc at LLaMA-3-8B shapes against copy_, transformers'
+    apply_rotary_pos_emb (eager and torch.compile) and eager PyTorch; its rows join the GPU section,
+    its checks and targets are reported beside them. None without transformers."""
+    try:
+        cuda_benchmark.hf_apply_rotary_pos_emb()
+    except ImportError:
+        return None
+    return cuda_benchmark.run(torch.ops.posenc, "cuda")
+
+
 def cpu_attention_bias(library):
     """posenc's attention-bias operators against transformers' eager functions (BLOOM's
     build_alibi_tensor, MPT's build_mpt_alibi_tensor, T5Attention.compute_bias) and the eager
@@ -300,6 +314,10 @@ def main():
     if torch.cuda.is_available():
         report["device"] = torch.cuda.get_device_name()
         report["benchmarks"] += gpu_benchmarks(args.library)
+        llama = llama_gpu_benchmarks()
+        if llama is not None:
+            report["benchmarks"] += llama["benchmarks"]
+            report["gpu_checks"], report["gpu_targets"] = llama["checks"], llama["targets"]
     with open(args.output, "w") as out:
         json.dump(report, out, indent=1)
 

@@ -164,6 +164,14 @@ def main():
     if gpu:
         lines += ["", f"## GPU: {python.get('device')}", "", "| benchmark | time | GB/s |", "|---|---|---|"]
         lines += [f"| {b['name']} | {fmt(b['real_time_us'])} | {b.get('gbps', 0):.0f} |" for b in gpu]
+        checks = python.get("gpu_checks", [])
+        if checks:
+            agree = sum(c["passed"] for c in checks)
+            lines += ["", f"LLaMA-3-8B rows (bench/cuda_benchmark.py): {agree} of {len(checks)} results agree with the eager "
+                      "formulations (posenc's rotary with transformers' apply_rotary_pos_emb) within their bounds.", "",
+                      "| GPU target | case | measured | |", "|---|---|---|---|"]
+            lines += [f"| {t['target']} | {t['case']} | {t['shown']} | {'met' if t['met'] else '**missed**'} |"
+                      for t in python.get("gpu_targets", [])]
     else:
         lines += ["", "## GPU", "", "No CUDA device was present in this run: the CUDA kernels were built but not measured."]
     lines += ["", "## Targets", "", "| target | met | measured |", "|---|---|---|"]

@@ -227,9 +227,10 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(
 /// (bool, of the output's shape; empty unless `train` and `dropout > 0`). Differentiable with
 /// respect to `weight` (rows `padding_idx` get no gradient) and `table`.
 ///
-/// Dropout: the mask is drawn from the default generator of the device (one 64-bit draw on the
-/// CPU, a Philox offset on CUDA) and depends only on the seed, the device and the output's shape:
-/// never on the layout of the arguments or on which kernel ran.
+/// Dropout: a counter-based hash of each element's index keyed by one 64-bit number per call from
+/// the default generator of the device (a draw on the CPU; on CUDA, made on the device from a
+/// Philox seed and offset, so CUDA-graph safe); the mask depends only on the seed, the device and
+/// the output's shape: never on the layout of the arguments or on which kernel ran.
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset = 0,
     bool batch_first = true, const c10::optional<at::Tensor>& positions = c10::nullopt,
@@ -240,7 +241,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
 /// tokens, sequence s holding tokens cu_seqlens[s] .. cu_seqlens[s + 1] - 1 (`cu_seqlens`: 1-D
 /// int32 or int64, 0 first, non-decreasing, `total` last); its tokens get positions
 /// start_positions[s], start_positions[s] + 1, ... (default 0: positions restart at each
-/// sequence). An int64 `[total]` tensor on the device of `cu_seqlens` (one device-to-host read).
+/// sequence). An int64 `[total]` tensor on the device of `cu_seqlens` (computed there: nothing is read back from a GPU).
 at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
                             const c10::optional<at::Tensor>& start_positions = c10::nullopt);
 

@@ -42,4 +42,22 @@ torch_version = torch.__version__
 #: The operators, ``torch.ops.posenc``.
 ops = torch.ops.posenc
 
+
+
+def _register_fake_kernels() -> None:
+    """Fake kernels of the operators that take no tensor (FakeTensorMode, torch.compile and
+    torch.export cannot infer their device): rope_frequencies returns float64 CPU tensors."""
+    register = getattr(torch.library, "register_fake", None)
+    if register is None:  # torch < 2.4: no fake kernels from Python
+        return
+
+    def rope_frequencies(rotary_dim, *args, **kwargs):
+        return (torch.empty(rotary_dim // 2, dtype=torch.float64, device="cpu"),
+                torch.empty((), dtype=torch.float64, device="cpu"))
+
+    register("posenc::rope_frequencies", rope_frequencies)
+
+
+_register_fake_kernels()
+
 from . import nn  # noqa: E402  (needs the operators loaded)

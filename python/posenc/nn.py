@@ -70,6 +70,9 @@ class _DerivedTables(torch.nn.Module):
     keep them in float32 or float64, as the C++ modules' `to()` does."""
 
     _tables: Tuple[str, ...] = ()
+    #: Plain tensor attributes that the operators take with the tables (the encoding's definition,
+    #: float64): they follow the tables' device, never their dtype.
+    _definitions: Tuple[str, ...] = ()
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         raise NotImplementedError
@@ -85,6 +88,10 @@ class _DerivedTables(torch.nn.Module):
         if after.dtype != before:
             # recomputed from the options in float32 or float64: never widened, never kept in 16 bits
             self._build_tables(_table_dtype(after.dtype), after.device)
+        for name in self._definitions:
+            value = getattr(self, name)
+            if value is not None and value.device != after.device:
+                setattr(self, name, value.to(after.device))
         return self
 
 
@@ -181,6 +188,10 @@ class PositionalEncoding(_SequenceEncoding, _DerivedTables):
             return False
         if positions is None:
             return offset + x.shape[1 if self.batch_first else 0] > self.max_len
+        if positions.device.type != "cpu":
+            # Not read back from the device (no synchronisation): every row comes from the
+            # definition, computed where the positions lie (equal to the table's rows).
+            return True
         return positions.numel() > 0 and int(positions.max().item()) >= self.max_len
 
     def _add(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
@@ -337,6 +348,7 @@ class RotaryEmbedding(_DerivedTables):
     """
 
     _tables = ("cos", "sin")
+    _definitions = ("inv_freq", "_long_inv_freq")
 
     def __init__(self, head_dim: int, max_len: int, *, base: float = 10000.0,
                  rotary_dim: Optional[int] = None, pairing: str = "half_split",
@@ -369,6 +381,17 @@ class RotaryEmbedding(_DerivedTables):
             "dynamic": max_positions,
             "longrope": scaling.get("original_max_position_embeddings", max_positions),
         }.get(self.rope_type)
+        inv_freq, factor = self._frequencies()
+        #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``), on
+        #: the caches' device.
+        self.inv_freq = inv_freq
+        self._host_inv_freq = inv_freq  # what the caches are computed from (CPU)
+        #: The variant's attention factor (YaRN's mscale, LongRoPE's; 1 for the others).
+        self.attention_factor = float(factor)
+        #: The factor in the rows (cached or computed): the attention factor, or 1 when it is left out.
+        self._rows_factor = self.attention_factor if self.attention_factor_in_cos_sin else 1.0
+        self._long_inv_freq = (self._frequencies(self.switch_length + 1)[0]
+                               if self.rope_type == "longrope" else None)
         self._build_tables(torch.float32, torch.device("cpu"))
         if self.mrope_section is not None:  # the operator's checks of the sections, at construction
             _ops.multimodal_rotary_tables(self.cos, self.sin, torch.zeros(3, 1, 0, dtype=torch.long),
@@ -384,16 +407,10 @@ class RotaryEmbedding(_DerivedTables):
             self.freq_factors, seq_len)
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
-        inv_freq, factor = self._frequencies()
-        #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``).
-        self.inv_freq = inv_freq
-        #: The variant's attention factor (YaRN's mscale, LongRoPE's; 1 for the others).
-        self.attention_factor = float(factor)
-        #: The factor in the rows (cached or computed): the attention factor, or 1 when it is left out.
-        self._rows_factor = self.attention_factor if self.attention_factor_in_cos_sin else 1.0
-        self._long_inv_freq = (self._frequencies(self.switch_length + 1)[0]
-                               if self.rope_type == "longrope" else None)
-        cos, sin = _ops.rotary_tables(self.max_len, inv_freq, self._rows_factor, dtype=dtype, device=device)
+        # (the frequencies do not depend on the dtype: computed once, in __init__.) Made beside them
+        # and moved: FakeTensorMode places an operator's outputs on its inputs' device.
+        cos, sin = _ops.rotary_tables(self.max_len, self._host_inv_freq, self._rows_factor, dtype=dtype)
+        cos, sin = cos.to(device), sin.to(device)
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
 
@@ -422,7 +439,8 @@ class RotaryEmbedding(_DerivedTables):
         if self.switch_length is not None and x.dim() == 4:
             end = self._call_end(offset, x.shape[2 if self.heads_first else 1], positions)
             if end is not None and end > self.switch_length and (extrapolate or continuous or end <= self.max_len):
-                inv_freq = self._long_inv_freq if self._long_inv_freq is not None else self._frequencies(end)[0]
+                inv_freq = (self._long_inv_freq if self._long_inv_freq is not None
+                            else self._frequencies(end)[0].to(x.device))
                 cos, sin = cos.narrow(0, 0, 0), sin.narrow(0, 0, 0)
         if positions is not None and positions.dim() == 3:
             if self.mrope_section is None:
@@ -634,6 +652,10 @@ class RelPositionalEncoding(torch.nn.Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         if x.dim() != 3 or x.shape[2] != self.d_model:
             raise ValueError(f"RelPositionalEncoding: expected x of shape [B, L, {self.d_model}], but got {tuple(x.shape)}")
+        if x.device != self.pe.device:
+            raise ValueError(f"RelPositionalEncoding: expected the input on the device of the encoding table "
+                             f"({self.pe.device}), but got an input on {x.device}; move the module with "
+                             f".to({x.device}) or the input with x.to({self.pe.device})")
         length = x.shape[1]
         if offset < 0 or offset + length > self.max_len:
             raise ValueError(

@@ -56,38 +56,6 @@ void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buc
               max_distance, " and num_buckets = ", num_buckets, "; T5 uses 128 with 32 buckets");
 }
 
-int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
-                                 int64_t num_buckets, int64_t max_distance) {
-  int64_t bucket = 0;
-  int64_t buckets = num_buckets;
-  int64_t distance = 0;
-  if (bidirectional) {
-    buckets /= 2;
-    bucket = relative_position > 0 ? buckets : 0;
-    // |INT64_MIN| does not fit: every distance past max_distance lands in the last bucket anyway
-    distance = relative_position == std::numeric_limits<int64_t>::min()
-                   ? std::numeric_limits<int64_t>::max()
-                   : std::llabs(relative_position);
-  } else {
-    distance = relative_position >= 0 ? 0
-               : relative_position == std::numeric_limits<int64_t>::min()
-                   ? std::numeric_limits<int64_t>::max()
-                   : -relative_position;
-  }
-  const int64_t max_exact = buckets / 2;
-  if (distance < max_exact) {
-    return bucket + distance;
-  }
-  const double scaled = std::log(static_cast<double>(distance) / static_cast<double>(max_exact)) /
-                        std::log(static_cast<double>(max_distance) /
-                                 static_cast<double>(max_exact)) *
-                        static_cast<double>(buckets - max_exact);
-  // scaled >= 0 here; clamp before converting so that huge distances cannot overflow int64
-  const double last = static_cast<double>(buckets - 1 - max_exact);
-  const int64_t large = max_exact + static_cast<int64_t>(std::min(scaled, last));
-  return bucket + std::min(large, buckets - 1);
-}
-
 void check_relative_table_arguments(const char* who, int64_t length, int64_t key_length,
                                     int64_t d_model, double base) {
   TORCH_CHECK(length >= 1, who, ": length must be >= 1, but got ", length,

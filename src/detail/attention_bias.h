@@ -4,6 +4,7 @@
 // T5's relative-position buckets and the Transformer-XL / Conformer table of relative positions.
 // The one definition the operators, modules and the TorchScript export use.
 
+#include "detail/relative_bucket.h"
 #include "detail/sinusoidal.h"
 
 #include <ATen/core/Tensor.h>
@@ -32,13 +33,6 @@ std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_
 void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buckets,
                             int64_t max_distance);
 
-/// T5's bucket of a relative position (key position - query position): half the buckets (per
-/// direction when bidirectional) hold the distances 0 .. n/2 - 1 exactly, the others
-/// logarithmically larger ranges up to max_distance; bidirectional adds num_buckets / 2 for keys
-/// after the query; causal (bidirectional false) maps keys after the query to bucket 0. The
-/// logarithm is evaluated in double precision.
-int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
-                                 int64_t num_buckets, int64_t max_distance);
 
 /// The `[length + key_length - 1, D]` sinusoidal table of relative positions
 /// `key_length - 1, ..., 0, ..., -(length - 1)` (Transformer-XL, ESPnet's RelPositionalEncoding:

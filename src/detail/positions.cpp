@@ -1,5 +1,13 @@
 #include "detail/positions.h"
 
+#include "detail/device_checks.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/TensorIndexing.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/zeros.h>
+
 #include <c10/util/Exception.h>
 
 #include <limits>
@@ -39,6 +47,48 @@ std::vector<int64_t> packed_positions(const char* who, const std::vector<int64_t
     for (int64_t t = begin; t < end; ++t) {
       positions[static_cast<size_t>(t)] = first + (t - begin);
     }
+  }
+  return positions;
+}
+
+at::Tensor packed_positions_from(const char* who, const at::Tensor& cu_seqlens, int64_t total,
+                                 const at::Tensor& start) {
+  const int64_t entries = cu_seqlens.numel();
+  TORCH_CHECK(entries >= 2, who,
+              ": cu_seqlens must hold the cumulative sequence lengths [0, l0, l0 + l1, ..., T] "
+              "(at least 2 entries), but holds ", entries);
+  const int64_t sequences = entries - 1;
+  TORCH_CHECK(!start.defined() || start.numel() == sequences, who,
+              ": start_positions must hold one position per sequence (", sequences,
+              "), but holds ", start.numel());
+  const at::Tensor cu = cu_seqlens.reshape({-1}).to(at::kLong);
+  const at::Tensor lengths = cu.narrow(0, 1, sequences) - cu.narrow(0, 0, sequences);
+  // What packed_positions checks on the host, as one tensor of conditions and the values they
+  // are about: the first entry (0), the last (total), each length (>= 0), each start (>= 0, and
+  // its last position within int64).
+  std::vector<at::Tensor> ok = {cu.narrow(0, 0, 1).eq(0), cu.narrow(0, sequences, 1).eq(total),
+                                lengths.ge(0)};
+  std::vector<at::Tensor> values = {cu.narrow(0, 0, 1), cu.narrow(0, sequences, 1), lengths};
+  at::Tensor first;
+  if (start.defined()) {
+    first = start.reshape({-1}).to(at::kLong);
+    ok.push_back(first.ge(0) &
+                 (lengths.le(0) | first.le(std::numeric_limits<int64_t>::max() - lengths)));
+    values.push_back(first);
+  }
+  check_on_device(at::cat(ok), at::cat(values), DeviceCheck::kCuSeqlens);
+  // Token t belongs to sequence s = the number of ends cu[1..] that are <= t: a count of the ends
+  // at each index (those at `total` land in the extra last slot), summed up to t.
+  const at::Tensor ends = cu.narrow(0, 1, sequences).clamp(0, total);
+  const at::Tensor sequence = at::zeros({total + 1}, cu.options())
+                                  .scatter_add(0, ends, at::ones_like(ends))
+                                  .cumsum(0)
+                                  .narrow(0, 0, total)
+                                  .clamp_max(sequences - 1);
+  const at::Tensor tokens = at::arange(total, cu.options());
+  at::Tensor positions = tokens - cu.index({sequence});
+  if (first.defined()) {
+    positions = positions + first.index({sequence});
   }
   return positions;
 }

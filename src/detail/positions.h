@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 namespace posenc {
 namespace detail {
 
@@ -16,6 +18,13 @@ namespace detail {
 /// sequence (>= 0), and that every position fits in int64.
 std::vector<int64_t> packed_positions(const char* who, const std::vector<int64_t>& cu_seqlens,
                                       int64_t total, const std::vector<int64_t>& start);
+
+/// packed_positions computed with tensor operations where `cu_seqlens` lies (1-D int32/int64, at
+/// least 2 entries; `start` undefined or one entry per sequence on the same device): an int64
+/// `[total]` tensor there. Nothing is read back: the conditions packed_positions checks are
+/// checked on the device (check_on_device, DeviceCheck::kCuSeqlens).
+at::Tensor packed_positions_from(const char* who, const at::Tensor& cu_seqlens, int64_t total,
+                                 const at::Tensor& start);
 
 /// Positions of rank `rank`'s shard of a `seq_len` sequence split over `world_size` ranks:
 /// contiguous (chunk `rank` of `world_size` equal chunks) or zigzag (TransformerEngine's

@@ -7,6 +7,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -366,9 +367,30 @@ std::pair<at::Tensor, at::Tensor> rotary_rows_in(int64_t count, const RopeFreque
 }
 } // namespace
 
+std::pair<at::Tensor, at::Tensor> rotary_rows_from(const at::Tensor& positions,
+                                                   const at::Tensor& inv_freq,
+                                                   double attention_factor, c10::ScalarType dtype) {
+  const at::Tensor flat = positions.reshape({-1});
+  const at::Tensor angles = flat.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
+  at::Tensor cos = angles.cos().mul(attention_factor);
+  at::Tensor sin = angles.sin().mul(attention_factor);
+  if (!at::isFloatingType(positions.scalar_type())) {
+    const at::Tensor padding = flat.lt(0).unsqueeze(1);
+    cos = cos.masked_fill(padding, 1.0);
+    sin = sin.masked_fill(padding, 0.0);
+  }
+  return {cos.to(dtype), sin.to(dtype)};
+}
+
 std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype) {
+  if (!positions.device().is_cpu()) {
+    return rotary_rows_from(positions,
+                            at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble))
+                                .to(positions.device()),
+                            frequencies.attention_factor, dtype);
+  }
   std::pair<at::Tensor, at::Tensor> rows;
   if (at::isFloatingType(positions.scalar_type())) {
     const at::Tensor cpu_positions = positions.to(at::kCPU, at::kDouble).contiguous();

@@ -5,6 +5,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/gather.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
 
@@ -55,15 +58,22 @@ ColumnPlan column_plan(const SinusoidSpec& spec) {
   return plan;
 }
 
-at::Tensor column_plan_tensor(const SinusoidSpec& spec) {
-  const ColumnPlan plan = column_plan(spec);
-  at::Tensor columns = at::empty({2, spec.d_model}, at::TensorOptions().dtype(at::kDouble));
+namespace {
+// A plan as a float64 [2, D] CPU tensor: frequencies, then kinds.
+at::Tensor plan_tensor(const ColumnPlan& plan) {
+  const int64_t d_model = static_cast<int64_t>(plan.frequency.size());
+  at::Tensor columns = at::empty({2, d_model}, at::TensorOptions().dtype(at::kDouble));
   double* data = columns.data_ptr<double>();
-  for (int64_t c = 0; c < spec.d_model; ++c) {
+  for (int64_t c = 0; c < d_model; ++c) {
     data[c] = plan.frequency[static_cast<size_t>(c)];
-    data[spec.d_model + c] = static_cast<double>(plan.kind[static_cast<size_t>(c)]);
+    data[d_model + c] = static_cast<double>(plan.kind[static_cast<size_t>(c)]);
   }
   return columns;
+}
+} // namespace
+
+at::Tensor column_plan_tensor(const SinusoidSpec& spec) {
+  return plan_tensor(column_plan(spec));
 }
 
 ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, int64_t width) {
@@ -192,8 +202,29 @@ at::Tensor rows_in(int64_t count, const ColumnPlan& plan, c10::ScalarType dtype,
 }
 } // namespace
 
+at::Tensor sinusoidal_rows_from(const at::Tensor& positions, const at::Tensor& columns,
+                                c10::ScalarType dtype) {
+  const at::Tensor flat = positions.reshape({-1});
+  const at::Tensor angles = flat.to(at::kDouble).unsqueeze(1) * columns[0].unsqueeze(0);
+  // Column c of [sin | cos | 0] by the column's kind (0, 1, 2): a selection (gather), so that the
+  // values are the functions' own, with operations that run on meta tensors too.
+  const int64_t width = angles.size(1);
+  const at::Tensor pick = (at::arange(width, flat.options().dtype(at::kLong)) +
+                           columns[1].to(at::kLong).mul(width))
+                              .unsqueeze(0)
+                              .expand({angles.size(0), width});
+  at::Tensor rows = at::cat({angles.sin(), angles.cos(), at::zeros_like(angles)}, 1).gather(1, pick);
+  if (!at::isFloatingType(positions.scalar_type())) {
+    rows = rows.masked_fill(flat.lt(0).unsqueeze(1), 0.0);
+  }
+  return rows.to(dtype);
+}
+
 at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
                            c10::ScalarType dtype) {
+  if (!positions.device().is_cpu()) {
+    return sinusoidal_rows_from(positions, plan_tensor(plan).to(positions.device()), dtype);
+  }
   if (at::isFloatingType(positions.scalar_type())) {
     const at::Tensor cpu_positions = positions.to(at::kCPU, at::kDouble).contiguous();
     const double* values = cpu_positions.data_ptr<double>();

@@ -66,11 +66,18 @@ const char* to_string(FrequencySpacing spacing);
 
 /// The `[N, D]` rows for the integer `positions` (any shape, flattened; a negative position gives
 /// a row of zeros) or the floating-point ones (read as float64; checked finite by the caller) in
-/// `dtype`, on the device of `positions`, computed on the CPU in double precision
-/// and rounded once (positions on another device are copied there and the rows back). Every element
-/// is computed on its own, so the result does not depend on the number of threads.
+/// `dtype`, on the device of `positions`, computed in double precision and rounded once: with
+/// libm on the CPU, where they lie elsewhere (sinusoidal_rows_from: nothing is read back). Every
+/// element is computed on its own, so the result does not depend on the number of threads.
 at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
                            c10::ScalarType dtype);
+
+/// sinusoidal_rows computed with tensor operations on the device of `positions`, from the column
+/// plan `columns` (float64 `[2, D]`: frequencies, kinds, as column_plan_tensor makes it, on that
+/// device): angle = position * frequency in float64, its sine, cosine or 0 by the column's kind,
+/// rounded once to `dtype`; a negative integer position gives a row of zeros.
+at::Tensor sinusoidal_rows_from(const at::Tensor& positions, const at::Tensor& columns,
+                                c10::ScalarType dtype);
 
 /// The `[count, d_model]` rows of the positions `first, first - 1, ..., first - count + 1`
 /// (negative positions included: the sines and cosines of negative angles), computed in double

@@ -1,6 +1,7 @@
 #include "detail/vision.h"
 
 #include "detail/checks.h"
+#include "detail/device_checks.h"
 #include "detail/rotary.h"
 
 #include <ATen/ops/cat.h>
@@ -71,11 +72,15 @@ at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
                                      .to(timesteps.device());
   // scale * t * f in float64: the product of a timestep and a frequency is rounded once
   const at::Tensor angles = timesteps.to(at::kDouble).unsqueeze(1) * frequencies.mul(spec.scale);
-  TORCH_CHECK(at::isfinite(angles).all().item<bool>(), who,
-              ": timesteps must be finite (and scale * timesteps within float64), but got ",
-              at::isfinite(timesteps.to(at::kDouble)).all().item<bool>()
-                  ? "timesteps whose angles overflow"
-                  : "NaN or infinite timesteps");
+  if (angles.device().is_cpu()) {
+    TORCH_CHECK(at::isfinite(angles).all().item<bool>(), who,
+                ": timesteps must be finite (and scale * timesteps within float64), but got ",
+                at::isfinite(timesteps.to(at::kDouble)).all().item<bool>()
+                    ? "timesteps whose angles overflow"
+                    : "NaN or infinite timesteps");
+  } else { // checked where they lie: nothing is read back
+    check_on_device(finite(angles), angles, DeviceCheck::kTimesteps);
+  }
   at::Tensor sines = at::sin(angles);
   at::Tensor cosines = at::cos(angles);
   std::vector<at::Tensor> columns = spec.flip_sin_to_cos
@@ -360,9 +365,13 @@ std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at:
   check_float_dtype(who, "dtype", dtype);
   // float64 coordinates: integer ids have no padding value here (-1 is a coordinate).
   const at::Tensor coordinates = ids.to(at::kDouble);
-  TORCH_CHECK(at::isfinite(coordinates).all().item<bool>(), who,
-              ": ids must be finite, but got NaN or infinite coordinates; replace them (e.g. "
-              "torch.nan_to_num) before encoding");
+  if (coordinates.device().is_cpu()) {
+    TORCH_CHECK(at::isfinite(coordinates).all().item<bool>(), who,
+                ": ids must be finite, but got NaN or infinite coordinates; replace them (e.g. "
+                "torch.nan_to_num) before encoding");
+  } else { // checked where they lie: nothing is read back
+    check_on_device(finite(coordinates), coordinates, DeviceCheck::kCoordinates);
+  }
   std::vector<at::Tensor> cos;
   std::vector<at::Tensor> sin;
   for (size_t a = 0; a < axes_dim.size(); ++a) {

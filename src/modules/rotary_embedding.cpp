@@ -44,14 +44,16 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
   // rope_frequencies checks every scaling parameter before anything is built.
   const detail::RopeSpec spec = detail::rope_spec(options);
   const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, kName);
+  // The frequencies stay float64, on the caches' device (passed with them).
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
-  inv_freq_ = at::tensor(frequencies.inv_freq, float64);
+  inv_freq_ = at::tensor(frequencies.inv_freq, float64).to(device);
   attention_factor_ = frequencies.attention_factor;
   variant_attention_factor_ = frequencies.variant_attention_factor;
   switch_length_ = detail::rope_switch_length(spec);
   long_inv_freq_ =
       spec.scaling.type() == RopeType::kLongRope
           ? at::tensor(detail::rope_frequencies(spec, *switch_length_ + 1, kName).inv_freq, float64)
+                .to(device)
           : torch::Tensor();
   const auto positions =
       torch::arange(options.max_len(), torch::TensorOptions().dtype(torch::kLong));
@@ -131,7 +133,7 @@ torch::Tensor RotaryEmbeddingImpl::forward_packed(const torch::Tensor& x,
 }
 
 torch::Tensor RotaryEmbeddingImpl::inv_freq() const {
-  return inv_freq_.clone();
+  return inv_freq_.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
 double RotaryEmbeddingImpl::attention_factor() const {
@@ -210,7 +212,8 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
               ? long_inv_freq_
               : at::tensor(
                     detail::rope_frequencies(detail::rope_spec(options), end, kName).inv_freq,
-                    at::TensorOptions().dtype(at::kDouble));
+                    at::TensorOptions().dtype(at::kDouble))
+                    .to(cos.device());
       tables.cos = cos.narrow(0, 0, 0);
       tables.sin = sin.narrow(0, 0, 0);
     }

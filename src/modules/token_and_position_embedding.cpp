@@ -81,7 +81,6 @@ void TokenAndPositionEmbeddingImpl::reset() {
             .batch_first(options.batch_first())
             .scale(options.scale()));
   }
-  columns_ = detail::column_plan_tensor({options.d_model(), options.base()});
   tokens = put_module(*this, "tokens", new_tokens);
   if (new_sinusoidal) {
     sinusoidal = put_module(*this, "positions", new_sinusoidal);
@@ -136,7 +135,8 @@ torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids
       positions, options.batch_first(), options.scale(), options.padding_idx().value_or(-1),
       options.dropout(), is_training(),
       // sinusoidal positions past the table, or floating-point ones: computed from the definition
-      extrapolate || (sinusoidal && detail::is_continuous(positions)) ? columns_ : torch::Tensor());
+      extrapolate || (sinusoidal && detail::is_continuous(positions)) ? sinusoidal->column_plan()
+                                                                       : torch::Tensor());
 }
 
 } // namespace posenc

@@ -6,6 +6,8 @@
 // through them (T5's bias table, the scores given to rel_shift).
 
 #include "ops/dispatch.h"
+#include "ops/attention_bias_checks.h"
+#include "ops/kernels/attention_bias.h"
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
@@ -50,6 +52,18 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
 }
 
 namespace ops {
+
+void check_relative_position_bucket(const at::Tensor& relative_position, bool bidirectional,
+                                    int64_t num_buckets, int64_t max_distance) {
+  const char* who = detail::caller_or("posenc::relative_position_bucket");
+  TORCH_CHECK(relative_position.defined() &&
+                  at::isIntegralType(relative_position.scalar_type(), /*includeBool=*/false),
+              who, ": relative_position must be an integer tensor (key position - query "
+              "position), but got ",
+              relative_position.defined() ? c10::toString(relative_position.scalar_type())
+                                          : "an undefined tensor");
+  detail::check_bucket_arguments(who, bidirectional, num_buckets, max_distance);
+}
 
 namespace {
 
@@ -243,27 +257,17 @@ at::Tensor alibi_causal_bias_meta(const at::Tensor& slopes, int64_t key_length,
   return at::empty(shape, slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
 }
 
-void check_relative_positions(const char* who, const at::Tensor& relative_position) {
-  TORCH_CHECK(relative_position.defined() &&
-                  at::isIntegralType(relative_position.scalar_type(), /*includeBool=*/false),
-              who, ": relative_position must be an integer tensor (key position - query "
-              "position), but got ",
-              relative_position.defined() ? c10::toString(relative_position.scalar_type())
-                                          : "an undefined tensor");
-}
-
 at::Tensor relative_position_bucket_kernel(const at::Tensor& relative_position, bool bidirectional,
                                            int64_t num_buckets, int64_t max_distance) {
-  const char* who = detail::caller_or(kBucket);
-  check_relative_positions(who, relative_position);
-  detail::check_bucket_arguments(who, bidirectional, num_buckets, max_distance);
+  check_relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance);
   const at::Tensor input = relative_position.to(at::kCPU, at::kLong).contiguous();
   at::Tensor buckets = at::empty(input.sizes(), input.options());
-  const int64_t* in = input.data_ptr<int64_t>();
-  int64_t* out = buckets.data_ptr<int64_t>();
+  // The CUDA kernel's thread body, one item an iteration (../kernels/attention_bias.h).
+  const kernels::BucketBody body{input.data_ptr<int64_t>(), buckets.data_ptr<int64_t>(),
+                                 bidirectional, num_buckets, max_distance};
   at::parallel_for(0, input.numel(), 4096, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      out[i] = detail::relative_position_bucket(in[i], bidirectional, num_buckets, max_distance);
+      body(i);
     }
   });
   return buckets.to(relative_position.device());
@@ -271,9 +275,7 @@ at::Tensor relative_position_bucket_kernel(const at::Tensor& relative_position, 
 
 at::Tensor relative_position_bucket_meta(const at::Tensor& relative_position, bool bidirectional,
                                          int64_t num_buckets, int64_t max_distance) {
-  const char* who = detail::caller_or(kBucket);
-  check_relative_positions(who, relative_position);
-  detail::check_bucket_arguments(who, bidirectional, num_buckets, max_distance);
+  check_relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance);
   return at::empty(relative_position.sizes(), relative_position.options().dtype(at::kLong));
 }
 
@@ -376,9 +378,11 @@ TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("alibi_slopes", TORCH_FN(alibi_slopes_kernel));
   m.impl("alibi_bias", TORCH_FN(alibi_bias_kernel));
   m.impl("alibi_causal_bias", TORCH_FN(alibi_causal_bias_kernel));
+  // (CUDA has its own kernel, cuda/attention_bias_kernel.cu, which reads nothing back)
   m.impl("relative_position_bucket", TORCH_FN(relative_position_bucket_kernel));
   m.impl("relative_sinusoidal_table", TORCH_FN(relative_sinusoidal_table_kernel));
 }
+
 
 TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
   m.impl("relative_position_bias", TORCH_FN(relative_position_bias_kernel));

@@ -8,9 +8,12 @@
 
 #include <c10/macros/Macros.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 
+#include <cassert>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <type_traits>
 
@@ -50,11 +53,11 @@ using acc_type_t =
 /// Loads a value into the compute type. bfloat16 is widened with integer operations (a 16-bit
 /// shift), which compilers vectorize; c10::BFloat16's own conversion is the same value.
 template <typename acc_t, typename T>
-inline acc_t load(T value) {
+C10_HOST_DEVICE C10_ALWAYS_INLINE acc_t load(T value) {
   return static_cast<acc_t>(value);
 }
 template <typename acc_t>
-inline acc_t load(c10::BFloat16 value) {
+C10_HOST_DEVICE C10_ALWAYS_INLINE acc_t load(c10::BFloat16 value) {
   const uint32_t bits = static_cast<uint32_t>(value.x) << 16;
   float result;
   std::memcpy(&result, &bits, sizeof(result));
@@ -65,17 +68,57 @@ inline acc_t load(c10::BFloat16 value) {
 /// even, NaN kept as the canonical quiet NaN, exactly as c10::BFloat16(float), written without
 /// branches so that compilers vectorize it.
 template <typename T, typename acc_t>
-inline T store(acc_t value) {
+C10_HOST_DEVICE C10_ALWAYS_INLINE T store(acc_t value) {
   return static_cast<T>(value);
 }
 template <>
-inline c10::BFloat16 store<c10::BFloat16, float>(float value) {
+C10_HOST_DEVICE C10_ALWAYS_INLINE c10::BFloat16 store<c10::BFloat16, float>(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
   const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
   const uint16_t result = value != value ? uint16_t{0x7FC0} : static_cast<uint16_t>(rounded);
   return c10::BFloat16(result, c10::BFloat16::from_bits());
 }
+
+/// A value that a kernel reads from device memory and the host did not check (positions and
+/// token ids on a GPU are checked where the kernel reads them, so that no call waits for the
+/// device): on a GPU, the thread prints `message` and the value and stops with a device-side
+/// assertion (the next synchronisation raises "device-side assert triggered", as PyTorch's own
+/// index kernels do); in host code (the CPU kernels' callers check every value before, so only
+/// the emulated grid of the tests gets here), a c10::Error with the same text.
+[[noreturn]] inline void kernel_check_failed(const char* message, int64_t value) {
+  TORCH_CHECK(false, message, " (got ", value, ")");
+}
+#if defined(__CUDA_ARCH__)
+#define POSENC_KERNEL_FAIL(message, value)                                              \
+  do {                                                                                  \
+    printf("%s (got %lld)\n", message, static_cast<long long>(value));                  \
+    __assert_fail(message, __FILE__, static_cast<unsigned int>(__LINE__), __func__);    \
+  } while (0)
+#else
+#define POSENC_KERNEL_FAIL(message, value) ::posenc::ops::kernel_check_failed(message, value)
+#endif
+
+/// Messages of the checks in the kernel bodies.
+#define POSENC_POSITION_MESSAGE                                                          \
+  "posenc: a position lies outside the table (positions must be >= -1, -1 marking padding, " \
+  "and < the table's rows: build the module with a larger max_len or pass the definition)"
+#define POSENC_TOKEN_MESSAGE \
+  "posenc::token_and_position_embedding: token ids must lie in [0, vocab_size)"
+
+/// Position `p` of a row, checked against a table of `rows` rows: -1 (padding) or a row.
+C10_HOST_DEVICE C10_ALWAYS_INLINE int64_t checked_position(int64_t p, int64_t rows) {
+  if (C10_UNLIKELY(p < -1 || p >= rows)) {
+    POSENC_KERNEL_FAIL(POSENC_POSITION_MESSAGE, p);
+  }
+  return p;
+}
+
+/// N values of T moved as one aligned 16-byte access (N = 1: one value).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T value[N];
+};
 
 /// The position of row `i` of a `[B, L, D]` (batch_first) or `[L, B, D]` input viewed as B*L rows
 /// of D: offset + l, positions[l] (shared) or positions[i] (one per sequence element).

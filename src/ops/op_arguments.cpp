@@ -3,10 +3,14 @@
 #include "detail/checks.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
+#include "detail/device_checks.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIndexing.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/where.h>
 #include <c10/core/GradMode.h>
@@ -15,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 namespace posenc {
@@ -42,7 +47,11 @@ struct Resolved {
   bool past = false; // some position lies at or past the table's end (only when extendable)
   at::Tensor host;   // then: every position on the host, int64, of the positions' shape
   std::pair<int64_t, int64_t> ids{0, -1}; // the range of `ids`, when given
+  // Device-resident positions whose rows are computed on the device (a call that may reach past
+  // the table: it has the definition); `past` is then true. Never read on the host.
+  at::Tensor device;
 };
+
 
 // Checks the positions of a call (offset form or explicit) against a table of `max_len` rows and
 // fills `source`. Reads from the device at most once: the extremes of `ids` (token ids) and of the
@@ -53,11 +62,31 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
                            int64_t max_len, bool extendable, const char* definition,
                            const at::Tensor& ids = at::Tensor()) {
   Resolved resolved;
+  const bool on_host = device.is_cpu();
   if (given(positions)) {
     detail::check_no_offset_with_positions(who, offset);
     detail::check_positions_form(who, *positions, source.length, per_sequence, per_sequence_name,
                                  device, /*continuous=*/true);
     detail::check_continuous_allowed(who, *positions, extendable, definition);
+    if (!on_host) {
+      // Nothing is read back: the kernels check integer positions (and token ids) where they read
+      // them; a call that may reach past the table gets the rows of exactly its positions,
+      // computed on the device.
+      if (detail::is_continuous(*positions)) {
+        const at::Tensor p = positions->to(at::kDouble);
+        detail::check_positions_on_device(p);
+        resolved.device = p;
+        resolved.past = true;
+        return resolved;
+      }
+      source.positions = positions->to(at::kLong).contiguous();
+      if (extendable) {
+        detail::check_positions_on_device(source.positions);
+        resolved.device = source.positions;
+        resolved.past = true;
+      }
+      return resolved;
+    }
     if (detail::is_continuous(*positions)) {
       // Every row is computed from the definition (a second read for token ids, if any).
       if (ids.defined()) {
@@ -83,7 +112,7 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
     return resolved;
   }
   detail::check_offset_start(who, offset, source.length);
-  if (ids.defined()) {
+  if (ids.defined() && on_host) { // (on a device, the kernel checks each id it reads)
     resolved.ids = detail::host_read({ids}).ranges[0];
   }
   source.offset = offset;
@@ -92,8 +121,12 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
     detail::check_offset(who, offset, source.length, max_len, caller_hint());
   }
   if (resolved.past) {
-    resolved.host =
-        at::arange(offset, offset + source.length, at::TensorOptions().dtype(at::kLong));
+    const auto long_options = at::TensorOptions().dtype(at::kLong);
+    if (on_host) {
+      resolved.host = at::arange(offset, offset + source.length, long_options);
+    } else { // made on the device: no copy from the host either
+      resolved.device = at::arange(offset, offset + source.length, long_options.device(device));
+    }
   }
   return resolved;
 }
@@ -107,6 +140,56 @@ at::Tensor index_positions(const at::Tensor& host, const c10::Device& device) {
     return index.to(device);
   }
   return at::where(host.lt(0), host, index).to(device);
+}
+
+// index_positions for device-resident positions, computed there.
+at::Tensor index_positions_on_device(const at::Tensor& positions) {
+  const at::Tensor index =
+      at::arange(positions.numel(), positions.options().dtype(at::kLong)).view(positions.sizes());
+  if (detail::is_continuous(positions)) {
+    return index;
+  }
+  return index.masked_fill(positions.lt(0), -1);
+}
+
+// The rows of exactly `positions` (device-resident, int64 with -1 for padding or float64): a row
+// of `table` ([max_len, W]) where an integer position lies in it, else the row `computed` holds
+// for it ([N, W], computed from the definition), on the device, in the table's dtype. (Padding
+// rows are never read: the kernels treat -1 as padding.)
+at::Tensor rows_on_device(const at::Tensor& table, const at::Tensor& positions,
+                          const at::Tensor& computed) {
+  const int64_t max_len = table.size(0);
+  if (detail::is_continuous(positions) || max_len == 0) {
+    return computed;
+  }
+  // Row i of [gathered; computed]: i inside the table, N + i past it (a selection, no arithmetic
+  // on the values; operations that run on meta tensors too).
+  const at::Tensor flat = positions.reshape({-1});
+  const at::Tensor gathered = table.index({flat.clamp(0, max_len - 1)});
+  const at::Tensor pick = at::arange(flat.numel(), flat.options()) + flat.ge(max_len).to(at::kLong).mul(flat.numel());
+  return at::cat({gathered, computed}, 0).index({pick});
+}
+
+// Rows past a sinusoidal table, for device-resident positions: from the column plan on the device
+// (angle = position * frequency in float64, then sin, cos or 0 by the column's kind, rounded once
+// to the table's dtype, as detail::sinusoidal_rows computes them on the host).
+void extend_table_on_device(const char* who, TableCall& call, const at::Tensor& positions,
+                            const at::Tensor& columns) {
+  TORCH_CHECK(columns.dim() == 2 && columns.size(0) == 2 && columns.size(1) == call.width &&
+                  columns.scalar_type() == at::kDouble,
+              who, ": columns must be a float64 [2, D] = [2, ", call.width,
+              "] column plan (frequencies, kinds), but got ", columns.scalar_type(), " of shape ",
+              columns.sizes(), "; pass the module's plan or none");
+  const at::Tensor frequency = columns[0];
+  const at::Tensor kind = columns[1];
+  detail::check_on_device(detail::within(frequency, -detail::kMaxFrequency, detail::kMaxFrequency) &
+                              (kind.eq(0) | kind.eq(1) | kind.eq(2)),
+                  frequency, detail::DeviceCheck::kFrequencies);
+  const at::Tensor rows = detail::table_rows(call.table);
+  call.table =
+      rows_on_device(rows, positions, detail::sinusoidal_rows_from(positions, columns, rows.scalar_type()));
+  call.positions = index_positions_on_device(positions);
+  call.offset = 0;
 }
 
 // Rows past a sinusoidal table: the rows of exactly the positions used, gathered from the table
@@ -179,7 +262,9 @@ TableCall prepare_table_call(const char* op, const at::Tensor& x, const at::Tens
   const Resolved resolved = resolve_positions(who, call, positions, offset, x.sizes().slice(0, 2),
                                               detail::sequence_layout(batch_first), x.device(),
                                               shape.max_len, given(columns), "columns");
-  if (resolved.past) {
+  if (resolved.device.defined()) {
+    extend_table_on_device(who, call, resolved.device, *columns);
+  } else if (resolved.past) {
     extend_table(who, call, resolved.host, *columns, shape.max_len);
   }
   return call;
@@ -216,7 +301,9 @@ TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at:
   TORCH_CHECK(resolved.ids.first >= 0 && resolved.ids.second < weight.size(0), who,
               ": token ids must lie in [0, vocab_size) = [0, ", weight.size(0),
               "), but got ids from ", resolved.ids.first, " to ", resolved.ids.second);
-  if (resolved.past) {
+  if (resolved.device.defined()) {
+    extend_table_on_device(who, call, resolved.device, *columns);
+  } else if (resolved.past) {
     extend_table(who, call, resolved.host, *columns, shape.max_len);
   }
   return call;
@@ -265,6 +352,13 @@ detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv
               cos.scalar_type(), " of the cos/sin caches that carry it), but got ",
               attention_factor);
   detail::RopeFrequencies frequencies;
+  frequencies.attention_factor = attention_factor;
+  if (!inv_freq.device().is_cpu()) {
+    // Checked where it lies; the rows are computed there (rotary_rows_on_device).
+    detail::check_on_device(detail::within(inv_freq, -detail::kMaxFrequency, detail::kMaxFrequency),
+                            inv_freq, detail::DeviceCheck::kFrequencies);
+    return frequencies;
+  }
   const at::Tensor host = inv_freq.to(at::kCPU).contiguous();
   frequencies.inv_freq.assign(host.data_ptr<double>(), host.data_ptr<double>() + half);
   for (const double frequency : frequencies.inv_freq) {
@@ -275,6 +369,17 @@ detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv
   }
   frequencies.attention_factor = attention_factor;
   return frequencies;
+}
+
+std::pair<at::Tensor, at::Tensor> rotary_rows_on_device(const at::Tensor& cos,
+                                                       const at::Tensor& sin,
+                                                       const at::Tensor& positions,
+                                                       const at::Tensor& inv_freq,
+                                                       double attention_factor) {
+  const auto computed =
+      detail::rotary_rows_from(positions, inv_freq, attention_factor, cos.scalar_type());
+  return {rows_on_device(cos, positions, computed.first),
+          rows_on_device(sin, positions, computed.second)};
 }
 
 RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Tensor& cos,
@@ -299,7 +404,13 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   const Resolved resolved = resolve_positions(who, call, positions, offset, batch_and_length,
                                               "[B, L]", x.device(), cos.size(0), given(inv_freq),
                                               "inv_freq");
-  if (resolved.past) {
+  if (resolved.device.defined()) {
+    // On the device: the caches' rows where they exist, computed from inv_freq elsewhere.
+    std::tie(call.cos, call.sin) =
+        rotary_rows_on_device(cos, sin, resolved.device, *inv_freq, attention_factor);
+    call.positions = index_positions_on_device(resolved.device);
+    call.offset = 0;
+  } else if (resolved.past) {
     // cos/sin for exactly the positions used, computed from the frequencies (identical to the
     // cached values where both exist), and positions indexing them.
     const auto rows =
@@ -339,6 +450,17 @@ MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Te
   call.shape = positions.sizes().slice(1).vec();
   call.shape.push_back(half);
   call.positions = positions.to(at::kLong).reshape({3, -1});
+  if (!positions.device().is_cpu()) {
+    // Nothing is read back: the range is checked on the device, and with inv_freq every row is
+    // taken from the caches or computed on the device (call.inv_freq).
+    const at::Tensor ok = given(inv_freq) ? call.positions.ge(0)
+                                          : call.positions.ge(0) & call.positions.lt(cos.size(0));
+    detail::check_on_device(ok, call.positions, detail::DeviceCheck::kMultimodalPositions);
+    if (given(inv_freq)) {
+      call.inv_freq = *inv_freq;
+    }
+    return call;
+  }
   // One read: all positions when rows past the caches may have to be computed, else their range.
   const detail::HostValues host = given(inv_freq) ? detail::host_read({}, positions)
                                                   : detail::host_read({positions});

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 namespace posenc {
@@ -115,11 +116,24 @@ struct MultimodalTablesCall {
   /// `frequencies`); undefined otherwise.
   at::Tensor host_positions;
   detail::RopeFrequencies frequencies;
+  /// Device-resident positions with inv_freq: the frequencies, on the device (the rows are
+  /// computed there, rotary_rows_on_device); undefined otherwise.
+  at::Tensor inv_freq;
   /// The axis of each frequency (detail::mrope_axes).
   std::vector<int64_t> axes;
   /// The shape of each output: the positions' `[B, L]` or `[L]`, then R/2.
   std::vector<int64_t> shape;
 };
+
+/// cos/sin rows for exactly `positions` (device-resident int64, -1 padding, or float64): the
+/// caches' rows where an integer position lies in them, else computed on the device from the
+/// float64 frequencies `inv_freq` (angle = position * frequency in float64, times
+/// attention_factor, rounded once to the caches' dtype). Nothing is read back to the host.
+std::pair<at::Tensor, at::Tensor> rotary_rows_on_device(const at::Tensor& cos,
+                                                       const at::Tensor& sin,
+                                                       const at::Tensor& positions,
+                                                       const at::Tensor& inv_freq,
+                                                       double attention_factor);
 
 /// Checks the arguments of multimodal_rotary_tables: caches as in apply_rotary, positions
 /// `[3, B, L]` / `[3, L]`, >= 0 and inside the caches unless `inv_freq` is given, mrope_section.

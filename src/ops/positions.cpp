@@ -1,6 +1,6 @@
 // The positions family: positions of packed sequences and of context-parallel shards, to pass as
 // `positions` to the other operators. Schemas, C++ entry points and kernels (composite: a small
-// host computation; Meta: the shape).
+// host computation on the CPU, tensor operations where cu_seqlens lie elsewhere; Meta: the shape).
 
 #include "ops/dispatch.h"
 
@@ -59,6 +59,10 @@ at::Tensor packed_positions_kernel(const at::Tensor& cu_seqlens, int64_t total,
                                    OptionalTensor start_positions) {
   check_packed_arguments(cu_seqlens, total, start_positions);
   const bool given = start_positions.has_value() && start_positions->defined();
+  if (!cu_seqlens.device().is_cpu()) { // computed and checked where they lie: no read back
+    return detail::packed_positions_from(detail::caller_or(kPacked), cu_seqlens, total,
+                                         given ? *start_positions : at::Tensor());
+  }
   const std::vector<int64_t> positions =
       detail::packed_positions(detail::caller_or(kPacked), host_values(cu_seqlens), total,
                                given ? host_values(*start_positions) : std::vector<int64_t>());

@@ -26,39 +26,7 @@ namespace {
 
 class OpBoundary : public posenc_test::SeededTest {};
 
-// Counts, on this thread, posenc's reads from the device ("posenc::host_read") and ATen's scalar
-// reads (item(), "aten::_local_scalar_dense") while it lives.
-class HostReadCounter {
- public:
-  HostReadCounter() {
-    reads() = 0;
-    items() = 0;
-    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(
-        [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-          const char* name = fn.name();
-          if (std::strcmp(name, "posenc::host_read") == 0) {
-            ++reads();
-          } else if (std::strcmp(name, "aten::_local_scalar_dense") == 0) {
-            ++items();
-          }
-          return nullptr;
-        }));
-  }
-  ~HostReadCounter() {
-    at::removeCallback(handle_);
-  }
-  static int& reads() {
-    static thread_local int count = 0;
-    return count;
-  }
-  static int& items() {
-    static thread_local int count = 0;
-    return count;
-  }
-
- private:
-  at::CallbackHandle handle_;
-};
+using posenc_test::HostReadCounter;
 
 const torch::Device kMeta(torch::kMeta);
 

@@ -2,11 +2,14 @@
 
 // Small helpers shared by the test files.
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include <cstring>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -50,6 +53,40 @@ std::string any_error(Fn&& fn) {
     return e.what();
   }
 }
+
+// Counts, on this thread, posenc's reads from the device ("posenc::host_read") and ATen's scalar
+// reads (item(), "aten::_local_scalar_dense") while it lives.
+class HostReadCounter {
+ public:
+  HostReadCounter() {
+    reads() = 0;
+    items() = 0;
+    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(
+        [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          const char* name = fn.name();
+          if (std::strcmp(name, "posenc::host_read") == 0) {
+            ++reads();
+          } else if (std::strcmp(name, "aten::_local_scalar_dense") == 0) {
+            ++items();
+          }
+          return nullptr;
+        }));
+  }
+  ~HostReadCounter() {
+    at::removeCallback(handle_);
+  }
+  static int& reads() {
+    static thread_local int count = 0;
+    return count;
+  }
+  static int& items() {
+    static thread_local int count = 0;
+    return count;
+  }
+
+ private:
+  at::CallbackHandle handle_;
+};
 
 } // namespace posenc_test
 

@@ -67,6 +67,13 @@ class PositionalEncodingImpl : public detail::SequenceEncodingModule<PositionalE
   /// The encoding table, `[1, max_len, d_model]`, registered as the buffer `pe`.
   torch::Tensor pe;
 
+  /// The encoding's definition as the operators take it (`columns`: float64 `[2, d_model]`,
+  /// frequencies and kinds, on the table's device): what positions past `max_len` (under
+  /// BeyondMaxLen::kExtrapolate) and fractional positions are computed from.
+  const torch::Tensor& column_plan() const {
+    return columns_;
+  }
+
  private:
   friend class detail::EncodingModule<PositionalEncodingImpl>;
   friend class detail::SequenceEncodingModule<PositionalEncodingImpl>;
@@ -75,8 +82,7 @@ class PositionalEncodingImpl : public detail::SequenceEncodingModule<PositionalE
   std::vector<torch::Tensor*> derived_tables();
   std::vector<detail::TableSlot> table_slots();
 
-  /// The column plan of the encoding (float64 `[2, d_model]`, on the CPU): what positions past
-  /// `max_len` are computed from under BeyondMaxLen::kExtrapolate.
+  /// column_plan(), rebuilt with the table (so on its device).
   torch::Tensor columns_;
 };
 

@@ -76,10 +76,6 @@ class TokenAndPositionEmbeddingImpl : public detail::EncodingModule<TokenAndPosi
   std::vector<detail::TableSlot> table_slots() {
     return {}; // the submodules load their own
   }
-
-  /// The column plan of the sinusoidal positions (float64 `[2, d_model]`, on the CPU), for
-  /// positions past `max_len` under BeyondMaxLen::kExtrapolate.
-  torch::Tensor columns_;
 };
 
 /// A `ModuleHolder` subclass for `TokenAndPositionEmbeddingImpl`.

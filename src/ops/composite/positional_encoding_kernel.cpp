@@ -7,6 +7,7 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "detail/device_checks.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/add.h>
@@ -115,6 +116,22 @@ at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64
   return detail::sinusoidal_table(max_len, offset, spec, out_dtype, out_device);
 }
 
+// add_positional_encoding with device-resident positions: checked and turned into rows where
+// they lie (no read back; see detail/device_checks.h), padding (-1) adding zeros.
+at::Tensor add_positional_encoding_on_device(const at::Tensor& x, const at::Tensor& positions,
+                                             const detail::SinusoidSpec& spec, bool batch_first,
+                                             double scale) {
+  const bool continuous = detail::is_continuous(positions);
+  const at::Tensor p = positions.to(continuous ? at::kDouble : at::kLong);
+  detail::check_positions_on_device(p);
+  if (x.numel() == 0) {
+    return at::empty_like(x);
+  }
+  const at::ScalarType rows_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor rows = detail::sinusoidal_rows(p, detail::column_plan(spec), rows_dtype);
+  return add_rows(x, broadcast_rows(rows, p, batch_first), scale);
+}
+
 at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double base,
                                    bool batch_first, OptionalTensor positions, double scale,
                                    c10::string_view channels, c10::string_view frequencies) {
@@ -135,6 +152,9 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
     detail::check_positions_form(who, *positions, length, x.sizes().slice(0, 2),
                                  detail::sequence_layout(batch_first), x.device(),
                                  /*continuous=*/true);
+    if (!x.device().is_cpu()) {
+      return add_positional_encoding_on_device(x, *positions, spec, batch_first, scale);
+    }
     if (detail::is_continuous(*positions)) {
       checked = positions->to(at::kCPU, at::kDouble).contiguous();
       detail::check_continuous_range(who, checked);

@@ -94,7 +94,12 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
   std::vector<at::Tensor> cos_axes;
   std::vector<at::Tensor> sin_axes;
   for (int64_t a = 0; a < 3; ++a) {
-    if (call.host_positions.defined()) {
+    if (call.inv_freq.defined()) { // device-resident positions: rows made on the device
+      const auto rows = rotary_rows_on_device(cos, sin, call.positions[a], call.inv_freq,
+                                              call.frequencies.attention_factor);
+      cos_axes.push_back(rows.first);
+      sin_axes.push_back(rows.second);
+    } else if (call.host_positions.defined()) {
       const auto rows =
           detail::rotary_rows(call.host_positions[a], call.frequencies, cos.scalar_type());
       cos_axes.push_back(rows.first.to(cos.device()));

@@ -6,6 +6,7 @@
 #include "ops/backend_entries.h"
 #include "ops/cpu/cpu_helpers.h"
 #include "ops/kernel_helpers.h"
+#include "ops/kernels/positional_encoding.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -18,25 +19,33 @@ namespace ops {
 namespace cpu {
 namespace {
 
-// One row: out = x * scale + t (t null: padding, zeros). Separate in-place versions keep the
-// vectorizer from falling back to scalar code when out is x.
+// One row: out = x * scale + t (t null: padding, zeros), each element by the arithmetic the CUDA
+// threads run (kernels::scaled_sum). Separate in-place versions keep the vectorizer from falling
+// back to scalar code when out is x; the branches on scale are hoisted out of the loops.
 template <typename scalar_t, typename table_t>
 POSENC_ROW_LOOP void add_row(const scalar_t* x, scalar_t* out, const table_t* t, int64_t width,
                              double scale) {
   using acc_t = acc_type_t<scalar_t, table_t>;
   const acc_t s = static_cast<acc_t>(scale);
   if (t == nullptr) {
-    for (int64_t c = 0; c < width; ++c) {
-      out[c] = store<scalar_t>(scale == 1.0 ? load<acc_t>(x[c]) + acc_t(0)
-                                            : acc_t(0) + s * load<acc_t>(x[c]));
+    if (scale == 1.0) {
+      for (int64_t c = 0; c < width; ++c) {
+        out[c] = store<scalar_t>(kernels::scaled_sum(load<acc_t>(x[c]), acc_t(0), s, true));
+      }
+    } else {
+      for (int64_t c = 0; c < width; ++c) {
+        out[c] = store<scalar_t>(kernels::scaled_sum(load<acc_t>(x[c]), acc_t(0), s, false));
+      }
     }
   } else if (scale == 1.0) {
     for (int64_t c = 0; c < width; ++c) {
-      out[c] = store<scalar_t>(load<acc_t>(x[c]) + static_cast<acc_t>(t[c]));
+      out[c] = store<scalar_t>(
+          kernels::scaled_sum(load<acc_t>(x[c]), static_cast<acc_t>(t[c]), s, true));
     }
-  } else { // rows + scale * x, as at::add(rows, x, scale)
+  } else {
     for (int64_t c = 0; c < width; ++c) {
-      out[c] = store<scalar_t>(static_cast<acc_t>(t[c]) + s * load<acc_t>(x[c]));
+      out[c] = store<scalar_t>(
+          kernels::scaled_sum(load<acc_t>(x[c]), static_cast<acc_t>(t[c]), s, false));
     }
   }
 }
@@ -46,17 +55,24 @@ POSENC_ROW_LOOP void add_row_inplace(scalar_t* x, const table_t* t, int64_t widt
   using acc_t = acc_type_t<scalar_t, table_t>;
   const acc_t s = static_cast<acc_t>(scale);
   if (t == nullptr) {
-    for (int64_t c = 0; c < width; ++c) {
-      x[c] = store<scalar_t>(scale == 1.0 ? load<acc_t>(x[c]) + acc_t(0)
-                                          : acc_t(0) + s * load<acc_t>(x[c]));
+    if (scale == 1.0) {
+      for (int64_t c = 0; c < width; ++c) {
+        x[c] = store<scalar_t>(kernels::scaled_sum(load<acc_t>(x[c]), acc_t(0), s, true));
+      }
+    } else {
+      for (int64_t c = 0; c < width; ++c) {
+        x[c] = store<scalar_t>(kernels::scaled_sum(load<acc_t>(x[c]), acc_t(0), s, false));
+      }
     }
   } else if (scale == 1.0) {
     for (int64_t c = 0; c < width; ++c) {
-      x[c] = store<scalar_t>(load<acc_t>(x[c]) + static_cast<acc_t>(t[c]));
+      x[c] = store<scalar_t>(
+          kernels::scaled_sum(load<acc_t>(x[c]), static_cast<acc_t>(t[c]), s, true));
     }
   } else {
     for (int64_t c = 0; c < width; ++c) {
-      x[c] = store<scalar_t>(static_cast<acc_t>(t[c]) + s * load<acc_t>(x[c]));
+      x[c] = store<scalar_t>(
+          kernels::scaled_sum(load<acc_t>(x[c]), static_cast<acc_t>(t[c]), s, false));
     }
   }
 }

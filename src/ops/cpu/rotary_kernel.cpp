@@ -6,6 +6,7 @@
 #include "ops/backend_entries.h"
 #include "ops/cpu/cpu_helpers.h"
 #include "ops/kernel_helpers.h"
+#include "ops/kernels/rotary.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -20,26 +21,20 @@ namespace ops {
 namespace cpu {
 namespace {
 
-// The pairs of one row: (2j, 2j + 1) interleaved, (j, half + j) otherwise; inlined into each
-// clone of rotate_row, so that it is compiled for that clone's instruction set. out may be x:
-// iteration j reads and writes only its own pair, in place or not, so no iteration depends on
-// another's stores. POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and
-// out[half + j] with half unknown. -sin is applied as a negation (exact), so inverse rotations
-// round as before.
+// The pairs of one row: (2j, 2j + 1) interleaved, (j, half + j) otherwise, each rotated by the
+// arithmetic the CUDA threads run (kernels::rotate_pair); inlined into each clone of rotate_row,
+// so that it is compiled for that clone's instruction set. out may be x: iteration j reads and
+// writes only its own pair, in place or not, so no iteration depends on another's stores.
+// POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and out[half + j] with
+// half unknown.
 template <bool kInterleaved, typename scalar_t, typename table_t>
 C10_ALWAYS_INLINE void rotate_pairs(const scalar_t* x, scalar_t* out, const table_t* cos,
                                     const table_t* sin, int64_t half, bool inverse) {
-  using acc_t = acc_type_t<scalar_t, table_t>;
   constexpr int64_t kStep = kInterleaved ? 2 : 1;
   const int64_t second = kInterleaved ? 1 : half;
   POSENC_IVDEP
   for (int64_t j = 0; j < half; ++j) {
-    const acc_t a = load<acc_t>(x[kStep * j]);
-    const acc_t b = load<acc_t>(x[kStep * j + second]);
-    const acc_t c = static_cast<acc_t>(cos[j]);
-    const acc_t s = inverse ? -static_cast<acc_t>(sin[j]) : static_cast<acc_t>(sin[j]);
-    out[kStep * j] = store<scalar_t>(a * c - b * s);
-    out[kStep * j + second] = store<scalar_t>(a * s + b * c);
+    kernels::rotate_pair(x, out, kStep * j, kStep * j + second, cos[j], sin[j], inverse);
   }
 }
 

@@ -1,47 +1,44 @@
 #pragma once
 
-// Pieces shared by the CUDA kernels (device code and launch arithmetic).
+// The CUDA launcher shared by posenc's kernels: every kernel is a thread body from ../kernels
+// (plain C++ run by the tests' emulated grid too) executed by `grid_stride_kernel`, whose threads
+// do exactly what kernels::run_thread says, on the grid kernels::launch_geometry gives.
+
+#include "ops/kernels/launch.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
 namespace posenc {
 namespace ops {
 namespace cuda {
 
-constexpr int kThreads = 256;
+/// The one `__global__` function: thread (blockIdx.x, threadIdx.x) of `geometry` runs its items
+/// of `body` (kernels::run_thread).
+template <typename Body>
+__global__ void grid_stride_kernel(Body body, int64_t work, kernels::LaunchGeometry geometry) {
+  kernels::run_thread(body, work, blockIdx.x, threadIdx.x, geometry);
+}
 
-// N values of T moved as one aligned access (16 bytes for the vectorized paths).
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T value[N];
-};
-
-// Elements per thread for 16-byte accesses of scalar_t, if the row width and every base pointer
-// allow it; 1 otherwise.
-template <typename scalar_t>
-inline int vector_width(int64_t width, std::initializer_list<const void*> pointers) {
-  constexpr int n = 16 / sizeof(scalar_t);
-  if (width % n != 0) {
-    return 1;
-  }
-  for (const void* p : pointers) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-      return 1;
+/// Runs `body` over `work` items on the current stream of the current device: the executor the
+/// family headers' run_*_grid functions take.
+struct Launch {
+  template <typename Body>
+  void operator()(const Body& body, int64_t work) const {
+    if (work == 0) {
+      return;
     }
+    const kernels::LaunchGeometry geometry = kernels::launch_geometry(work);
+    grid_stride_kernel<<<static_cast<unsigned int>(geometry.blocks),
+                         static_cast<unsigned int>(geometry.threads), 0,
+                         at::cuda::getCurrentCUDAStream()>>>(body, work, geometry);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return n;
-}
-
-inline int blocks_for(int64_t work) {
-  const int64_t blocks = (work + kThreads - 1) / kThreads;
-  // Enough blocks to fill the device several times; the kernels loop over the rest.
-  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 16));
-}
+};
 
 /// A fresh tensor on the device of `options`.
 inline at::Tensor empty_cuda(at::IntArrayRef sizes, const at::TensorOptions& options) {

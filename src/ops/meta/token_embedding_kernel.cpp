@@ -2,7 +2,6 @@
 
 #include "ops/meta/meta_checks.h"
 
-#include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
@@ -33,9 +32,10 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
               "), but is on ", table.device());
   check_positions(who, positions, tokens, has_value(columns), "columns");
   check_definition_device(who, columns, "columns", weight.device());
-  // [B, L] ids and a [V, D] weight give [B, L, D]; ATen's embedding computes that shape without
-  // reading sizes here, so symbolic shapes pass through.
-  at::Tensor out = at::embedding(weight, tokens);
+  // [B, L] ids and a [V, D] weight give [B, L, D]; symbolic sizes stay symbolic (torch.export with
+  // a dynamic sequence length).
+  at::Tensor out = at::empty_symint({tokens.sym_size(0), tokens.sym_size(1), weight.sym_size(1)},
+                                    weight.options());
   at::Tensor mask = train && dropout > 0.0 ? at::empty_like(out, out.options().dtype(at::kBool))
                                            : at::empty({0}, weight.options().dtype(at::kBool));
   return {out, mask};

@@ -1,0 +1,151 @@
+"""The parts of scripts/gpu_check.sh that read files: which test binaries hold the *_CUDA tests,
+whether every *_CUDA test ran, and the report. Standard library only.
+
+    python scripts/gpu_check_report.py cuda-binaries BUILD_DIR   # one binary a line
+    python scripts/gpu_check_report.py cuda-tests JUNIT_XML      # exit 1 unless every *_CUDA test ran and passed
+    python scripts/gpu_check_report.py report REPORT_DIR         # REPORT_DIR/report.md and report.json
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+
+CUDA_TEST = re.compile(r"_CUDA$")
+
+
+def cuda_binaries(build_dir):
+    """The executables of the ctest tests named *_CUDA (GoogleTest's, discovered by ctest)."""
+    listing = subprocess.run(["ctest", "--test-dir", build_dir, "-N", "--show-only=json-v1"],
+                             capture_output=True, text=True, check=True)
+    binaries = []
+    for test in json.loads(listing.stdout)["tests"]:
+        if CUDA_TEST.search(test["name"]) and test["command"][0] not in binaries:
+            binaries.append(test["command"][0])
+    return binaries
+
+
+def cuda_tests(junit_path):
+    """(name, outcome) of each *_CUDA test in a ctest JUnit file: passed, failed or skipped (ctest's
+    'notrun': skipped by the test itself, or never started)."""
+    outcomes = []
+    for case in ElementTree.parse(junit_path).getroot().iter("testcase"):
+        if CUDA_TEST.search(case.get("name", "")):
+            status = case.get("status")
+            outcome = {"run": "passed", "fail": "failed"}.get(status, "skipped")
+            outcomes.append((case.get("name"), outcome))
+    return outcomes
+
+
+def check_cuda_tests(junit_path):
+    if not os.path.exists(junit_path):
+        print(f"{junit_path} is missing: ctest did not finish", file=sys.stderr)
+        return 1
+    outcomes = cuda_tests(junit_path)
+    for name, outcome in outcomes:
+        print(f"{outcome:8} {name}")
+    bad = [name for name, outcome in outcomes if outcome != "passed"]
+    if not outcomes:
+        print(f"no *_CUDA test in {junit_path}", file=sys.stderr)
+        return 1
+    if bad:
+        print(f"{len(bad)} of {len(outcomes)} *_CUDA tests did not pass (skipped with a GPU present counts as failed)", file=sys.stderr)
+        return 1
+    print(f"all {len(outcomes)} *_CUDA tests passed")
+    return 0
+
+
+def read_steps(report_dir):
+    """steps.tsv: one line per step: name, status, seconds, command."""
+    steps = []
+    path = os.path.join(report_dir, "steps.tsv")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                name, status, seconds, command = line.rstrip("\n").split("\t", 3)
+                steps.append({"name": name, "status": status, "seconds": int(seconds), "command": command})
+    return steps
+
+
+def read_lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def sanitizer_summary(log_path):
+    """compute-sanitizer's 'ERROR SUMMARY: N errors' line of a log, or what stands in for it."""
+    for line in reversed(read_lines(log_path)):
+        if "ERROR SUMMARY" in line:
+            return line.split("=========")[-1].strip()
+    return "no ERROR SUMMARY line (see the log)"
+
+
+def report(report_dir):
+    steps = read_steps(report_dir)
+    environment = dict(line.split(": ", 1) for line in read_lines(os.path.join(report_dir, "environment.txt")) if ": " in line)
+    notes = read_lines(os.path.join(report_dir, "notes.txt"))
+    junit = os.path.join(report_dir, "ctest.xml")
+    if not os.path.exists(junit):
+        junit = os.path.join(report_dir, "cuda_tests.xml")
+    tests = cuda_tests(junit) if os.path.exists(junit) else []
+    sanitizers = []
+    for step in steps:
+        if step["name"].startswith("sanitizer-"):
+            _, tool, binary = step["name"].split("-", 2)
+            sanitizers.append({"tool": tool, "binary": binary, "status": step["status"],
+                               "summary": sanitizer_summary(os.path.join(report_dir, step["name"] + ".log"))})
+    benchmark = None
+    benchmark_path = os.path.join(report_dir, "cuda_benchmark.json")
+    if os.path.exists(benchmark_path):
+        with open(benchmark_path) as f:
+            benchmark = json.load(f)
+    passed = bool(steps) and all(step["status"] == "passed" for step in steps)
+    result = {"result": "passed" if passed else "failed", "environment": environment, "steps": steps,
+              "cuda_tests": [{"name": n, "outcome": o} for n, o in tests], "sanitizers": sanitizers,
+              "benchmark": benchmark, "notes": notes}
+    with open(os.path.join(report_dir, "report.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+    lines = ["# posenc GPU check", "",
+             f"**{result['result'].upper()}**: {sum(s['status'] == 'passed' for s in steps)} of {len(steps)} steps passed "
+             f"(scripts/gpu_check.sh; docs/gpu_check.md).", "", "## Environment", ""]
+    lines += [f"- {key}: {value}" for key, value in environment.items()]
+    lines += ["", "## Steps", "", "| step | result | seconds |", "|---|---|---|"]
+    lines += [f"| {s['name']} | {s['status']} | {s['seconds']} |" for s in steps]
+    lines += ["", f"## *_CUDA tests ({os.path.basename(junit)})", ""]
+    lines += [f"- {o}: {n}" for n, o in tests] or ["- none found (see the ctest step)"]
+    lines += ["", "## compute-sanitizer (*_CUDA tests)", "", "| tool | binary | result | summary |", "|---|---|---|---|"]
+    lines += [f"| {s['tool']} | {s['binary']} | {s['status']} | {s['summary']} |" for s in sanitizers]
+    lines += ["", "## Benchmarks (bench/cuda_benchmark.py)", ""]
+    markdown_path = os.path.join(report_dir, "cuda_benchmark.md")
+    if os.path.exists(markdown_path):
+        with open(markdown_path) as f:
+            lines.append(f.read().rstrip("\n"))
+    else:
+        lines.append("Not measured (see the benchmark step).")
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
+    with open(os.path.join(report_dir, "report.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return 0 if passed else 1
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("cuda-binaries", "cuda-tests", "report"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, path = sys.argv[1:]
+    if command == "cuda-binaries":
+        print("\n".join(cuda_binaries(path)))
+        return 0
+    if command == "cuda-tests":
+        return check_cuda_tests(path)
+    return report(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

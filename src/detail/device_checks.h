@@ -1,0 +1,48 @@
+#pragma once
+
+// Checks of values that lie on a device, made there: a CUDA call never copies its arguments to the
+// host to check them (no synchronisation, capturable in a CUDA graph). The check runs as a kernel
+// on the current stream; a value that fails it makes the thread print the check's message with
+// the value and its index and stop with a device-side assertion, so the next synchronisation
+// raises "device-side assert triggered" (as PyTorch's own index kernels do). Meta tensors carry no
+// values: nothing to check. Other devices are read on the host (one copy) and raise a c10::Error.
+
+#include <ATen/core/Tensor.h>
+
+namespace posenc {
+namespace detail {
+
+/// What a device check verifies (each has its own message).
+enum class DeviceCheck {
+  kPositionsAtLeastMinusOne, ///< integer positions >= -1 (-1 marks padding)
+  kContinuousPositions,      ///< floating-point positions finite and in [0, 2^63)
+  kMultimodalPositions,      ///< M-RoPE positions >= 0 and inside the caches (without inv_freq)
+  kFrequencies,              ///< |inv_freq| and column frequencies <= 1.9e289, kinds 0, 1 or 2
+  kTimesteps,                ///< timesteps finite, scale * timestep * frequency within float64
+  kCoordinates,              ///< axial RoPE ids finite
+  kCuSeqlens,                ///< packed_positions' cu_seqlens and start_positions
+};
+
+/// The message of `check`.
+const char* device_check_message(DeviceCheck check);
+
+/// Checks that every element of the bool tensor `ok` is true, on ok's device; `values` (same
+/// number of elements, any real dtype) is what the message shows for a failing element.
+void check_on_device(const at::Tensor& ok, const at::Tensor& values, DeviceCheck check);
+
+/// Element-wise conditions for check_on_device, written with operations that have Meta kernels
+/// in C++ (so that meta tensors pass through them): low <= values <= high, and values finite.
+at::Tensor within(const at::Tensor& values, double low, double high);
+at::Tensor finite(const at::Tensor& values);
+
+/// Checks device-resident positions where they lie: floating-point ones finite and in [0, 2^63),
+/// integer ones >= -1 (their upper bound is the table's, checked by the kernel that reads them).
+void check_positions_on_device(const at::Tensor& positions);
+
+namespace cuda {
+/// The CUDA kernel of check_on_device (ok: bool, values: float64, both contiguous).
+void check_on_device(const at::Tensor& ok, const at::Tensor& values, DeviceCheck check);
+} // namespace cuda
+
+} // namespace detail
+} // namespace posenc

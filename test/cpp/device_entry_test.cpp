@@ -1,0 +1,269 @@
+// What the CUDA entry of each hand-written operator does before its launch — the shared
+// backend_entries.h kernel with the shared prepare_* call — run on meta tensors (a device that
+// holds no data, as a GPU's data is out of the host's reach): every form of call (offset,
+// explicit positions, padding, positions past the table with the definition, floating-point
+// positions, M-RoPE) is prepared without a single read from the device (no "posenc::host_read",
+// no item()) and without error, the loop receiving tensors on that device. The device path's
+// arithmetic (rows past a table computed where the positions lie) is checked on the CPU against
+// the host path.
+
+#include <posenc/ops.h>
+
+#include "detail/positions.h"
+#include "detail/sinusoidal.h"
+#include "ops/backend_entries.h"
+#include "ops/op_arguments.h"
+#include "test_util.h"
+
+#include <ATen/ops/empty.h>
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using posenc_test::HostReadCounter;
+
+const torch::Device kMeta(torch::kMeta);
+
+// The devices the loops received, so that the test sees what a launch would get.
+std::vector<c10::Device>& seen() {
+  static std::vector<c10::Device> devices;
+  return devices;
+}
+
+void add_loop(const at::Tensor& x, at::Tensor& out, const posenc::ops::TableCall& call) {
+  seen() = {x.device(), out.device(), call.kernel_table().device()};
+  if (call.positions.defined()) {
+    seen().push_back(call.positions.device());
+  }
+}
+
+void rotary_loop(const at::Tensor& x, at::Tensor& out, const posenc::ops::RotaryCall& call, bool,
+                 bool) {
+  seen() = {x.device(), out.device(), call.kernel_cos().device(), call.kernel_sin().device()};
+  if (call.positions.defined()) {
+    seen().push_back(call.positions.device());
+  }
+}
+
+void rotary_qk_loop(const posenc::ops::RotaryOperand& q, const posenc::ops::RotaryOperand& k,
+                    const posenc::ops::RotaryQkCall& call, bool, bool) {
+  seen() = {q.in.device(), q.out.device(), k.in.device(), k.out.device(),
+            call.kernel_cos().device()};
+}
+
+void token_loop(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
+                at::Tensor& mask, const posenc::ops::TableCall& call, double, bool) {
+  seen() = {tokens.device(), weight.device(), out.device(), mask.device(),
+            call.kernel_table().device()};
+}
+
+at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::empty(sizes, options);
+}
+
+torch::TensorOptions meta(torch::Dtype dtype) {
+  return torch::TensorOptions().dtype(dtype).device(kMeta);
+}
+
+// Runs `call` with a host-read counter and expects no read, no error, and every tensor the loop
+// got on the meta device.
+void expect_device_resident(const std::string& what, const std::function<void()>& call) {
+  seen().clear();
+  const HostReadCounter counter;
+  const std::string error = posenc_test::error_message(call);
+  EXPECT_EQ(error, "<no error>") << what;
+  EXPECT_EQ(HostReadCounter::reads(), 0) << what;
+  EXPECT_EQ(HostReadCounter::items(), 0) << what;
+  EXPECT_FALSE(seen().empty()) << what << ": the loop was not reached";
+  for (const c10::Device& device : seen()) {
+    EXPECT_EQ(device, kMeta) << what;
+  }
+}
+
+} // namespace
+
+TEST(DeviceEntry, AddPositionTablePreparesWithoutReadingTheDevice) {
+  using namespace posenc::ops;
+  const at::Tensor table = torch::empty({16, 8}, meta(torch::kFloat));
+  const at::Tensor columns = torch::empty({2, 8}, meta(torch::kDouble));
+  at::Tensor x = torch::empty({2, 5, 8}, meta(torch::kBFloat16));
+  const at::Tensor shared = torch::empty({5}, meta(torch::kLong));
+  const at::Tensor each = torch::empty({2, 5}, meta(torch::kInt));
+  const at::Tensor fractional = torch::empty({2, 5}, meta(torch::kDouble));
+  const auto add = add_position_table_kernel<add_loop, empty>;
+  expect_device_resident("offset",
+                         [&] { add(x, table, 3, true, c10::nullopt, 1.0, c10::nullopt); });
+  expect_device_resident("[L]", [&] { add(x, table, 0, true, shared, 1.0, c10::nullopt); });
+  expect_device_resident("[B, L]", [&] { add(x, table, 0, true, each, 0.5, c10::nullopt); });
+  expect_device_resident("past, columns", [&] { add(x, table, 0, true, each, 1.0, columns); });
+  expect_device_resident("offset past, columns",
+                         [&] { add(x, table, 40, true, c10::nullopt, 1.0, columns); });
+  expect_device_resident("fractional", [&] { add(x, table, 0, true, fractional, 1.0, columns); });
+  expect_device_resident("in place", [&] {
+    add_position_table_inplace_kernel<add_loop, empty>(x, table, 0, true, each, 1.0, columns);
+  });
+  at::Tensor out = torch::empty({0}, meta(torch::kBFloat16));
+  expect_device_resident("out", [&] {
+    add_position_table_out_kernel<add_loop, empty>(x, table, 0, true, each, 1.0, c10::nullopt, out);
+  });
+}
+
+TEST(DeviceEntry, RotaryPreparesWithoutReadingTheDevice) {
+  using namespace posenc::ops;
+  const at::Tensor cos = torch::empty({16, 4}, meta(torch::kFloat));
+  const at::Tensor sin = torch::empty({16, 4}, meta(torch::kFloat));
+  const at::Tensor inv_freq = torch::empty({4}, meta(torch::kDouble));
+  at::Tensor q = torch::empty({2, 5, 4, 10}, meta(torch::kHalf));
+  at::Tensor k = torch::empty({2, 5, 2, 10}, meta(torch::kHalf));
+  const at::Tensor each = torch::empty({2, 5}, meta(torch::kLong));
+  const at::Tensor fractional = torch::empty({5}, meta(torch::kFloat));
+  const auto rotary = apply_rotary_kernel<rotary_loop, empty>;
+  expect_device_resident("offset", [&] {
+    rotary(q, cos, sin, 2, c10::nullopt, false, false, false, c10::nullopt, 1.0);
+  });
+  expect_device_resident(
+      "[B, L]", [&] { rotary(q, cos, sin, 0, each, true, false, false, c10::nullopt, 1.0); });
+  expect_device_resident("past, inv_freq",
+                         [&] { rotary(q, cos, sin, 0, each, false, false, true, inv_freq, 1.5); });
+  expect_device_resident("offset past, inv_freq", [&] {
+    rotary(q, cos, sin, 30, c10::nullopt, false, false, false, inv_freq, 1.0);
+  });
+  expect_device_resident("fractional", [&] {
+    rotary(q, cos, sin, 0, fractional, false, false, false, inv_freq, 1.0);
+  });
+  expect_device_resident("in place", [&] {
+    apply_rotary_inplace_kernel<rotary_loop, empty>(q, cos, sin, 0, each, false, false, false,
+                                                    inv_freq, 1.0);
+  });
+  expect_device_resident("q+k", [&] {
+    apply_rotary_qk_kernel<rotary_qk_loop, empty>(q, k, cos, sin, 0, each, false, false, false,
+                                                  c10::nullopt, 1.0);
+  });
+  expect_device_resident("q+k in place, past", [&] {
+    apply_rotary_qk_inplace_kernel<rotary_qk_loop, empty>(q, k, cos, sin, 0, each, false, false,
+                                                          false, inv_freq, 1.0);
+  });
+}
+
+TEST(DeviceEntry, TokenAndPositionPreparesWithoutReadingTheDevice) {
+  using namespace posenc::ops;
+  const at::Tensor tokens = torch::empty({2, 5}, meta(torch::kLong));
+  const at::Tensor weight = torch::empty({30, 8}, meta(torch::kFloat));
+  const at::Tensor table = torch::empty({16, 8}, meta(torch::kFloat));
+  const at::Tensor columns = torch::empty({2, 8}, meta(torch::kDouble));
+  const at::Tensor each = torch::empty({2, 5}, meta(torch::kLong));
+  const auto token = token_and_position_embedding_kernel<token_loop, empty>;
+  expect_device_resident("offset", [&] {
+    token(tokens, weight, table, 1, true, c10::nullopt, 1.0, -1, 0.1, true, c10::nullopt);
+  });
+  expect_device_resident("[B, L]", [&] {
+    token(tokens, weight, table, 0, true, each, 2.0, 0, 0.0, false, c10::nullopt);
+  });
+  expect_device_resident("past, columns", [&] {
+    token(tokens, weight, table, 0, true, each, 1.0, -1, 0.0, false, columns);
+  });
+}
+
+TEST(DeviceEntry, MultimodalTablesPrepareWithoutReadingTheDevice) {
+  const at::Tensor cos = torch::empty({16, 8}, meta(torch::kFloat));
+  const at::Tensor sin = torch::empty({16, 8}, meta(torch::kFloat));
+  const at::Tensor positions = torch::empty({3, 2, 5}, meta(torch::kLong));
+  const at::Tensor inv_freq = torch::empty({8}, meta(torch::kDouble));
+  for (const bool with_inv_freq : {false, true}) {
+    const HostReadCounter counter;
+    posenc::ops::MultimodalTablesCall call;
+    const std::string error = posenc_test::error_message([&] {
+      call = posenc::ops::prepare_multimodal_tables_call(
+          "test", cos, sin, positions, {2, 3, 3}, false,
+          with_inv_freq ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt, 1.0);
+    });
+    EXPECT_EQ(error, "<no error>");
+    EXPECT_EQ(HostReadCounter::reads(), 0);
+    EXPECT_EQ(HostReadCounter::items(), 0);
+    EXPECT_FALSE(call.host_positions.defined());
+    EXPECT_EQ(call.inv_freq.defined(), with_inv_freq);
+  }
+}
+
+// The device path's rows, computed on the CPU: the caches' own rows inside them, and within one
+// float32 ulp of the host path's rows past them (at::cos/at::sin against libm's cos/sin in
+// float64: both within an ulp or two of the exact angle's float64 value, so their float32
+// roundings agree but for the rare value that lies that close to a rounding boundary).
+TEST(DeviceEntry, RowsComputedWherePositionsLieMatchTheHostPath) {
+  const at::Tensor inv_freq = at::pow(10000.0, -at::arange(0, 16, 2, torch::kDouble) / 16.0);
+  at::Tensor cos;
+  at::Tensor sin;
+  std::tie(cos, sin) = posenc::ops::rotary_tables(32, inv_freq, 1.25);
+  const at::Tensor positions = torch::tensor({{0, 5, -1, 31}, {32, 100, 7, 4000}}, torch::kLong);
+  at::Tensor device_cos;
+  at::Tensor device_sin;
+  std::tie(device_cos, device_sin) =
+      posenc::ops::rotary_rows_on_device(cos, sin, positions, inv_freq, 1.25);
+  at::Tensor host_cos;
+  at::Tensor host_sin;
+  std::tie(host_cos, host_sin) = posenc::ops::rotary_tables(4001, inv_freq, 1.25);
+  const at::Tensor flat = positions.reshape({-1});
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    const int64_t p = flat[i].item<int64_t>();
+    if (p < 0) {
+      continue; // padding: never read
+    }
+    if (p < 32) {
+      EXPECT_TRUE(torch::equal(device_cos[i], cos[p])) << p;
+      EXPECT_TRUE(torch::equal(device_sin[i], sin[p])) << p;
+    } else {
+      const double ulp = 1.25 * std::ldexp(1.0, -23);
+      EXPECT_LE((device_cos[i] - host_cos[p]).abs().max().item<float>(), ulp) << p;
+      EXPECT_LE((device_sin[i] - host_sin[p]).abs().max().item<float>(), ulp) << p;
+    }
+  }
+}
+
+// The tensor form of the sinusoidal rows (used where positions lie on a device) against the host
+// form, on the CPU: within one float32 ulp (see the rotary case above), padding rows zero.
+TEST(DeviceEntry, SinusoidalRowsFromTensorsMatchTheHostRows) {
+  const posenc::detail::SinusoidSpec spec{10, 10000.0, posenc::ChannelLayout::kInterleaved,
+                                          posenc::FrequencySpacing::kPaper};
+  const posenc::detail::ColumnPlan plan = posenc::detail::column_plan(spec);
+  for (const torch::Tensor& positions : {torch::tensor({0, 3, -1, 70000}, torch::kLong),
+                                         torch::tensor({0.5, 2.25, 1e6}, torch::kDouble)}) {
+    const at::Tensor host = posenc::detail::sinusoidal_rows(positions, plan, torch::kFloat);
+    const at::Tensor from = posenc::detail::sinusoidal_rows_from(
+        positions, posenc::detail::column_plan_tensor(spec), torch::kFloat);
+    EXPECT_LE((host - from).abs().max().item<float>(), std::ldexp(1.0, -24));
+    if (positions.scalar_type() == torch::kLong) {
+      EXPECT_TRUE(torch::equal(from[2], torch::zeros({10})));
+    }
+  }
+}
+
+// packed_positions' tensor form (used where cu_seqlens lie on a device) equals the host form, and
+// its checks hold the host form's conditions (here on the CPU, where check_on_device reads).
+TEST(DeviceEntry, PackedPositionsFromTensorsMatchTheHostForm) {
+  const std::vector<int64_t> cu = {0, 3, 3, 7, 8};
+  const std::vector<int64_t> start = {5, 0, 2, 9};
+  for (const bool with_start : {false, true}) {
+    const std::vector<int64_t> host = posenc::detail::packed_positions(
+        "test", cu, 8, with_start ? start : std::vector<int64_t>());
+    const at::Tensor from = posenc::detail::packed_positions_from(
+        "test", torch::tensor(cu, torch::kInt), 8,
+        with_start ? torch::tensor(start, torch::kLong) : at::Tensor());
+    EXPECT_TRUE(torch::equal(from, torch::tensor(host, torch::kLong))) << from;
+  }
+  for (const auto& bad : {std::vector<int64_t>{1, 3, 8}, std::vector<int64_t>{0, 5, 3, 8},
+                          std::vector<int64_t>{0, 3, 7}}) {
+    EXPECT_POSENC_ERROR(posenc::detail::packed_positions_from(
+                            "test", torch::tensor(bad, torch::kLong), 8, at::Tensor()),
+                        "cu_seqlens must start at 0, never decrease and end at total");
+  }
+  EXPECT_POSENC_ERROR(
+      posenc::detail::packed_positions_from("test", torch::tensor(cu, torch::kLong), 8,
+                                            torch::tensor({1, -2, 0, 0}, torch::kLong)),
+      "start_positions be >= 0");
+}

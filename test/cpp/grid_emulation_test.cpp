@@ -1,0 +1,496 @@
+// The CUDA kernels' thread bodies (src/ops/kernels), executed on the CPU the way a GPU executes
+// them (grid_emulator.h: every block and thread of the launcher's geometry, grid-stride loops,
+// the vectorized and the scalar accesses), must give the CPU kernels' results bit for bit: both
+// round every product and sum on their own (-ffp-contract=off here, nvcc -fmad=false for the
+// .cu files), so the equality holds on a GPU too. Also: the launch geometry against the device
+// limits, index arithmetic past 2^31 (a window at the end of a grid that large), and the checks
+// the threads make of device-resident positions and token ids.
+
+#include <posenc/ops.h>
+
+#include "grid_emulator.h"
+#include "ops/kernels/attention_bias.h"
+#include "ops/kernels/positional_encoding.h"
+#include "ops/kernels/rotary.h"
+#include "ops/kernels/token_embedding.h"
+#include "ops/op_arguments.h"
+#include "test_util.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using posenc::ops::kernels::LaunchGeometry;
+using posenc_test::Emulate;
+
+const std::vector<torch::Dtype> kDtypes = {torch::kFloat, torch::kDouble, torch::kHalf,
+                                           torch::kBFloat16};
+
+// Bitwise equality (NaN payloads included), of any dtype.
+::testing::AssertionResult same_bits(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
+    return ::testing::AssertionFailure()
+           << "shapes or dtypes differ: " << a.sizes() << " " << a.scalar_type() << " vs "
+           << b.sizes() << " " << b.scalar_type();
+  }
+  const auto bytes = [](const torch::Tensor& t) {
+    return t.contiguous().view({-1}).view(torch::kUInt8);
+  };
+  if (a.numel() == 0 || torch::equal(bytes(a), bytes(b))) {
+    return ::testing::AssertionSuccess();
+  }
+  const torch::Tensor diff = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs();
+  return ::testing::AssertionFailure()
+         << "bits differ; max |a - b| = " << diff.max().item<double>();
+}
+
+// A contiguous tensor of `sizes` whose data pointer is `shift` elements past a 64-byte boundary
+// (shift 0: aligned; else a storage offset that defeats 16-byte accesses).
+torch::Tensor shifted(at::IntArrayRef sizes, torch::Dtype dtype, int64_t shift) {
+  int64_t numel = 1;
+  for (const int64_t s : sizes) {
+    numel *= s;
+  }
+  const torch::Tensor storage = torch::randn({numel + 64}).to(dtype);
+  const int64_t element = torch::elementSize(dtype);
+  const auto address = reinterpret_cast<uintptr_t>(storage.data_ptr());
+  const int64_t skip = static_cast<int64_t>((64 - address % 64) % 64) / element + shift;
+  return storage.narrow(0, skip, numel).view(sizes);
+}
+
+// --- launch geometry --------------------------------------------------------------------------
+
+TEST(LaunchGeometry, CoversTheWorkWithinTheDeviceLimits) {
+  const posenc::ops::kernels::DeviceLimits limits;
+  for (const int64_t work : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257},
+                             int64_t{1} << 24, (int64_t{1} << 24) + 1, int64_t{1} << 31,
+                             (int64_t{1} << 40) + 7, std::numeric_limits<int64_t>::max()}) {
+    const LaunchGeometry g = posenc::ops::kernels::launch_geometry(work);
+    EXPECT_GE(g.blocks, 1) << work;
+    EXPECT_LE(g.blocks, posenc::ops::kernels::kMaxBlocks) << work;
+    EXPECT_LE(g.blocks, limits.max_grid_x) << work;
+    EXPECT_EQ(g.threads, posenc::ops::kernels::kThreads) << work;
+    EXPECT_LE(g.threads, limits.max_threads_per_block);
+    EXPECT_EQ(g.threads % limits.warp_size, 0);
+    // One item a thread while the grid can hold them, else every thread loops.
+    if (work <= posenc::ops::kernels::kMaxBlocks * g.threads) {
+      EXPECT_GE(g.stride(), work) << work;
+      EXPECT_LT(g.stride() - std::max<int64_t>(work, 1), g.threads) << work;
+    } else {
+      EXPECT_EQ(g.blocks, posenc::ops::kernels::kMaxBlocks) << work;
+    }
+  }
+}
+
+TEST(LaunchGeometry, EveryItemIsRunOnceByTheGridStrideLoop) {
+  for (const int64_t work : {int64_t{1}, int64_t{100}, int64_t{1000}, int64_t{4097}}) {
+    for (const LaunchGeometry g : {posenc::ops::kernels::launch_geometry(work),
+                                   LaunchGeometry{3, 64}, LaunchGeometry{1, 32}}) {
+      std::vector<int> runs(static_cast<size_t>(work), 0);
+      posenc_test::emulate_grid([&](int64_t item) { ++runs[static_cast<size_t>(item)]; }, work, g);
+      for (int64_t i = 0; i < work; ++i) {
+        ASSERT_EQ(runs[static_cast<size_t>(i)], 1) << "item " << i << " of " << work;
+      }
+    }
+  }
+}
+
+TEST(LaunchGeometry, VectorWidthNeedsTheWidthAndEveryPointerAligned) {
+  alignas(64) static float data[64];
+  using posenc::ops::kernels::vector_width;
+  EXPECT_EQ(vector_width(4, 16, {data, data + 4}), 4);
+  EXPECT_EQ(vector_width(2, 16, {data}), 8);
+  EXPECT_EQ(vector_width(8, 6, {data}), 2);
+  EXPECT_EQ(vector_width(4, 18, {data}), 1);           // width not a multiple of 4
+  EXPECT_EQ(vector_width(4, 16, {data, data + 1}), 1); // one misaligned pointer
+  EXPECT_EQ(vector_width(2, 16, {data + 2}), 1);       // 8-byte aligned only
+  EXPECT_EQ(vector_width(16, 4, {data}), 1);           // wider than an access
+}
+
+// --- add_position_table -----------------------------------------------------------------------
+
+struct AddCase {
+  std::vector<int64_t> shape; // x
+  bool batch_first;
+  int64_t shift; // misalignment of x and out, in elements
+  bool per_sequence_positions;
+  double scale;
+};
+
+void check_add(const AddCase& c, torch::Dtype dtype, torch::Dtype table_dtype, bool in_place,
+               const Emulate& execute) {
+  const int64_t width = c.shape[2];
+  const int64_t length = c.shape[c.batch_first ? 1 : 0];
+  const int64_t batch = c.shape[c.batch_first ? 0 : 1];
+  const torch::Tensor table = torch::randn({length + 5, width}, torch::dtype(table_dtype));
+  const torch::Tensor x = shifted(c.shape, dtype, c.shift);
+  c10::optional<torch::Tensor> positions;
+  if (c.per_sequence_positions) {
+    torch::Tensor p = torch::randint(
+        -1, length + 5,
+        c.batch_first ? std::vector<int64_t>{batch, length} : std::vector<int64_t>{length, batch},
+        torch::kLong);
+    positions = p;
+  }
+  const torch::Tensor expected = posenc::ops::add_position_table(
+      x, table, 2 * !c.per_sequence_positions, c.batch_first, positions, c.scale);
+  const posenc::ops::TableCall call =
+      posenc::ops::prepare_table_call("test", x, table, 2 * !c.per_sequence_positions, positions,
+                                      c.batch_first, c.scale, c10::nullopt);
+  torch::Tensor out = shifted(c.shape, dtype, c.shift); // aligned (or not) as x
+  if (in_place) {
+    out.copy_(x);
+    posenc::ops::kernels::run_add_grid(out, out, call, execute);
+  } else {
+    out.fill_(7);
+    posenc::ops::kernels::run_add_grid(x, out, call, execute);
+  }
+  EXPECT_TRUE(same_bits(out, expected))
+      << c10::toString(dtype) << " table " << c10::toString(table_dtype) << " shape "
+      << at::IntArrayRef(c.shape) << " shift " << c.shift << (in_place ? " in place" : "");
+}
+
+TEST(GridEmulation, AddPositionTableEqualsTheCpuKernel) {
+  const std::vector<AddCase> cases = {
+      {{2, 7, 16}, true, 0, false, 1.0},   // vectorized (16-byte packs)
+      {{2, 7, 16}, true, 1, false, 1.0},   // misaligned by a storage offset: scalar path
+      {{3, 5, 24}, false, 0, true, 1.0},   // [L, B, D], per-sequence positions with padding
+      {{2, 9, 10}, true, 0, true, 0.5},    // width 10: no 16-byte packs for 4-byte values
+      {{1, 300, 64}, true, 0, false, 2.0}, // more packs than one block
+  };
+  for (const AddCase& c : cases) {
+    for (const torch::Dtype dtype : kDtypes) {
+      for (const torch::Dtype table_dtype : {torch::kFloat, torch::kDouble}) {
+        for (const bool in_place : {false, true}) {
+          Emulate launcher;
+          check_add(c, dtype, table_dtype, in_place, launcher);
+          EXPECT_EQ(launcher.launches, 1);
+          Emulate small_grid; // grid-stride tails: 3 blocks of 64 threads loop over every pack
+          small_grid.geometry = LaunchGeometry{3, 64};
+          check_add(c, dtype, table_dtype, in_place, small_grid);
+        }
+      }
+    }
+  }
+}
+
+TEST(GridEmulation, AddPositionTableIndexesPast2To31) {
+  // A [1, L, 64] call whose last rows lie past element 2^31: x, out and the table are small
+  // buffers holding the window's rows, their pointers shifted back so that element indices are the
+  // full call's.
+  const int64_t width = 64;
+  const int64_t first_row = (int64_t{1} << 31) / width + 5;
+  const int64_t rows = first_row + 3;
+  const torch::Tensor x_window = torch::randn({1, 3, width});
+  const torch::Tensor table_window = torch::randn({3, width});
+  const torch::Tensor expected = posenc::ops::add_position_table(x_window, table_window);
+  torch::Tensor out_window = torch::full({1, 3, width}, 7.0f);
+  const int64_t shift = first_row * width;
+  using Body = posenc::ops::kernels::AddRowsBody<float, float, 4>;
+  posenc::ops::SequenceRows where{1, rows, true, 0, nullptr, false};
+  const Body body{x_window.data_ptr<float>() - shift,
+                  out_window.data_ptr<float>() - shift,
+                  table_window.data_ptr<float>() - shift,
+                  rows,
+                  width,
+                  rows,
+                  where,
+                  1.0f,
+                  true};
+  ASSERT_GT(body.work() * 4, int64_t{1} << 31);
+  posenc_test::emulate_window(body, first_row * (width / 4), body.work(),
+                              posenc::ops::kernels::launch_geometry(body.work()));
+  EXPECT_TRUE(same_bits(out_window, expected));
+}
+
+// --- apply_rotary -----------------------------------------------------------------------------
+
+struct RotaryCase {
+  std::vector<int64_t> shape; // [B, L, H, Dh] or [B, H, L, Dh]
+  int64_t half;               // R/2 (partial rotary when 2 * half < Dh)
+  bool heads_first;
+  bool interleaved;
+  bool inverse;
+  int positions; // 0: offset form, 1: [L], 2: [B, L] with padding
+};
+
+c10::optional<torch::Tensor> rotary_positions(const RotaryCase& c, int64_t max_len) {
+  const int64_t batch = c.shape[0];
+  const int64_t length = c.shape[c.heads_first ? 2 : 1];
+  if (c.positions == 1) {
+    return torch::randint(0, max_len, {length}, torch::kLong);
+  }
+  if (c.positions == 2) {
+    return torch::randint(-1, max_len, {batch, length}, torch::kLong);
+  }
+  return c10::nullopt;
+}
+
+TEST(GridEmulation, ApplyRotaryEqualsTheCpuKernel) {
+  const std::vector<RotaryCase> cases = {
+      {{2, 5, 3, 16}, 8, false, false, false, 0},
+      {{2, 5, 3, 16}, 8, false, true, true, 1},
+      {{2, 3, 5, 20}, 6, true, false, false, 2}, // partial rotary, heads first, padding
+      {{1, 40, 4, 64}, 32, false, true, false, 2},
+      {{2, 4, 2, 10}, 3, false, false, true, 0}, // partial, inverse
+  };
+  for (const RotaryCase& c : cases) {
+    for (const torch::Dtype dtype : kDtypes) {
+      for (const torch::Dtype table_dtype : {torch::kFloat, torch::kDouble}) {
+        for (const bool in_place : {false, true}) {
+          const int64_t max_len = 50;
+          const torch::Tensor cos = torch::randn({max_len, c.half}, torch::dtype(table_dtype));
+          const torch::Tensor sin = torch::randn({max_len, c.half}, torch::dtype(table_dtype));
+          const torch::Tensor x = torch::randn(c.shape).to(dtype);
+          const auto positions = rotary_positions(c, max_len);
+          const int64_t offset = positions ? 0 : 3;
+          const torch::Tensor expected = posenc::ops::apply_rotary(
+              x, cos, sin, offset, positions, c.interleaved, c.heads_first, c.inverse);
+          const posenc::ops::RotaryCall call = posenc::ops::prepare_rotary_call(
+              "test", x, cos, sin, offset, positions, c.heads_first, c10::nullopt, 1.0);
+          for (const LaunchGeometry geometry : {LaunchGeometry{}, LaunchGeometry{2, 32}}) {
+            Emulate execute;
+            execute.geometry = geometry;
+            torch::Tensor out = in_place ? x.clone() : torch::full_like(x, 7);
+            posenc::ops::kernels::run_rotary_grid(in_place ? out : x, out, call, c.interleaved,
+                                                  c.inverse, execute);
+            EXPECT_TRUE(same_bits(out, expected))
+                << c10::toString(dtype) << " table " << c10::toString(table_dtype) << " shape "
+                << at::IntArrayRef(c.shape) << " half " << c.half << (in_place ? " in place" : "")
+                << " blocks " << geometry.blocks;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GridEmulation, ApplyRotaryQkEqualsTheCpuKernel) {
+  // GQA (more query heads than key heads), keys wider than the queries, views of a fused tensor.
+  for (const bool heads_first : {false, true}) {
+    for (const torch::Dtype dtype : kDtypes) {
+      for (const bool in_place : {false, true}) {
+        for (const int positions_form : {0, 2}) {
+          const int64_t batch = 2, length = 6, half = 4, max_len = 20;
+          const auto shape = [&](int64_t heads, int64_t dim) {
+            return heads_first ? std::vector<int64_t>{batch, heads, length, dim}
+                               : std::vector<int64_t>{batch, length, heads, dim};
+          };
+          // q and k: views into one fused [.., 6 + 2 heads, 12] tensor (channels contiguous)
+          const torch::Tensor fused = torch::randn(shape(8, 12)).to(dtype);
+          const int64_t head_axis = heads_first ? 1 : 2;
+          const torch::Tensor q = fused.narrow(head_axis, 0, 6).narrow(3, 0, 10);
+          const torch::Tensor k = fused.narrow(head_axis, 6, 2);
+          const torch::Tensor cos = torch::randn({max_len, half});
+          const torch::Tensor sin = torch::randn({max_len, half});
+          const RotaryCase c{shape(6, 10), half, heads_first, false, false, positions_form};
+          const auto positions = rotary_positions(c, max_len);
+          const int64_t offset = positions ? 0 : 4;
+          torch::Tensor q_expected;
+          torch::Tensor k_expected;
+          std::tie(q_expected, k_expected) =
+              posenc::ops::apply_rotary_qk(q, k, cos, sin, offset, positions, true, heads_first);
+          const posenc::ops::RotaryQkCall call = posenc::ops::prepare_rotary_qk_call(
+              "test", q, k, cos, sin, offset, positions, heads_first, c10::nullopt, 1.0);
+          torch::Tensor fused_out = fused.clone();
+          torch::Tensor q_out = fused_out.narrow(head_axis, 0, 6).narrow(3, 0, 10);
+          torch::Tensor k_out = fused_out.narrow(head_axis, 6, 2);
+          if (!in_place) {
+            q_out = torch::full_like(q, 7);
+            k_out = torch::full_like(k, 7);
+          }
+          const posenc::ops::RotaryOperand qo{in_place ? q_out : q, q_out, 6, 10};
+          const posenc::ops::RotaryOperand ko{in_place ? k_out : k, k_out, 2, 12};
+          for (const LaunchGeometry geometry : {LaunchGeometry{}, LaunchGeometry{3, 32}}) {
+            Emulate execute;
+            execute.geometry = geometry;
+            if (in_place) { // start again from the inputs
+              q_out.copy_(q);
+              k_out.copy_(k);
+            }
+            posenc::ops::kernels::run_rotary_qk_grid(qo, ko, call, true, false, execute);
+            EXPECT_TRUE(same_bits(q_out, q_expected)) << c10::toString(dtype) << heads_first;
+            EXPECT_TRUE(same_bits(k_out, k_expected)) << c10::toString(dtype) << heads_first;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GridEmulation, ApplyRotaryIndexesPast2To31) {
+  // [1, L, 1, 128] rows with L past 2^31 / 64 pairs, offset form: the rows' elements and the
+  // cos/sin rows both lie past element 2^31 (small buffers, pointers shifted back).
+  const int64_t half = 64;
+  const int64_t head_dim = 2 * half;
+  const int64_t first_row = (int64_t{1} << 31) / half + 3;
+  const int64_t rows = first_row + 3;
+  const torch::Tensor x_window = torch::randn({1, 3, 1, head_dim});
+  const torch::Tensor cos_window = torch::randn({3, half});
+  const torch::Tensor sin_window = torch::randn({3, half});
+  const torch::Tensor expected = posenc::ops::apply_rotary(x_window, cos_window, sin_window);
+  torch::Tensor out_window = torch::full_like(x_window, 7.0f);
+  using Body = posenc::ops::kernels::RotaryBody<float, float>;
+  const posenc::ops::RotaryRows where{rows, 1, false, 0, nullptr, false};
+  const Body body{x_window.data_ptr<float>() - first_row * head_dim,
+                  out_window.data_ptr<float>() - first_row * head_dim,
+                  cos_window.data_ptr<float>() - first_row * half,
+                  sin_window.data_ptr<float>() - first_row * half,
+                  rows,
+                  head_dim,
+                  half,
+                  rows,
+                  where,
+                  false,
+                  false,
+                  false};
+  ASSERT_GT(body.work(), int64_t{1} << 31);
+  posenc_test::emulate_window(body, first_row * half, body.work(),
+                              posenc::ops::kernels::launch_geometry(body.work()));
+  EXPECT_TRUE(same_bits(out_window, expected));
+}
+
+TEST(GridEmulation, ThreadsRefusePositionsOutsideTheTable) {
+  // Positions on a GPU are not read by the host: the thread that reads one outside the table
+  // stops (a device-side assertion there; here, the same check raises) before reading a row.
+  const torch::Tensor cos = torch::randn({4, 2});
+  const torch::Tensor sin = torch::randn({4, 2});
+  const torch::Tensor x = torch::randn({1, 2, 1, 4});
+  torch::Tensor out = torch::full_like(x, 7.0f);
+  for (const int64_t bad : {int64_t{4}, int64_t{-2}, int64_t{1} << 40}) {
+    const std::vector<int64_t> positions = {1, bad};
+    const posenc::ops::RotaryRows where{2, 1, false, 0, positions.data(), false};
+    const posenc::ops::kernels::RotaryBody<float, float> body{x.data_ptr<float>(),
+                                                              out.data_ptr<float>(),
+                                                              cos.data_ptr<float>(),
+                                                              sin.data_ptr<float>(),
+                                                              2,
+                                                              4,
+                                                              2,
+                                                              4,
+                                                              where,
+                                                              false,
+                                                              false,
+                                                              false};
+    const std::string message = posenc_test::error_message([&] {
+      posenc_test::emulate_grid(body, body.work(), LaunchGeometry{1, 32});
+    });
+    EXPECT_NE(message.find("a position lies outside the table"), std::string::npos) << message;
+    EXPECT_NE(message.find(std::to_string(bad)), std::string::npos) << message;
+    // the second row's pairs were not written
+    EXPECT_TRUE(torch::equal(out.select(1, 1), torch::full({1, 1, 4}, 7.0f)));
+  }
+}
+
+// --- token_and_position_embedding -------------------------------------------------------------
+
+TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
+  for (const torch::Dtype dtype : kDtypes) {
+    for (const bool with_dropout : {false, true}) {
+      for (const int positions_form : {0, 2}) {
+        const int64_t batch = 3, length = 7, width = 12, vocab = 11, max_len = 16;
+        const torch::Tensor tokens = torch::randint(0, vocab, {batch, length}, torch::kLong);
+        const torch::Tensor weight = torch::randn({vocab, width}).to(dtype);
+        const torch::Tensor table = torch::randn({max_len, width});
+        c10::optional<torch::Tensor> positions;
+        if (positions_form == 2) {
+          positions = torch::randint(-1, max_len, {batch, length}, torch::kLong);
+        }
+        const double dropout = with_dropout ? 0.3 : 0.0;
+        torch::manual_seed(42);
+        torch::Tensor expected;
+        torch::Tensor expected_mask;
+        std::tie(expected, expected_mask) = posenc::ops::token_and_position_embedding(
+            tokens, weight, table, positions ? 0 : 2, true, positions, 0.5, -1, dropout,
+            with_dropout);
+        // The key the CPU kernel drew: the same draw of the reseeded generator.
+        torch::manual_seed(42);
+        uint64_t key = 0;
+        {
+          auto generator = at::detail::getDefaultCPUGenerator();
+          std::lock_guard<std::mutex> lock(generator.mutex());
+          key = generator.get<at::CPUGeneratorImpl>()->random64();
+        }
+        const posenc::ops::TableCall call =
+            posenc::ops::prepare_token_call("test", tokens, weight, table, positions ? 0 : 2,
+                                            positions, true, 0.5, dropout, c10::nullopt);
+        torch::Tensor out = torch::full({batch, length, width}, 7.0).to(dtype);
+        torch::Tensor mask =
+            torch::zeros(with_dropout ? out.sizes() : at::IntArrayRef{0}, torch::kBool);
+        Emulate execute;
+        execute.geometry = LaunchGeometry{2, 64};
+        posenc::ops::kernels::run_token_grid(tokens, weight, out, mask, call, dropout, with_dropout,
+                                             &key, execute);
+        EXPECT_TRUE(same_bits(out, expected)) << c10::toString(dtype) << with_dropout;
+        if (with_dropout) {
+          EXPECT_TRUE(torch::equal(mask, expected_mask));
+        }
+      }
+    }
+  }
+}
+
+TEST(GridEmulation, ThreadsRefuseTokenIdsOutsideTheVocabulary) {
+  const torch::Tensor weight = torch::randn({5, 4});
+  const torch::Tensor table = torch::randn({8, 4});
+  for (const int64_t bad : {int64_t{5}, int64_t{-1}}) {
+    const std::vector<int64_t> tokens = {0, bad};
+    torch::Tensor out = torch::full({1, 2, 4}, 7.0f);
+    const uint64_t key = 0;
+    const posenc::ops::kernels::TokenBody<float, float> body{
+        tokens.data(),
+        weight.data_ptr<float>(),
+        table.data_ptr<float>(),
+        out.data_ptr<float>(),
+        nullptr,
+        2,
+        4,
+        5,
+        8,
+        posenc::ops::SequenceRows{1, 2, true, 0, nullptr, false},
+        1.0f,
+        true,
+        posenc::ops::kernels::DropoutDraws{&key, 0, 0.0}};
+    const std::string message = posenc_test::error_message([&] {
+      posenc_test::emulate_grid(body, body.work(), LaunchGeometry{1, 32});
+    });
+    EXPECT_NE(message.find("token ids must lie in [0, vocab_size)"), std::string::npos) << message;
+    EXPECT_TRUE(torch::equal(out.select(1, 1), torch::full({1, 4}, 7.0f)));
+  }
+}
+
+// --- relative_position_bucket -----------------------------------------------------------------
+
+TEST(GridEmulation, RelativePositionBucketEqualsTheCpuKernel) {
+  torch::Tensor relative = torch::arange(-700, 700, torch::kLong);
+  relative =
+      torch::cat({relative, torch::tensor({std::numeric_limits<int64_t>::min(),
+                                           std::numeric_limits<int64_t>::max(), int64_t{1} << 40},
+                                          torch::kLong)});
+  for (const bool bidirectional : {true, false}) {
+    for (const auto& buckets_and_distance :
+         {std::pair<int64_t, int64_t>{32, 128}, std::pair<int64_t, int64_t>{8, 20}}) {
+      const torch::Tensor expected = posenc::ops::relative_position_bucket(
+          relative, bidirectional, buckets_and_distance.first, buckets_and_distance.second);
+      torch::Tensor out = torch::full_like(relative, -7);
+      const posenc::ops::kernels::BucketBody body{
+          relative.data_ptr<int64_t>(), out.data_ptr<int64_t>(), bidirectional,
+          buckets_and_distance.first, buckets_and_distance.second};
+      Emulate execute;
+      execute(body, relative.numel());
+      EXPECT_TRUE(torch::equal(out, expected)) << bidirectional;
+    }
+  }
+}
+
+} // namespace
