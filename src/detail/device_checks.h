@@ -12,6 +12,13 @@
 namespace posenc {
 namespace detail {
 
+/// Whether calls on `device` leave the values that lie there where they are: CUDA (its kernels
+/// check them where they read them, and check_on_device checks the rest) and meta (no values).
+/// Other devices (run by the composite kernels) are read on the host, as the CPU is.
+inline bool checks_on_device(const c10::Device& device) {
+  return device.is_cuda() || device.is_meta();
+}
+
 /// What a device check verifies (each has its own message).
 enum class DeviceCheck {
   kPositionsAtLeastMinusOne, ///< integer positions >= -1 (-1 marks padding)

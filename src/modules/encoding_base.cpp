@@ -65,6 +65,12 @@ void move_derived_tables(const char* who, const std::vector<torch::Tensor*>& tab
     rebuild(torch::kDouble, target_device); // recompute in float64 rather than widen float32
     return;
   }
+  if (target_device != first.device()) {
+    // rebuilt on the device: the tables (the same values) and the definition they come from
+    // (column plan, frequencies), which the operators take with them
+    rebuild(target_dtype, target_device);
+    return;
+  }
   torch::NoGradGuard no_grad;
   for (torch::Tensor* table : tables) {
     table->set_data(table->to(target_device, target_dtype, non_blocking));

@@ -30,10 +30,11 @@ void PositionalEncodingImpl::reset() {
 
 void PositionalEncodingImpl::build_tables(torch::Dtype dtype, torch::Device device) {
   const detail::SinusoidSpec spec = detail::sinusoid_spec(options);
-  columns_ = detail::column_plan_tensor(spec).to(device); // (on the table's device: passed with it)
+  torch::Tensor columns = detail::column_plan_tensor(spec).to(device);
   detail::set_buffer(
       *this, "pe", pe,
       detail::sinusoidal_table(options.max_len(), /*offset=*/0, spec, dtype, device).unsqueeze(0));
+  columns_ = std::move(columns); // on the table's device (passed with it), once the table is set
 }
 
 std::vector<torch::Tensor*> PositionalEncodingImpl::derived_tables() {

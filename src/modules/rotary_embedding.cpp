@@ -44,15 +44,14 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
   // rope_frequencies checks every scaling parameter before anything is built.
   const detail::RopeSpec spec = detail::rope_spec(options);
   const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, kName);
-  // The frequencies stay float64, on the caches' device (passed with them).
+  // The frequencies stay float64, on the caches' device (passed with them). Everything is computed
+  // before the first member changes.
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
-  inv_freq_ = at::tensor(frequencies.inv_freq, float64).to(device);
-  attention_factor_ = frequencies.attention_factor;
-  variant_attention_factor_ = frequencies.variant_attention_factor;
-  switch_length_ = detail::rope_switch_length(spec);
-  long_inv_freq_ =
+  torch::Tensor inv_freq = at::tensor(frequencies.inv_freq, float64).to(device);
+  const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
+  torch::Tensor long_inv_freq =
       spec.scaling.type() == RopeType::kLongRope
-          ? at::tensor(detail::rope_frequencies(spec, *switch_length_ + 1, kName).inv_freq, float64)
+          ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1, kName).inv_freq, float64)
                 .to(device)
           : torch::Tensor();
   const auto positions =
@@ -60,6 +59,11 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
   auto tables = detail::rotary_rows(positions, frequencies, dtype);
   detail::set_buffer(*this, "cos", cos, tables.first.to(device));
   detail::set_buffer(*this, "sin", sin, tables.second.to(device));
+  inv_freq_ = std::move(inv_freq);
+  long_inv_freq_ = std::move(long_inv_freq);
+  attention_factor_ = frequencies.attention_factor;
+  variant_attention_factor_ = frequencies.variant_attention_factor;
+  switch_length_ = switch_length;
 }
 
 std::vector<torch::Tensor*> RotaryEmbeddingImpl::derived_tables() {

@@ -62,7 +62,7 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
                            int64_t max_len, bool extendable, const char* definition,
                            const at::Tensor& ids = at::Tensor()) {
   Resolved resolved;
-  const bool on_host = device.is_cpu();
+  const bool on_host = !detail::checks_on_device(device);
   if (given(positions)) {
     detail::check_no_offset_with_positions(who, offset);
     detail::check_positions_form(who, *positions, source.length, per_sequence, per_sequence_name,
@@ -353,7 +353,7 @@ detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv
               attention_factor);
   detail::RopeFrequencies frequencies;
   frequencies.attention_factor = attention_factor;
-  if (!inv_freq.device().is_cpu()) {
+  if (detail::checks_on_device(inv_freq.device())) {
     // Checked where it lies; the rows are computed there (rotary_rows_on_device).
     detail::check_on_device(detail::within(inv_freq, -detail::kMaxFrequency, detail::kMaxFrequency),
                             inv_freq, detail::DeviceCheck::kFrequencies);
@@ -450,7 +450,7 @@ MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Te
   call.shape = positions.sizes().slice(1).vec();
   call.shape.push_back(half);
   call.positions = positions.to(at::kLong).reshape({3, -1});
-  if (!positions.device().is_cpu()) {
+  if (detail::checks_on_device(positions.device())) {
     // Nothing is read back: the range is checked on the device, and with inv_freq every row is
     // taken from the caches or computed on the device (call.inv_freq).
     const at::Tensor ok = given(inv_freq) ? call.positions.ge(0)

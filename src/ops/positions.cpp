@@ -5,6 +5,7 @@
 #include "ops/dispatch.h"
 
 #include "detail/checks.h"
+#include "detail/device_checks.h"
 #include "detail/positions.h"
 
 #include <posenc/ops.h>
@@ -59,7 +60,7 @@ at::Tensor packed_positions_kernel(const at::Tensor& cu_seqlens, int64_t total,
                                    OptionalTensor start_positions) {
   check_packed_arguments(cu_seqlens, total, start_positions);
   const bool given = start_positions.has_value() && start_positions->defined();
-  if (!cu_seqlens.device().is_cpu()) { // computed and checked where they lie: no read back
+  if (detail::checks_on_device(cu_seqlens.device())) { // computed and checked there: no read back
     return detail::packed_positions_from(detail::caller_or(kPacked), cu_seqlens, total,
                                          given ? *start_positions : at::Tensor());
   }

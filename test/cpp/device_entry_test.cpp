@@ -7,7 +7,7 @@
 // arithmetic (rows past a table computed where the positions lie) is checked on the CPU against
 // the host path.
 
-#include <posenc/ops.h>
+#include <posenc/posenc.h>
 
 #include "detail/positions.h"
 #include "detail/sinusoidal.h"
@@ -266,4 +266,42 @@ TEST(DeviceEntry, PackedPositionsFromTensorsMatchTheHostForm) {
       posenc::detail::packed_positions_from("test", torch::tensor(cu, torch::kLong), 8,
                                             torch::tensor({1, -2, 0, 0}, torch::kLong)),
       "start_positions be >= 0");
+}
+
+// After to(kCUDA), the modules compute from their definition (columns, frequencies) on the GPU:
+// it moves with the tables. Within one ulp of float32 of the CPU module (rows past the table come
+// from CUDA's float64 sin/cos there, libm's here). Runs under scripts/gpu_check.sh.
+TEST(DeviceEntry, ModulesComputeFromTheirDefinitionOnTheGpu_CUDA) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const torch::Device cuda(torch::kCUDA);
+  const auto close = [](const torch::Tensor& got, const torch::Tensor& expected) {
+    return torch::allclose(got.cpu(), expected, /*rtol=*/0.0, /*atol=*/1e-6);
+  };
+  posenc::PositionalEncoding pe(
+      posenc::PositionalEncodingOptions(8, 16).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+  const torch::Tensor x = torch::randn({2, 5, 8});
+  const torch::Tensor fractional = torch::tensor({0.5, 3.25, 20.0, 5.0, 40.75}, torch::kDouble);
+  const torch::Tensor pe_offset = pe(x, 14);
+  const torch::Tensor pe_fractional = pe->forward_positions(x, fractional);
+  pe->to(cuda);
+  EXPECT_TRUE(close(pe(x.to(cuda), 14), pe_offset));
+  EXPECT_TRUE(close(pe->forward_positions(x.to(cuda), fractional.to(cuda)), pe_fractional));
+
+  posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(8, 16).beyond_max_len(
+      posenc::BeyondMaxLen::kExtrapolate));
+  const torch::Tensor q = torch::randn({2, 5, 3, 8});
+  const torch::Tensor rope_offset = rope(q, 14);
+  const torch::Tensor rope_fractional = rope->forward_positions(q, fractional);
+  rope->to(cuda);
+  EXPECT_TRUE(close(rope(q.to(cuda), 14), rope_offset));
+  EXPECT_TRUE(close(rope->forward_positions(q.to(cuda), fractional.to(cuda)), rope_fractional));
+
+  posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 8, 16)
+                                              .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+  const torch::Tensor ids = torch::randint(0, 30, {2, 5}, torch::kLong);
+  const torch::Tensor embed_offset = embed(ids, 14);
+  embed->to(cuda);
+  EXPECT_TRUE(close(embed(ids.to(cuda), 14), embed_offset));
 }

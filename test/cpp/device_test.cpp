@@ -233,11 +233,12 @@ std::string no_meta_kernel(const std::string& op) {
 const char* const kColumnsReason =
     "meta only: LibTorch cannot move a module to meta (Module::to throws), so this test moves the "
     "public tensors itself and the private column plan (columns_) stays on the CPU; a real "
-    "to(device) rebuilds it on the device (build_tables)";
+    "to(device) rebuilds it on the device (move_derived_tables; DeviceEntry's _CUDA test)";
 const char* const kInvFreqReason =
     "meta only: LibTorch cannot move a module to meta (Module::to throws), so this test moves the "
     "public tensors itself and the private frequencies (inv_freq_, longrope's long ones) stay on "
-    "the CPU; a real to(device) rebuilds them on the device (build_tables)";
+    "the CPU; a real to(device) rebuilds them on the device (move_derived_tables; DeviceEntry's "
+    "_CUDA test)";
 const char* const kLogicalNotReason =
     "padding masks go through at::logical_not, which has no C++ Meta kernel in LibTorch (Python "
     "registers one): meta-only, CUDA has the kernel";

@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -168,6 +169,23 @@ TEST(GridEmulation, AddPositionTableEqualsTheCpuKernel) {
       {{2, 9, 10}, true, 0, true, 0.5},    // width 10: no 16-byte packs for 4-byte values
       {{1, 300, 64}, true, 0, false, 2.0}, // more packs than one block
   };
+  // shared [L] positions, with padding
+  for (const torch::Dtype dtype : kDtypes) {
+    for (const bool batch_first : {true, false}) {
+      const std::vector<int64_t> shape = batch_first ? std::vector<int64_t>{3, 6, 16}
+                                                     : std::vector<int64_t>{6, 3, 16};
+      const torch::Tensor x = shifted(shape, dtype, 0);
+      const torch::Tensor table = torch::randn({9, 16});
+      const torch::Tensor positions = torch::tensor({4, -1, 0, 8, 2, 2}, torch::kLong);
+      const torch::Tensor expected =
+          posenc::ops::add_position_table(x, table, 0, batch_first, positions, 1.0);
+      const posenc::ops::TableCall call = posenc::ops::prepare_table_call(
+          "test", x, table, 0, positions, batch_first, 1.0, c10::nullopt);
+      torch::Tensor out = torch::full_like(x, 7);
+      posenc::ops::kernels::run_add_grid(x, out, call, Emulate());
+      EXPECT_TRUE(same_bits(out, expected)) << c10::toString(dtype) << " [L] " << batch_first;
+    }
+  }
   for (const AddCase& c : cases) {
     for (const torch::Dtype dtype : kDtypes) {
       for (const torch::Dtype table_dtype : {torch::kFloat, torch::kDouble}) {
@@ -392,18 +410,52 @@ TEST(GridEmulation, ThreadsRefusePositionsOutsideTheTable) {
   }
 }
 
+TEST(GridEmulation, AddAndTokenThreadsRefusePositionsOutsideTheTable) {
+  const torch::Tensor table = torch::randn({4, 4});
+  const torch::Tensor x = torch::randn({1, 2, 4});
+  const torch::Tensor weight = torch::randn({5, 4});
+  const std::vector<int64_t> tokens = {0, 1};
+  const uint64_t key = 0;
+  for (const int64_t bad : {int64_t{4}, int64_t{-3}}) {
+    const std::vector<int64_t> positions = {1, bad};
+    const posenc::ops::SequenceRows where{1, 2, true, 0, positions.data(), false};
+    torch::Tensor out = torch::full_like(x, 7.0f);
+    const posenc::ops::kernels::AddRowsBody<float, float, 1> add{
+        x.data_ptr<float>(), out.data_ptr<float>(), table.data_ptr<float>(), 2, 4, 4, where,
+        1.0f, true};
+    std::string message = posenc_test::error_message(
+        [&] { posenc_test::emulate_grid(add, add.work(), LaunchGeometry{1, 32}); });
+    EXPECT_NE(message.find("a position lies outside the table"), std::string::npos) << message;
+    EXPECT_TRUE(torch::equal(out.select(1, 1), torch::full({1, 4}, 7.0f)));
+    out.fill_(7.0f);
+    const posenc::ops::kernels::TokenBody<float, float> token{
+        tokens.data(), weight.data_ptr<float>(), table.data_ptr<float>(), out.data_ptr<float>(),
+        nullptr, 2, 4, 5, 4, where, 1.0f, true, posenc::ops::kernels::DropoutDraws{&key, 0, 0.0}};
+    message = posenc_test::error_message(
+        [&] { posenc_test::emulate_grid(token, token.work(), LaunchGeometry{1, 32}); });
+    EXPECT_NE(message.find("a position lies outside the table"), std::string::npos) << message;
+    EXPECT_TRUE(torch::equal(out.select(1, 1), torch::full({1, 4}, 7.0f)));
+  }
+}
+
 // --- token_and_position_embedding -------------------------------------------------------------
 
 TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
   for (const torch::Dtype dtype : kDtypes) {
     for (const bool with_dropout : {false, true}) {
-      for (const int positions_form : {0, 2}) {
+      for (const int positions_form : {0, 1, 2}) {
+        const bool batch_first = positions_form != 1; // [L, B] ids with shared positions
         const int64_t batch = 3, length = 7, width = 12, vocab = 11, max_len = 16;
-        const torch::Tensor tokens = torch::randint(0, vocab, {batch, length}, torch::kLong);
+        const torch::Tensor tokens =
+            torch::randint(0, vocab, batch_first ? std::vector<int64_t>{batch, length}
+                                                 : std::vector<int64_t>{length, batch},
+                           torch::kLong);
         const torch::Tensor weight = torch::randn({vocab, width}).to(dtype);
         const torch::Tensor table = torch::randn({max_len, width});
         c10::optional<torch::Tensor> positions;
-        if (positions_form == 2) {
+        if (positions_form == 1) {
+          positions = torch::randint(-1, max_len, {length}, torch::kLong);
+        } else if (positions_form == 2) {
           positions = torch::randint(-1, max_len, {batch, length}, torch::kLong);
         }
         const double dropout = with_dropout ? 0.3 : 0.0;
@@ -411,7 +463,7 @@ TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
         torch::Tensor expected;
         torch::Tensor expected_mask;
         std::tie(expected, expected_mask) = posenc::ops::token_and_position_embedding(
-            tokens, weight, table, positions ? 0 : 2, true, positions, 0.5, -1, dropout,
+            tokens, weight, table, positions ? 0 : 2, batch_first, positions, 0.5, -1, dropout,
             with_dropout);
         // The key the CPU kernel drew: the same draw of the reseeded generator.
         torch::manual_seed(42);
@@ -423,8 +475,8 @@ TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
         }
         const posenc::ops::TableCall call =
             posenc::ops::prepare_token_call("test", tokens, weight, table, positions ? 0 : 2,
-                                            positions, true, 0.5, dropout, c10::nullopt);
-        torch::Tensor out = torch::full({batch, length, width}, 7.0).to(dtype);
+                                            positions, batch_first, 0.5, dropout, c10::nullopt);
+        torch::Tensor out = torch::full({tokens.size(0), tokens.size(1), width}, 7.0).to(dtype);
         torch::Tensor mask =
             torch::zeros(with_dropout ? out.sizes() : at::IntArrayRef{0}, torch::kBool);
         Emulate execute;
@@ -471,6 +523,39 @@ TEST(GridEmulation, ThreadsRefuseTokenIdsOutsideTheVocabulary) {
 
 // --- relative_position_bucket -----------------------------------------------------------------
 
+// T5's bucket as transformers' T5Attention._relative_position_bucket defines it, in float64 with
+// libm (an independent reference: the kernel body is shared by the CPU and CUDA kernels).
+torch::Tensor t5_buckets(const torch::Tensor& relative, bool bidirectional, int64_t num_buckets,
+                         int64_t max_distance) {
+  std::vector<int64_t> out;
+  const int64_t* values = relative.data_ptr<int64_t>();
+  for (int64_t i = 0; i < relative.numel(); ++i) {
+    const int64_t r = values[i];
+    int64_t buckets = num_buckets;
+    int64_t bucket = 0;
+    double distance = 0.0; // as a double: |INT64_MIN| fits
+    if (bidirectional) {
+      buckets /= 2;
+      bucket = r > 0 ? buckets : 0;
+      distance = std::fabs(static_cast<double>(r));
+    } else {
+      distance = r < 0 ? -static_cast<double>(r) : 0.0;
+    }
+    const int64_t exact = buckets / 2;
+    if (distance < static_cast<double>(exact)) {
+      out.push_back(bucket + static_cast<int64_t>(distance));
+      continue;
+    }
+    const double large =
+        static_cast<double>(exact) + std::log(distance / static_cast<double>(exact)) /
+                                         std::log(static_cast<double>(max_distance) /
+                                                  static_cast<double>(exact)) *
+                                         static_cast<double>(buckets - exact);
+    out.push_back(bucket + static_cast<int64_t>(std::min(large, static_cast<double>(buckets - 1))));
+  }
+  return torch::tensor(out, torch::kLong);
+}
+
 TEST(GridEmulation, RelativePositionBucketEqualsTheCpuKernel) {
   torch::Tensor relative = torch::arange(-700, 700, torch::kLong);
   relative =
@@ -480,8 +565,14 @@ TEST(GridEmulation, RelativePositionBucketEqualsTheCpuKernel) {
   for (const bool bidirectional : {true, false}) {
     for (const auto& buckets_and_distance :
          {std::pair<int64_t, int64_t>{32, 128}, std::pair<int64_t, int64_t>{8, 20}}) {
-      const torch::Tensor expected = posenc::ops::relative_position_bucket(
-          relative, bidirectional, buckets_and_distance.first, buckets_and_distance.second);
+      const torch::Tensor expected = t5_buckets(relative, bidirectional,
+                                                buckets_and_distance.first,
+                                                buckets_and_distance.second);
+      // the CPU operator too (it runs the same body: this pins it to the reference as well)
+      EXPECT_TRUE(torch::equal(posenc::ops::relative_position_bucket(relative, bidirectional,
+                                                                     buckets_and_distance.first,
+                                                                     buckets_and_distance.second),
+                               expected));
       torch::Tensor out = torch::full_like(relative, -7);
       const posenc::ops::kernels::BucketBody body{
           relative.data_ptr<int64_t>(), out.data_ptr<int64_t>(), bidirectional,

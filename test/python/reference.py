@@ -130,3 +130,14 @@ def rope_interleaved(x, cos, sin, rotary_dim):
     sin = sin[None, :, None, :]
     out = torch.stack([pairs[..., 0] * cos - pairs[..., 1] * sin, pairs[..., 1] * cos + pairs[..., 0] * sin], -1)
     return torch.cat([out.flatten(-2), rest], -1)
+
+
+def columns_of(d_model, base=10000.0):
+    """The paper's column plan (frequency, kind 0 = sine / 1 = cosine) of an interleaved table."""
+    column = torch.arange(d_model, dtype=torch.float64)
+    frequency = base ** (-2.0 * torch.div(column, 2, rounding_mode="floor") / d_model)
+    return torch.stack([frequency, column % 2])
+
+
+def inv_freq_of(rotary_dim, base=10000.0):
+    return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)

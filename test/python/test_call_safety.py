@@ -8,18 +8,11 @@ import warnings
 import pytest
 import torch
 
+from reference import columns_of, inv_freq_of
+
 INT64_MAX = 2**63 - 1
 
 
-def columns_of(d_model, base=10000.0):
-    """The paper's column plan (frequency, kind 0 = sine / 1 = cosine) of an interleaved table."""
-    column = torch.arange(d_model, dtype=torch.float64)
-    frequency = base ** (-2.0 * torch.div(column, 2, rounding_mode="floor") / d_model)
-    return torch.stack([frequency, column % 2])
-
-
-def inv_freq_of(rotary_dim, base=10000.0):
-    return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
 
 
 def caches(max_len, rotary_dim):

@@ -32,6 +32,8 @@ import traceback
 import pytest
 import torch
 
+from reference import columns_of, inv_freq_of
+
 from conftest import TORCH_VERSION
 
 SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -119,15 +121,6 @@ class Recorder:
 # Built on the CPU. The cached ones are real tensors; the others, built during a fake call, are fake
 # CPU tensors. Either way a case passes them through T, which keeps only their metadata.
 
-def columns_of(d_model, base=10000.0):
-    """The paper's column plan (frequency, kind 0 = sine / 1 = cosine) of an interleaved table."""
-    column = torch.arange(d_model, dtype=torch.float64)
-    frequency = base ** (-2.0 * torch.div(column, 2, rounding_mode="floor") / d_model)
-    return torch.stack([frequency, column % 2])
-
-
-def inv_freq_of(rotary_dim, base=10000.0):
-    return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
 
 
 @functools.lru_cache(maxsize=None)

@@ -62,8 +62,9 @@ c10::ScalarType derived_table_dtype(const char* who, c10::optional<c10::ScalarTy
 void set_buffer(torch::nn::Module& module, const std::string& name, torch::Tensor& member,
                 torch::Tensor value);
 
-/// Moves and casts derived `tables` (all of one dtype) for `to()`: float64 recomputes them through
-/// `rebuild` (widening float32 would only append zero bits), anything else casts.
+/// Moves and casts derived `tables` (all of one dtype) for `to()`: float64, or another device,
+/// recomputes them through `rebuild` (widening float32 would only append zero bits; a move takes
+/// the definition the tables come from along), anything else casts.
 void move_derived_tables(const char* who, const std::vector<torch::Tensor*>& tables,
                          c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype,
                          bool non_blocking,

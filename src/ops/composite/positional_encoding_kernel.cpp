@@ -89,6 +89,10 @@ at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor&
         .copy_(at::sum(grad, {batch_dim}, /*keepdim=*/false, table.scalar_type()));
     return grad_table;
   }
+  if (detail::checks_on_device(grad.device())) {
+    // (not read back: >= -1 here, < the table's rows by index_add_'s own device check)
+    detail::check_positions_on_device(call.positions);
+  }
   // One row of gradient per position (shared positions: summed over the batch first), added into
   // the table rows they came from; padding (-1) contributes nothing.
   at::Tensor per_position = call.positions.dim() == 1
@@ -152,7 +156,7 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
     detail::check_positions_form(who, *positions, length, x.sizes().slice(0, 2),
                                  detail::sequence_layout(batch_first), x.device(),
                                  /*continuous=*/true);
-    if (!x.device().is_cpu()) {
+    if (detail::checks_on_device(x.device())) {
       return add_positional_encoding_on_device(x, *positions, spec, batch_first, scale);
     }
     if (detail::is_continuous(*positions)) {
