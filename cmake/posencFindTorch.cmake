@@ -18,7 +18,41 @@ if(_posenc_extra_prefixes)
   list(PREPEND CMAKE_PREFIX_PATH ${_posenc_extra_prefixes})
 endif()
 
-find_package(Torch CONFIG REQUIRED)
+# pip's torch is a CUDA build, and its TorchConfig.cmake (through Caffe2Config.cmake) fails without
+# a CUDA toolkit, even for code that never touches CUDA. With POSENC_CUDA=OFF, or AUTO on a machine
+# without a toolkit, posenc links the CPU libraries of that torch directly (the route of
+# torch.utils.cpp_extension's CppExtension): CPU kernels only, no nvcc needed. CUDA builds of
+# LibTorch are told apart by libtorch_cuda beside libtorch_cpu.
+set(_posenc_torch_root "")
+foreach(_p IN LISTS CMAKE_PREFIX_PATH Torch_DIR)
+  foreach(_candidate "${_p}" "${_p}/../.." "${_p}/../../..")
+    get_filename_component(_candidate "${_candidate}" ABSOLUTE)
+    if(NOT _posenc_torch_root AND EXISTS "${_candidate}/share/cmake/Torch/TorchConfig.cmake")
+      set(_posenc_torch_root "${_candidate}")
+    endif()
+  endforeach()
+endforeach()
+set(POSENC_TORCH_DIRECT OFF)
+if(_posenc_torch_root AND EXISTS "${_posenc_torch_root}/lib/libtorch_cuda.so"
+   AND NOT POSENC_CUDA STREQUAL "ON")
+  if(POSENC_CUDA STREQUAL "OFF")
+    set(POSENC_TORCH_DIRECT ON)
+  else()
+    find_package(CUDAToolkit QUIET)
+    if(NOT CUDAToolkit_FOUND)
+      message(STATUS "posenc: LibTorch at ${_posenc_torch_root} is a CUDA build, but no CUDA "
+                     "toolkit was found: CPU kernels only (set CUDAToolkit_ROOT or put nvcc on "
+                     "PATH for the CUDA kernels)")
+      set(POSENC_TORCH_DIRECT ON)
+    endif()
+  endif()
+endif()
+
+if(POSENC_TORCH_DIRECT)
+  include(posencTorchDirect)
+else()
+  find_package(Torch CONFIG REQUIRED)
+endif()
 
 get_filename_component(_posenc_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
 get_filename_component(_posenc_c10_lib_dir "${c10_LIBRARY}" DIRECTORY)
@@ -40,7 +74,7 @@ if(NOT POSENC_TORCH_VERSION)
 endif()
 
 # CUDA support follows the LibTorch found: pip's torch is built with CUDA, Debian's is CPU only.
-if(CAFFE2_USE_CUDA OR TORCH_CUDA_LIBRARIES)
+if(NOT POSENC_TORCH_DIRECT AND (CAFFE2_USE_CUDA OR TORCH_CUDA_LIBRARIES))
   set(POSENC_TORCH_HAS_CUDA ON)
 else()
   set(POSENC_TORCH_HAS_CUDA OFF)

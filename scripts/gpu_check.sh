@@ -195,7 +195,7 @@ fi
 [ ! -d "$sysroot" ] || prefix_path="$prefix_path;$sysroot"
 cpp_benchmark=OFF
 has_cmake_package benchmark && cpp_benchmark=ON
-configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_BUILD_TESTS=ON
+configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_BUILD_TESTS=ON -DPOSENC_TEST_PER_CASE=ON
   -DPOSENC_CUDA=ON "-DPOSENC_BUILD_BENCHMARKS=$cpp_benchmark" "-DCMAKE_PREFIX_PATH=$prefix_path"
   "-DPython3_EXECUTABLE=${python:-python3}" "-DCMAKE_CUDA_COMPILER=${nvcc:-nvcc}" "${gtest[@]}")
 

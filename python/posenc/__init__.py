@@ -45,14 +45,17 @@ ops = torch.ops.posenc
 
 
 def _register_fake_kernels() -> None:
-    """Fake kernels of the operators that take no tensor (FakeTensorMode, torch.compile and
-    torch.export cannot infer their device): rope_frequencies returns float64 CPU tensors."""
+    """Fake kernels of the operators that may take no tensor (FakeTensorMode, torch.compile and
+    torch.export cannot infer their device): rope_frequencies returns float64 tensors, inv_freq on
+    the device of its positions when given (else the CPU)."""
     register = getattr(torch.library, "register_fake", None)
     if register is None:  # torch < 2.4: no fake kernels from Python
         return
 
     def rope_frequencies(rotary_dim, *args, **kwargs):
-        return (torch.empty(rotary_dim // 2, dtype=torch.float64, device="cpu"),
+        positions = kwargs.get("positions", args[17] if len(args) > 17 else None)
+        device = positions.device if positions is not None else "cpu"
+        return (torch.empty(rotary_dim // 2, dtype=torch.float64, device=device),
                 torch.empty((), dtype=torch.float64, device="cpu"))
 
     register("posenc::rope_frequencies", rope_frequencies)

@@ -39,6 +39,18 @@ __all__ = [
 _ops = torch.ops.posenc
 
 
+def _assert_on_device(condition: Tensor, message: str) -> None:
+    """Checks a bool scalar where it lies, without reading it back (a device-side assertion on
+    CUDA, raised at the next synchronisation; an error at once on the CPU). Meta tensors carry no
+    values: nothing to check."""
+    if condition.device.type == "meta":
+        return
+    try:
+        torch._assert_async(condition, message)
+    except TypeError:  # torch < 2.1: no message
+        torch._assert_async(condition)
+
+
 def _choice(who: str, name: str, value: str, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise ValueError(f"{who}: {name} must be one of {', '.join(map(repr, allowed))}, but got {value!r}")
@@ -397,14 +409,14 @@ class RotaryEmbedding(_DerivedTables):
             _ops.multimodal_rotary_tables(self.cos, self.sin, torch.zeros(3, 1, 0, dtype=torch.long),
                                           self.mrope_section, self.mrope_interleaved)
 
-    def _frequencies(self, seq_len: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         s = self.rope_scaling
         return _ops.rope_frequencies(
             self.rotary_dim, self.base, self.rope_type, s.get("factor"), s.get("max_position_embeddings", self.max_len),
             s.get("original_max_position_embeddings"), s.get("beta_fast", 32.0), s.get("beta_slow", 1.0),
             s.get("mscale"), s.get("mscale_all_dim"), s.get("truncate", True), s.get("attention_factor"),
             s.get("short_factor"), s.get("long_factor"), s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0),
-            self.freq_factors, seq_len)
+            self.freq_factors, seq_len, positions)
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         # (the frequencies do not depend on the dtype: computed once, in __init__.) Made beside them
@@ -436,7 +448,18 @@ class RotaryEmbedding(_DerivedTables):
         extrapolate = self.beyond_max_len == "extrapolate"
         cos, sin = self.cos, self.sin
         inv_freq = self.inv_freq if extrapolate or continuous else None
-        if self.switch_length is not None and x.dim() == 4:
+        if (self.switch_length is not None and x.dim() == 4 and positions is not None
+                and positions.device.type in ("cuda", "meta")):
+            # Positions on a device, never read back: the call's frequencies chosen there by its end
+            # (the operator), every row computed from them; without extrapolation, positions past
+            # max_len are refused there.
+            if not extrapolate and not continuous:
+                _assert_on_device(((positions >= -1) & (positions < self.max_len)).all(),
+                                  f"RotaryEmbedding: positions must be >= -1 and < max_len = {self.max_len}; "
+                                  "build it with a larger max_len or beyond_max_len='extrapolate'")
+            inv_freq = self._frequencies(positions=positions)[0]
+            cos, sin = cos.narrow(0, 0, 0), sin.narrow(0, 0, 0)
+        elif self.switch_length is not None and x.dim() == 4:
             end = self._call_end(offset, x.shape[2 if self.heads_first else 1], positions)
             if end is not None and end > self.switch_length and (extrapolate or continuous or end <= self.max_len):
                 inv_freq = (self._long_inv_freq if self._long_inv_freq is not None

@@ -16,6 +16,9 @@ const char* device_check_message(DeviceCheck check) {
     case DeviceCheck::kMultimodalPositions:
       return "posenc::multimodal_rotary_tables: multimodal positions must be >= 0 and < the "
              "rows of cos/sin (or pass inv_freq)";
+    case DeviceCheck::kPositionsInCaches:
+      return "posenc: positions must be >= -1 and < the module's max_len; build it with a larger "
+             "max_len or with extrapolation past it (beyond_max_len)";
     case DeviceCheck::kFrequencies:
       return "posenc: frequencies must lie in [-1.9e289, 1.9e289] (so that every angle is a "
              "finite number) and column kinds be 0 (sine), 1 (cosine) or 2 (zero)";

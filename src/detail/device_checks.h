@@ -24,6 +24,7 @@ enum class DeviceCheck {
   kPositionsAtLeastMinusOne, ///< integer positions >= -1 (-1 marks padding)
   kContinuousPositions,      ///< floating-point positions finite and in [0, 2^63)
   kMultimodalPositions,      ///< M-RoPE positions >= 0 and inside the caches (without inv_freq)
+  kPositionsInCaches,        ///< a module's positions >= -1 and < its max_len (no extrapolation)
   kFrequencies,              ///< |inv_freq| and column frequencies <= 1.9e289, kinds 0, 1 or 2
   kTimesteps,                ///< timesteps finite, scale * timestep * frequency within float64
   kCoordinates,              ///< axial RoPE ids finite

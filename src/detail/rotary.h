@@ -93,6 +93,15 @@ std::pair<at::Tensor, at::Tensor> rotary_rows_from(const at::Tensor& positions,
                                                    const at::Tensor& inv_freq,
                                                    double attention_factor, c10::ScalarType dtype);
 
+/// The frequencies of a call at `positions` that lie on a device (CUDA, meta), computed there
+/// without reading them back: float64 `[R/2]` on their device. The variants that switch by the
+/// call's length (rope_switch_length) switch by its end, the largest position + 1 (the first
+/// integer past it for floating-point positions): dynamic NTK takes the base of that length (the
+/// same formula as rope_frequencies(spec, end), with tensor operations: equal to it within an ulp
+/// or two of float64), LongRoPE the long factors past its original context (a selection, exact).
+/// Other variants (and empty positions) give rope_frequencies(spec).
+at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& positions, const char* who);
+
 /// Multimodal RoPE: which of the three position axes (0 temporal, 1 height, 2 width) turns each
 /// of the `half` = R/2 frequencies. Qwen2-VL's M-RoPE: contiguous blocks of section[0],
 /// section[1], section[2] frequencies; Qwen3-VL's interleaved form (`interleaved`): frequency i

@@ -3,6 +3,7 @@
 #include <posenc/functional/positions.h>
 
 #include "detail/checks.h"
+#include "detail/device_checks.h"
 #include "detail/rotary.h"
 
 #include <ATen/ops/arange.h>
@@ -202,7 +203,21 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
   // (or interpolate) the caches.
   const bool continuous = detail::is_continuous(positions);
   CallTables tables{cos, sin, extrapolate || continuous ? inv_freq_ : torch::Tensor(), positions};
-  if (switch_length_ && x.defined() && x.dim() == 4) {
+  if (switch_length_ && x.defined() && x.dim() == 4 && positions.defined() &&
+      detail::checks_on_device(positions.device())) {
+    // dynamic / longrope, positions on a device (never read back): the frequencies of the call,
+    // chosen there by its end (the same as below), and every row computed from them (equal to the
+    // cached rows where the call does not switch). Without extrapolation, positions past max_len
+    // are refused there.
+    if (!extrapolate && !continuous) {
+      detail::check_on_device(
+          detail::within(positions, -1.0, static_cast<double>(options.max_len() - 1)), positions,
+          detail::DeviceCheck::kPositionsInCaches);
+    }
+    tables.inv_freq = detail::rope_frequencies_at(detail::rope_spec(options), positions, kName);
+    tables.cos = cos.narrow(0, 0, 0);
+    tables.sin = sin.narrow(0, 0, 0);
+  } else if (switch_length_ && x.defined() && x.dim() == 4) {
     // dynamic / longrope: a call reaching past the switch length rotates all of its positions
     // with the frequencies of its own length (longrope: the long ones, computed once), for
     // exactly the rows it uses (an empty slice of the caches makes every position one "past the

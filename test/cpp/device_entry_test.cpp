@@ -10,6 +10,7 @@
 #include <posenc/posenc.h>
 
 #include "detail/positions.h"
+#include "detail/rotary.h"
 #include "detail/sinusoidal.h"
 #include "ops/backend_entries.h"
 #include "ops/op_arguments.h"
@@ -222,6 +223,54 @@ TEST(DeviceEntry, RowsComputedWherePositionsLieMatchTheHostPath) {
       EXPECT_LE((device_cos[i] - host_cos[p]).abs().max().item<float>(), ulp) << p;
       EXPECT_LE((device_sin[i] - host_sin[p]).abs().max().item<float>(), ulp) << p;
     }
+  }
+}
+
+// The frequencies of a dynamic / LongRoPE call chosen where its positions lie (no read: the
+// module's path for device positions) against the host's choice by the call's end, on the CPU:
+// LongRoPE selects one of two host-computed sets (exact); dynamic NTK evaluates the same formula
+// with ATen's pow, within 4 ulp of float64 of libm's (the float32 rotation they give differs by
+// at most one rounding, checked by test_fake_devices.py against the module's own CPU path).
+TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
+  using posenc::RopeScalingOptions;
+  using posenc::RopeType;
+  for (const RopeScalingOptions& scaling :
+       {RopeScalingOptions(RopeType::kDynamic).factor(3.0).max_position_embeddings(16),
+        RopeScalingOptions(RopeType::kLongRope)
+            .original_max_position_embeddings(16)
+            .max_position_embeddings(64)
+            .short_factor({1.0, 1.5, 2.0, 2.5})
+            .long_factor({4.0, 5.0, 6.0, 7.0})}) {
+    const auto options = posenc::RotaryEmbeddingOptions(8, 64).scaling(scaling).freq_factors(
+        {1.0, 2.0, 1.0, 0.5});
+    const posenc::detail::RopeSpec spec = posenc::detail::rope_spec(options);
+    for (const int64_t end : {1, 5, 16, 17, 20, 64, 100000}) {
+      const at::Tensor expected = torch::tensor(
+          posenc::detail::rope_frequencies(spec, end, "test").inv_freq, torch::kDouble);
+      const at::Tensor with_padding = torch::tensor({int64_t{-1}, end - 1, int64_t{0}}, torch::kLong);
+      const at::Tensor fractional = torch::tensor({0.25, static_cast<double>(end) - 0.5});
+      for (const at::Tensor& positions : {with_padding, fractional}) {
+        const at::Tensor got = posenc::detail::rope_frequencies_at(spec, positions, "test");
+        ASSERT_EQ(got.scalar_type(), torch::kDouble);
+        if (scaling.type() == RopeType::kLongRope) {
+          EXPECT_TRUE(torch::equal(got, expected)) << end;
+        } else {
+          EXPECT_TRUE(torch::allclose(got, expected, 4 * std::ldexp(1.0, -52), 0.0)) << end;
+        }
+      }
+    }
+    // Empty positions: the frequencies of the caches.
+    EXPECT_TRUE(torch::equal(
+        posenc::detail::rope_frequencies_at(spec, torch::empty({0}, torch::kLong), "test"),
+        torch::tensor(posenc::detail::rope_frequencies(spec, c10::nullopt, "test").inv_freq,
+                      torch::kDouble)));
+    // On meta: computed there, nothing read.
+    const HostReadCounter counter;
+    const at::Tensor on_meta = posenc::detail::rope_frequencies_at(
+        spec, torch::empty({2, 5}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)), "test");
+    EXPECT_EQ(on_meta.device(), kMeta);
+    EXPECT_EQ(on_meta.sizes(), at::IntArrayRef({4}));
+    EXPECT_EQ(HostReadCounter::reads() + HostReadCounter::items(), 0);
   }
 }
 

@@ -465,6 +465,32 @@ std::vector<ModuleCase> module_cases() {
             return Outputs{m.forward(T(randn({2, 5, 3, 8}, dt)), 20)};
           }),
       kInvFreqOnCpu, kInvFreqReason));
+  // dynamic / longrope with explicit positions: the call's frequencies are chosen where the
+  // positions lie (detail::rope_frequencies_at), from within the original length to past it
+  for (const auto& scaling : {std::make_pair("Dynamic", dynamic()), std::make_pair("LongRope", longrope())}) {
+    const RopeScalingOptions rope = scaling.second;
+    cases.push_back(module_case<posenc::RotaryEmbedding>(
+        "RotaryEmbedding", std::string(scaling.first) + "Positions",
+        [rope] { return posenc::RotaryEmbedding(RotaryEmbeddingOptions(8, 32).scaling(rope)); },
+        [](posenc::RotaryEmbeddingImpl& m, const Target& T, Dtype dt) {
+          const auto both = m.forward_qk_positions(T(randn({2, 5, 4, 8}, dt)),
+                                                   T(randn({2, 5, 2, 8}, dt)),
+                                                   T(positions_bl_rotary() + 20));
+          return Outputs{m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl_rotary())),
+                         m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl())),
+                         std::get<0>(both), std::get<1>(both)};
+        }));
+  }
+  cases.push_back(module_case<posenc::RotaryEmbedding>(
+      "RotaryEmbedding", "DynamicFloatPositionsExtrapolate",
+      [] {
+        return posenc::RotaryEmbedding(RotaryEmbeddingOptions(8, 32).scaling(dynamic()).beyond_max_len(
+            posenc::BeyondMaxLen::kExtrapolate));
+      },
+      [](posenc::RotaryEmbeddingImpl& m, const Target& T, Dtype dt) {
+        return Outputs{m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_float() * 4.0)),
+                       m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl_rotary() + 40))};
+      }));
   cases.push_back(module_case<posenc::RotaryEmbedding>(
       "RotaryEmbedding", "MRope",
       [] { return posenc::RotaryEmbedding(RotaryEmbeddingOptions(16, 64).mrope_section({2, 3, 3})); },

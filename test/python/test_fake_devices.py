@@ -19,15 +19,15 @@ parameters are cast on the CPU before the move, or moved and cast in one `.to("c
 and autograd's engine needs a CUDA driver for CUDA tensors, fake or not, so gradients are checked
 on meta (the backward operators themselves run on fake CUDA).
 
-The one known host read (the dynamic / LongRoPE RotaryEmbedding with explicit positions, as in
-transformers) is checked precisely in HOST_READS.
+No module call reads from the device, the dynamic / LongRoPE RotaryEmbedding with explicit
+positions included (it chooses the call's frequencies where the positions lie; transformers reads
+`position_ids.max()` there).
 """
 
 import contextlib
 import functools
 import os
 import sys
-import traceback
 
 import pytest
 import torch
@@ -491,6 +491,13 @@ MODULE_CASES = [
                  lambda m, T, dt: [m(T(randn(2, 5, 3, 8, dtype=dt)), 4)]),
     _module_case("RotaryEmbedding", "longrope_past_switch", lambda nn: nn.RotaryEmbedding(8, 32, rope_scaling=LONGROPE),
                  lambda m, T, dt: [m(T(randn(2, 5, 3, 8, dtype=dt)), 20)]),
+    _module_case("RotaryEmbedding", "dynamic_positions", lambda nn: nn.RotaryEmbedding(8, 32, rope_scaling=DYNAMIC),
+                 lambda m, T, dt: [m.forward_positions(T(randn(2, 5, 3, 8, dtype=dt)), T(ints(POS_BL_ROTARY))),
+                                   m.forward_positions(T(randn(2, 5, 3, 8, dtype=dt)), T(ints(POS_BL_ROTARY) + 20)),
+                                   m.forward_positions(T(randn(2, 5, 3, 8, dtype=dt)), T(torch.tensor(POS_FLOAT)))]),
+    _module_case("RotaryEmbedding", "longrope_positions", lambda nn: nn.RotaryEmbedding(8, 32, rope_scaling=LONGROPE),
+                 lambda m, T, dt: [m.forward_positions(T(randn(2, 5, 3, 8, dtype=dt)), T(ints(POS_BL_ROTARY))),
+                                   m.forward_positions(T(randn(2, 5, 3, 8, dtype=dt)), T(ints(POS_BL_ROTARY) + 20))]),
     _module_case("RotaryEmbedding", "extrapolate_past_caches", lambda nn: nn.RotaryEmbedding(8, 16, beyond_max_len="extrapolate"),
                  lambda m, T, dt: [m(T(randn(2, 5, 3, 8, dtype=dt)), 14)]),
     _module_case("RotaryEmbedding", "extrapolate_within", lambda nn: nn.RotaryEmbedding(8, 16, beyond_max_len="extrapolate"),
@@ -681,43 +688,37 @@ def test_module_refuses_an_input_on_another_device(posenc, name, module_on, inpu
     assert not isinstance(raised.value, DataDependentOutputException)
 
 
-# --- module calls that read from the device (documented, python/posenc/nn.py) ------------------
+# --- dynamic / LongRoPE with device positions: the call's frequencies chosen where they lie ------
 
-def _raised_in(excinfo, function):
-    """Whether `function` of python/posenc/nn.py is on the traceback of the exception."""
-    return any(entry.name == function and entry.path.name == "nn.py" for entry in excinfo.traceback)
+@pytest.mark.parametrize("rope_scaling", [DYNAMIC, LONGROPE], ids=["dynamic", "longrope"])
+@pytest.mark.parametrize("positions", [
+    ints(POS_BL_ROTARY), ints(POS_BL_ROTARY) + 20, torch.tensor(POS_FLOAT) * 2.0, ints([[0, 3, -1, 5, 6], [30, 1, 2, 3, -1]]),
+], ids=["within", "past_switch", "fractional", "padding"])
+def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_scaling, positions):
+    """What RotaryEmbedding computes for device positions (nn.py's device branch: the frequencies
+    of `rope_frequencies(..., positions=)` and every row computed from them), run on CPU tensors,
+    against the module's CPU path (a host read of the call's end, the caches where it does not
+    switch). Tolerance: one float32 rounding of the outputs (2 ulp of |x| <= 6): the rows come from
+    ATen's cos/sin of float64 angles instead of libm's, and dynamic NTK's base from ATen's pow."""
+    module = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=rope_scaling)
+    x = randn(2, 5, 3, 8)
+    expected = module.forward_positions(x, positions)
+    inv_freq = module._frequencies(positions=positions)[0]
+    got = posenc.ops.apply_rotary(x, module.cos.narrow(0, 0, 0), module.sin.narrow(0, 0, 0), 0, positions, False,
+                                  False, False, inv_freq, module._rows_factor)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2 * 6 * 2.0 ** -23)
+    end = int(positions.max().floor().item()) + 1
+    host = module._frequencies(end)[0]
+    if rope_scaling is LONGROPE:
+        assert torch.equal(inv_freq, host)
+    else:
+        torch.testing.assert_close(inv_freq, host, rtol=4 * 2.0 ** -52, atol=0)
 
 
-HOST_READS = {
-    # name: (module, call with explicit positions, the nn.py function that reads them)
-    "RotaryEmbedding.dynamic.positions": (
-        lambda nn: nn.RotaryEmbedding(8, 32, rope_scaling={"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 16}),
-        lambda m, T: m.forward_positions(T(randn(2, 5, 3, 8)), T(ints(POS_BL_ROTARY))), "_call_end"),
-    "RotaryEmbedding.longrope.positions": (
-        lambda nn: nn.RotaryEmbedding(8, 32, rope_scaling={"rope_type": "longrope", "original_max_position_embeddings": 16,
-                                                           "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}),
-        lambda m, T: m.forward_positions(T(randn(2, 5, 3, 8)), T(ints(POS_BL_ROTARY))), "_call_end"),
-    "RotaryEmbedding.dynamic.float_positions": (
-        lambda nn: nn.RotaryEmbedding(8, 32, rope_scaling={"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 16}),
-        lambda m, T: m.forward_positions(T(randn(2, 5, 3, 8)), T(torch.tensor(POS_FLOAT))), "_call_end"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(HOST_READS))
-def test_known_host_reads_of_explicit_positions(posenc, name):
-    """KNOWN, not yet fixed: RotaryEmbedding with the dynamic and longrope rope types reads the
-    explicit positions' maximum on the host (`positions.max().item()` in nn.py's `_call_end`) to
-    choose between the cached and the call's own frequencies: on CUDA a synchronization per call,
-    and under FakeTensorMode (torch.compile, torch.export) a DataDependentOutputException. They work
-    on the CPU. When nn.py stops reading, this test fails: move the case to MODULE_CASES.
-    (PositionalEncoding / TokenAndPositionEmbedding with beyond_max_len="extrapolate" no longer
-    read device positions: their cases are in MODULE_CASES.)"""
-    build, call, function = HOST_READS[name]
-    cpu_out = call(build_module(posenc, build), Target("cpu"))
-    assert isinstance(cpu_out, torch.Tensor)
-    module = build_module(posenc, build)
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        module.to("cuda")
-        with pytest.raises(DataDependentOutputException, match="_local_scalar_dense") as raised:
-            call(module, Target("cuda"))
-    assert _raised_in(raised, function), "".join(traceback.format_exception(raised.value))
+def test_rope_frequencies_takes_positions_or_a_length(posenc):
+    with pytest.raises(RuntimeError, match="seq_len .* or positions .*, not both"):
+        posenc.ops.rope_frequencies(8, 10000.0, "dynamic", 2.0, 16, seq_len=20, positions=ints([1, 2]))
+    with pytest.raises(RuntimeError, match="integer or floating-point tensor"):
+        posenc.ops.rope_frequencies(8, 10000.0, "dynamic", 2.0, 16, positions=torch.tensor([True]))
+    with pytest.raises(RuntimeError, match="finite"):
+        posenc.ops.rope_frequencies(8, 10000.0, "dynamic", 2.0, 16, positions=torch.tensor([1.0, float("nan")]))

@@ -52,7 +52,7 @@ def test_dry_run_lists_every_step(checkout):
     for step in STEPS:
         assert any(s == step or (step.endswith("-") and s.startswith(step)) for s in steps), f"{step} missing from:\n{result.stdout}"
     out = result.stdout
-    assert "-DPOSENC_CUDA=ON" in out and "-DCMAKE_BUILD_TYPE=Release" in out and "-DPOSENC_BUILD_TESTS=ON" in out
+    assert "-DPOSENC_CUDA=ON" in out and "-DPOSENC_TEST_PER_CASE=ON" in out and "-DCMAKE_BUILD_TYPE=Release" in out and "-DPOSENC_BUILD_TESTS=ON" in out
     for tool in ("memcheck", "racecheck", "initcheck"):
         assert f"--tool {tool} --error-exitcode 1" in out
     assert "--gtest_filter=\\*_CUDA\\*" in out and "--output-junit" in out and "bench/cuda_benchmark.py" in out

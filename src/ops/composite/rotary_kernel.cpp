@@ -5,6 +5,7 @@
 #include "ops/composite/kernels.h"
 
 #include "detail/checks.h"
+#include "detail/device_checks.h"
 #include "detail/rotary.h"
 
 #include <posenc/options/rotary_embedding.h>
@@ -127,7 +128,7 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     c10::optional<double> attention_factor, c10::optional<at::ArrayRef<double>> short_factor,
     c10::optional<at::ArrayRef<double>> long_factor, double low_freq_factor,
     double high_freq_factor, c10::optional<at::ArrayRef<double>> freq_factors,
-    c10::optional<int64_t> seq_len) {
+    c10::optional<int64_t> seq_len, const c10::optional<at::Tensor>& positions) {
   const char* who = detail::caller_or("posenc::rope_frequencies");
   c10::optional<RopeType> type;
   for (const RopeType candidate : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic,
@@ -162,9 +163,21 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
                            .scaling(scaling)
                            .freq_factors(vector(freq_factors))
                            .seq_len(seq_len);
-  const detail::RopeFrequencies frequencies = detail::rope_frequencies(
-      detail::rope_spec_without_table(who, rotary_dim, options), seq_len, who);
+  const bool has_positions = positions.has_value() && positions->defined();
+  TORCH_CHECK(!(seq_len && has_positions), who,
+              ": pass seq_len (a call's length) or positions (a call's positions), not both");
+  const detail::RopeSpec spec = detail::rope_spec_without_table(who, rotary_dim, options);
+  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, seq_len, who);
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
+  if (has_positions) {
+    TORCH_CHECK(at::isFloatingType(positions->scalar_type()) ||
+                    c10::isIntegralType(positions->scalar_type(), /*includeBool=*/false),
+                who, ": positions must be an integer or floating-point tensor, but got ",
+                positions->scalar_type());
+    detail::check_positions_on_device(*positions); // (where they lie: CPU ones are read)
+    return {detail::rope_frequencies_at(spec, *positions, who),
+            at::scalar_tensor(frequencies.variant_attention_factor, float64)};
+  }
   return {at::tensor(frequencies.inv_freq, float64),
           at::scalar_tensor(frequencies.variant_attention_factor, float64)};
 }
@@ -183,11 +196,19 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
   // The checks of apply_rotary's inv_freq (float64, finite angles, the factor a finite number of
   // the caches' dtype), on empty caches of the requested dtype.
   const at::Tensor none = at::empty({0, inv_freq.size(0)}, at::TensorOptions().dtype(out_dtype));
+  const at::Device out_device = device.value_or(at::Device(at::kCPU));
+  if (detail::checks_on_device(inv_freq.device())) {
+    // Frequencies on a device: checked and the rows computed there (nothing read back).
+    given_frequencies(who, inv_freq, none.to(inv_freq.device()), attention_factor);
+    const auto rows = detail::rotary_rows_from(
+        at::arange(max_len, at::TensorOptions().dtype(at::kLong).device(inv_freq.device())),
+        inv_freq, attention_factor, out_dtype);
+    return {rows.first.to(out_device), rows.second.to(out_device)};
+  }
   const detail::RopeFrequencies frequencies =
       given_frequencies(who, inv_freq.to(at::kCPU), none, attention_factor);
   const auto rows = detail::rotary_rows(
       at::arange(max_len, at::TensorOptions().dtype(at::kLong)), frequencies, out_dtype);
-  const at::Device out_device = device.value_or(at::Device(at::kCPU));
   return {rows.first.to(out_device), rows.second.to(out_device)};
 }
 

@@ -32,6 +32,10 @@ __device__ void fail(DeviceCheck check, double value, int64_t index) {
           "the rows of cos/sin (or pass inv_freq)",
           __FILE__, __LINE__, __func__);
       break;
+    case DeviceCheck::kPositionsInCaches:
+      __assert_fail("posenc: positions must be >= -1 and < the module's max_len", __FILE__,
+                    __LINE__, __func__);
+      break;
     case DeviceCheck::kFrequencies:
       __assert_fail(
           "posenc: frequencies must lie in [-1.9e289, 1.9e289] and column kinds be 0, "
