@@ -34,7 +34,7 @@
 ///       float? mscale=None, float? mscale_all_dim=None, bool truncate=True,
 ///       float? attention_factor=None, float[]? short_factor=None, float[]? long_factor=None,
 ///       float low_freq_factor=1., float high_freq_factor=4., float[]? freq_factors=None,
-///       int? seq_len=None, Tensor? positions=None) -> (Tensor, Tensor)
+///       int? seq_len=None, Tensor? positions=None, Tensor? frequencies=None) -> (Tensor, Tensor)
 ///   posenc::rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.,
 ///       ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)
 ///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
@@ -205,6 +205,7 @@ struct RopeFrequenciesArguments {
   std::vector<double> freq_factors;
   c10::optional<int64_t> seq_len;
   at::Tensor positions; ///< the positions of a call, on any device (instead of seq_len)
+  at::Tensor frequencies; ///< with positions: the variant's frequencies on their device (below)
 };
 
 /// The frequencies of a RoPE variant, computed in float64 by the definition the modules use
@@ -212,8 +213,12 @@ struct RopeFrequenciesArguments {
 /// factor (a float64 scalar tensor; 1 except for yarn and longrope). `seq_len`: the length of the
 /// call (dynamic, longrope); `max_position_embeddings` is needed where the variant reads it.
 /// `positions`: the positions of a call instead of its length, on their device: `inv_freq` is
-/// computed there, by their largest position, without reading them back (no synchronisation on
-/// CUDA; detail::rope_frequencies_at).
+/// computed there, by their largest position, without reading them back
+/// (detail::rope_frequencies_at). From `frequencies`, when given: this operator's own result
+/// without positions, on their device (LongRoPE: `[2, R/2]`, that and the long frequencies of
+/// `seq_len = original_max_position_embeddings + 1`); then nothing is copied from the host either,
+/// and a CUDA call never synchronises (the modules pass theirs). Without it, the variant's
+/// frequencies are computed on the host and copied to the device.
 /// From Python: `torch.ops.posenc.rope_frequencies(128, 500000.0, "llama3", factor=8.0, ...)`.
 std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArguments& arguments);
 

@@ -409,14 +409,15 @@ class RotaryEmbedding(_DerivedTables):
             _ops.multimodal_rotary_tables(self.cos, self.sin, torch.zeros(3, 1, 0, dtype=torch.long),
                                           self.mrope_section, self.mrope_interleaved)
 
-    def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None,
+                     frequencies: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         s = self.rope_scaling
         return _ops.rope_frequencies(
             self.rotary_dim, self.base, self.rope_type, s.get("factor"), s.get("max_position_embeddings", self.max_len),
             s.get("original_max_position_embeddings"), s.get("beta_fast", 32.0), s.get("beta_slow", 1.0),
             s.get("mscale"), s.get("mscale_all_dim"), s.get("truncate", True), s.get("attention_factor"),
             s.get("short_factor"), s.get("long_factor"), s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0),
-            self.freq_factors, seq_len, positions)
+            self.freq_factors, seq_len, positions, frequencies)
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         # (the frequencies do not depend on the dtype: computed once, in __init__.) Made beside them
@@ -439,6 +440,20 @@ class RotaryEmbedding(_DerivedTables):
         last = int(positions.max().item())
         return last + 1 if last >= 0 else None
 
+    def _call_frequencies_on_device(self, positions: Tensor, computed_anywhere: bool) -> Tensor:
+        """dynamic / longrope with positions on a device, never read back (and nothing copied from
+        the host): the call's frequencies chosen there by its end, from the module's own (the
+        operator); every row of the call is then computed from them. Unless positions may lie past
+        the caches (`computed_anywhere`: extrapolation, fractional positions), positions past
+        max_len are refused there."""
+        if not computed_anywhere:
+            _assert_on_device(((positions >= -1) & (positions < self.max_len)).all(),
+                              f"RotaryEmbedding: positions must be >= -1 and < max_len = {self.max_len}; "
+                              "build it with a larger max_len or beyond_max_len='extrapolate'")
+        own = (self.inv_freq if self._long_inv_freq is None
+               else torch.stack([self.inv_freq, self._long_inv_freq]))
+        return self._frequencies(positions=positions, frequencies=own)[0]
+
     def _tables_for(self, x: Tensor, offset: int, positions: Optional[Tensor]):
         """cos, sin, inv_freq and positions of a call (the C++ module's call_tables)."""
         if x.dim() == 4 and x.shape[3] != self.head_dim and x.shape[3] >= self.rotary_dim:
@@ -450,14 +465,7 @@ class RotaryEmbedding(_DerivedTables):
         inv_freq = self.inv_freq if extrapolate or continuous else None
         if (self.switch_length is not None and x.dim() == 4 and positions is not None
                 and positions.device.type in ("cuda", "meta")):
-            # Positions on a device, never read back: the call's frequencies chosen there by its end
-            # (the operator), every row computed from them; without extrapolation, positions past
-            # max_len are refused there.
-            if not extrapolate and not continuous:
-                _assert_on_device(((positions >= -1) & (positions < self.max_len)).all(),
-                                  f"RotaryEmbedding: positions must be >= -1 and < max_len = {self.max_len}; "
-                                  "build it with a larger max_len or beyond_max_len='extrapolate'")
-            inv_freq = self._frequencies(positions=positions)[0]
+            inv_freq = self._call_frequencies_on_device(positions, extrapolate or continuous)
             cos, sin = cos.narrow(0, 0, 0), sin.narrow(0, 0, 0)
         elif self.switch_length is not None and x.dim() == 4:
             end = self._call_end(offset, x.shape[2 if self.heads_first else 1], positions)

@@ -4,6 +4,7 @@
 #include "detail/sinusoidal.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/pow.h>
@@ -262,46 +263,43 @@ RopeFrequencies rope_frequencies(const RopeSpec& spec, c10::optional<int64_t> se
   return result;
 }
 
-at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& positions, const char* who) {
-  const RopeFrequencies frequencies = rope_frequencies(spec, c10::nullopt, who); // (checks spec)
-  const auto float64 = at::TensorOptions().dtype(at::kDouble).device(positions.device());
-  const at::Tensor inv_freq = at::tensor(frequencies.inv_freq, float64.device(at::kCPU)).to(float64);
+at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequencies,
+                               const at::Tensor& positions, const char* who) {
+  const int64_t half = spec.rotary_dim / 2;
+  const bool longrope = spec.scaling.type() == RopeType::kLongRope;
+  TORCH_CHECK(frequencies.scalar_type() == at::kDouble &&
+                  (longrope ? frequencies.dim() == 2 && frequencies.size(0) == 2
+                            : frequencies.dim() == 1) &&
+                  frequencies.size(-1) == half,
+              who, ": frequencies must be float64 ", longrope ? "[2, R/2] = [2, " : "[R/2] = [",
+              half, "] (", longrope ? "the short and the long ones" : "the variant's",
+              "), but got ", frequencies.scalar_type(), " of shape ", frequencies.sizes());
+  TORCH_CHECK(frequencies.device() == positions.device(), who,
+              ": expected the frequencies on the device of the positions (", positions.device(),
+              "), but they are on ", frequencies.device(), "; move them with .to(",
+              positions.device(), ")");
   const c10::optional<int64_t> switch_length = rope_switch_length(spec);
   if (!switch_length || positions.numel() == 0) {
-    return inv_freq;
+    return longrope ? frequencies[0] : frequencies;
   }
   // The call's end, a 0-dim float64 tensor on the device (padding, -1, never raises it).
   const at::Tensor end = at::isFloatingType(positions.scalar_type())
                              ? positions.to(at::kDouble).amax().floor() + 1.0
                              : positions.amax().to(at::kDouble) + 1.0;
   const double switch_at = static_cast<double>(*switch_length);
-  if (spec.scaling.type() == RopeType::kLongRope) {
-    const at::Tensor long_freq =
-        at::tensor(rope_frequencies(spec, *switch_length + 1, who).inv_freq,
-                   float64.device(at::kCPU))
-            .to(float64);
+  if (longrope) {
     // short * (1 - past) + long * past with past in {0, 1}: exactly one of the two.
     const at::Tensor past = end.gt(switch_at).to(at::kDouble);
-    return inv_freq * (1.0 - past) + long_freq * past;
+    return frequencies[0] * (1.0 - past) + frequencies[1] * past;
   }
-  // Dynamic NTK, in rope_frequencies' order of operations: base * (factor * L / max -
-  // (factor - 1))^(R / (R - 2)) with L = max(end, max), then 1 / base'^(2i / R) / freq_factors[i].
+  // Dynamic NTK: base' = base * s^(R / (R - 2)), so base'^(-2i / R) = base^(-2i / R) *
+  // s^(-2i / (R - 2)); the exponents are made on the device (no copy from the host).
   const double factor = *spec.scaling.factor();
   const double dim = static_cast<double>(spec.rotary_dim);
-  const at::Tensor length = end.clamp_min(switch_at);
-  const at::Tensor base =
-      (length * factor / switch_at - (factor - 1.0)).pow(dim / (dim - 2.0)) * spec.base;
-  std::vector<double> exponents(static_cast<size_t>(spec.rotary_dim / 2));
-  std::vector<double> divisors(exponents.size(), 1.0);
-  for (size_t i = 0; i < exponents.size(); ++i) {
-    exponents[i] = static_cast<double>(2 * i) / dim;
-    if (i < spec.freq_factors.size()) {
-      divisors[i] = spec.freq_factors[i];
-    }
-  }
-  const auto host = float64.device(at::kCPU);
-  return at::pow(base, at::tensor(exponents, host).to(float64)).reciprocal() /
-         at::tensor(divisors, host).to(float64);
+  const at::Tensor s = end.clamp_min(switch_at) * factor / switch_at - (factor - 1.0);
+  const at::Tensor exponents =
+      at::arange(half, frequencies.options()) * (-2.0 / (dim - 2.0));
+  return frequencies * at::pow(s, exponents);
 }
 
 c10::optional<int64_t> rope_switch_length(const RopeSpec& spec) {

@@ -94,13 +94,18 @@ std::pair<at::Tensor, at::Tensor> rotary_rows_from(const at::Tensor& positions,
                                                    double attention_factor, c10::ScalarType dtype);
 
 /// The frequencies of a call at `positions` that lie on a device (CUDA, meta), computed there
-/// without reading them back: float64 `[R/2]` on their device. The variants that switch by the
-/// call's length (rope_switch_length) switch by its end, the largest position + 1 (the first
-/// integer past it for floating-point positions): dynamic NTK takes the base of that length (the
-/// same formula as rope_frequencies(spec, end), with tensor operations: equal to it within an ulp
-/// or two of float64), LongRoPE the long factors past its original context (a selection, exact).
-/// Other variants (and empty positions) give rope_frequencies(spec).
-at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& positions, const char* who);
+/// from `frequencies` (float64, on the positions' device: the variant's frequencies,
+/// rope_frequencies(spec); for LongRoPE `[2, R/2]`, the short ones and the long ones,
+/// rope_frequencies(spec, original + 1)), without reading the positions back and without a copy
+/// from the host (no synchronisation): float64 `[R/2]`. The variants that switch by the call's
+/// length (rope_switch_length) switch by its end, the largest position + 1 (the first integer past
+/// it for floating-point positions): LongRoPE selects the long row past its original context
+/// (exact), dynamic NTK rescales the frequencies to the base of that length:
+/// inv_freq[i] * s^(-2i / (R - 2)) with s = factor * L / max - (factor - 1), L = max(end, max), the
+/// same value as rope_frequencies(spec, end) (base * s^(R / (R - 2)), then base'^(-2i / R)) within
+/// a few ulp of float64. Other variants (and empty positions) return `frequencies`.
+at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequencies,
+                               const at::Tensor& positions, const char* who);
 
 /// Multimodal RoPE: which of the three position axes (0 temporal, 1 height, 2 width) turns each
 /// of the `half` = R/2 frequencies. Qwen2-VL's M-RoPE: contiguous blocks of section[0],

@@ -7,6 +7,7 @@
 #include "detail/rotary.h"
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
@@ -205,16 +206,20 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
   CallTables tables{cos, sin, extrapolate || continuous ? inv_freq_ : torch::Tensor(), positions};
   if (switch_length_ && x.defined() && x.dim() == 4 && positions.defined() &&
       detail::checks_on_device(positions.device())) {
-    // dynamic / longrope, positions on a device (never read back): the frequencies of the call,
-    // chosen there by its end (the same as below), and every row computed from them (equal to the
-    // cached rows where the call does not switch). Without extrapolation, positions past max_len
-    // are refused there.
+    // dynamic / longrope, positions on a device (never read back, nothing copied from the host):
+    // the frequencies of the call, chosen there by its end from the module's own (the same choice
+    // as below), and every row computed from them (the cached rows' values, within an ulp of the
+    // cos/sin roundings, where the call does not switch). Without extrapolation, positions past
+    // max_len are refused there.
     if (!extrapolate && !continuous) {
       detail::check_on_device(
           detail::within(positions, -1.0, static_cast<double>(options.max_len() - 1)), positions,
           detail::DeviceCheck::kPositionsInCaches);
     }
-    tables.inv_freq = detail::rope_frequencies_at(detail::rope_spec(options), positions, kName);
+    tables.inv_freq = detail::rope_frequencies_at(
+        detail::rope_spec(options),
+        long_inv_freq_.defined() ? at::stack({inv_freq_, long_inv_freq_}) : inv_freq_, positions,
+        kName);
     tables.cos = cos.narrow(0, 0, 0);
     tables.sin = sin.narrow(0, 0, 0);
   } else if (switch_length_ && x.defined() && x.dim() == 4) {

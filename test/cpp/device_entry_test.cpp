@@ -228,9 +228,10 @@ TEST(DeviceEntry, RowsComputedWherePositionsLieMatchTheHostPath) {
 
 // The frequencies of a dynamic / LongRoPE call chosen where its positions lie (no read: the
 // module's path for device positions) against the host's choice by the call's end, on the CPU:
-// LongRoPE selects one of two host-computed sets (exact); dynamic NTK evaluates the same formula
-// with ATen's pow, within 4 ulp of float64 of libm's (the float32 rotation they give differs by
-// at most one rounding, checked by test_fake_devices.py against the module's own CPU path).
+// LongRoPE selects one of two host-computed sets (exact); dynamic NTK rescales the frequencies by
+// ATen's pow of the length ratio, within 8 ulp of float64 of the host's formula (the float32
+// rotation they give differs by at most one rounding, checked by test_fake_devices.py against the
+// module's own CPU path).
 TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
   using posenc::RopeScalingOptions;
   using posenc::RopeType;
@@ -244,30 +245,44 @@ TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
     const auto options = posenc::RotaryEmbeddingOptions(8, 64).scaling(scaling).freq_factors(
         {1.0, 2.0, 1.0, 0.5});
     const posenc::detail::RopeSpec spec = posenc::detail::rope_spec(options);
+    const auto host_frequencies = [&](c10::optional<int64_t> seq_len) {
+      return torch::tensor(posenc::detail::rope_frequencies(spec, seq_len, "test").inv_freq,
+                           torch::kDouble);
+    };
+    const at::Tensor own = scaling.type() == RopeType::kLongRope
+                               ? torch::stack({host_frequencies(c10::nullopt), host_frequencies(17)})
+                               : host_frequencies(c10::nullopt);
     for (const int64_t end : {1, 5, 16, 17, 20, 64, 100000}) {
       const at::Tensor expected = torch::tensor(
           posenc::detail::rope_frequencies(spec, end, "test").inv_freq, torch::kDouble);
       const at::Tensor with_padding = torch::tensor({int64_t{-1}, end - 1, int64_t{0}}, torch::kLong);
       const at::Tensor fractional = torch::tensor({0.25, static_cast<double>(end) - 0.5});
       for (const at::Tensor& positions : {with_padding, fractional}) {
-        const at::Tensor got = posenc::detail::rope_frequencies_at(spec, positions, "test");
+        const at::Tensor got = posenc::detail::rope_frequencies_at(spec, own, positions, "test");
         ASSERT_EQ(got.scalar_type(), torch::kDouble);
         if (scaling.type() == RopeType::kLongRope) {
           EXPECT_TRUE(torch::equal(got, expected)) << end;
         } else {
-          EXPECT_TRUE(torch::allclose(got, expected, 4 * std::ldexp(1.0, -52), 0.0)) << end;
+          EXPECT_TRUE(torch::allclose(got, expected, 8 * std::ldexp(1.0, -52), 0.0)) << end;
         }
       }
     }
     // Empty positions: the frequencies of the caches.
     EXPECT_TRUE(torch::equal(
-        posenc::detail::rope_frequencies_at(spec, torch::empty({0}, torch::kLong), "test"),
-        torch::tensor(posenc::detail::rope_frequencies(spec, c10::nullopt, "test").inv_freq,
-                      torch::kDouble)));
-    // On meta: computed there, nothing read.
+        posenc::detail::rope_frequencies_at(spec, own, torch::empty({0}, torch::kLong), "test"),
+        host_frequencies(c10::nullopt)));
+    // Frequencies on another device than the positions: refused.
+    EXPECT_NE(posenc_test::error_message([&] {
+                posenc::detail::rope_frequencies_at(
+                    spec, own, torch::empty({2}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)),
+                    "test");
+              }).find("expected the frequencies on the device of the positions (meta)"),
+              std::string::npos);
+    // On meta: computed there, nothing read (and nothing copied from the host).
     const HostReadCounter counter;
     const at::Tensor on_meta = posenc::detail::rope_frequencies_at(
-        spec, torch::empty({2, 5}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)), "test");
+        spec, own.to(kMeta),
+        torch::empty({2, 5}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)), "test");
     EXPECT_EQ(on_meta.device(), kMeta);
     EXPECT_EQ(on_meta.sizes(), at::IntArrayRef({4}));
     EXPECT_EQ(HostReadCounter::reads() + HostReadCounter::items(), 0);
@@ -353,4 +368,47 @@ TEST(DeviceEntry, ModulesComputeFromTheirDefinitionOnTheGpu_CUDA) {
   const torch::Tensor embed_offset = embed(ids, 14);
   embed->to(cuda);
   EXPECT_TRUE(close(embed(ids.to(cuda), 14), embed_offset));
+}
+
+// dynamic / LongRoPE with explicit positions: on the GPU the call's frequencies are chosen where
+// the positions lie (no read back, no copy from the host); the outputs equal the CPU path's (a host
+// read of the call's end) within one float32 rounding of the values, for padding, positions past
+// the switch length, fractional positions and q+k.
+TEST(DeviceEntry, SwitchingRopeTypesChooseOnTheGpu_CUDA) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const torch::Device cuda(torch::kCUDA);
+  const auto close = [](const torch::Tensor& got, const torch::Tensor& expected) {
+    return torch::allclose(got.cpu(), expected, /*rtol=*/0.0, /*atol=*/1e-6);
+  };
+  using posenc::RopeScalingOptions;
+  using posenc::RopeType;
+  for (const RopeScalingOptions& scaling :
+       {RopeScalingOptions(RopeType::kDynamic).factor(2.0).max_position_embeddings(16),
+        RopeScalingOptions(RopeType::kLongRope)
+            .original_max_position_embeddings(16)
+            .short_factor({1.0, 1.0, 1.0, 1.0})
+            .long_factor({2.0, 3.0, 4.0, 5.0})}) {
+    posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(8, 32).scaling(scaling));
+    const torch::Tensor q = torch::randn({2, 5, 4, 8});
+    const torch::Tensor k = torch::randn({2, 5, 2, 8});
+    const std::vector<torch::Tensor> positions = {
+        torch::tensor({0, 3, -1, 5, 6, 1, 2, 3, 4, -1}, torch::kLong).view({2, 5}),
+        torch::tensor({0, 3, -1, 25, 6, 1, 2, 3, 31, -1}, torch::kLong).view({2, 5}),
+        torch::tensor({0.5, 3.25, 20.0, 5.0, 40.75}, torch::kDouble)};
+    std::vector<torch::Tensor> expected;
+    for (const torch::Tensor& p : positions) {
+      expected.push_back(rope->forward_positions(q, p));
+    }
+    const auto both = rope->forward_qk_positions(q, k, positions[1]);
+    rope->to(cuda);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      EXPECT_TRUE(close(rope->forward_positions(q.to(cuda), positions[i].to(cuda)), expected[i]))
+          << scaling.type() << " " << i;
+    }
+    const auto got = rope->forward_qk_positions(q.to(cuda), k.to(cuda), positions[1].to(cuda));
+    EXPECT_TRUE(close(std::get<0>(got), std::get<0>(both)));
+    EXPECT_TRUE(close(std::get<1>(got), std::get<1>(both)));
+  }
 }

@@ -224,6 +224,9 @@ std::string columns_on_cpu(const std::string& module) {
 const char* const kInvFreqOnCpu =
     "RotaryEmbedding: expected all tensors of the call on one device, but inv_freq is on cpu and "
     "the input on meta";
+const char* const kCallFrequenciesOnCpu =
+    "RotaryEmbedding: expected the frequencies on the device of the positions (meta), but they are "
+    "on cpu";
 // (LibTorch 2.11: "aten::<op>: attempted to run this operator with Meta tensors, but there was no
 // fake impl or Meta kernel registered"; 1.13: "Could not run 'aten::<op>' with arguments from the
 // 'Meta' backend")
@@ -466,31 +469,26 @@ std::vector<ModuleCase> module_cases() {
           }),
       kInvFreqOnCpu, kInvFreqReason));
   // dynamic / longrope with explicit positions: the call's frequencies are chosen where the
-  // positions lie (detail::rope_frequencies_at), from within the original length to past it
+  // positions lie (detail::rope_frequencies_at, from the module's own frequencies; on meta those
+  // stay on the CPU, see kInvFreqReason: the device path itself is proven by DeviceEntry's
+  // CallFrequenciesFromPositionsMatchTheHostChoice on meta and by test_fake_devices.py's modules)
   for (const auto& scaling : {std::make_pair("Dynamic", dynamic()), std::make_pair("LongRope", longrope())}) {
     const RopeScalingOptions rope = scaling.second;
-    cases.push_back(module_case<posenc::RotaryEmbedding>(
-        "RotaryEmbedding", std::string(scaling.first) + "Positions",
-        [rope] { return posenc::RotaryEmbedding(RotaryEmbeddingOptions(8, 32).scaling(rope)); },
-        [](posenc::RotaryEmbeddingImpl& m, const Target& T, Dtype dt) {
-          const auto both = m.forward_qk_positions(T(randn({2, 5, 4, 8}, dt)),
-                                                   T(randn({2, 5, 2, 8}, dt)),
-                                                   T(positions_bl_rotary() + 20));
-          return Outputs{m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl_rotary())),
-                         m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl())),
-                         std::get<0>(both), std::get<1>(both)};
-        }));
+    cases.push_back(known(
+        module_case<posenc::RotaryEmbedding>(
+            "RotaryEmbedding", std::string(scaling.first) + "Positions",
+            [rope] { return posenc::RotaryEmbedding(RotaryEmbeddingOptions(8, 32).scaling(rope)); },
+            [](posenc::RotaryEmbeddingImpl& m, const Target& T, Dtype dt) {
+              const auto both = m.forward_qk_positions(T(randn({2, 5, 4, 8}, dt)),
+                                                       T(randn({2, 5, 2, 8}, dt)),
+                                                       T(positions_bl_rotary() + 20));
+              return Outputs{
+                  m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl_rotary())),
+                  m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl())),
+                  std::get<0>(both), std::get<1>(both)};
+            }),
+        kCallFrequenciesOnCpu, kInvFreqReason));
   }
-  cases.push_back(module_case<posenc::RotaryEmbedding>(
-      "RotaryEmbedding", "DynamicFloatPositionsExtrapolate",
-      [] {
-        return posenc::RotaryEmbedding(RotaryEmbeddingOptions(8, 32).scaling(dynamic()).beyond_max_len(
-            posenc::BeyondMaxLen::kExtrapolate));
-      },
-      [](posenc::RotaryEmbeddingImpl& m, const Target& T, Dtype dt) {
-        return Outputs{m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_float() * 4.0)),
-                       m.forward_positions(T(randn({2, 5, 3, 8}, dt)), T(positions_bl_rotary() + 40))};
-      }));
   cases.push_back(module_case<posenc::RotaryEmbedding>(
       "RotaryEmbedding", "MRope",
       [] { return posenc::RotaryEmbedding(RotaryEmbeddingOptions(16, 64).mrope_section({2, 3, 3})); },

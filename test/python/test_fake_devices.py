@@ -695,15 +695,19 @@ def test_module_refuses_an_input_on_another_device(posenc, name, module_on, inpu
     ints(POS_BL_ROTARY), ints(POS_BL_ROTARY) + 20, torch.tensor(POS_FLOAT) * 2.0, ints([[0, 3, -1, 5, 6], [30, 1, 2, 3, -1]]),
 ], ids=["within", "past_switch", "fractional", "padding"])
 def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_scaling, positions):
-    """What RotaryEmbedding computes for device positions (nn.py's device branch: the frequencies
-    of `rope_frequencies(..., positions=)` and every row computed from them), run on CPU tensors,
-    against the module's CPU path (a host read of the call's end, the caches where it does not
-    switch). Tolerance: one float32 rounding of the outputs (2 ulp of |x| <= 6): the rows come from
-    ATen's cos/sin of float64 angles instead of libm's, and dynamic NTK's base from ATen's pow."""
+    """What RotaryEmbedding computes for device positions (nn.py's device branch,
+    `_call_frequencies_on_device`: `rope_frequencies(..., positions=, frequencies=)` from the
+    module's own frequencies, then every row computed from them), run on CPU tensors, against the
+    module's CPU path (a host read of the call's end, the caches where it does not switch), and the
+    operator without `frequencies` (computed on the host and copied). Tolerance: one float32
+    rounding of the outputs (2 ulp of |x| <= 6): the rows come from ATen's cos/sin of float64 angles
+    instead of libm's; dynamic NTK's frequencies are rescaled by ATen's pow of the length ratio
+    (within 8 ulp of float64 of the host's formula)."""
     module = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=rope_scaling)
     x = randn(2, 5, 3, 8)
     expected = module.forward_positions(x, positions)
-    inv_freq = module._frequencies(positions=positions)[0]
+    inv_freq = module._call_frequencies_on_device(positions, positions.is_floating_point())
+    assert torch.equal(inv_freq, module._frequencies(positions=positions)[0])
     got = posenc.ops.apply_rotary(x, module.cos.narrow(0, 0, 0), module.sin.narrow(0, 0, 0), 0, positions, False,
                                   False, False, inv_freq, module._rows_factor)
     torch.testing.assert_close(got, expected, rtol=0, atol=2 * 6 * 2.0 ** -23)
@@ -712,7 +716,18 @@ def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_s
     if rope_scaling is LONGROPE:
         assert torch.equal(inv_freq, host)
     else:
-        torch.testing.assert_close(inv_freq, host, rtol=4 * 2.0 ** -52, atol=0)
+        torch.testing.assert_close(inv_freq, host, rtol=8 * 2.0 ** -52, atol=0)
+
+
+def test_device_path_refuses_positions_past_max_len(posenc):
+    """Without extrapolation, integer positions past max_len are refused where they lie (a device
+    assertion on CUDA; at once on the CPU, as here); with it they are computed."""
+    module = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=DYNAMIC)
+    with pytest.raises(RuntimeError, match="positions must be >= -1 and < max_len = 32"):
+        module._call_frequencies_on_device(ints([[0, 32]]), False)
+    with pytest.raises(RuntimeError, match="positions must be >= -1 and < max_len = 32"):
+        module._call_frequencies_on_device(ints([[-2, 3]]), False)
+    assert module._call_frequencies_on_device(ints([[0, 40]]), True).shape == (4,)
 
 
 def test_rope_frequencies_takes_positions_or_a_length(posenc):

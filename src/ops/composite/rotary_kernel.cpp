@@ -128,7 +128,8 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     c10::optional<double> attention_factor, c10::optional<at::ArrayRef<double>> short_factor,
     c10::optional<at::ArrayRef<double>> long_factor, double low_freq_factor,
     double high_freq_factor, c10::optional<at::ArrayRef<double>> freq_factors,
-    c10::optional<int64_t> seq_len, const c10::optional<at::Tensor>& positions) {
+    c10::optional<int64_t> seq_len, const c10::optional<at::Tensor>& positions,
+    const c10::optional<at::Tensor>& given_frequencies) {
   const char* who = detail::caller_or("posenc::rope_frequencies");
   c10::optional<RopeType> type;
   for (const RopeType candidate : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic,
@@ -175,7 +176,20 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
                 who, ": positions must be an integer or floating-point tensor, but got ",
                 positions->scalar_type());
     detail::check_positions_on_device(*positions); // (where they lie: CPU ones are read)
-    return {detail::rope_frequencies_at(spec, *positions, who),
+    at::Tensor base;
+    if (given_frequencies.has_value() && given_frequencies->defined()) {
+      base = *given_frequencies;
+    } else {
+      const auto on_device = float64.device(positions->device());
+      base = at::tensor(frequencies.inv_freq, float64).to(on_device);
+      if (spec.scaling.type() == RopeType::kLongRope) {
+        const int64_t original = *spec.scaling.original_max_position_embeddings();
+        base = at::stack(
+            {base, at::tensor(detail::rope_frequencies(spec, original + 1, who).inv_freq, float64)
+                       .to(on_device)});
+      }
+    }
+    return {detail::rope_frequencies_at(spec, base, *positions, who),
             at::scalar_tensor(frequencies.variant_attention_factor, float64)};
   }
   return {at::tensor(frequencies.inv_freq, float64),
