@@ -332,6 +332,14 @@ TEST(DeviceEntry, PackedPositionsFromTensorsMatchTheHostForm) {
       "start_positions be >= 0");
 }
 
+namespace {
+// A GPU module's output against the CPU module's (values of magnitude a few units: 1e-6 is a few
+// float32 ulp).
+bool close_to_cpu(const torch::Tensor& got, const torch::Tensor& expected) {
+  return torch::allclose(got.cpu(), expected, /*rtol=*/0.0, /*atol=*/1e-6);
+}
+} // namespace
+
 // After to(kCUDA), the modules compute from their definition (columns, frequencies) on the GPU:
 // it moves with the tables. Within one ulp of float32 of the CPU module (rows past the table come
 // from CUDA's float64 sin/cos there, libm's here). Runs under scripts/gpu_check.sh.
@@ -340,9 +348,6 @@ TEST(DeviceEntry, ModulesComputeFromTheirDefinitionOnTheGpu_CUDA) {
     GTEST_SKIP() << "no CUDA device";
   }
   const torch::Device cuda(torch::kCUDA);
-  const auto close = [](const torch::Tensor& got, const torch::Tensor& expected) {
-    return torch::allclose(got.cpu(), expected, /*rtol=*/0.0, /*atol=*/1e-6);
-  };
   posenc::PositionalEncoding pe(
       posenc::PositionalEncodingOptions(8, 16).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
   const torch::Tensor x = torch::randn({2, 5, 8});
@@ -350,8 +355,8 @@ TEST(DeviceEntry, ModulesComputeFromTheirDefinitionOnTheGpu_CUDA) {
   const torch::Tensor pe_offset = pe(x, 14);
   const torch::Tensor pe_fractional = pe->forward_positions(x, fractional);
   pe->to(cuda);
-  EXPECT_TRUE(close(pe(x.to(cuda), 14), pe_offset));
-  EXPECT_TRUE(close(pe->forward_positions(x.to(cuda), fractional.to(cuda)), pe_fractional));
+  EXPECT_TRUE(close_to_cpu(pe(x.to(cuda), 14), pe_offset));
+  EXPECT_TRUE(close_to_cpu(pe->forward_positions(x.to(cuda), fractional.to(cuda)), pe_fractional));
 
   posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(8, 16).beyond_max_len(
       posenc::BeyondMaxLen::kExtrapolate));
@@ -359,15 +364,15 @@ TEST(DeviceEntry, ModulesComputeFromTheirDefinitionOnTheGpu_CUDA) {
   const torch::Tensor rope_offset = rope(q, 14);
   const torch::Tensor rope_fractional = rope->forward_positions(q, fractional);
   rope->to(cuda);
-  EXPECT_TRUE(close(rope(q.to(cuda), 14), rope_offset));
-  EXPECT_TRUE(close(rope->forward_positions(q.to(cuda), fractional.to(cuda)), rope_fractional));
+  EXPECT_TRUE(close_to_cpu(rope(q.to(cuda), 14), rope_offset));
+  EXPECT_TRUE(close_to_cpu(rope->forward_positions(q.to(cuda), fractional.to(cuda)), rope_fractional));
 
   posenc::TokenAndPositionEmbedding embed(posenc::TokenAndPositionEmbeddingOptions(30, 8, 16)
                                               .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
   const torch::Tensor ids = torch::randint(0, 30, {2, 5}, torch::kLong);
   const torch::Tensor embed_offset = embed(ids, 14);
   embed->to(cuda);
-  EXPECT_TRUE(close(embed(ids.to(cuda), 14), embed_offset));
+  EXPECT_TRUE(close_to_cpu(embed(ids.to(cuda), 14), embed_offset));
 }
 
 // dynamic / LongRoPE with explicit positions: on the GPU the call's frequencies are chosen where
@@ -379,9 +384,6 @@ TEST(DeviceEntry, SwitchingRopeTypesChooseOnTheGpu_CUDA) {
     GTEST_SKIP() << "no CUDA device";
   }
   const torch::Device cuda(torch::kCUDA);
-  const auto close = [](const torch::Tensor& got, const torch::Tensor& expected) {
-    return torch::allclose(got.cpu(), expected, /*rtol=*/0.0, /*atol=*/1e-6);
-  };
   using posenc::RopeScalingOptions;
   using posenc::RopeType;
   for (const RopeScalingOptions& scaling :
@@ -404,11 +406,11 @@ TEST(DeviceEntry, SwitchingRopeTypesChooseOnTheGpu_CUDA) {
     const auto both = rope->forward_qk_positions(q, k, positions[1]);
     rope->to(cuda);
     for (size_t i = 0; i < positions.size(); ++i) {
-      EXPECT_TRUE(close(rope->forward_positions(q.to(cuda), positions[i].to(cuda)), expected[i]))
+      EXPECT_TRUE(close_to_cpu(rope->forward_positions(q.to(cuda), positions[i].to(cuda)), expected[i]))
           << scaling.type() << " " << i;
     }
     const auto got = rope->forward_qk_positions(q.to(cuda), k.to(cuda), positions[1].to(cuda));
-    EXPECT_TRUE(close(std::get<0>(got), std::get<0>(both)));
-    EXPECT_TRUE(close(std::get<1>(got), std::get<1>(both)));
+    EXPECT_TRUE(close_to_cpu(std::get<0>(got), std::get<0>(both)));
+    EXPECT_TRUE(close_to_cpu(std::get<1>(got), std::get<1>(both)));
   }
 }
