@@ -71,10 +71,24 @@ for step in "${steps[@]}"; do
         --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect
         --suppressions="$root/test/sanitizers/valgrind.supp" --quiet)
       export OMP_NUM_THREADS=1
-      "${memcheck[@]}" build/debian/test/sinusoidal_table_test --gtest_brief=1
-      "${memcheck[@]}" build/debian/test/errors_test --gtest_brief=1
-      "${memcheck[@]}" build/debian/test/positional_encoding_test --gtest_brief=1 --gtest_filter='-*CUDA*'
-      "${memcheck[@]}" build/debian/test/kernels_test --gtest_brief=1 --gtest_filter='-*CUDA*'
+      # One process per core (each runs on one thread): the four executables side by side.
+      logs=$(mktemp -d)
+      pids=()
+      for executable in sinusoidal_table_test errors_test positional_encoding_test kernels_test; do
+        "${memcheck[@]}" "build/debian/test/$executable" --gtest_brief=1 --gtest_filter='-*CUDA*' \
+          >"$logs/$executable.log" 2>&1 &
+        pids+=("$!")
+        while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do sleep 1; done
+      done
+      failed=0
+      for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+      if [ "$failed" -ne 0 ]; then
+        tail -n 40 "$logs"/*.log
+        rm -rf "$logs"
+        echo "sanitize: valgrind reported errors (above)" >&2
+        exit 1
+      fi
+      rm -rf "$logs"
       ;;
     *) echo "sanitize.sh: unknown step '$step' (expected asan, fuzz, tsan or valgrind)" >&2; exit 2 ;;
   esac

@@ -34,7 +34,8 @@
 ///       float? mscale=None, float? mscale_all_dim=None, bool truncate=True,
 ///       float? attention_factor=None, float[]? short_factor=None, float[]? long_factor=None,
 ///       float low_freq_factor=1., float high_freq_factor=4., float[]? freq_factors=None,
-///       int? seq_len=None, Tensor? positions=None, Tensor? frequencies=None) -> (Tensor, Tensor)
+///       int? seq_len=None, Tensor? positions=None, Tensor? frequencies=None,
+///       Device? device=None) -> (Tensor, Tensor)
 ///   posenc::rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.,
 ///       ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)
 ///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
@@ -206,25 +207,29 @@ struct RopeFrequenciesArguments {
   c10::optional<int64_t> seq_len;
   at::Tensor positions; ///< the positions of a call, on any device (instead of seq_len)
   at::Tensor frequencies; ///< with positions: the variant's frequencies on their device (below)
+  c10::optional<at::Device> device; ///< where inv_freq lies (default: the positions' device, or CPU)
 };
 
 /// The frequencies of a RoPE variant, computed in float64 by the definition the modules use
-/// (detail::rope_frequencies): `inv_freq` (float64 `[R/2]`, CPU) and the variant's attention
-/// factor (a float64 scalar tensor; 1 except for yarn and longrope). `seq_len`: the length of the
-/// call (dynamic, longrope); `max_position_embeddings` is needed where the variant reads it.
-/// `positions`: the positions of a call instead of its length, on their device: `inv_freq` is
-/// computed there, by their largest position, without reading them back
-/// (detail::rope_frequencies_at). From `frequencies`, when given: this operator's own result
-/// without positions, on their device (LongRoPE: `[2, R/2]`, that and the long frequencies of
-/// `seq_len = original_max_position_embeddings + 1`); then nothing is copied from the host either,
-/// and a CUDA call never synchronises (the modules pass theirs). Without it, the variant's
-/// frequencies are computed on the host and copied to the device.
+/// (detail::rope_frequencies): `inv_freq` (float64 `[R/2]`, on `device`, default CPU) and the
+/// variant's attention factor (a float64 scalar tensor on the CPU; 1 except for yarn and
+/// longrope). `seq_len`: the length of the call (dynamic, longrope); `max_position_embeddings` is
+/// needed where the variant reads it. On a device, `inv_freq` is computed on the host and placed
+/// there in the arguments of a kernel (detail::upload): no copy from host memory, no wait.
+/// `positions`: the positions of a call instead of its length, on their device (`device`, if
+/// given, must be theirs): `inv_freq` is computed there, by their largest position, without
+/// reading them back (detail::rope_frequencies_at), from `frequencies` when given: this
+/// operator's own result without positions, on their device (LongRoPE: `[2, R/2]`, that and the
+/// long frequencies of `seq_len = original_max_position_embeddings + 1`; the modules pass theirs);
+/// without it they are made on the host and placed there as above. Either way a CUDA call never
+/// synchronises.
 /// From Python: `torch.ops.posenc.rope_frequencies(128, 500000.0, "llama3", factor=8.0, ...)`.
 std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArguments& arguments);
 
 /// cos/sin caches `[max_len, R/2]` of positions 0 .. max_len - 1 for the float64 frequencies
 /// `inv_freq` (`[R/2]`), times `attention_factor`, computed in float64 and rounded once to
-/// `dtype` (default float32) on `device` (default CPU): what apply_rotary reads.
+/// `dtype` (default float32) on `device` (default: the device of `inv_freq`; the rows are computed
+/// there when it is not the CPU): what apply_rotary reads.
 std::tuple<at::Tensor, at::Tensor> rotary_tables(
     int64_t max_len, const at::Tensor& inv_freq, double attention_factor = 1.0,
     c10::optional<at::ScalarType> dtype = c10::nullopt,

@@ -47,14 +47,15 @@ ops = torch.ops.posenc
 def _register_fake_kernels() -> None:
     """Fake kernels of the operators that may take no tensor (FakeTensorMode, torch.compile and
     torch.export cannot infer their device): rope_frequencies returns float64 tensors, inv_freq on
-    the device of its positions when given (else the CPU)."""
+    the device of its positions when given, else on `device` (default: the CPU)."""
     register = getattr(torch.library, "register_fake", None)
     if register is None:  # torch < 2.4: no fake kernels from Python
         return
 
     def rope_frequencies(rotary_dim, *args, **kwargs):
         positions = kwargs.get("positions", args[17] if len(args) > 17 else None)
-        device = positions.device if positions is not None else "cpu"
+        device = kwargs.get("device", args[19] if len(args) > 19 else None)
+        device = positions.device if positions is not None else (device or "cpu")
         return (torch.empty(rotary_dim // 2, dtype=torch.float64, device=device),
                 torch.empty((), dtype=torch.float64, device="cpu"))
 

@@ -410,14 +410,15 @@ class RotaryEmbedding(_DerivedTables):
                                           self.mrope_section, self.mrope_interleaved)
 
     def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None,
-                     frequencies: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                     frequencies: Optional[Tensor] = None,
+                     device: Optional[torch.device] = None) -> Tuple[Tensor, Tensor]:
         s = self.rope_scaling
         return _ops.rope_frequencies(
             self.rotary_dim, self.base, self.rope_type, s.get("factor"), s.get("max_position_embeddings", self.max_len),
             s.get("original_max_position_embeddings"), s.get("beta_fast", 32.0), s.get("beta_slow", 1.0),
             s.get("mscale"), s.get("mscale_all_dim"), s.get("truncate", True), s.get("attention_factor"),
             s.get("short_factor"), s.get("long_factor"), s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0),
-            self.freq_factors, seq_len, positions, frequencies)
+            self.freq_factors, seq_len, positions, frequencies, device)
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         # (the frequencies do not depend on the dtype: computed once, in __init__.) Made beside them
@@ -471,7 +472,7 @@ class RotaryEmbedding(_DerivedTables):
             end = self._call_end(offset, x.shape[2 if self.heads_first else 1], positions)
             if end is not None and end > self.switch_length and (extrapolate or continuous or end <= self.max_len):
                 inv_freq = (self._long_inv_freq if self._long_inv_freq is not None
-                            else self._frequencies(end)[0].to(x.device))
+                            else self._frequencies(end, device=x.device)[0])
                 cos, sin = cos.narrow(0, 0, 0), sin.narrow(0, 0, 0)
         if positions is not None and positions.dim() == 3:
             if self.mrope_section is None:

@@ -1,5 +1,6 @@
 #include "detail/device_checks.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/nonzero.h>
 #include <c10/util/Exception.h>
 
@@ -56,6 +57,28 @@ void check_on_device(const at::Tensor& ok, const at::Tensor& values, DeviceCheck
     TORCH_CHECK(false, device_check_message(check), " (got ",
                 flat_values[index].to(at::kCPU).item<double>(), " at index ", index, ")");
   }
+}
+
+at::Tensor upload(const at::Tensor& host, const c10::Device& device) {
+  TORCH_CHECK(host.device().is_cpu(), "posenc::detail::upload: expects a CPU tensor, but got one on ",
+              host.device());
+  if (device.is_cpu()) {
+    return host;
+  }
+  if (device.is_meta()) {
+    return at::empty(host.sizes(), host.options().device(device));
+  }
+  if (!device.is_cuda()) {
+    return host.to(device);
+  }
+#ifdef POSENC_WITH_CUDA
+  const at::Tensor values = host.contiguous();
+  at::Tensor out = at::empty(values.sizes(), values.options().device(device));
+  cuda::upload(out, values);
+  return out;
+#else
+  TORCH_CHECK(false, "posenc was built without CUDA; rebuild it against a LibTorch with CUDA");
+#endif
 }
 
 at::Tensor within(const at::Tensor& values, double low, double high) {

@@ -47,9 +47,21 @@ at::Tensor finite(const at::Tensor& values);
 /// integer ones >= -1 (their upper bound is the table's, checked by the kernel that reads them).
 void check_positions_on_device(const at::Tensor& positions);
 
+/// `host`, a small CPU tensor that posenc made from a call's arguments (frequencies, a column
+/// plan, an axis map), on `device` without waiting for it: on CUDA its bytes travel in the
+/// arguments of kernels launched on the current stream (ops/kernels/upload.h), where `.to(device)`
+/// would copy from pageable memory, synchronise and break CUDA-graph capture; on meta an empty
+/// tensor of its shape and dtype (no values to carry); on the CPU `host` itself; elsewhere
+/// `.to(device)`. The values are bit for bit those of `host`.
+at::Tensor upload(const at::Tensor& host, const c10::Device& device);
+
 namespace cuda {
 /// The CUDA kernel of check_on_device (ok: bool, values: float64, both contiguous).
 void check_on_device(const at::Tensor& ok, const at::Tensor& values, DeviceCheck check);
+
+/// The CUDA kernels of upload: the bytes of `host` (contiguous, on the CPU) written to `out` (a
+/// contiguous CUDA tensor of the same size and dtype), on the current stream of out's device.
+void upload(const at::Tensor& out, const at::Tensor& host);
 } // namespace cuda
 
 } // namespace detail

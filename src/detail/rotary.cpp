@@ -1,6 +1,7 @@
 #include "detail/rotary.h"
 
 #include "detail/checks.h"
+#include "detail/device_checks.h"
 #include "detail/sinusoidal.h"
 
 #include <ATen/Parallel.h>
@@ -427,10 +428,11 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype) {
   if (!positions.device().is_cpu()) {
-    return rotary_rows_from(positions,
-                            at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble))
-                                .to(positions.device()),
-                            frequencies.attention_factor, dtype);
+    return rotary_rows_from(
+        positions,
+        upload(at::tensor(frequencies.inv_freq, at::TensorOptions().dtype(at::kDouble)),
+               positions.device()),
+        frequencies.attention_factor, dtype);
   }
   std::pair<at::Tensor, at::Tensor> rows;
   if (at::isFloatingType(positions.scalar_type())) {

@@ -1,6 +1,7 @@
 #include "detail/sinusoidal.h"
 
 #include "detail/checks.h"
+#include "detail/device_checks.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
@@ -223,7 +224,7 @@ at::Tensor sinusoidal_rows_from(const at::Tensor& positions, const at::Tensor& c
 at::Tensor sinusoidal_rows(const at::Tensor& positions, const ColumnPlan& plan,
                            c10::ScalarType dtype) {
   if (!positions.device().is_cpu()) {
-    return sinusoidal_rows_from(positions, plan_tensor(plan).to(positions.device()), dtype);
+    return sinusoidal_rows_from(positions, upload(plan_tensor(plan), positions.device()), dtype);
   }
   if (at::isFloatingType(positions.scalar_type())) {
     const at::Tensor cpu_positions = positions.to(at::kCPU, at::kDouble).contiguous();

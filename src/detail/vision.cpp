@@ -8,6 +8,7 @@
 #include <ATen/ops/cos.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/sin.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
@@ -68,8 +69,8 @@ at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
               timesteps.size(0), " timesteps * embedding_dim ", spec.embedding_dim,
               " elements is over posenc's limit of 2^28 elements");
   const auto options = timesteps.options().dtype(at::kDouble);
-  const at::Tensor frequencies = at::tensor(timestep_frequencies(spec), options.device(at::kCPU))
-                                     .to(timesteps.device());
+  const at::Tensor frequencies = upload(
+      at::tensor(timestep_frequencies(spec), options.device(at::kCPU)), timesteps.device());
   // scale * t * f in float64: the product of a timestep and a frequency is rounded once
   const at::Tensor angles = timesteps.to(at::kDouble).unsqueeze(1) * frequencies.mul(spec.scale);
   if (angles.device().is_cpu()) {
@@ -308,7 +309,7 @@ void check_grid_rotary_arguments(const char* who, const std::vector<int64_t>& fe
 
 at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
                     const std::vector<int64_t>& ref_feat_shape, double grid_offset,
-                    c10::string_view grid_indexing) {
+                    c10::string_view grid_indexing, const c10::Device& device) {
   check_grid_ids_arguments(who, feat_shape, ref_feat_shape, grid_offset, grid_indexing);
   const int64_t height = feat_shape[0];
   const int64_t width = feat_shape[1];
@@ -319,18 +320,21 @@ at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
                                   : value / static_cast<double>(feat_shape[axis]) *
                                         static_cast<double>(ref_feat_shape[axis]);
   };
-  const bool xy = grid_indexing == "xy";
-  std::vector<double> ids;
-  ids.reserve(static_cast<size_t>(height * width * 2));
+  // The H row coordinates, then the W column ones: the grid is their expansion (a copy of
+  // values, made where the grid lies).
+  std::vector<double> axes;
+  axes.reserve(static_cast<size_t>(height + width));
   for (int64_t i = 0; i < height; ++i) {
-    for (int64_t j = 0; j < width; ++j) {
-      const double row = coordinate(i, 0);
-      const double column = coordinate(j, 1);
-      ids.push_back(xy ? column : row);
-      ids.push_back(xy ? row : column);
-    }
+    axes.push_back(coordinate(i, 0));
   }
-  return at::tensor(ids, at::TensorOptions().dtype(at::kDouble)).view({height * width, 2});
+  for (int64_t j = 0; j < width; ++j) {
+    axes.push_back(coordinate(j, 1));
+  }
+  const at::Tensor placed = upload(at::tensor(axes, at::TensorOptions().dtype(at::kDouble)), device);
+  const at::Tensor rows = placed.narrow(0, 0, height).view({height, 1}).expand({height, width});
+  const at::Tensor columns = placed.narrow(0, height, width).view({1, width}).expand({height, width});
+  const bool xy = grid_indexing == "xy";
+  return at::stack({xy ? columns : rows, xy ? rows : columns}, 2).view({height * width, 2});
 }
 
 void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,

@@ -8,6 +8,7 @@
 #include <posenc/options/vision.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/util/string_view.h>
 
 #include <cstdint>
@@ -126,10 +127,12 @@ void check_grid_rotary_arguments(const char* who, const std::vector<int64_t>& fe
 /// coordinates swapped for grid_indexing "xy". With axial_rotary_tables and axes_dim
 /// {dim / 2, dim / 2}, theta = temperature, they give timm's angles. Checks the arguments
 /// (feat_shape two sizes >= 1, ref_feat_shape empty or two sizes >= 1, grid_offset finite,
-/// grid_indexing "ij" or "xy").
+/// grid_indexing "ij" or "xy"). On `device`: the H + W coordinates are computed on the host and
+/// placed there without waiting (upload), then expanded to the grid where they lie.
 at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
                     const std::vector<int64_t>& ref_feat_shape, double grid_offset,
-                    c10::string_view grid_indexing);
+                    c10::string_view grid_indexing,
+                    const c10::Device& device = c10::Device(c10::kCPU));
 
 /// Checks the arguments of axial_rotary_tables: `ids` `[N, A]` of a real or integer dtype with
 /// A = axes_dim.size() >= 1, each axes_dim even and >= 2, theta finite and > 0, and the tables

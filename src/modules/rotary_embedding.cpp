@@ -234,10 +234,11 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
       tables.inv_freq =
           long_inv_freq_.defined()
               ? long_inv_freq_
-              : at::tensor(
-                    detail::rope_frequencies(detail::rope_spec(options), end, kName).inv_freq,
-                    at::TensorOptions().dtype(at::kDouble))
-                    .to(cos.device());
+              : detail::upload(  // (no copy from host memory: see detail::upload)
+                    at::tensor(
+                        detail::rope_frequencies(detail::rope_spec(options), end, kName).inv_freq,
+                        at::TensorOptions().dtype(at::kDouble)),
+                    cos.device());
       tables.cos = cos.narrow(0, 0, 0);
       tables.sin = sin.narrow(0, 0, 0);
     }

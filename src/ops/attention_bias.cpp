@@ -301,11 +301,11 @@ at::Tensor relative_position_bias_kernel(const at::Tensor& weight, int64_t query
               offset, " and query_length = ", query_length);
   // distances key - query from -(offset + Lq - 1) (first key, last query) up to Lk - 1 - offset
   const int64_t first = -(offset + query_length - 1);
-  const at::Tensor distances =
-      at::arange(first, key_length - offset, at::TensorOptions().dtype(at::kLong));
-  const at::Tensor buckets = ops::relative_position_bucket(distances, bidirectional,
-                                                           weight.size(0), max_distance)
-                                 .to(weight.device());
+  // (made and bucketed on the weight's device: nothing copied from the host)
+  const at::Tensor distances = at::arange(
+      first, key_length - offset, at::TensorOptions().dtype(at::kLong).device(weight.device()));
+  const at::Tensor buckets =
+      ops::relative_position_bucket(distances, bidirectional, weight.size(0), max_distance);
   const at::Tensor rows = at::embedding(weight, buckets).t(); // [H, Lq + Lk - 1]
   // rows[:, i' + j] holds distance j - (Lq - 1 - i'): unfold gives [H, Lq, Lk] indexed by i'
   return rows.unfold(1, key_length, 1).flip({1}).unsqueeze(0);

@@ -39,7 +39,8 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "float? mscale=None, float? mscale_all_dim=None, bool truncate=True, "
       "float? attention_factor=None, float[]? short_factor=None, float[]? long_factor=None, "
       "float low_freq_factor=1.0, float high_freq_factor=4.0, float[]? freq_factors=None, "
-      "int? seq_len=None, Tensor? positions=None, Tensor? frequencies=None) -> (Tensor, Tensor)");
+      "int? seq_len=None, Tensor? positions=None, Tensor? frequencies=None, Device? device=None) "
+      "-> (Tensor, Tensor)");
   m.def(
       "rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.0, "
       "ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)");
@@ -114,7 +115,8 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArgumen
       c10::optional<int64_t>, double, double, c10::optional<double>, c10::optional<double>, bool,
       c10::optional<double>, c10::optional<at::ArrayRef<double>>,
       c10::optional<at::ArrayRef<double>>, double, double, c10::optional<at::ArrayRef<double>>,
-      c10::optional<int64_t>, OptionalTensor, OptionalTensor)>("posenc::rope_frequencies");
+      c10::optional<int64_t>, OptionalTensor, OptionalTensor, c10::optional<at::Device>)>(
+      "posenc::rope_frequencies");
   const auto list = [](const std::vector<double>& values) {
     return values.empty() ? c10::optional<at::ArrayRef<double>>()
                           : c10::optional<at::ArrayRef<double>>(values);
@@ -130,7 +132,7 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArgumen
                  s.beta_slow(), s.mscale(), s.mscale_all_dim(), s.truncate(), s.attention_factor(),
                  list(s.short_factor()), list(s.long_factor()), s.low_freq_factor(),
                  s.high_freq_factor(), list(arguments.freq_factors), arguments.seq_len, positions,
-                 frequencies);
+                 frequencies, arguments.device);
 }
 
 std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,

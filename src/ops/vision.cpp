@@ -198,8 +198,9 @@ at::Tensor grid_ids_kernel(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_fea
   const char* who = detail::caller_or(kGridIds);
   const at::ScalarType type = dtype.value_or(at::kDouble);
   detail::check_float_dtype(who, "dtype", type);
-  return detail::grid_ids(who, feat_shape.vec(), ref_feat_shape.vec(), grid_offset, grid_indexing)
-      .to(device.value_or(at::Device(at::kCPU)), type);
+  return detail::grid_ids(who, feat_shape.vec(), ref_feat_shape.vec(), grid_offset, grid_indexing,
+                          device.value_or(at::Device(at::kCPU)))
+      .to(type);
 }
 
 at::Tensor grid_ids_meta(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape,

@@ -9,15 +9,18 @@
 
 #include <posenc/posenc.h>
 
+#include "detail/device_checks.h"
 #include "detail/positions.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
 #include "ops/backend_entries.h"
+#include "ops/composite/kernels.h"
 #include "ops/op_arguments.h"
 #include "test_util.h"
 
 #include <ATen/ops/empty.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <gtest/gtest.h>
 
@@ -81,6 +84,7 @@ void expect_device_resident(const std::string& what, const std::function<void()>
   EXPECT_EQ(error, "<no error>") << what;
   EXPECT_EQ(HostReadCounter::reads(), 0) << what;
   EXPECT_EQ(HostReadCounter::items(), 0) << what;
+  EXPECT_EQ(HostReadCounter::uploads(), 0) << what << ": a copy from the host";
   EXPECT_FALSE(seen().empty()) << what << ": the loop was not reached";
   for (const c10::Device& device : seen()) {
     EXPECT_EQ(device, kMeta) << what;
@@ -187,6 +191,7 @@ TEST(DeviceEntry, MultimodalTablesPrepareWithoutReadingTheDevice) {
     EXPECT_EQ(error, "<no error>");
     EXPECT_EQ(HostReadCounter::reads(), 0);
     EXPECT_EQ(HostReadCounter::items(), 0);
+    EXPECT_EQ(HostReadCounter::uploads(), 0);
     EXPECT_FALSE(call.host_positions.defined());
     EXPECT_EQ(call.inv_freq.defined(), with_inv_freq);
   }
@@ -279,14 +284,122 @@ TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
               }).find("expected the frequencies on the device of the positions (meta)"),
               std::string::npos);
     // On meta: computed there, nothing read (and nothing copied from the host).
+    const at::Tensor own_on_meta = own.to(kMeta);
     const HostReadCounter counter;
     const at::Tensor on_meta = posenc::detail::rope_frequencies_at(
-        spec, own.to(kMeta),
+        spec, own_on_meta,
         torch::empty({2, 5}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)), "test");
     EXPECT_EQ(on_meta.device(), kMeta);
     EXPECT_EQ(on_meta.sizes(), at::IntArrayRef({4}));
     EXPECT_EQ(HostReadCounter::reads() + HostReadCounter::items(), 0);
+    EXPECT_EQ(HostReadCounter::uploads(), 0);
   }
+}
+
+// The calls whose values the host makes from their arguments (frequencies, a column plan, an M-RoPE
+// axis map, grid coordinates) place them on the device without copying from host memory
+// (detail::upload), and every other call on device tensors makes what it needs there: on meta
+// (what a CUDA call runs, but for the kernels), no "aten::_to_copy"/"aten::copy_" from the CPU,
+// no read, and outputs on meta. (The counter sees the copies the other tests of this file and
+// device_test.cpp would make too: they expect none.)
+TEST(DeviceEntry, CallsOnADeviceCopyNothingFromTheHost) {
+  const auto run = [](const std::string& what, const std::function<std::vector<at::Tensor>()>& call) {
+    const HostReadCounter counter;
+    std::vector<at::Tensor> outputs;
+    const std::string error = posenc_test::error_message([&] { outputs = call(); });
+    if (TORCH_VERSION_MAJOR < 2 &&
+        error.find("with arguments from the 'AutogradMeta' backend") != std::string::npos) {
+      // LibTorch 1.13 has no AutogradMeta fallthrough: posenc operators without an autograd
+      // kernel cannot run on meta there (device_test.cpp skips those cases too)
+      return;
+    }
+    EXPECT_EQ(error, "<no error>") << what;
+    EXPECT_EQ(HostReadCounter::uploads(), 0) << what << ": a copy from the host";
+    EXPECT_EQ(HostReadCounter::reads() + HostReadCounter::items(), 0) << what << ": a read";
+    for (const at::Tensor& out : outputs) {
+      EXPECT_EQ(out.device(), kMeta) << what;
+    }
+  };
+  const posenc::detail::SinusoidSpec spec{10, 10000.0, posenc::ChannelLayout::kInterleaved,
+                                          posenc::FrequencySpacing::kPaper};
+  const at::Tensor long_positions = torch::empty({2, 5}, meta(torch::kLong));
+  const at::Tensor float_positions = torch::empty({5}, meta(torch::kDouble));
+  run("sinusoidal_rows", [&] {
+    return std::vector<at::Tensor>{
+        posenc::detail::sinusoidal_rows(long_positions, posenc::detail::column_plan(spec),
+                                        torch::kFloat),
+        posenc::detail::sinusoidal_rows(float_positions, posenc::detail::column_plan(spec),
+                                        torch::kFloat)};
+  });
+  run("add_positional_encoding with positions", [&] {
+    return std::vector<at::Tensor>{posenc::ops::add_positional_encoding(
+        torch::empty({2, 5, 10}, meta(torch::kFloat)), 0, 10000.0, true, long_positions)};
+  });
+  const posenc::detail::RopeSpec rope = posenc::detail::rope_spec(
+      posenc::RotaryEmbeddingOptions(8, 64).scaling(
+          posenc::RopeScalingOptions(posenc::RopeType::kLongRope)
+              .original_max_position_embeddings(16)
+              .short_factor({1.0, 1.5, 2.0, 2.5})
+              .long_factor({4.0, 5.0, 6.0, 7.0})));
+  run("rotary_rows", [&] {
+    const auto rows = posenc::detail::rotary_rows(
+        long_positions, posenc::detail::rope_frequencies(rope, c10::nullopt, "test"), torch::kFloat);
+    return std::vector<at::Tensor>{rows.first, rows.second};
+  });
+  for (const char* type : {"dynamic", "longrope"}) {
+    posenc::ops::RopeFrequenciesArguments arguments;
+    arguments.rotary_dim = 8;
+    arguments.scaling = std::string(type) == "dynamic"
+                            ? posenc::RopeScalingOptions(posenc::RopeType::kDynamic)
+                                  .factor(2.0)
+                                  .max_position_embeddings(16)
+                            : rope.scaling;
+    arguments.positions = long_positions;
+    run(std::string("rope_frequencies(positions) ") + type, [&] {
+      return std::vector<at::Tensor>{std::get<0>(posenc::ops::rope_frequencies(arguments))};
+    });
+    arguments.positions = at::Tensor();
+    arguments.seq_len = 40;
+    arguments.device = kMeta;
+    run(std::string("rope_frequencies(seq_len, device) ") + type, [&] {
+      return std::vector<at::Tensor>{std::get<0>(posenc::ops::rope_frequencies(arguments))};
+    });
+  }
+  run("multimodal_rotary_tables (composite kernel)", [&] {
+    const auto rows = posenc::ops::composite::multimodal_rotary_tables(
+        torch::empty({16, 4}, meta(torch::kFloat)), torch::empty({16, 4}, meta(torch::kFloat)),
+        torch::empty({3, 2, 5}, meta(torch::kLong)), {1, 1, 2}, true, c10::nullopt, 1.0);
+    return std::vector<at::Tensor>{std::get<0>(rows), std::get<1>(rows)};
+  });
+  run("timestep_embedding", [&] {
+    return std::vector<at::Tensor>{
+        posenc::ops::timestep_embedding(torch::empty({4}, meta(torch::kFloat)), 33)};
+  });
+  run("grid_ids and axial_rotary_tables", [&] {
+    const at::Tensor ids =
+        posenc::ops::grid_ids({3, 4}, {6, 8}, 0.5, "xy", torch::kDouble, kMeta);
+    const auto tables = posenc::ops::axial_rotary_tables(ids, {8, 8});
+    return std::vector<at::Tensor>{ids, std::get<0>(tables), std::get<1>(tables)};
+  });
+  // (relative_position_bias makes its distances with at::arange on the weight's device and
+  // buckets them there; its at::embedding and flip have no C++ Meta kernels: device_test marks it)
+  run("rotary_tables with frequencies on the device", [&] {
+    const auto tables = posenc::ops::rotary_tables(16, torch::empty({4}, meta(torch::kDouble)));
+    return std::vector<at::Tensor>{std::get<0>(tables), std::get<1>(tables)};
+  });
+}
+
+// detail::upload: the host's values, bit for bit, where the CUDA kernels would write them; on the
+// CPU the tensor itself, on meta an empty tensor of its shape and dtype. (The CUDA path's thread
+// body runs in grid_emulation_test.cpp; DeviceEntry.UploadIsExactOnTheGpu_CUDA runs it there.)
+TEST(DeviceEntry, UploadKeepsShapeAndDtype) {
+  const at::Tensor host = torch::arange(12, torch::kDouble).view({3, 4});
+  EXPECT_TRUE(posenc::detail::upload(host, torch::Device(torch::kCPU)).is_same(host));
+  const at::Tensor placed = posenc::detail::upload(host, kMeta);
+  EXPECT_EQ(placed.device(), kMeta);
+  EXPECT_EQ(placed.sizes(), host.sizes());
+  EXPECT_EQ(placed.scalar_type(), torch::kDouble);
+  EXPECT_POSENC_ERROR(posenc::detail::upload(placed, kMeta), "expects a CPU tensor");
 }
 
 // The tensor form of the sinusoidal rows (used where positions lie on a device) against the host
@@ -413,4 +526,20 @@ TEST(DeviceEntry, SwitchingRopeTypesChooseOnTheGpu_CUDA) {
     EXPECT_TRUE(close_to_cpu(std::get<0>(got), std::get<0>(both)));
     EXPECT_TRUE(close_to_cpu(std::get<1>(got), std::get<1>(both)));
   }
+}
+
+// detail::upload on a GPU: every byte where the host had it, across the chunks of one launch each
+// (ops/kernels/upload.h), on the current stream, for a capture-safe path. Runs under
+// scripts/gpu_check.sh.
+TEST(DeviceEntry, UploadIsExactOnTheGpu_CUDA) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const torch::Device cuda(torch::kCUDA);
+  for (const int64_t count : {int64_t{1}, int64_t{495}, int64_t{496}, int64_t{497}, int64_t{5000}}) {
+    const at::Tensor host = torch::randn({count}, torch::kDouble);
+    EXPECT_TRUE(torch::equal(posenc::detail::upload(host, cuda).cpu(), host)) << count;
+  }
+  const at::Tensor axes = torch::tensor({0, 2, 1, 1, 2, 0}, torch::kLong);
+  EXPECT_TRUE(torch::equal(posenc::detail::upload(axes, cuda).cpu(), axes));
 }

@@ -757,6 +757,7 @@ TEST_P(ModuleOnMeta, ForwardsGiveMetaOutputsAndReadNothing) {
   expect_outputs_like(expected, got, kMeta);
   EXPECT_EQ(HostReadCounter::reads(), 0) << "posenc::host_read";
   EXPECT_EQ(HostReadCounter::items(), 0) << "item()";
+  EXPECT_EQ(HostReadCounter::uploads(), 0) << "a copy from the host (.to(device))";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modules, ModuleOnMeta, ::testing::ValuesIn(params()),

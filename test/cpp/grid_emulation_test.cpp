@@ -13,6 +13,7 @@
 #include "ops/kernels/positional_encoding.h"
 #include "ops/kernels/rotary.h"
 #include "ops/kernels/token_embedding.h"
+#include "ops/kernels/upload.h"
 #include "ops/op_arguments.h"
 #include "test_util.h"
 
@@ -581,6 +582,26 @@ TEST(GridEmulation, RelativePositionBucketEqualsTheCpuKernel) {
       execute(body, relative.numel());
       EXPECT_TRUE(torch::equal(out, expected)) << bidirectional;
     }
+  }
+}
+
+// detail::upload's kernels: the host's bytes carried in the launch arguments, one launch per
+// chunk of kUploadChunkBytes (the last one short), every byte written once by the grid of the
+// launcher's geometry, none outside the output.
+TEST(GridEmulation, UploadWritesTheHostBytesChunkByChunk) {
+  using posenc::ops::kernels::kUploadChunkBytes;
+  for (const int64_t bytes : {int64_t{0}, int64_t{1}, int64_t{255}, kUploadChunkBytes,
+                              kUploadChunkBytes + 1, 3 * kUploadChunkBytes + 17}) {
+    const torch::Tensor host = torch::randint(0, 256, {bytes}, torch::kUInt8);
+    // a guard byte on each side, to see any write outside the output
+    torch::Tensor out = torch::full({bytes + 2}, 0xAB, torch::kUInt8);
+    Emulate execute;
+    posenc::ops::kernels::run_upload_grid(out.data_ptr<uint8_t>() + 1, host.data_ptr<uint8_t>(),
+                                          bytes, execute);
+    EXPECT_EQ(execute.launches, (bytes + kUploadChunkBytes - 1) / kUploadChunkBytes) << bytes;
+    EXPECT_TRUE(torch::equal(out.narrow(0, 1, bytes), host)) << bytes;
+    EXPECT_EQ(out[0].item<uint8_t>(), 0xAB);
+    EXPECT_EQ(out[bytes + 1].item<uint8_t>(), 0xAB);
   }
 }
 

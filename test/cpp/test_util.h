@@ -54,23 +54,31 @@ std::string any_error(Fn&& fn) {
   }
 }
 
-// Counts, on this thread, posenc's reads from the device ("posenc::host_read") and ATen's scalar
-// reads (item(), "aten::_local_scalar_dense") while it lives.
+// Counts, on this thread, posenc's reads from the device ("posenc::host_read"), ATen's scalar
+// reads (item(), "aten::_local_scalar_dense") and copies from the CPU to another device (an
+// "aten::_to_copy" of a CPU tensor to another device, or an "aten::copy_" into a non-CPU tensor
+// from a CPU one: what `.to(device)` of a host-made tensor does, a wait for a CUDA device) while
+// it lives.
 class HostReadCounter {
  public:
   HostReadCounter() {
     reads() = 0;
     items() = 0;
-    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(
-        [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-          const char* name = fn.name();
-          if (std::strcmp(name, "posenc::host_read") == 0) {
-            ++reads();
-          } else if (std::strcmp(name, "aten::_local_scalar_dense") == 0) {
-            ++items();
-          }
-          return nullptr;
-        }));
+    uploads() = 0;
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(
+            [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+              const char* name = fn.name();
+              if (std::strcmp(name, "posenc::host_read") == 0) {
+                ++reads();
+              } else if (std::strcmp(name, "aten::_local_scalar_dense") == 0) {
+                ++items();
+              } else if (is_upload(name, fn.inputs())) {
+                ++uploads();
+              }
+              return nullptr;
+            })
+            .needsInputs(true));
   }
   ~HostReadCounter() {
     at::removeCallback(handle_);
@@ -82,6 +90,26 @@ class HostReadCounter {
   static int& items() {
     static thread_local int count = 0;
     return count;
+  }
+  static int& uploads() {
+    static thread_local int count = 0;
+    return count;
+  }
+
+  /// Whether the call `name` with `inputs` copies a CPU tensor's values to another device.
+  template <typename Inputs>
+  static bool is_upload(const char* name, const Inputs& inputs) {
+    const auto on_cpu = [&](size_t i) {
+      return inputs.size() > i && inputs[i].isTensor() && inputs[i].toTensor().defined() &&
+             inputs[i].toTensor().device().is_cpu() && inputs[i].toTensor().numel() > 0;
+    };
+    if (std::strcmp(name, "aten::_to_copy") == 0) {
+      return on_cpu(0) && inputs.size() > 3 && inputs[3].isDevice() && !inputs[3].toDevice().is_cpu();
+    }
+    if (std::strcmp(name, "aten::copy_") == 0) {
+      return on_cpu(1) && inputs[0].isTensor() && !inputs[0].toTensor().device().is_cpu();
+    }
+    return false;
   }
 
  private:

@@ -77,6 +77,32 @@ class Target:
         return contextlib.nullcontext()
 
 
+class UploadCounter(torch.utils._python_dispatch.TorchDispatchMode if TORCH_VERSION >= (2, 6) else object):
+    """Notes every copy of a CPU tensor's values to another device that the code run under it
+    makes (aten._to_copy or aten.copy_ from a CPU tensor with elements into a non-CPU one): what
+    `.to(device)` of a host-made tensor does, which waits for a CUDA device and cannot be captured
+    in a CUDA graph. (It sees the operators Python code calls; what posenc's C++ kernels do
+    inside is checked by device_entry_test's counter.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.uploads = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is torch.ops.aten._to_copy.default:
+            source, target = args[0], out
+        elif func is torch.ops.aten.copy_.default:
+            source, target = args[1], args[0]
+        else:
+            return out
+        if (isinstance(source, torch.Tensor) and source.device.type == "cpu" and source.numel() > 0
+                and target.device.type != "cpu"):
+            self.uploads.append(f"{func}: {tuple(source.shape)} {source.dtype} to {target.device}")
+        return out
+
+
 def flat(out):
     if out is None or isinstance(out, torch.Tensor):
         return [out]
@@ -237,7 +263,11 @@ OPERATOR_CASES = [
     _case("rope_frequencies", "default", lambda ops, T: ops.rope_frequencies(16), cpu_outputs=True),
     _case("rope_frequencies", "yarn", lambda ops, T: ops.rope_frequencies(
         16, 10000.0, "yarn", 4.0, None, 64), cpu_outputs=True),
+    # the frequencies of a length on a device: made on the host, placed there without a copy
+    _case("rope_frequencies", "dynamic_device", lambda ops, T: ops.rope_frequencies(
+        16, 10000.0, "dynamic", 2.0, 32, seq_len=40, device=T.device)[:1]),
     _case("rotary_tables", "default", lambda ops, T: ops.rotary_tables(16, T(inv_freq_of(8)), device=T.device)),
+    _case("rotary_tables", "device_of_inv_freq", lambda ops, T: ops.rotary_tables(16, T(inv_freq_of(8)))),
     _case("rotary_tables", "float64_factor", lambda ops, T: ops.rotary_tables(
         16, T(inv_freq_of(8)), 1.5, dtype=torch.float64, device=T.device)),
     # token-embedding family
@@ -599,7 +629,13 @@ def test_module_on_another_device(posenc, kind, move, name, label, build, call):
             moved = module.cuda() if move == "cuda" else module.to(target.device)
             assert moved is module
             check_state_follows(reference, module, target)
-            got = call(module, target, torch.float32)
+            if kind == "meta":  # (inputs made first: the counter sees the module's own copies)
+                inputs = Target(kind)
+                with UploadCounter() as counter:
+                    got = call(module, inputs, torch.float32)
+                assert not counter.uploads, f"copies from the host in a forward: {counter.uploads}"
+            else:
+                got = call(module, target, torch.float32)
             check_like(expected, got, target)
 
     body()

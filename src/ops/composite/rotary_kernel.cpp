@@ -12,6 +12,7 @@
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/TensorIndexing.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/index_select.h>
@@ -105,13 +106,13 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
           detail::rotary_rows(call.host_positions[a], call.frequencies, cos.scalar_type());
       cos_axes.push_back(rows.first.to(cos.device()));
       sin_axes.push_back(rows.second.to(cos.device()));
-    } else {
-      cos_axes.push_back(at::index_select(cos, 0, call.positions[a]));
-      sin_axes.push_back(at::index_select(sin, 0, call.positions[a]));
+    } else { // (index, not index_select: it has a Meta kernel in C++ too)
+      cos_axes.push_back(cos.index({call.positions[a]}));
+      sin_axes.push_back(sin.index({call.positions[a]}));
     }
   }
-  const at::Tensor axis = at::tensor(call.axes, at::TensorOptions().dtype(at::kLong))
-                              .to(cos.device())
+  const at::Tensor axis = detail::upload(at::tensor(call.axes, at::TensorOptions().dtype(at::kLong)),
+                                         cos.device())
                               .view({1, 1, half})
                               .expand({1, tokens, half});
   const auto pick = [&](const std::vector<at::Tensor>& rows) {
@@ -129,7 +130,7 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     c10::optional<at::ArrayRef<double>> long_factor, double low_freq_factor,
     double high_freq_factor, c10::optional<at::ArrayRef<double>> freq_factors,
     c10::optional<int64_t> seq_len, const c10::optional<at::Tensor>& positions,
-    const c10::optional<at::Tensor>& given_frequencies) {
+    const c10::optional<at::Tensor>& given_frequencies, c10::optional<at::Device> device) {
   const char* who = detail::caller_or("posenc::rope_frequencies");
   c10::optional<RopeType> type;
   for (const RopeType candidate : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic,
@@ -167,6 +168,9 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
   const bool has_positions = positions.has_value() && positions->defined();
   TORCH_CHECK(!(seq_len && has_positions), who,
               ": pass seq_len (a call's length) or positions (a call's positions), not both");
+  TORCH_CHECK(!has_positions || !device || *device == positions->device(), who,
+              ": with positions, inv_freq lies on their device (", positions->device(),
+              "), but device = ", *device, " was given; leave device out or move the positions");
   const detail::RopeSpec spec = detail::rope_spec_without_table(who, rotary_dim, options);
   const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, seq_len, who);
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
@@ -180,19 +184,20 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     if (given_frequencies.has_value() && given_frequencies->defined()) {
       base = *given_frequencies;
     } else {
-      const auto on_device = float64.device(positions->device());
-      base = at::tensor(frequencies.inv_freq, float64).to(on_device);
+      // (made on the host, placed on the positions' device without waiting for it)
+      base = at::tensor(frequencies.inv_freq, float64);
       if (spec.scaling.type() == RopeType::kLongRope) {
         const int64_t original = *spec.scaling.original_max_position_embeddings();
         base = at::stack(
-            {base, at::tensor(detail::rope_frequencies(spec, original + 1, who).inv_freq, float64)
-                       .to(on_device)});
+            {base, at::tensor(detail::rope_frequencies(spec, original + 1, who).inv_freq, float64)});
       }
+      base = detail::upload(base, positions->device());
     }
     return {detail::rope_frequencies_at(spec, base, *positions, who),
             at::scalar_tensor(frequencies.variant_attention_factor, float64)};
   }
-  return {at::tensor(frequencies.inv_freq, float64),
+  return {detail::upload(at::tensor(frequencies.inv_freq, float64),
+                         device.value_or(at::Device(at::kCPU))),
           at::scalar_tensor(frequencies.variant_attention_factor, float64)};
 }
 
@@ -209,18 +214,21 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
   detail::check_float_dtype(who, "dtype", out_dtype);
   // The checks of apply_rotary's inv_freq (float64, finite angles, the factor a finite number of
   // the caches' dtype), on empty caches of the requested dtype.
-  const at::Tensor none = at::empty({0, inv_freq.size(0)}, at::TensorOptions().dtype(out_dtype));
-  const at::Device out_device = device.value_or(at::Device(at::kCPU));
+  const auto none = [&](const c10::Device& on) {
+    return at::empty({0, inv_freq.size(0)}, at::TensorOptions().dtype(out_dtype).device(on));
+  };
+  // (by default the tables lie where the frequencies lie, as the Meta kernel says)
+  const at::Device out_device = device.value_or(inv_freq.device());
   if (detail::checks_on_device(inv_freq.device())) {
     // Frequencies on a device: checked and the rows computed there (nothing read back).
-    given_frequencies(who, inv_freq, none.to(inv_freq.device()), attention_factor);
+    given_frequencies(who, inv_freq, none(inv_freq.device()), attention_factor);
     const auto rows = detail::rotary_rows_from(
         at::arange(max_len, at::TensorOptions().dtype(at::kLong).device(inv_freq.device())),
         inv_freq, attention_factor, out_dtype);
     return {rows.first.to(out_device), rows.second.to(out_device)};
   }
   const detail::RopeFrequencies frequencies =
-      given_frequencies(who, inv_freq.to(at::kCPU), none, attention_factor);
+      given_frequencies(who, inv_freq.to(at::kCPU), none(at::kCPU), attention_factor);
   const auto rows = detail::rotary_rows(
       at::arange(max_len, at::TensorOptions().dtype(at::kLong)), frequencies, out_dtype);
   return {rows.first.to(out_device), rows.second.to(out_device)};

@@ -1,8 +1,10 @@
-// The CUDA kernel of detail::check_on_device (detail/device_checks.h): no host synchronisation; a
-// failing element prints its check's message and stops the thread with a device-side assertion.
+// The CUDA kernels of detail/device_checks.h. check_on_device: no host synchronisation; a failing
+// element prints its check's message and stops the thread with a device-side assertion. upload:
+// host-made values written by kernels that carry them in their arguments (ops/kernels/upload.h).
 
 #include "detail/device_checks.h"
 #include "ops/cuda/cuda_helpers.cuh"
+#include "ops/kernels/upload.h"
 
 #include <c10/cuda/CUDAGuard.h>
 
@@ -83,6 +85,14 @@ struct CheckBody {
 void check_on_device(const at::Tensor& ok, const at::Tensor& values, DeviceCheck check) {
   const c10::cuda::CUDAGuard guard(ok.device());
   ops::cuda::Launch()(CheckBody{ok.data_ptr<bool>(), values.data_ptr<double>(), check}, ok.numel());
+}
+
+void upload(const at::Tensor& out, const at::Tensor& host) {
+  const c10::cuda::CUDAGuard guard(out.device());
+  ops::kernels::run_upload_grid(static_cast<unsigned char*>(out.data_ptr()),
+                                static_cast<const unsigned char*>(host.data_ptr()),
+                                host.numel() * static_cast<int64_t>(host.element_size()),
+                                ops::cuda::Launch());
 }
 
 } // namespace cuda
