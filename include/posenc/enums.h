@@ -80,6 +80,10 @@ enum class RopeType {
   /// LLaMA 3.1's smooth interpolation between the long (divided by `factor`) and short
   /// (unchanged) wavelengths.
   kLlama3,
+  /// Gemma 4's proportional RoPE: the whole head is the rotated width, its first
+  /// int(partial_rotary_factor * R // 2) pairs turn with base^(-2i / R) / factor, the others not
+  /// at all (frequency 0).
+  kProportional,
 };
 
 /// Which positions TokenAndPositionEmbedding adds.
@@ -102,17 +106,8 @@ inline std::ostream& operator<<(std::ostream& stream, BeyondMaxLen policy) {
 inline std::ostream& operator<<(std::ostream& stream, PositionKind kind) {
   return stream << (kind == PositionKind::kSinusoidal ? "sinusoidal" : "learned");
 }
-inline const char* rope_type_name(RopeType type) {
-  switch (type) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kDynamic: return "dynamic";
-    case RopeType::kYarn: return "yarn";
-    case RopeType::kLongRope: return "longrope";
-    case RopeType::kLlama3: return "llama3";
-  }
-  return "unknown";
-}
+/// transformers' name of `type` (`rope_parameters.rope_type`), from posenc's table of rope types.
+const char* rope_type_name(RopeType type);
 inline std::ostream& operator<<(std::ostream& stream, RopeType type) {
   return stream << rope_type_name(type);
 }

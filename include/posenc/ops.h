@@ -28,14 +28,9 @@
 ///   posenc::multimodal_rotary_tables(Tensor cos, Tensor sin, Tensor positions,
 ///       int[] mrope_section, bool interleaved=False, Tensor? inv_freq=None,
 ///       float attention_factor=1.) -> (Tensor, Tensor)
-///   posenc::rope_frequencies(int rotary_dim, float base=10000., str rope_type="default",
-///       float? factor=None, int? max_position_embeddings=None,
-///       int? original_max_position_embeddings=None, float beta_fast=32., float beta_slow=1.,
-///       float? mscale=None, float? mscale_all_dim=None, bool truncate=True,
-///       float? attention_factor=None, float[]? short_factor=None, float[]? long_factor=None,
-///       float low_freq_factor=1., float high_freq_factor=4., float[]? freq_factors=None,
-///       int? seq_len=None, Tensor? positions=None, Tensor? frequencies=None,
-///       Device? device=None) -> (Tensor, Tensor)
+///   posenc::rope_frequencies(int rotary_dim, float base=10000., str rope_parameters="{}",
+///       float[]? freq_factors=None, int? seq_len=None, Tensor? positions=None,
+///       Tensor? frequencies=None, Device? device=None) -> (Tensor, Tensor)
 ///   posenc::rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.,
 ///       ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)
 ///   posenc::token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0,
@@ -64,8 +59,9 @@
 /// `posenc::_token_and_position_embedding_backward`, not part of this API.
 ///
 /// Positions: `offset` selects `offset .. offset + L - 1`; `positions` (int64, `[L]` or one row
-/// per sequence) selects any, with -1 marking padding (no encoding added / no rotation). Reading
-/// the positions' range (and the token ids') is one device-to-host copy per call.
+/// per sequence) selects any, with -1 marking padding (no encoding added / no rotation). On the
+/// CPU their range (and the token ids') is read once per call; on CUDA nothing is read back: the
+/// kernels check what they read (a device-side assertion, see detail/device_checks.h).
 ///
 /// Floating-point positions (fractional: position interpolation, diffusion timesteps; finite and
 /// in [0, 2^63), no padding value) are accepted where the encoding's definition is at hand: by
@@ -77,8 +73,10 @@
 /// llama.cpp passes its frequencies: `columns`, the float64 `[2, D]` column plan of a sinusoidal
 /// table (row 0 each column's frequency, row 1 its kind: 0 sine, 1 cosine, 2 zero; what
 /// `PositionalEncoding` passes), or `inv_freq`, the float64 `[R/2]` frequencies of rotary caches
-/// (with `attention_factor`, the factor the caches' cos/sin carry). Rows past the table are then
-/// computed in float64 on the host, exactly as the table's own rows were. Keep them on the CPU.
+/// (with `attention_factor`, the factor the caches' cos/sin carry), on the table's device. Rows
+/// past the table are then computed in float64 where the positions lie: with libm on the CPU,
+/// exactly as the table's own rows were; on CUDA with its float64 sin/cos (within an ulp of
+/// float64, so equal after rounding to float32 but for values that close to a rounding boundary).
 
 #include <posenc/options/rotary_embedding.h>
 
@@ -198,7 +196,7 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
     const c10::optional<at::Tensor>& inv_freq = c10::nullopt, double attention_factor = 1.0);
 
 /// The arguments of `rope_frequencies` (HF transformers' names and defaults, as in
-/// RotaryEmbeddingOptions).
+/// RotaryEmbeddingOptions; `scaling` travels to the operator as its rope_parameters JSON).
 struct RopeFrequenciesArguments {
   int64_t rotary_dim = 2;
   double base = 10000.0;
@@ -211,7 +209,12 @@ struct RopeFrequenciesArguments {
 };
 
 /// The frequencies of a RoPE variant, computed in float64 by the definition the modules use
-/// (detail::rope_frequencies): `inv_freq` (float64 `[R/2]`, on `device`, default CPU) and the
+/// (detail::rope_frequencies). The variant is transformers' rope_parameters block as JSON text,
+/// the operator's `rope_parameters` (`{"rope_type": "llama3", "factor": 8.0, "low_freq_factor":
+/// 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}`, with
+/// `max_position_embeddings` where the type reads the model's context length): every rope type of
+/// detail/rope_types.cpp with transformers' key names and defaults; an unknown key or type is an
+/// error. Returns `inv_freq` (float64 `[R/2]`, on `device`, default CPU) and the
 /// variant's attention factor (a float64 scalar tensor on the CPU; 1 except for yarn and
 /// longrope). `seq_len`: the length of the call (dynamic, longrope); `max_position_embeddings` is
 /// needed where the variant reads it. On a device, `inv_freq` is computed on the host and placed
@@ -223,13 +226,13 @@ struct RopeFrequenciesArguments {
 /// long frequencies of `seq_len = original_max_position_embeddings + 1`; the modules pass theirs);
 /// without it they are made on the host and placed there as above. Either way a CUDA call never
 /// synchronises.
-/// From Python: `torch.ops.posenc.rope_frequencies(128, 500000.0, "llama3", factor=8.0, ...)`.
+/// From Python: `torch.ops.posenc.rope_frequencies(128, 500000.0, json.dumps(config.rope_parameters))`.
 std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArguments& arguments);
 
 /// cos/sin caches `[max_len, R/2]` of positions 0 .. max_len - 1 for the float64 frequencies
 /// `inv_freq` (`[R/2]`), times `attention_factor`, computed in float64 and rounded once to
-/// `dtype` (default float32) on `device` (default: the device of `inv_freq`; the rows are computed
-/// there when it is not the CPU): what apply_rotary reads.
+/// `dtype` (default float32) on `device` (default: the device of `inv_freq`; on CUDA the rows are
+/// computed there, without a read back): what apply_rotary reads.
 std::tuple<at::Tensor, at::Tensor> rotary_tables(
     int64_t max_len, const at::Tensor& inv_freq, double attention_factor = 1.0,
     c10::optional<at::ScalarType> dtype = c10::nullopt,

@@ -52,11 +52,16 @@ def _register_fake_kernels() -> None:
     if register is None:  # torch < 2.4: no fake kernels from Python
         return
 
-    def rope_frequencies(rotary_dim, *args, **kwargs):
-        positions = kwargs.get("positions", args[17] if len(args) > 17 else None)
-        device = kwargs.get("device", args[19] if len(args) > 19 else None)
-        device = positions.device if positions is not None else (device or "cpu")
-        return (torch.empty(rotary_dim // 2, dtype=torch.float64, device=device),
+    def rope_frequencies(rotary_dim, base=10000.0, rope_parameters="{}", freq_factors=None, seq_len=None,
+                         positions=None, frequencies=None, device=None):
+        if positions is not None and device is not None:
+            device = torch.device(device)
+            if device.type != positions.device.type or (device.index is not None and device.index != positions.device.index):
+                raise RuntimeError(f"posenc::rope_frequencies: with positions, inv_freq lies on their device "
+                                   f"({positions.device}), but device = {device} was given; leave device out "
+                                   "or move the positions")
+        where = positions.device if positions is not None else (device or "cpu")
+        return (torch.empty(rotary_dim // 2, dtype=torch.float64, device=where),
                 torch.empty((), dtype=torch.float64, device="cpu"))
 
     register("posenc::rope_frequencies", rope_frequencies)

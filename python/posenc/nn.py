@@ -15,6 +15,7 @@ Rows that ``PositionalEncoding`` and ``TokenAndPositionEmbedding`` compute (past
 ``beyond_max_len="extrapolate"``, fractional positions) are rounded as the table's rows are.
 """
 
+import json
 import math
 from typing import List, Optional, Sequence, Tuple
 
@@ -336,10 +337,6 @@ class TokenAndPositionEmbedding(torch.nn.Module):
                 f"positions={self.kind}, scale={self.scale}, padding_idx={self.padding_idx}")
 
 
-_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
-_ROPE_FIELDS = {"factor", "max_position_embeddings", "original_max_position_embeddings", "beta_fast", "beta_slow",
-                "mscale", "mscale_all_dim", "truncate", "attention_factor", "short_factor", "long_factor",
-                "low_freq_factor", "high_freq_factor"}
 
 
 class RotaryEmbedding(_DerivedTables):
@@ -349,7 +346,8 @@ class RotaryEmbedding(_DerivedTables):
 
     ``rope_scaling`` is Hugging Face's block (``{"rope_type": "llama3", "factor": 8.0, ...}``, the
     parameter names of ``modeling_rope_utils.py``) for every rope type: ``default``, ``linear``,
-    ``dynamic``, ``yarn``, ``longrope``, ``llama3``. ``attention_factor_in_cos_sin`` folds the
+    ``dynamic``, ``yarn``, ``longrope``, ``llama3``, ``proportional`` (read by the
+    ``rope_frequencies`` operator, which knows the types; an unknown type or key is a ValueError). ``attention_factor_in_cos_sin`` folds the
     variant's attention factor into cos/sin (HF) or leaves it to the caller's softmax scale
     (DeepSeek; read it from ``attention_factor``). ``dynamic`` and ``longrope`` switch, per call, to
     the frequencies of the call's length once it passes ``max_position_embeddings`` /
@@ -378,11 +376,10 @@ class RotaryEmbedding(_DerivedTables):
         self.heads_first = heads_first
         self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         scaling = dict(rope_scaling or {})
-        self.rope_type = _choice(who, "rope_type", scaling.pop("rope_type", scaling.pop("type", "default")), _ROPE_TYPES)
-        unknown = sorted(set(scaling) - _ROPE_FIELDS)
-        if unknown:
-            raise ValueError(f"{who}: unknown rope_scaling fields {unknown}; expected some of {sorted(_ROPE_FIELDS)}")
+        self.rope_type = str(scaling.pop("rope_type", scaling.pop("type", "default")))
         self.rope_scaling = scaling
+        #: The rope parameters as the operator reads them (max_position_embeddings: max_len by default).
+        self._rope_parameters = json.dumps({"rope_type": self.rope_type, "max_position_embeddings": max_len, **scaling})
         self.freq_factors = list(freq_factors) if freq_factors else None
         self.attention_factor_in_cos_sin = attention_factor_in_cos_sin
         self.mrope_section = list(mrope_section) if mrope_section else None
@@ -393,7 +390,10 @@ class RotaryEmbedding(_DerivedTables):
             "dynamic": max_positions,
             "longrope": scaling.get("original_max_position_embeddings", max_positions),
         }.get(self.rope_type)
-        inv_freq, factor = self._frequencies()
+        try:  # the operator checks the rope parameters (posenc's table of rope types)
+            inv_freq, factor = self._frequencies()
+        except RuntimeError as error:
+            raise ValueError(f"{who}: {error}") from None
         #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``), on
         #: the caches' device.
         self.inv_freq = inv_freq
@@ -412,13 +412,8 @@ class RotaryEmbedding(_DerivedTables):
     def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None,
                      frequencies: Optional[Tensor] = None,
                      device: Optional[torch.device] = None) -> Tuple[Tensor, Tensor]:
-        s = self.rope_scaling
-        return _ops.rope_frequencies(
-            self.rotary_dim, self.base, self.rope_type, s.get("factor"), s.get("max_position_embeddings", self.max_len),
-            s.get("original_max_position_embeddings"), s.get("beta_fast", 32.0), s.get("beta_slow", 1.0),
-            s.get("mscale"), s.get("mscale_all_dim"), s.get("truncate", True), s.get("attention_factor"),
-            s.get("short_factor"), s.get("long_factor"), s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0),
-            self.freq_factors, seq_len, positions, frequencies, device)
+        return _ops.rope_frequencies(self.rotary_dim, self.base, self._rope_parameters, self.freq_factors, seq_len,
+                                     positions, frequencies, device)
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         # (the frequencies do not depend on the dtype: computed once, in __init__.) Made beside them

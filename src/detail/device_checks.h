@@ -51,8 +51,9 @@ void check_positions_on_device(const at::Tensor& positions);
 /// plan, an axis map), on `device` without waiting for it: on CUDA its bytes travel in the
 /// arguments of kernels launched on the current stream (ops/kernels/upload.h), where `.to(device)`
 /// would copy from pageable memory, synchronise and break CUDA-graph capture; on meta an empty
-/// tensor of its shape and dtype (no values to carry); on the CPU `host` itself; elsewhere
-/// `.to(device)`. The values are bit for bit those of `host`.
+/// tensor of its shape and dtype (no values to carry); on the CPU `host` itself; elsewhere, and on
+/// CUDA when posenc was built without its CUDA kernels, `.to(device)`. The values are bit for bit
+/// those of `host`. At most a few thousand values (the launches carry 3968 bytes each).
 at::Tensor upload(const at::Tensor& host, const c10::Device& device);
 
 namespace cuda {

@@ -2,6 +2,7 @@
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
+#include "detail/rope_types.h"
 #include "detail/sinusoidal.h"
 
 #include <ATen/Parallel.h>
@@ -27,247 +28,11 @@ void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim
   check_table_arguments(who, max_len, rotary_dim / 2, base);
 }
 
-namespace {
-
-constexpr double kPi = 3.14159265358979323846;
-
-// base^(-2i / R) for i < R / 2: the plain RoPE frequencies (HF: 1 / base^(arange(0, R, 2) / R)).
-std::vector<double> default_frequencies(double base, int64_t rotary_dim) {
-  std::vector<double> inv_freq(static_cast<size_t>(rotary_dim / 2));
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    const double exponent = static_cast<double>(2 * i) / static_cast<double>(rotary_dim);
-    inv_freq[i] = 1.0 / std::pow(base, exponent);
-  }
-  return inv_freq;
-}
-
-// YaRN's and LongRoPE's default factor: the context extension max / original.
-double extension_factor(const RopeScalingOptions& scaling) {
-  const auto max = static_cast<double>(*scaling.max_position_embeddings());
-  const auto original = static_cast<double>(*scaling.original_max_position_embeddings());
-  return scaling.factor().value_or(max / original);
-}
-
-// YaRN's mscale: 1 for scale <= 1, else 0.1 * mscale * ln(scale) + 1.
-double yarn_mscale(double scale, double mscale) {
-  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
-RopeFrequencies yarn_frequencies(const RopeSpec& spec) {
-  const RopeScalingOptions& scaling = spec.scaling;
-  const double factor = extension_factor(scaling);
-  const double dim = static_cast<double>(spec.rotary_dim);
-  RopeFrequencies result;
-  if (scaling.attention_factor()) {
-    result.variant_attention_factor = *scaling.attention_factor();
-  } else if (scaling.mscale().value_or(0.0) != 0.0 &&
-             scaling.mscale_all_dim().value_or(0.0) != 0.0) {
-    result.variant_attention_factor =
-        yarn_mscale(factor, *scaling.mscale()) / yarn_mscale(factor, *scaling.mscale_all_dim());
-  } else {
-    result.variant_attention_factor = yarn_mscale(factor, 1.0);
-  }
-  // The dimension whose wavelength makes `rotations` turns over the original context.
-  const double original = static_cast<double>(*scaling.original_max_position_embeddings());
-  const auto correction_dim = [&](double rotations) {
-    return dim * std::log(original / (rotations * 2.0 * kPi)) / (2.0 * std::log(spec.base));
-  };
-  double low = correction_dim(scaling.beta_fast());
-  double high = correction_dim(scaling.beta_slow());
-  if (scaling.truncate()) {
-    low = std::floor(low);
-    high = std::ceil(high);
-  }
-  low = std::max(low, 0.0);
-  high = std::min(high, dim - 1.0);
-  if (low == high) {
-    high += 0.001; // as HF: no singular ramp
-  }
-  const std::vector<double> extrapolation = default_frequencies(spec.base, spec.rotary_dim);
-  result.inv_freq.resize(extrapolation.size());
-  for (size_t i = 0; i < extrapolation.size(); ++i) {
-    const double ramp = std::min(1.0, std::max(0.0, (static_cast<double>(i) - low) / (high - low)));
-    const double keep = 1.0 - ramp; // the share of the unscaled (extrapolated) frequency
-    result.inv_freq[i] = extrapolation[i] / factor * (1.0 - keep) + extrapolation[i] * keep;
-  }
-  return result;
-}
-
-RopeFrequencies longrope_frequencies(const RopeSpec& spec, c10::optional<int64_t> seq_len) {
-  const RopeScalingOptions& scaling = spec.scaling;
-  const int64_t original = *scaling.original_max_position_embeddings();
-  const double factor = extension_factor(scaling);
-  RopeFrequencies result;
-  const double log_original = std::log(static_cast<double>(original));
-  result.variant_attention_factor = scaling.attention_factor().value_or(
-      factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / log_original));
-  const std::vector<double>& ext =
-      seq_len && *seq_len > original ? scaling.long_factor() : scaling.short_factor();
-  result.inv_freq = default_frequencies(spec.base, spec.rotary_dim);
-  for (size_t i = 0; i < result.inv_freq.size(); ++i) {
-    result.inv_freq[i] /= ext[i];
-  }
-  return result;
-}
-
-std::vector<double> llama3_frequencies(const RopeSpec& spec) {
-  const RopeScalingOptions& scaling = spec.scaling;
-  const double factor = *scaling.factor();
-  const double old_context = static_cast<double>(*scaling.original_max_position_embeddings());
-  const double low_wavelength = old_context / scaling.low_freq_factor();
-  const double high_wavelength = old_context / scaling.high_freq_factor();
-  std::vector<double> inv_freq = default_frequencies(spec.base, spec.rotary_dim);
-  for (double& frequency : inv_freq) {
-    const double wavelength = 2.0 * kPi / frequency;
-    if (wavelength > low_wavelength) {
-      frequency /= factor;
-    } else if (!(wavelength < high_wavelength)) {
-      const double smooth = (old_context / wavelength - scaling.low_freq_factor()) /
-                            (scaling.high_freq_factor() - scaling.low_freq_factor());
-      frequency = (1.0 - smooth) * frequency / factor + smooth * frequency;
-    }
-  }
-  return inv_freq;
-}
-
-bool positive_number(double value) {
-  return std::isfinite(value) && value > 0.0;
-}
-
-} // namespace
-
-void check_rope_spec(const char* who, const RopeSpec& spec) {
-  const RopeScalingOptions& scaling = spec.scaling;
-  const RopeType type = scaling.type();
-  const int64_t half = spec.rotary_dim / 2;
-  TORCH_CHECK(*scaling.max_position_embeddings() >= 1 &&
-                  *scaling.original_max_position_embeddings() >= 1,
-              who, ": max_position_embeddings and original_max_position_embeddings must be >= 1, "
-              "but got ", *scaling.max_position_embeddings(), " and ",
-              *scaling.original_max_position_embeddings());
-  const bool needs_factor =
-      type == RopeType::kLinear || type == RopeType::kDynamic || type == RopeType::kLlama3;
-  TORCH_CHECK(!needs_factor || scaling.factor().has_value(), who, ": rope type '", type,
-              "' needs a scaling factor; set RopeScalingOptions::factor (HF: rope_scaling.factor)");
-  if (scaling.factor()) {
-    TORCH_CHECK(positive_number(*scaling.factor()), who,
-                ": the scaling factor must be a finite number > 0, but got ", *scaling.factor());
-  }
-  if (scaling.attention_factor()) {
-    TORCH_CHECK(positive_number(*scaling.attention_factor()), who,
-                ": attention_factor must be a finite number > 0, but got ",
-                *scaling.attention_factor());
-  }
-  switch (type) {
-    case RopeType::kDynamic:
-      TORCH_CHECK(spec.rotary_dim >= 4, who,
-                  ": dynamic NTK scaling raises the base to the power R / (R - 2), so it needs a "
-                  "rotated width R >= 4, but got ",
-                  spec.rotary_dim);
-      break;
-    case RopeType::kYarn:
-      TORCH_CHECK(positive_number(scaling.beta_fast()) && positive_number(scaling.beta_slow()),
-                  who, ": yarn's beta_fast and beta_slow must be finite numbers > 0, but got ",
-                  scaling.beta_fast(), " and ", scaling.beta_slow());
-      TORCH_CHECK(spec.base > 1.0, who,
-                  ": yarn divides by log(base), so base must be > 1, but got ", spec.base);
-      for (const auto& value : {scaling.mscale(), scaling.mscale_all_dim()}) {
-        TORCH_CHECK(!value || std::isfinite(*value), who,
-                    ": yarn's mscale and mscale_all_dim must be finite, but got ", *value);
-      }
-      break;
-    case RopeType::kLongRope:
-      for (const auto* factors : {&scaling.short_factor(), &scaling.long_factor()}) {
-        TORCH_CHECK(static_cast<int64_t>(factors->size()) == half, who,
-                    ": longrope needs short_factor and long_factor with one value per frequency "
-                    "(R / 2 = ", half, "), but got ", scaling.short_factor().size(), " and ",
-                    scaling.long_factor().size(), " values");
-        for (const double factor : *factors) {
-          TORCH_CHECK(positive_number(factor), who,
-                      ": longrope's short_factor and long_factor must hold finite numbers > 0, "
-                      "but hold ", factor);
-        }
-      }
-      break;
-    case RopeType::kLlama3:
-      TORCH_CHECK(positive_number(scaling.low_freq_factor()) &&
-                      positive_number(scaling.high_freq_factor()) &&
-                      scaling.low_freq_factor() < scaling.high_freq_factor(),
-                  who, ": llama3 needs 0 < low_freq_factor < high_freq_factor, but got ",
-                  scaling.low_freq_factor(), " and ", scaling.high_freq_factor());
-      break;
-    case RopeType::kDefault:
-    case RopeType::kLinear:
-      break;
-  }
-  TORCH_CHECK(spec.freq_factors.empty() || static_cast<int64_t>(spec.freq_factors.size()) == half,
-              who, ": freq_factors must be empty or hold one divisor per frequency (R / 2 = ", half,
-              "), but holds ", spec.freq_factors.size());
-  for (const double factor : spec.freq_factors) {
-    TORCH_CHECK(positive_number(factor), who,
-                ": freq_factors must hold finite numbers > 0, but holds ", factor);
-  }
-}
-
-RopeFrequencies rope_frequencies(const RopeSpec& spec, c10::optional<int64_t> seq_len,
-                                 const char* who) {
-  check_rope_spec(who, spec);
-  const RopeScalingOptions& scaling = spec.scaling;
-  RopeFrequencies result;
-  switch (scaling.type()) {
-    case RopeType::kDefault:
-      result.inv_freq = default_frequencies(spec.base, spec.rotary_dim);
-      break;
-    case RopeType::kLinear:
-      result.inv_freq = default_frequencies(spec.base, spec.rotary_dim);
-      for (double& frequency : result.inv_freq) {
-        frequency /= *scaling.factor();
-      }
-      break;
-    case RopeType::kDynamic: {
-      // NTK-aware: base * (factor * L / max - (factor - 1))^(R / (R - 2)), L >= max.
-      const double max = static_cast<double>(*scaling.max_position_embeddings());
-      const double length = std::max(static_cast<double>(seq_len.value_or(0)), max);
-      const double dim = static_cast<double>(spec.rotary_dim);
-      const double factor = *scaling.factor();
-      const double base =
-          spec.base * std::pow(factor * length / max - (factor - 1.0), dim / (dim - 2.0));
-      result.inv_freq = default_frequencies(base, spec.rotary_dim);
-      break;
-    }
-    case RopeType::kYarn:
-      result = yarn_frequencies(spec);
-      break;
-    case RopeType::kLongRope:
-      result = longrope_frequencies(spec, seq_len);
-      break;
-    case RopeType::kLlama3:
-      result.inv_freq = llama3_frequencies(spec);
-      break;
-  }
-  for (size_t i = 0; i < spec.freq_factors.size(); ++i) {
-    result.inv_freq[i] /= spec.freq_factors[i];
-  }
-  for (const double frequency : result.inv_freq) {
-    TORCH_CHECK(std::isfinite(frequency) && std::abs(frequency) <= kMaxFrequency, who,
-                ": the rope type '", scaling.type(), "' with these parameters (base ", spec.base,
-                ") gives the frequency ", frequency,
-                ", outside [-1.9e289, 1.9e289] (an angle would not be a finite number); check "
-                "the scaling parameters");
-  }
-  TORCH_CHECK(positive_number(result.variant_attention_factor), who,
-              ": the rope type '", scaling.type(), "' gives the attention factor ",
-              result.variant_attention_factor, "; it must be a finite number > 0 (check mscale, "
-              "mscale_all_dim or attention_factor)");
-  result.attention_factor =
-      spec.attention_factor_in_cos_sin ? result.variant_attention_factor : 1.0;
-  return result;
-}
-
 at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequencies,
                                const at::Tensor& positions, const char* who) {
   const int64_t half = spec.rotary_dim / 2;
-  const bool longrope = spec.scaling.type() == RopeType::kLongRope;
+  // (two fixed sets, the long one past the switch: longrope; else one set, rescaled: dynamic)
+  const bool longrope = rope_type_entry(spec.scaling.type()).switches == RopeSwitch::kLongFactors;
   TORCH_CHECK(frequencies.scalar_type() == at::kDouble &&
                   (longrope ? frequencies.dim() == 2 && frequencies.size(0) == 2
                             : frequencies.dim() == 1) &&
@@ -303,17 +68,6 @@ at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequenci
   return frequencies * at::pow(s, exponents);
 }
 
-c10::optional<int64_t> rope_switch_length(const RopeSpec& spec) {
-  switch (spec.scaling.type()) {
-    case RopeType::kDynamic:
-      return spec.scaling.max_position_embeddings();
-    case RopeType::kLongRope:
-      return spec.scaling.original_max_position_embeddings();
-    default:
-      return c10::nullopt;
-  }
-}
-
 namespace {
 RopeSpec resolved_spec(int64_t rotary_dim, double base, const RopeScalingOptions& scaling,
                        const std::vector<double>& freq_factors, bool in_cos_sin, int64_t max_len) {
@@ -345,17 +99,13 @@ RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions
 RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
                                 const functional::RotaryTablesFuncOptions& options) {
   check_rotary_arguments(who, 1, rotary_dim, options.base());
-  // dynamic reads max_position_embeddings; yarn/longrope/llama3 default their original length to
-  // it, and yarn/longrope their factor to max / original.
+  // dynamic reads max_position_embeddings; the types that read the original length default it to
+  // max_position_embeddings, and yarn/longrope their factor to max / original.
   const RopeScalingOptions& scaling = options.scaling();
-  const RopeType type = scaling.type();
-  const bool extends_context =
-      type == RopeType::kYarn || type == RopeType::kLongRope || type == RopeType::kLlama3;
-  const bool implied_factor =
-      (type == RopeType::kYarn || type == RopeType::kLongRope) && !scaling.factor();
-  const bool reads_length = type == RopeType::kDynamic ||
-                            (extends_context && !scaling.original_max_position_embeddings()) ||
-                            implied_factor;
+  const RopeTypeEntry& entry = rope_type_entry(scaling.type());
+  const bool reads_length = entry.switches == RopeSwitch::kNtkBase ||
+                            (entry.reads_original && !scaling.original_max_position_embeddings()) ||
+                            (entry.factor_from_lengths && !scaling.factor());
   TORCH_CHECK(!reads_length || scaling.max_position_embeddings(), who, ": rope type '",
               scaling.type(),
               "' reads the model's context length; set scaling.max_position_embeddings (and "

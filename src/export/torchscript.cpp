@@ -1,6 +1,7 @@
 #include <posenc/export.h>
 
 #include "detail/attention_bias.h"
+#include "detail/rope_types.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
 #include "detail/vision.h"
@@ -222,7 +223,8 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   // the per-frequency divisors.
   const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
   exported.register_attribute("switch_len", c10::IntType::get(), switch_length.value_or(-1));
-  const bool longrope = spec.scaling.type() == RopeType::kLongRope;
+  const bool longrope =
+      detail::rope_type_entry(spec.scaling.type()).switches == detail::RopeSwitch::kLongFactors;
   const at::Tensor long_inv_freq =
       longrope ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1).inv_freq,
                             at::kDouble)

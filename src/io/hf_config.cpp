@@ -1,5 +1,8 @@
 #include <posenc/io/hf_config.h>
 
+#include "detail/rope_parameters.h"
+#include "detail/rope_types.h"
+
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
@@ -69,17 +72,6 @@ std::vector<double> numbers(const std::string& source, const json& object, const
   return result;
 }
 
-RopeType rope_type_of(const std::string& source, const std::string& name, const char* where) {
-  for (const RopeType type : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic,
-                              RopeType::kYarn, RopeType::kLongRope, RopeType::kLlama3}) {
-    if (name == rope_type_name(type)) {
-      return type;
-    }
-  }
-  TORCH_CHECK(false, source, ": unknown ", where, "rope_type '", name,
-              "'; posenc knows default, linear, dynamic, yarn, longrope and llama3");
-}
-
 json parse(const std::string& text, const std::string& source) {
   try {
     return json::parse(text);
@@ -144,6 +136,24 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               "many positions), but is ",
               max_positions ? std::to_string(*max_positions) : std::string("missing"));
 
+  // The rope type and its parameters (detail/rope_types.cpp: the one reader of rope parameters).
+  const detail::RopeBlock block =
+      detail::read_rope_block(parameters, source, where, detail::RopeBlockKind::kConfig);
+  const detail::RopeTypeEntry& entry = detail::rope_type_entry(block.scaling.type());
+  RopeScalingOptions scaling = block.scaling;
+  scaling.max_position_embeddings(*max_positions);
+  if (entry.reads_original) {
+    // A top-level original_max_position_embeddings wins (Phi-3), then the rope parameters', then
+    // max_position_embeddings (transformers' standardize_rope_params).
+    const c10::optional<int64_t> original =
+        integer(source, config, "original_max_position_embeddings", top);
+    scaling.original_max_position_embeddings(
+        original ? original
+                 : scaling.original_max_position_embeddings().value_or(*max_positions));
+  } else {
+    scaling.original_max_position_embeddings(c10::nullopt);
+  }
+
   // rope_theta and partial_rotary_factor: inside the rope parameters first, then beside them.
   const double base = number(source, parameters, "rope_theta", where)
                           .value_or(number(source, config, "rope_theta", top).value_or(10000.0));
@@ -152,21 +162,15 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                                            .value_or(1.0));
   TORCH_CHECK(partial > 0.0 && partial <= 1.0, source,
               ": partial_rotary_factor must lie in (0, 1], but is ", partial);
-  const auto rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
+  // A type that rotates the whole head (proportional) turns only a share of its pairs instead.
+  scaling.partial_rotary_factor(entry.rotates_whole_head ? partial : 1.0);
+  const auto rotary_dim = entry.rotates_whole_head
+                              ? head_dim
+                              : static_cast<int64_t>(static_cast<double>(head_dim) * partial);
   TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, source,
               ": the rotated width int(head_dim * partial_rotary_factor) = int(", head_dim, " * ",
               partial, ") = ", rotary_dim, " must be even and >= 2");
 
-  const json& type_value =
-      field(parameters, "rope_type").is_null() ? field(parameters, "type")
-                                               : field(parameters, "rope_type");
-  TORCH_CHECK(type_value.is_null() || type_value.is_string(), source, ": ", where,
-              "rope_type must be a string, but is a ", type_name(type_value));
-  // Qwen2-VL's transformers 4 configs name M-RoPE's type "mrope": default frequencies.
-  const std::string type_name_given =
-      type_value.is_null() ? "default" : type_value.get<std::string>();
-  const RopeType type =
-      rope_type_of(source, type_name_given == "mrope" ? "default" : type_name_given, where);
   // Multimodal RoPE: mrope_section (Qwen2-VL, Qwen2.5-VL) and mrope_interleaved (Qwen3-VL).
   std::vector<int64_t> mrope_section;
   if (!field(parameters, "mrope_section").is_null()) {
@@ -176,53 +180,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       mrope_section.push_back(static_cast<int64_t>(size));
     }
   }
-  TORCH_CHECK(type_name_given != "mrope" || !mrope_section.empty(), source, ": ", where,
+  TORCH_CHECK(!block.mrope_alias || !mrope_section.empty(), source, ": ", where,
               "rope type 'mrope' needs mrope_section");
   const json& interleaved = field(parameters, "mrope_interleaved");
   TORCH_CHECK(interleaved.is_null() || interleaved.is_boolean(), source, ": ", where,
               "mrope_interleaved must be true or false, but is a ", type_name(interleaved));
-
-  RopeScalingOptions scaling(type);
-  scaling.max_position_embeddings(*max_positions);
-  scaling.factor(number(source, parameters, "factor", where));
-  if (type == RopeType::kYarn || type == RopeType::kLongRope || type == RopeType::kLlama3) {
-    // A top-level original_max_position_embeddings wins (Phi-3), then the rope parameters', then
-    // max_position_embeddings.
-    const c10::optional<int64_t> original =
-        integer(source, config, "original_max_position_embeddings", top);
-    scaling.original_max_position_embeddings(
-        original ? original
-                 : integer(source, parameters, "original_max_position_embeddings", where)
-                       .value_or(*max_positions));
-  }
-  scaling.attention_factor(number(source, parameters, "attention_factor", where));
-  if (type == RopeType::kYarn) {
-    // HF: `get("beta_fast") or 32`, so 0 means the default too.
-    const double fast = number(source, parameters, "beta_fast", where).value_or(0.0);
-    const double slow = number(source, parameters, "beta_slow", where).value_or(0.0);
-    scaling.beta_fast(fast != 0.0 ? fast : 32.0).beta_slow(slow != 0.0 ? slow : 1.0);
-    scaling.mscale(number(source, parameters, "mscale", where));
-    scaling.mscale_all_dim(number(source, parameters, "mscale_all_dim", where));
-    const json& truncate = field(parameters, "truncate");
-    TORCH_CHECK(truncate.is_null() || truncate.is_boolean(), source, ": ", where,
-                "truncate must be true or false, but is a ", type_name(truncate));
-    scaling.truncate(truncate.is_null() || truncate.get<bool>());
-  }
-  if (type == RopeType::kLongRope) {
-    scaling.short_factor(numbers(source, parameters, "short_factor", where));
-    scaling.long_factor(numbers(source, parameters, "long_factor", where));
-  }
-  if (type == RopeType::kLlama3) {
-    const c10::optional<double> low = number(source, parameters, "low_freq_factor", where);
-    const c10::optional<double> high = number(source, parameters, "high_freq_factor", where);
-    TORCH_CHECK(low && high, source, ": ", where,
-                "llama3 needs low_freq_factor and high_freq_factor (LLaMA 3.1: 1 and 4)");
-    scaling.low_freq_factor(*low).high_freq_factor(*high);
-  }
-  const bool needs_factor =
-      type == RopeType::kLinear || type == RopeType::kDynamic || type == RopeType::kLlama3;
-  TORCH_CHECK(!needs_factor || scaling.factor(), source, ": ", where, "factor is needed by rope "
-              "type '", type, "'");
 
   result.options = RotaryEmbeddingOptions(head_dim, *max_positions)
                        .base(base)

@@ -4,6 +4,7 @@
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
+#include "detail/rope_types.h"
 #include "detail/rotary.h"
 
 #include <ATen/ops/arange.h>
@@ -52,7 +53,7 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
   torch::Tensor inv_freq = at::tensor(frequencies.inv_freq, float64).to(device);
   const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
   torch::Tensor long_inv_freq =
-      spec.scaling.type() == RopeType::kLongRope
+      detail::rope_type_entry(spec.scaling.type()).switches == detail::RopeSwitch::kLongFactors
           ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1, kName).inv_freq, float64)
                 .to(device)
           : torch::Tensor();
@@ -85,27 +86,9 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   if (options.beyond_max_len() != BeyondMaxLen::kError) {
     stream << ", beyond_max_len=" << options.beyond_max_len();
   }
-  const RopeScalingOptions& scaling = options.scaling();
-  if (scaling.type() != RopeType::kDefault) {
-    stream << ", rope_type=" << scaling.type();
-    if (scaling.factor()) {
-      stream << ", factor=" << *scaling.factor();
-    }
-    const detail::RopeSpec spec = detail::rope_spec(options);
-    if (scaling.type() == RopeType::kDynamic) {
-      stream << ", max_position_embeddings=" << *spec.scaling.max_position_embeddings();
-    }
-    if (scaling.type() == RopeType::kYarn || scaling.type() == RopeType::kLongRope ||
-        scaling.type() == RopeType::kLlama3) {
-      stream << ", original_max_position_embeddings="
-             << *spec.scaling.original_max_position_embeddings();
-    }
-    if (scaling.type() == RopeType::kYarn || scaling.type() == RopeType::kLongRope) {
-      stream << ", attention_factor=" << variant_attention_factor_;
-      if (!options.attention_factor_in_cos_sin()) {
-        stream << " (not in cos/sin)";
-      }
-    }
+  if (options.scaling().type() != RopeType::kDefault) {
+    stream << ", rope_type=" << options.scaling().type()
+           << detail::describe_rope_scaling(detail::rope_spec(options), variant_attention_factor_);
   }
   if (!options.freq_factors().empty()) {
     stream << ", freq_factors=[" << options.freq_factors().size() << "]";

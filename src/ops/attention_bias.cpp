@@ -11,6 +11,7 @@
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
+#include "detail/device_checks.h"
 
 #include <posenc/ops.h>
 
@@ -301,11 +302,15 @@ at::Tensor relative_position_bias_kernel(const at::Tensor& weight, int64_t query
               offset, " and query_length = ", query_length);
   // distances key - query from -(offset + Lq - 1) (first key, last query) up to Lk - 1 - offset
   const int64_t first = -(offset + query_length - 1);
-  // (made and bucketed on the weight's device: nothing copied from the host)
-  const at::Tensor distances = at::arange(
-      first, key_length - offset, at::TensorOptions().dtype(at::kLong).device(weight.device()));
+  // (on CUDA made and bucketed on the weight's device: nothing copied from the host; other
+  // devices bucket on the host)
+  const c10::Device where =
+      detail::checks_on_device(weight.device()) ? weight.device() : c10::Device(c10::kCPU);
+  const at::Tensor distances =
+      at::arange(first, key_length - offset, at::TensorOptions().dtype(at::kLong).device(where));
   const at::Tensor buckets =
-      ops::relative_position_bucket(distances, bidirectional, weight.size(0), max_distance);
+      ops::relative_position_bucket(distances, bidirectional, weight.size(0), max_distance)
+          .to(weight.device());
   const at::Tensor rows = at::embedding(weight, buckets).t(); // [H, Lq + Lk - 1]
   // rows[:, i' + j] holds distance j - (Lq - 1 - i'): unfold gives [H, Lq, Lk] indexed by i'
   return rows.unfold(1, key_length, 1).flip({1}).unsqueeze(0);

@@ -1,6 +1,7 @@
 // The rotary family: rotating queries and keys by the angles of their positions. Schemas and C++
 // entry points; kernels per backend in */rotary_kernel.*.
 
+#include "detail/rope_types.h"
 #include "ops/dispatch.h"
 
 #include <posenc/ops.h>
@@ -33,14 +34,9 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "bool interleaved=False, Tensor? inv_freq=None, float attention_factor=1.0) "
       "-> (Tensor, Tensor)");
   m.def(
-      "rope_frequencies(int rotary_dim, float base=10000.0, str rope_type=\"default\", "
-      "float? factor=None, int? max_position_embeddings=None, "
-      "int? original_max_position_embeddings=None, float beta_fast=32.0, float beta_slow=1.0, "
-      "float? mscale=None, float? mscale_all_dim=None, bool truncate=True, "
-      "float? attention_factor=None, float[]? short_factor=None, float[]? long_factor=None, "
-      "float low_freq_factor=1.0, float high_freq_factor=4.0, float[]? freq_factors=None, "
-      "int? seq_len=None, Tensor? positions=None, Tensor? frequencies=None, Device? device=None) "
-      "-> (Tensor, Tensor)");
+      "rope_frequencies(int rotary_dim, float base=10000.0, str rope_parameters=\"{}\", "
+      "float[]? freq_factors=None, int? seq_len=None, Tensor? positions=None, "
+      "Tensor? frequencies=None, Device? device=None) -> (Tensor, Tensor)");
   m.def(
       "rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.0, "
       "ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)");
@@ -111,28 +107,19 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
 
 std::tuple<at::Tensor, at::Tensor> rope_frequencies(const RopeFrequenciesArguments& arguments) {
   static const auto op = typed_op<std::tuple<at::Tensor, at::Tensor>(
-      int64_t, double, c10::string_view, c10::optional<double>, c10::optional<int64_t>,
-      c10::optional<int64_t>, double, double, c10::optional<double>, c10::optional<double>, bool,
-      c10::optional<double>, c10::optional<at::ArrayRef<double>>,
-      c10::optional<at::ArrayRef<double>>, double, double, c10::optional<at::ArrayRef<double>>,
+      int64_t, double, c10::string_view, c10::optional<at::ArrayRef<double>>,
       c10::optional<int64_t>, OptionalTensor, OptionalTensor, c10::optional<at::Device>)>(
       "posenc::rope_frequencies");
-  const auto list = [](const std::vector<double>& values) {
-    return values.empty() ? c10::optional<at::ArrayRef<double>>()
-                          : c10::optional<at::ArrayRef<double>>(values);
-  };
-  const RopeScalingOptions& s = arguments.scaling;
   const auto optional = [](const at::Tensor& tensor) {
     return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
   };
-  const c10::optional<at::Tensor> positions = optional(arguments.positions);
-  const c10::optional<at::Tensor> frequencies = optional(arguments.frequencies);
-  return op.call(arguments.rotary_dim, arguments.base, rope_type_name(s.type()), s.factor(),
-                 s.max_position_embeddings(), s.original_max_position_embeddings(), s.beta_fast(),
-                 s.beta_slow(), s.mscale(), s.mscale_all_dim(), s.truncate(), s.attention_factor(),
-                 list(s.short_factor()), list(s.long_factor()), s.low_freq_factor(),
-                 s.high_freq_factor(), list(arguments.freq_factors), arguments.seq_len, positions,
-                 frequencies, arguments.device);
+  const std::vector<double>& divisors = arguments.freq_factors;
+  return op.call(arguments.rotary_dim, arguments.base,
+                 detail::rope_scaling_to_json(arguments.scaling),
+                 divisors.empty() ? c10::optional<at::ArrayRef<double>>()
+                                  : c10::optional<at::ArrayRef<double>>(divisors),
+                 arguments.seq_len, optional(arguments.positions), optional(arguments.frequencies),
+                 arguments.device);
 }
 
 std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,

@@ -11,6 +11,7 @@
 
 #include "detail/device_checks.h"
 #include "detail/positions.h"
+#include "detail/vision.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
 #include "ops/backend_entries.h"
@@ -19,6 +20,11 @@
 #include "test_util.h"
 
 #include <ATen/ops/empty.h>
+#ifdef POSENC_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -300,8 +306,10 @@ TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
 // axis map, grid coordinates) place them on the device without copying from host memory
 // (detail::upload), and every other call on device tensors makes what it needs there: on meta
 // (what a CUDA call runs, but for the kernels), no "aten::_to_copy"/"aten::copy_" from the CPU,
-// no read, and outputs on meta. (The counter sees the copies the other tests of this file and
-// device_test.cpp would make too: they expect none.)
+// no read, and outputs on meta. The code a CUDA call runs is called directly (the composite
+// kernels, the detail functions): the operators' Meta kernels, which a meta call of the operator
+// would run instead, compute nothing. (The counter sees the copies the other tests of this file
+// and device_test.cpp would make too: they expect none.)
 TEST(DeviceEntry, CallsOnADeviceCopyNothingFromTheHost) {
   const auto run = [](const std::string& what, const std::function<std::vector<at::Tensor>()>& call) {
     const HostReadCounter counter;
@@ -331,9 +339,14 @@ TEST(DeviceEntry, CallsOnADeviceCopyNothingFromTheHost) {
         posenc::detail::sinusoidal_rows(float_positions, posenc::detail::column_plan(spec),
                                         torch::kFloat)};
   });
-  run("add_positional_encoding with positions", [&] {
-    return std::vector<at::Tensor>{posenc::ops::add_positional_encoding(
-        torch::empty({2, 5, 10}, meta(torch::kFloat)), 0, 10000.0, true, long_positions)};
+  const at::Tensor x = torch::empty({2, 5, 10}, meta(torch::kFloat));
+  run("add_positional_encoding with positions (composite kernel)", [&] {
+    return std::vector<at::Tensor>{posenc::ops::composite::add_positional_encoding(
+        x, 0, 10000.0, true, long_positions, 1.0, "interleaved", "paper")};
+  });
+  run("add_positional_encoding with an offset (composite kernel)", [&] {
+    return std::vector<at::Tensor>{posenc::ops::composite::add_positional_encoding(
+        x, 7, 10000.0, false, c10::nullopt, 2.0, "concatenated", "tensor2tensor")};
   });
   const posenc::detail::RopeSpec rope = posenc::detail::rope_spec(
       posenc::RotaryEmbeddingOptions(8, 64).scaling(
@@ -371,20 +384,24 @@ TEST(DeviceEntry, CallsOnADeviceCopyNothingFromTheHost) {
         torch::empty({3, 2, 5}, meta(torch::kLong)), {1, 1, 2}, true, c10::nullopt, 1.0);
     return std::vector<at::Tensor>{std::get<0>(rows), std::get<1>(rows)};
   });
-  run("timestep_embedding", [&] {
-    return std::vector<at::Tensor>{
-        posenc::ops::timestep_embedding(torch::empty({4}, meta(torch::kFloat)), 33)};
+  run("timestep_embedding (detail)", [&] {
+    posenc::detail::TimestepSpec timesteps;
+    timesteps.embedding_dim = 33;
+    return std::vector<at::Tensor>{posenc::detail::timestep_embedding(
+        "test", torch::empty({4}, meta(torch::kFloat)), timesteps, torch::kFloat)};
   });
-  run("grid_ids and axial_rotary_tables", [&] {
+  run("grid_ids (composite kernel) and axial_rotary_tables (detail)", [&] {
     const at::Tensor ids =
         posenc::ops::grid_ids({3, 4}, {6, 8}, 0.5, "xy", torch::kDouble, kMeta);
-    const auto tables = posenc::ops::axial_rotary_tables(ids, {8, 8});
-    return std::vector<at::Tensor>{ids, std::get<0>(tables), std::get<1>(tables)};
+    const auto tables =
+        posenc::detail::axial_rotary_tables("test", ids, {8, 8}, 10000.0, torch::kFloat);
+    return std::vector<at::Tensor>{ids, tables.first, tables.second};
   });
   // (relative_position_bias makes its distances with at::arange on the weight's device and
   // buckets them there; its at::embedding and flip have no C++ Meta kernels: device_test marks it)
-  run("rotary_tables with frequencies on the device", [&] {
-    const auto tables = posenc::ops::rotary_tables(16, torch::empty({4}, meta(torch::kDouble)));
+  run("rotary_tables with frequencies on the device (composite kernel)", [&] {
+    const auto tables = posenc::ops::composite::rotary_tables(
+        16, torch::empty({4}, meta(torch::kDouble)), 1.0, c10::nullopt, c10::nullopt);
     return std::vector<at::Tensor>{std::get<0>(tables), std::get<1>(tables)};
   });
 }
@@ -543,3 +560,72 @@ TEST(DeviceEntry, UploadIsExactOnTheGpu_CUDA) {
   const at::Tensor axes = torch::tensor({0, 2, 1, 1, 2, 0}, torch::kLong);
   EXPECT_TRUE(torch::equal(posenc::detail::upload(axes, cuda).cpu(), axes));
 }
+
+#ifdef POSENC_WITH_CUDA
+// Every module forward that runs on CUDA tensors without waiting for the device can be captured in
+// a CUDA graph (a copy from pageable host memory or a read back fails the capture): each call is
+// run once, captured on a side stream, replayed, and its replay compared with the eager result,
+// bit for bit (the same kernels). Runs under scripts/gpu_check.sh.
+TEST(DeviceEntry, ModuleForwardsCaptureInACudaGraph_CUDA) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const torch::Device cuda(torch::kCUDA);
+  const auto captures = [&](const std::string& what, const std::function<at::Tensor()>& call) {
+    const at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+    at::cuda::CUDAGraph graph;
+    at::Tensor eager;
+    at::Tensor captured;
+    const std::string error = posenc_test::error_message([&] {
+      const c10::cuda::CUDAStreamGuard guard(side);
+      eager = call().clone();
+      graph.capture_begin();
+      captured = call();
+      graph.capture_end();
+    });
+    ASSERT_EQ(error, "<no error>") << what;
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_TRUE(torch::equal(captured, eager)) << what;
+  };
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 5, 8}, cuda);
+  const torch::Tensor positions = torch::tensor({{0, 3, -1, 5, 6}, {1, 2, 3, 4, -1}}, cuda);
+  posenc::PositionalEncoding pe(
+      posenc::PositionalEncodingOptions(8, 16).beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+  pe->to(cuda);
+  captures("PositionalEncoding offset", [&] { return pe(x, 3); });
+  captures("PositionalEncoding past the table", [&] { return pe(x, 14); });
+  captures("PositionalEncoding positions", [&] { return pe->forward_positions(x, positions); });
+  posenc::TokenAndPositionEmbedding embed(30, 8, 16);
+  embed->to(cuda);
+  const torch::Tensor ids = torch::randint(0, 30, {2, 5}, torch::TensorOptions(cuda).dtype(torch::kLong));
+  captures("TokenAndPositionEmbedding", [&] { return embed->forward_positions(ids, positions); });
+  for (const posenc::RopeScalingOptions& scaling :
+       {posenc::RopeScalingOptions(), posenc::RopeScalingOptions(posenc::RopeType::kDynamic)
+                                          .factor(2.0)
+                                          .max_position_embeddings(16)}) {
+    posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(8, 32).scaling(scaling));
+    rope->to(cuda);
+    const torch::Tensor q = torch::randn({2, 5, 4, 8}, cuda);
+    const torch::Tensor k = torch::randn({2, 5, 2, 8}, cuda);
+    captures("RotaryEmbedding offset past the switch", [&] { return rope(q, 20); });
+    captures("RotaryEmbedding positions", [&] {
+      return std::get<0>(rope->forward_qk_positions(q, k, positions));
+    });
+  }
+  posenc::TimestepEmbedder timesteps(posenc::TimestepEmbedderOptions(32));
+  timesteps->to(cuda);
+  const torch::Tensor steps = torch::rand({4}, cuda) * 1000;
+  captures("TimestepEmbedder", [&] { return timesteps(steps); });
+  posenc::VisionRotaryEmbedding vision(posenc::VisionRotaryEmbeddingOptions(16).ref_feat_shape({4, 4}));
+  const torch::Tensor patches = torch::randn({2, 3, 1 + 6 * 6, 16}, cuda);
+  captures("VisionRotaryEmbedding", [&] { return vision->forward(patches, {6, 6}); });
+  posenc::RelativePositionBias t5(posenc::RelativePositionBiasOptions(4));
+  t5->to(cuda);
+  captures("RelativePositionBias", [&] { return t5(5, 7); });
+  posenc::ALiBi alibi(8);
+  alibi->to(cuda);
+  captures("ALiBi", [&] { return alibi(5, 7, c10::nullopt, true); });
+}
+#endif

@@ -266,6 +266,33 @@ TEST(RopeScaling, PrettyPrintNamesTheVariant) {
                       "attention_factor=1.13"),
             std::string::npos)
       << text;
+  // proportional: what it shows comes from its table entry (detail/rope_types.cpp)
+  RotaryEmbedding proportional(options_with(
+      RopeScalingOptions(RopeType::kProportional).partial_rotary_factor(0.25)));
+  EXPECT_NE(printed(*proportional).find("rope_type=proportional, partial_rotary_factor=0.25)"),
+            std::string::npos)
+      << printed(*proportional);
+}
+
+// Gemma 4's proportional RoPE (transformers' _compute_proportional_rope_parameters, compared with
+// transformers itself by test_rope_hf.py): the first int(partial * R // 2) pairs turn with the
+// default frequencies divided by factor, the others have frequency 0 (cos 1, sin 0: no rotation).
+TEST(RopeScaling, ProportionalTurnsAShareOfThePairs) {
+  RotaryEmbedding rope(RotaryEmbeddingOptions(16, 8).base(10000.0).scaling(
+      RopeScalingOptions(RopeType::kProportional).partial_rotary_factor(0.3).factor(2.0)));
+  const torch::Tensor inv_freq = rope->inv_freq();
+  ASSERT_EQ(inv_freq.numel(), 8);
+  for (int64_t i = 0; i < 8; ++i) {
+    // int(0.3 * 16 // 2) = int(4.8 // 2) = 2 pairs turn
+    const double expected =
+        i < 2 ? 1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / 16.0) / 2.0 : 0.0;
+    EXPECT_EQ(inv_freq[i].item<double>(), expected) << i;
+  }
+  EXPECT_TRUE(torch::equal(rope->cos.narrow(1, 2, 6), torch::ones({8, 6})));
+  EXPECT_TRUE(torch::equal(rope->sin.narrow(1, 2, 6), torch::zeros({8, 6})));
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(RotaryEmbeddingOptions(16, 8).scaling(
+                          RopeScalingOptions(RopeType::kProportional).partial_rotary_factor(1.5))),
+                      "partial_rotary_factor must lie in [0, 1], but got 1.5");
 }
 
 TEST(RopeScaling, BadParametersAreClearErrors) {
@@ -429,7 +456,8 @@ TEST(HfConfig, MalformedConfigsAreClearErrors) {
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
       "rope_scaling": {"rope_type": "llama3", "factor": 8}})"),
-                      "llama3 needs low_freq_factor and high_freq_factor");
+                      "rope_scaling.low_freq_factor is needed by rope type 'llama3' (LLaMA 3.1: "
+                      "factor 8, low_freq_factor 1, high_freq_factor 4)");
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
       "rope_scaling": {"rope_type": "longrope", "short_factor": [1, "a"]}})"),

@@ -173,6 +173,7 @@ def ints(rows):
     return torch.tensor(rows, dtype=torch.long)
 
 
+DYNAMIC_JSON = '{"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 32}'
 POS_L = [0, 3, 1, 7, 2]                             # [L] shared by the batch
 POS_BL = [[0, 3, -1, 5, 6], [1, 2, 3, 4, -1]]       # [B, L], -1 = padding
 POS_BL_ROTARY = [[0, 3, 9, 5, 6], [1, 2, 3, 4, 0]]  # [B, L]
@@ -262,10 +263,10 @@ OPERATOR_CASES = [
     # host-side frequencies: float64 on the CPU whatever the mode (no tensor argument, no device)
     _case("rope_frequencies", "default", lambda ops, T: ops.rope_frequencies(16), cpu_outputs=True),
     _case("rope_frequencies", "yarn", lambda ops, T: ops.rope_frequencies(
-        16, 10000.0, "yarn", 4.0, None, 64), cpu_outputs=True),
+        16, 10000.0, '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}'), cpu_outputs=True),
     # the frequencies of a length on a device: made on the host, placed there without a copy
     _case("rope_frequencies", "dynamic_device", lambda ops, T: ops.rope_frequencies(
-        16, 10000.0, "dynamic", 2.0, 32, seq_len=40, device=T.device)[:1]),
+        16, 10000.0, DYNAMIC_JSON, seq_len=40, device=T.device)[:1]),
     _case("rotary_tables", "default", lambda ops, T: ops.rotary_tables(16, T(inv_freq_of(8)), device=T.device)),
     _case("rotary_tables", "device_of_inv_freq", lambda ops, T: ops.rotary_tables(16, T(inv_freq_of(8)))),
     _case("rotary_tables", "float64_factor", lambda ops, T: ops.rotary_tables(
@@ -767,9 +768,14 @@ def test_device_path_refuses_positions_past_max_len(posenc):
 
 
 def test_rope_frequencies_takes_positions_or_a_length(posenc):
+    dynamic = '{"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 16}'
     with pytest.raises(RuntimeError, match="seq_len .* or positions .*, not both"):
-        posenc.ops.rope_frequencies(8, 10000.0, "dynamic", 2.0, 16, seq_len=20, positions=ints([1, 2]))
+        posenc.ops.rope_frequencies(8, 10000.0, dynamic, seq_len=20, positions=ints([1, 2]))
     with pytest.raises(RuntimeError, match="integer or floating-point tensor"):
-        posenc.ops.rope_frequencies(8, 10000.0, "dynamic", 2.0, 16, positions=torch.tensor([True]))
+        posenc.ops.rope_frequencies(8, 10000.0, dynamic, positions=torch.tensor([True]))
     with pytest.raises(RuntimeError, match="finite"):
-        posenc.ops.rope_frequencies(8, 10000.0, "dynamic", 2.0, 16, positions=torch.tensor([1.0, float("nan")]))
+        posenc.ops.rope_frequencies(8, 10000.0, dynamic, positions=torch.tensor([1.0, float("nan")]))
+    # device= names the positions' device ("cpu" is theirs here) or is left out
+    assert posenc.ops.rope_frequencies(8, 10000.0, dynamic, positions=ints([1, 20]), device="cpu")[0].shape == (4,)
+    with pytest.raises(RuntimeError, match="with positions, inv_freq lies on their device"):
+        posenc.ops.rope_frequencies(8, 10000.0, dynamic, positions=ints([1, 2]), device="meta")

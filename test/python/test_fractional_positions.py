@@ -11,6 +11,7 @@ and to 1e-12 where both stay in float64. transformers computes angles in float32
 position_ids` under `.float()`), an error of about p * 2^-24 at position p: posenc's error against
 a float64 truth must be no larger than that, and the two agree within it plus one ulp."""
 
+import json
 import math
 
 import pytest
@@ -29,7 +30,7 @@ POSITIONS = torch.tensor([0.0, 0.5, 1.25, 17.75, 255.5, 1000.125, 4095.875], dty
 
 
 def inv_freq(posenc_ops, dim, base=10000.0, **scaling):
-    return posenc_ops.rope_frequencies(dim, base, **scaling)[0]
+    return posenc_ops.rope_frequencies(dim, base, json.dumps(scaling))[0]
 
 
 def rotary_cos_sin(posenc_ops, positions, frequencies, interleaved):

@@ -258,13 +258,15 @@ def test_multimodal_rope_is_the_cpp_module(posenc, posenc_cli, tmp_path, interle
 
 
 def test_rotary_embedding_errors(posenc):
-    with pytest.raises(ValueError, match="unknown rope_scaling fields"):
+    with pytest.raises(ValueError, match="unknown rope_parameters key 'factr'; posenc reads rope_type, rope_theta, mrope_section, mrope_interleaved and factor"):
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear", "factr": 2.0})
-    with pytest.raises(ValueError, match="rope_type"):
+    with pytest.raises(ValueError, match="unknown rope_parameters.rope_type 'ntk-by-parts'; posenc knows default, .* and proportional"):
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "ntk-by-parts"})
+    with pytest.raises(ValueError, match="rope_parameters.factor must be a number, but is a string"):
+        posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear", "factor": "2"})
     with pytest.raises(ValueError, match="rotary_dim"):
         posenc.nn.RotaryEmbedding(8, 16, rotary_dim=10)
-    with pytest.raises(RuntimeError, match="factor"):  # the operator's check: linear needs a factor
+    with pytest.raises(ValueError, match="rope type 'linear' needs a scaling factor"):  # the operator's check
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear"})
     with pytest.raises(RuntimeError):  # sections summing to 5 pairs, not 4
         posenc.nn.RotaryEmbedding(8, 16, mrope_section=[1, 2, 2])

@@ -60,8 +60,9 @@ def test_qk_in_one_call_matches_transformers_with_grouped_query_heads(posenc_ops
     # The caches for this call from the operators (longrope past its original context: the long
     # frequencies), as a Python user builds them.
     rope_type, parameters = VARIANTS[name]
-    inv_freq, factor = posenc_ops.rope_frequencies(HEAD_DIM, 500000.0, rope_type, max_position_embeddings=MAX_POS,
-                                                   seq_len=offset + length, **parameters)
+    inv_freq, factor = posenc_ops.rope_frequencies(
+        HEAD_DIM, 500000.0, json.dumps({"rope_type": rope_type, "max_position_embeddings": MAX_POS, **parameters}),
+        seq_len=offset + length)
     cos, sin = posenc_ops.rotary_tables(MAX_POS, inv_freq, factor.item())
     q_op, k_op = posenc_ops.apply_rotary_qk(q, k, cos, sin, offset, None, False, True)
     q_ts, k_ts = exported.forward_qk(q, k, offset)
@@ -226,7 +227,8 @@ def test_rope_frequencies_operator_matches_transformers(posenc_ops, name):
     rope_type, parameters = VARIANTS[name]
     hf = hf_config(config)
     inv_freq64, factor64 = hf_frequencies_float64(hf)
-    inv_freq, factor = posenc_ops.rope_frequencies(HEAD_DIM, 500000.0, rope_type, max_position_embeddings=MAX_POS, **parameters)
+    # the rope_parameters block of the config, as transformers holds it, passed to the operator as is
+    inv_freq, factor = posenc_ops.rope_frequencies(HEAD_DIM, 500000.0, json.dumps({**hf.rope_parameters, "max_position_embeddings": MAX_POS}))
     assert inv_freq.dtype == torch.float64
     torch.testing.assert_close(inv_freq, inv_freq64, rtol=1e-14, atol=0)
     assert abs(factor.item() - factor64) <= 1e-15 * factor64

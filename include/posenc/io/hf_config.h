@@ -29,8 +29,9 @@ struct HfRopeConfig {
 /// transformers 4's `rope_theta` + `rope_scaling: {"type" | "rope_type": ..., ...}` and
 /// transformers 5's `rope_parameters: {"rope_type": ..., "rope_theta": ..., ...}`; a
 /// vision-language config's `text_config` is read when the top level has no attention heads.
-/// rope types: default, linear, dynamic, yarn, longrope, llama3, with transformers' parameter
-/// names and defaults (yarn: beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a
+/// rope types: default, linear, dynamic, yarn, longrope, llama3, proportional (posenc's table of
+/// rope types; for proportional the rotated width is the whole head and partial_rotary_factor
+/// the share of its pairs that turn), with transformers' parameter names and defaults (yarn: beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a
 /// factor: max_position_embeddings / original_max_position_embeddings; a top-level
 /// original_max_position_embeddings wins, as Phi-3's configs need). Multimodal RoPE:
 /// `mrope_section` (Qwen2-VL, Qwen2.5-VL; transformers 4's type "mrope" is the default

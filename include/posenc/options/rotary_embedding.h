@@ -55,6 +55,10 @@ struct RopeScalingOptions {
   /// original / high_freq_factor kept, and those between interpolated smoothly.
   TORCH_ARG(double, low_freq_factor) = 1.0;
   TORCH_ARG(double, high_freq_factor) = 4.0;
+  /// proportional: the share of the head's frequency pairs that turn (transformers'
+  /// `rope_parameters.partial_rotary_factor`); the others get frequency 0. The rotated width
+  /// stays the whole head. Ignored by the other types. Default: 1.
+  TORCH_ARG(double, partial_rotary_factor) = 1.0;
 };
 
 /// Options for the `RotaryEmbedding` module.

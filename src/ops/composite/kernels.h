@@ -44,6 +44,13 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(const at::Tensor& q, const at
                                                    bool inverse,
                                                    OptionalTensor inv_freq = c10::nullopt,
                                                    double attention_factor = 1.0);
+at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double base,
+                                   bool batch_first, OptionalTensor positions, double scale,
+                                   c10::string_view channels, c10::string_view frequencies);
+std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,
+                                                 double attention_factor,
+                                                 c10::optional<at::ScalarType> dtype,
+                                                 c10::optional<at::Device> device);
 std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
     at::IntArrayRef mrope_section, bool interleaved, OptionalTensor inv_freq,

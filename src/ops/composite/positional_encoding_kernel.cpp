@@ -136,6 +136,8 @@ at::Tensor add_positional_encoding_on_device(const at::Tensor& x, const at::Tens
   return add_rows(x, broadcast_rows(rows, p, batch_first), scale);
 }
 
+} // namespace
+
 at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double base,
                                    bool batch_first, OptionalTensor positions, double scale,
                                    c10::string_view channels, c10::string_view frequencies) {
@@ -172,6 +174,11 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
     }
   } else {
     detail::check_offset_start(who, offset, length);
+    if (detail::checks_on_device(x.device())) { // the positions made where x lies, rows there too
+      return add_positional_encoding_on_device(
+          x, at::arange(offset, offset + length, x.options().dtype(at::kLong)), spec, batch_first,
+          scale);
+    }
     checked = at::arange(offset, offset + length, at::TensorOptions().dtype(at::kLong));
   }
   if (x.numel() == 0) {
@@ -184,7 +191,6 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
   return add_rows(x, broadcast_rows(rows, checked, batch_first), scale);
 }
 
-} // namespace
 } // namespace composite
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {

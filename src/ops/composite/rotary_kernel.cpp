@@ -6,6 +6,7 @@
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
+#include "detail/rope_types.h"
 #include "detail/rotary.h"
 
 #include <posenc/options/rotary_embedding.h>
@@ -122,53 +123,26 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
 }
 
 std::tuple<at::Tensor, at::Tensor> rope_frequencies(
-    int64_t rotary_dim, double base, c10::string_view rope_type, c10::optional<double> factor,
-    c10::optional<int64_t> max_position_embeddings,
-    c10::optional<int64_t> original_max_position_embeddings, double beta_fast, double beta_slow,
-    c10::optional<double> mscale, c10::optional<double> mscale_all_dim, bool truncate,
-    c10::optional<double> attention_factor, c10::optional<at::ArrayRef<double>> short_factor,
-    c10::optional<at::ArrayRef<double>> long_factor, double low_freq_factor,
-    double high_freq_factor, c10::optional<at::ArrayRef<double>> freq_factors,
-    c10::optional<int64_t> seq_len, const c10::optional<at::Tensor>& positions,
-    const c10::optional<at::Tensor>& given_frequencies, c10::optional<at::Device> device) {
+    int64_t rotary_dim, double base, c10::string_view rope_parameters,
+    c10::optional<at::ArrayRef<double>> freq_factors, c10::optional<int64_t> seq_len,
+    const c10::optional<at::Tensor>& positions, const c10::optional<at::Tensor>& given_frequencies,
+    c10::optional<at::Device> device) {
   const char* who = detail::caller_or("posenc::rope_frequencies");
-  c10::optional<RopeType> type;
-  for (const RopeType candidate : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic,
-                                   RopeType::kYarn, RopeType::kLongRope, RopeType::kLlama3}) {
-    if (rope_type == rope_type_name(candidate)) {
-      type = candidate;
-    }
-  }
-  TORCH_CHECK(type, who, ": unknown rope_type '", std::string(rope_type),
-              "'; expected default, linear, dynamic, yarn, longrope or llama3");
-  const auto vector = [](const c10::optional<at::ArrayRef<double>>& values) {
-    return values ? values->vec() : std::vector<double>();
-  };
-  RopeScalingOptions scaling(*type);
-  scaling.factor(factor)
-      .max_position_embeddings(max_position_embeddings)
-      .original_max_position_embeddings(original_max_position_embeddings)
-      .beta_fast(beta_fast)
-      .beta_slow(beta_slow)
-      .mscale(mscale)
-      .mscale_all_dim(mscale_all_dim)
-      .truncate(truncate)
-      .attention_factor(attention_factor)
-      .short_factor(vector(short_factor))
-      .long_factor(vector(long_factor))
-      .low_freq_factor(low_freq_factor)
-      .high_freq_factor(high_freq_factor);
   TORCH_CHECK(!seq_len || *seq_len >= 1, who,
               ": seq_len must be >= 1 (a call's last position + 1), but got ", *seq_len);
   const auto options = functional::RotaryTablesFuncOptions()
                            .base(base)
-                           .scaling(scaling)
-                           .freq_factors(vector(freq_factors))
+                           .scaling(detail::rope_scaling_from_json(who, rope_parameters, base))
+                           .freq_factors(freq_factors ? freq_factors->vec() : std::vector<double>())
                            .seq_len(seq_len);
   const bool has_positions = positions.has_value() && positions->defined();
   TORCH_CHECK(!(seq_len && has_positions), who,
               ": pass seq_len (a call's length) or positions (a call's positions), not both");
-  TORCH_CHECK(!has_positions || !device || *device == positions->device(), who,
+  // ("cuda" names the positions' "cuda:0" too)
+  TORCH_CHECK(!has_positions || !device ||
+                  (device->type() == positions->device().type() &&
+                   (!device->has_index() || device->index() == positions->device().index())),
+              who,
               ": with positions, inv_freq lies on their device (", positions->device(),
               "), but device = ", *device, " was given; leave device out or move the positions");
   const detail::RopeSpec spec = detail::rope_spec_without_table(who, rotary_dim, options);
@@ -186,10 +160,12 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     } else {
       // (made on the host, placed on the positions' device without waiting for it)
       base = at::tensor(frequencies.inv_freq, float64);
-      if (spec.scaling.type() == RopeType::kLongRope) {
-        const int64_t original = *spec.scaling.original_max_position_embeddings();
+      const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
+      if (detail::rope_type_entry(spec.scaling.type()).switches ==
+          detail::RopeSwitch::kLongFactors) { // the second set: past the switch
         base = at::stack(
-            {base, at::tensor(detail::rope_frequencies(spec, original + 1, who).inv_freq, float64)});
+            {base,
+             at::tensor(detail::rope_frequencies(spec, *switch_length + 1, who).inv_freq, float64)});
       }
       base = detail::upload(base, positions->device());
     }

@@ -8,6 +8,8 @@
 // and into a graph's node when captured, so the upload neither waits nor depends on host memory
 // staying alive. The thread body is plain C++, run on the CPU by the tests' emulated grid.
 
+#include "ops/kernels/launch.h"
+
 #include <c10/macros/Macros.h>
 
 #include <algorithm>
@@ -35,12 +37,13 @@ struct UploadBody {
 
 /// The arguments of grid_stride_kernel<UploadBody> (the body, the work count, the geometry's two
 /// int64) stay within CUDA's 4096-byte limit.
-static_assert(sizeof(UploadBody) + 3 * sizeof(int64_t) <= 4096,
+static_assert(sizeof(UploadBody) + sizeof(int64_t) + sizeof(LaunchGeometry) <= 4096,
               "an upload's kernel arguments must fit CUDA's 4096-byte limit");
 
 /// Writes the `bytes` bytes at `host` to `out` (device memory) by one launch of `execute` per
 /// chunk of kUploadChunkBytes: launches on one stream run in order, so the bytes are there for
-/// any kernel launched after this call on that stream.
+/// any kernel launched after this call on that stream. (One launch for frequencies, axis maps and
+/// grid coordinates; a sinusoidal column plan takes 16 * D bytes, 17 launches at D = 4096.)
 template <typename Execute>
 void run_upload_grid(unsigned char* out, const unsigned char* host, int64_t bytes,
                      const Execute& execute) {
