@@ -17,8 +17,12 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -378,6 +382,7 @@ void fuzz_learned(FuzzedDataProvider& in) {
 
 void fuzz_rope_scaling(FuzzedDataProvider& in);
 void fuzz_hf_config(FuzzedDataProvider& in);
+void fuzz_hf_config_text(const std::string& text);
 void fuzz_qk_multimodal(FuzzedDataProvider& in);
 
 void fuzz_rotary(FuzzedDataProvider& in) {
@@ -473,10 +478,9 @@ void fuzz_rope_scaling(FuzzedDataProvider& in) {
   check_result(y, x);
 }
 
-// config.json bytes: read or rejected; what is read builds a module (small ones) or frequencies.
-void fuzz_hf_config(FuzzedDataProvider& in) {
-  const posenc::io::HfRopeConfig config =
-      posenc::io::read_hf_rope_config(in.ConsumeRandomLengthString(2048));
+// config.json text: read or rejected; what is read builds a module (small ones) or frequencies.
+void fuzz_hf_config_text(const std::string& text) {
+  const posenc::io::HfRopeConfig config = posenc::io::read_hf_rope_config(text);
   const posenc::RotaryEmbeddingOptions& options = config.options;
   if (options.max_len() <= 256 && options.head_dim() <= 256) {
     posenc::RotaryEmbedding rope(options);
@@ -488,6 +492,206 @@ void fuzz_hf_config(FuzzedDataProvider& in) {
     const auto table_options =
         F::RotaryTablesFuncOptions().base(options.base()).scaling(options.scaling());
     F::rotary_inv_freq(options.rotated_width(), table_options);
+  }
+}
+
+// config.json bytes as they come.
+void fuzz_hf_config(FuzzedDataProvider& in) {
+  fuzz_hf_config_text(in.ConsumeRandomLengthString(2048));
+}
+
+// --- structure-aware config.json and rope_parameters -----------------------------------------
+
+// A JSON value from the fuzzer's bytes: mostly what a config holds (numbers of every size, the
+// rope types' names, lists of numbers), sometimes the wrong type, nested objects and arrays.
+std::string json_value(FuzzedDataProvider& in, int depth);
+
+std::string json_number(FuzzedDataProvider& in) {
+  static const char* const specials[] = {"0", "1", "-1", "2", "0.5", "1e-300", "1e308", "-1e308",
+                                         "9223372036854775807", "9223372036854775808",
+                                         "-9223372036854775808", "4611686018427387904",
+                                         "9007199254740993", "1e16", "131072", "500000.0", "32",
+                                         "0.0", "-0.0", "3.5", "128"};
+  if (in.ConsumeBool()) {
+    return specials[in.ConsumeIntegralInRange<size_t>(0, std::size(specials) - 1)];
+  }
+  std::ostringstream text;
+  text.precision(17);
+  if (in.ConsumeBool()) {
+    text << in.ConsumeIntegralInRange<int64_t>(-4, 70000);
+  } else {
+    text << in.ConsumeFloatingPointInRange<double>(-1e6, 1e6);
+  }
+  return text.str();
+}
+
+std::string json_string(FuzzedDataProvider& in) {
+  static const char* const names[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3",
+                                      "proportional", "mrope", "su", "", "YARN", "ntk"};
+  if (in.ConsumeIntegralInRange<int>(0, 3) != 0) {
+    return std::string("\"") + names[in.ConsumeIntegralInRange<size_t>(0, std::size(names) - 1)] +
+           "\"";
+  }
+  std::string text = "\"";
+  for (const char c : in.ConsumeRandomLengthString(12)) {
+    if (c >= 0x20 && c != '"' && c != '\\' && static_cast<unsigned char>(c) < 0x7f) {
+      text += c;
+    }
+  }
+  return text + "\"";
+}
+
+std::string json_object(FuzzedDataProvider& in, int depth, bool rope_block) {
+  static const char* const config_keys[] = {
+      "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+      "max_position_embeddings", "rope_theta", "partial_rotary_factor", "rope_scaling",
+      "rope_parameters", "text_config", "original_max_position_embeddings", "model_type"};
+  static const char* const rope_keys[] = {
+      "rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+      "mscale", "mscale_all_dim", "truncate", "attention_factor", "short_factor", "long_factor",
+      "low_freq_factor", "high_freq_factor", "partial_rotary_factor", "rope_theta",
+      "mrope_section", "mrope_interleaved", "max_position_embeddings", "full_attention"};
+  std::string text = "{";
+  const int count = in.ConsumeIntegralInRange<int>(0, rope_block ? 8 : 10);
+  for (int i = 0; i < count && in.remaining_bytes() > 0; ++i) {
+    std::string key;
+    if (in.ConsumeIntegralInRange<int>(0, 9) == 0) {
+      key = json_string(in);
+    } else {
+      key = std::string("\"") +
+            (rope_block ? rope_keys[in.ConsumeIntegralInRange<size_t>(0, std::size(rope_keys) - 1)]
+                        : config_keys[in.ConsumeIntegralInRange<size_t>(
+                              0, std::size(config_keys) - 1)]) +
+            "\"";
+    }
+    const bool nested_block = !rope_block && (key == "\"rope_scaling\"" ||
+                                              key == "\"rope_parameters\"" ||
+                                              key == "\"text_config\"");
+    std::string value;
+    if (nested_block && depth < 3 && in.ConsumeIntegralInRange<int>(0, 4) != 0) {
+      value = json_object(in, depth + 1, key != "\"text_config\"");
+    } else {
+      value = json_value(in, depth + 1);
+    }
+    text += (i == 0 ? "" : ",") + key + ":" + value;
+  }
+  return text + "}";
+}
+
+std::string json_value(FuzzedDataProvider& in, int depth) {
+  switch (in.ConsumeIntegralInRange<int>(0, depth >= 3 ? 4 : 6)) {
+    case 0:
+      return "null";
+    case 1:
+      return in.ConsumeBool() ? "true" : "false";
+    case 2:
+      return json_string(in);
+    case 5: {
+      std::string text = "[";
+      const int count = in.ConsumeIntegralInRange<int>(0, 70);
+      for (int i = 0; i < count; ++i) {
+        text += (i == 0 ? "" : ",") +
+                (in.ConsumeIntegralInRange<int>(0, 15) == 0 ? json_value(in, depth + 1)
+                                                            : json_number(in));
+      }
+      return text + "]";
+    }
+    case 6:
+      return json_object(in, depth + 1, in.ConsumeBool());
+    default:
+      return json_number(in);
+  }
+}
+
+// A config.json built key by key (known keys, values of every type and size, nested blocks):
+// read or rejected by the reader; what is read builds a module or its frequencies; the rope
+// block alone goes to the rope_frequencies operator as its rope_parameters.
+void fuzz_config_json(FuzzedDataProvider& in) {
+  const std::string config = json_object(in, 0, /*rope_block=*/false);
+  try {
+    fuzz_hf_config_text(config);
+  } catch (const c10::Error&) {
+  }
+  // the operator's own JSON reader, through the dispatcher
+  const std::string block = json_object(in, 1, /*rope_block=*/true);
+  const int64_t rotary_dim = 2 * in.ConsumeIntegralInRange<int64_t>(1, 64);
+  const c10::optional<int64_t> seq_len =
+      in.ConsumeBool() ? c10::optional<int64_t>(in.ConsumeIntegral<int64_t>()) : c10::nullopt;
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rope_frequencies", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              int64_t, double, c10::string_view, c10::optional<at::ArrayRef<double>>,
+              c10::optional<int64_t>, const c10::optional<at::Tensor>&,
+              const c10::optional<at::Tensor>&, c10::optional<at::Device>)>();
+  const auto result = op.call(rotary_dim, 10000.0, block, c10::nullopt, seq_len, c10::nullopt,
+                              c10::nullopt, c10::nullopt);
+  const at::Tensor& inv_freq = std::get<0>(result);
+  if (inv_freq.numel() != rotary_dim / 2 || !inv_freq.isfinite().all().item<bool>() ||
+      !(std::get<1>(result).item<double>() > 0.0)) {
+    abort();
+  }
+}
+
+// packed_positions and context_parallel_positions with cu_seqlens, totals, starts, world sizes
+// and ranks anywhere in int64: positions that count from each sequence's start, or an error.
+void fuzz_positions(FuzzedDataProvider& in) {
+  const auto extreme = [&]() -> int64_t {
+    switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+      case 0:
+        return std::numeric_limits<int64_t>::max() - in.ConsumeIntegralInRange<int64_t>(0, 3);
+      case 1:
+        return std::numeric_limits<int64_t>::min() + in.ConsumeIntegralInRange<int64_t>(0, 3);
+      case 2:
+        return in.ConsumeIntegral<int64_t>();
+      default:
+        return in.ConsumeIntegralInRange<int64_t>(-2, 12);
+    }
+  };
+  if (in.ConsumeBool()) {
+    std::vector<int64_t> cu(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 6)));
+    for (int64_t& entry : cu) {
+      entry = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? extreme() : in.ConsumeIntegralInRange<int64_t>(0, 12);
+    }
+    std::sort(cu.begin(), cu.end());
+    if (!cu.empty() && in.ConsumeBool()) {
+      cu[in.ConsumeIntegralInRange<size_t>(0, cu.size() - 1)] = extreme(); // maybe unsorted
+    }
+    const int64_t total = in.ConsumeBool() ? (cu.empty() ? 0 : cu.back()) : extreme();
+    c10::optional<at::Tensor> start;
+    if (in.ConsumeBool()) {
+      std::vector<int64_t> starts(cu.empty() ? 0 : cu.size() - 1);
+      for (int64_t& s : starts) {
+        s = extreme();
+      }
+      start = torch::tensor(starts, torch::kLong);
+    }
+    const at::Tensor positions =
+        posenc::ops::packed_positions(torch::tensor(cu, torch::kLong), total, start);
+    if (positions.dim() != 1 || positions.size(0) != total) {
+      abort();
+    }
+    // each sequence counts up by one from its start
+    for (size_t s = 0; s + 1 < cu.size() && total <= 4096; ++s) {
+      for (int64_t t = cu[s]; t < cu[s + 1]; ++t) {
+        const int64_t expected = (start ? (*start)[static_cast<int64_t>(s)].item<int64_t>() : 0) + (t - cu[s]);
+        if (positions[t].item<int64_t>() != expected) {
+          abort();
+        }
+      }
+    }
+  } else {
+    const int64_t seq_len = extreme();
+    const int64_t world_size = extreme();
+    const int64_t rank = extreme();
+    const bool zigzag = in.ConsumeBool();
+    const at::Tensor positions =
+        posenc::ops::context_parallel_positions(seq_len, world_size, rank, zigzag);
+    if (positions.dim() != 1 || positions.numel() * world_size != seq_len ||
+        (positions.numel() > 0 && (positions.min().item<int64_t>() < 0 ||
+                                   positions.max().item<int64_t>() >= seq_len))) {
+      abort();
+    }
   }
 }
 
@@ -1303,10 +1507,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   torch::manual_seed(in.ConsumeIntegral<uint32_t>());
   try {
-    // One byte picks the mode: its value mod 16, where 8 is safetensors and any other value v is
-    // mode v % 8, so that the inputs kept for the eight older modes still reach theirs.
+    // One byte picks the mode: its value mod 16, where 8 is safetensors, 13 a structured
+    // config.json and rope_parameters, 14 packed and context-parallel positions, and any other
+    // value v mode v % 8, so that the inputs kept for the eight older modes still reach theirs.
     const int pick = in.ConsumeIntegralInRange<int>(0, 15);
-    switch (pick == 8 ? 8 : pick % 8) {
+    switch (pick == 8 || pick == 13 || pick == 14 ? pick : pick % 8) {
+      case 13:
+        fuzz_config_json(in);
+        break;
+      case 14:
+        fuzz_positions(in);
+        break;
       case 0:
         fuzz_sinusoidal(in);
         break;

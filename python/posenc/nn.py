@@ -58,6 +58,18 @@ def _choice(who: str, name: str, value: str, allowed: Sequence[str]) -> str:
     return value
 
 
+#: posenc's limit of elements in one table or weight (1 GiB in float32), as in C++ (detail/checks.h).
+_MAX_TABLE_ELEMENTS = 1 << 28
+
+
+def _check_table(who: str, what: str, rows: int, width: int, lower: str) -> None:
+    """`rows` rows of `width` (both >= 1) within posenc's limit, checked before anything is
+    allocated; the message names the table, its sizes and what to lower."""
+    if rows > _MAX_TABLE_ELEMENTS // width:
+        raise ValueError(f"{who}: {what} = {rows} * {width} elements is over posenc's limit of 2^28 elements "
+                         f"(1 GiB in float32); lower {lower}")
+
+
 def _check_dropout(who: str, p: float) -> None:
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"{who}: dropout must be a probability in [0, 1], but got {p}")
@@ -78,7 +90,30 @@ def _positions_from_padding_mask(padding_mask: Tensor, batch_first: bool) -> Ten
     return (real.cumsum(1 if batch_first else 0) - 1).masked_fill(padding_mask, -1)
 
 
-class _DerivedTables(torch.nn.Module):
+class _Module(torch.nn.Module):
+    """The base of posenc.nn's modules: `load_state_dict` applies the whole state or, when it raises
+    (a missing or unexpected key, a tensor of the wrong shape, anywhere in the state), leaves every
+    parameter and buffer of the module and its children as it was, as the C++ modules' loads do.
+    (torch.nn.Module's own load copies each matching tensor as it goes and raises at the end.)"""
+
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        saved = []
+        for module in self.modules():
+            for store in (module._parameters, module._buffers):
+                for name, tensor in store.items():
+                    saved.append((store, name, tensor, None if tensor is None else tensor.detach().clone()))
+        try:
+            return super().load_state_dict(state_dict, *args, **kwargs)
+        except BaseException:
+            with torch.no_grad():
+                for store, name, tensor, value in saved:
+                    store[name] = tensor  # (assign=True may have put another object there)
+                    if tensor is not None:
+                        tensor.copy_(value)
+            raise
+
+
+class _DerivedTables(_Module):
     """Buffers computed from the options: `_build_tables(dtype, device)` recomputes them; casts
     keep them in float32 or float64, as the C++ modules' `to()` does."""
 
@@ -117,7 +152,7 @@ def _apply_takes_recurse() -> bool:
 _APPLY_TAKES_RECURSE = _apply_takes_recurse()
 
 
-class _SequenceEncoding(torch.nn.Module):
+class _SequenceEncoding(_Module):
     """forward(x, offset) / forward_positions(x, positions) / forward_padded(x, padding_mask) of the
     modules that add a position table to `[B, L, D]` (or `[L, B, D]`) inputs."""
 
@@ -240,6 +275,11 @@ class LearnedPositionalEmbedding(_SequenceEncoding):
                  batch_first: bool = True, scale: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         _check_dropout("LearnedPositionalEmbedding", dropout)
+        if d_model < 1:
+            raise ValueError(f"LearnedPositionalEmbedding: d_model must be >= 1, but got {d_model}")
+        if max_len < 1:
+            raise ValueError(f"LearnedPositionalEmbedding: max_len must be >= 1, but got {max_len}")
+        _check_table("LearnedPositionalEmbedding", "a table of max_len * d_model", max_len, d_model, "max_len")
         if not init_std >= 0.0:
             raise ValueError(f"LearnedPositionalEmbedding: init_std must be finite and >= 0, but got {init_std}")
         self.d_model, self.max_len, self.init_std = d_model, max_len, init_std
@@ -257,7 +297,7 @@ class LearnedPositionalEmbedding(_SequenceEncoding):
         return f"d_model={self.d_model}, max_len={self.max_len}, dropout={self.dropout}, batch_first={self.batch_first}"
 
 
-class TokenAndPositionEmbedding(torch.nn.Module):
+class TokenAndPositionEmbedding(_Module):
     """Token embedding plus positions in one fused operator (``posenc::TokenAndPositionEmbedding``):
     ``tokens`` (an ``Embedding``, ``padding_idx`` rows zero) and ``positions`` (a
     ``PositionalEncoding`` or a ``LearnedPositionalEmbedding``: keys ``tokens.weight`` and
@@ -279,6 +319,11 @@ class TokenAndPositionEmbedding(torch.nn.Module):
             raise ValueError(f"{who}: vocab_size and d_model must be >= 1, but got {vocab_size} and {d_model}")
         if padding_idx is not None and not 0 <= padding_idx < vocab_size:
             raise ValueError(f"{who}: padding_idx must be in [0, vocab_size) = [0, {vocab_size}), but got {padding_idx}")
+        if max_len < 1:
+            raise ValueError(f"{who}: max_len must be >= 1, but got {max_len}")
+        # (every table checked before the first is allocated)
+        _check_table(who, "a token table of vocab_size * d_model", vocab_size, d_model, "vocab_size or d_model")
+        _check_table(who, "a position table of max_len * d_model", max_len, d_model, "max_len")
         self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
         self.scale = math.sqrt(d_model) if scale is None else scale
         self.padding_idx, self.dropout, self.batch_first = padding_idx, dropout, batch_first
@@ -306,16 +351,19 @@ class TokenAndPositionEmbedding(torch.nn.Module):
                 positions = positions.where(positions.lt(0), positions + offset)
             offset = 0
         ids = ids.to(torch.long)
-        if self.kind == "sinusoidal":
+        # (the ids' shape stands for the embeddings' in the choice of the path: [B, L, 1])
+        if self.kind == "sinusoidal" and self.positions._computed(ids.unsqueeze(-1), offset, positions):
+            # rows past the table or at fractional positions, from the definition; the ids checked
+            # where they lie, as the operator does
+            _assert_on_device(((ids >= 0) & (ids < self.vocab_size)).all(),
+                              f"TokenAndPositionEmbedding: token ids must lie in [0, vocab_size) = [0, {self.vocab_size})")
             emb = torch.nn.functional.embedding(ids, self.tokens.weight, self.padding_idx)
-            if self.positions._computed(emb, offset, positions):
-                # rows past the table or at fractional positions, from the definition
-                out = _computed_sum(emb, self.positions.pe.dtype, self.scale, offset, self.positions.base,
-                                    self.batch_first, positions)
-                if self.training and self.dropout > 0.0:
-                    out = torch.nn.functional.dropout(out, self.dropout, True)
-                return out
-        elif positions is not None and positions.is_floating_point():
+            out = _computed_sum(emb, self.positions.pe.dtype, self.scale, offset, self.positions.base,
+                                self.batch_first, positions)
+            if self.training and self.dropout > 0.0:
+                out = torch.nn.functional.dropout(out, self.dropout, True)
+            return out
+        if self.kind == "learned" and positions is not None and positions.is_floating_point():
             raise ValueError(f"TokenAndPositionEmbedding: learned positions are integers, but got {positions.dtype} positions")
         out, _ = _ops.token_and_position_embedding(
             ids, self.tokens.weight, self._table(), offset, self.batch_first, positions,
@@ -376,6 +424,10 @@ class RotaryEmbedding(_DerivedTables):
         self.heads_first = heads_first
         self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         scaling = dict(rope_scaling or {})
+        for key, value in scaling.items():  # (JSON has no NaN or infinity)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise ValueError(f"{who}: rope_scaling.{key} must be a finite number, but got {value}")
         self.rope_type = str(scaling.pop("rope_type", scaling.pop("type", "default")))
         self.rope_scaling = scaling
         #: The rope parameters as the operator reads them (max_position_embeddings: max_len by default).
@@ -506,7 +558,7 @@ class RotaryEmbedding(_DerivedTables):
                 f"base={self.base}, pairing={self.pairing}, heads_first={self.heads_first}, rope_type={self.rope_type}")
 
 
-class Timesteps(torch.nn.Module):
+class Timesteps(_Module):
     """Diffusers' sinusoidal timestep embedding (``posenc::Timesteps``, diffusers' ``Timesteps``):
     integer or fractional timesteps ``[N]`` -> ``[N, embedding_dim]``, computed in float64."""
 
@@ -525,7 +577,7 @@ class Timesteps(torch.nn.Module):
         return f"embedding_dim={self.embedding_dim}, flip_sin_to_cos={self.flip_sin_to_cos}, downscale_freq_shift={self.downscale_freq_shift}"
 
 
-class TimestepEmbedder(torch.nn.Module):
+class TimestepEmbedder(_Module):
     """DiT's ``TimestepEmbedder`` (``posenc::TimestepEmbedder``): the timestep embedding (cos first,
     no shift) through ``mlp`` = Linear, SiLU, Linear (keys ``mlp.0.*``, ``mlp.2.*``)."""
 
@@ -533,9 +585,12 @@ class TimestepEmbedder(torch.nn.Module):
         super().__init__()
         if hidden_size < 1:
             raise ValueError(f"TimestepEmbedder: hidden_size must be >= 1, but got {hidden_size}")
+        _check_table("TimestepEmbedder", "a weight of hidden_size * hidden_size", hidden_size, hidden_size, "hidden_size")
         self.hidden_size, self.frequency_embedding_size = hidden_size, frequency_embedding_size
         self.frequencies = Timesteps(frequency_embedding_size, flip_sin_to_cos=True,
-                                     downscale_freq_shift=0.0, max_period=max_period)
+                                     downscale_freq_shift=0.0, max_period=max_period)  # (its checks first)
+        _check_table("TimestepEmbedder", "a weight of hidden_size * frequency_embedding_size", hidden_size,
+                     frequency_embedding_size, "hidden_size or frequency_embedding_size")
         self.mlp = torch.nn.Sequential(torch.nn.Linear(frequency_embedding_size, hidden_size),
                                        torch.nn.SiLU(), torch.nn.Linear(hidden_size, hidden_size))
 
@@ -549,7 +604,7 @@ def _rotation_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-class AxialRotaryEmbedding(torch.nn.Module):
+class AxialRotaryEmbedding(_Module):
     """Axial RoPE of token coordinates (Flux's ``FluxPosEmbed``, ``posenc::AxialRotaryEmbedding``):
     ``forward(x, ids)`` rotates ``x`` ``[B, L, H, Dh]`` by the coordinates ``ids`` ``[L, A]``, axis
     ``a`` turning ``axes_dim[a] / 2`` frequency pairs."""
@@ -565,11 +620,18 @@ class AxialRotaryEmbedding(torch.nn.Module):
         return _ops.axial_rotary_tables(ids, self.axes_dim, self.theta, dtype=dtype)
 
     def forward(self, x: Tensor, ids: Tensor) -> Tensor:
+        length_dim = 2 if self.heads_first else 1
+        if x.dim() != 4:
+            raise ValueError(f"AxialRotaryEmbedding: expected a 4-D query or key tensor of shape "
+                             f"{'[B, H, L, Dh]' if self.heads_first else '[B, L, H, Dh]'}, but got shape {tuple(x.shape)}")
+        if ids.dim() != 2 or ids.shape[0] != x.shape[length_dim]:
+            raise ValueError(f"AxialRotaryEmbedding: ids must hold one row per token, [L, {len(self.axes_dim)}] with "
+                             f"L = {x.shape[length_dim]}, but got shape {tuple(ids.shape)}")
         cos, sin = self.tables(ids, _rotation_dtype(x))
         return _ops.apply_rotary(x, cos, sin, 0, None, self.pairing == "interleaved", self.heads_first)
 
 
-class VisionRotaryEmbedding(torch.nn.Module):
+class VisionRotaryEmbedding(_Module):
     """EVA-02's RoPE of a patch grid (timm's ``RotaryEmbeddingCat(in_pixels=False)``,
     ``posenc::VisionRotaryEmbedding``): ``forward(x, feat_shape)`` rotates the patches of ``x``
     ``[B, heads, prefix + h * w, Dh]``, leaving the ``num_prefix_tokens`` class/register tokens."""
@@ -578,6 +640,9 @@ class VisionRotaryEmbedding(torch.nn.Module):
                  grid_offset: float = 0.0, grid_indexing: str = "ij", pairing: str = "interleaved",
                  num_prefix_tokens: int = 1, heads_first: bool = True) -> None:
         super().__init__()
+        if not (4 <= dim <= _MAX_TABLE_ELEMENTS and dim % 4 == 0):
+            raise ValueError(f"VisionRotaryEmbedding: dim must be a positive multiple of 4 (a pair of channels per "
+                             f"frequency and axis) within posenc's limit of 2^28 columns, but got {dim}")
         self.dim, self.temperature = dim, temperature
         self.ref_feat_shape = list(ref_feat_shape or [])
         self.grid_offset = grid_offset
@@ -595,6 +660,8 @@ class VisionRotaryEmbedding(torch.nn.Module):
         return _ops.axial_rotary_tables(ids, [self.dim // 2, self.dim // 2], self.temperature, dtype=dtype)
 
     def forward(self, x: Tensor, feat_shape: List[int]) -> Tensor:
+        if len(feat_shape) != 2:
+            raise ValueError(f"VisionRotaryEmbedding: feat_shape must be the patch grid [H, W], but got {list(feat_shape)}")
         length_dim = 2 if self.heads_first else 1
         patches = feat_shape[0] * feat_shape[1]
         prefix = self.num_prefix_tokens
@@ -609,7 +676,7 @@ class VisionRotaryEmbedding(torch.nn.Module):
         return rotated if prefix == 0 else torch.cat([x.narrow(length_dim, 0, prefix), rotated], length_dim)
 
 
-class ALiBi(torch.nn.Module):
+class ALiBi(_Module):
     """ALiBi's attention biases (``posenc::ALiBi``): the buffer ``slopes`` (heads ``first_head ..
     first_head + heads - 1`` of ``num_heads``, for tensor-parallel shards); ``forward(query_length,
     key_length, offset=None, causal=False)`` gives the bias ``[1, H, Lq, Lk]`` to add to the
@@ -632,7 +699,7 @@ class ALiBi(torch.nn.Module):
         return f"num_heads={self.num_heads}, max_bias={self.max_bias}, heads={self.slopes.shape[0]}"
 
 
-class RelativePositionBias(torch.nn.Module):
+class RelativePositionBias(_Module):
     """T5's bucketed relative position bias (``posenc::RelativePositionBias``): the embedding
     ``relative_attention_bias`` ``[num_buckets, num_heads]`` (T5's key name);
     ``forward(query_length, key_length, offset=0)`` gives the bias ``[1, H, Lq, Lk]``."""
@@ -646,6 +713,8 @@ class RelativePositionBias(torch.nn.Module):
         self.max_distance, self.bidirectional = max_distance, bidirectional
         # the operator's checks of the bucket arguments, at construction
         _ops.relative_position_bucket(torch.zeros(0, dtype=torch.long), bidirectional, num_buckets, max_distance)
+        _check_table("RelativePositionBias", "a bias table of num_buckets * num_heads", num_buckets, num_heads,
+                     "num_buckets or num_heads")
         self.relative_attention_bias = torch.nn.Embedding(num_buckets, num_heads)
 
     def forward(self, query_length: int, key_length: int, offset: int = 0) -> Tensor:
@@ -657,7 +726,7 @@ class RelativePositionBias(torch.nn.Module):
                 f"max_distance={self.max_distance}, bidirectional={self.bidirectional}")
 
 
-class RelPositionalEncoding(torch.nn.Module):
+class RelPositionalEncoding(_Module):
     """Transformer-XL / Conformer relative positions (``posenc::RelPositionalEncoding``, ESPnet's
     ``RelPositionalEncoding``): the buffer ``pe`` holds the sinusoids of the relative positions
     ``max_len - 1 .. -(max_len - 1)`` (``legacy``: ESPnet's ``LegacyRelPositionalEncoding``, the
@@ -700,7 +769,7 @@ class RelPositionalEncoding(torch.nn.Module):
         return scaled, positions
 
 
-class RelPositionMultiheadAttention(torch.nn.Module):
+class RelPositionMultiheadAttention(_Module):
     """Transformer-XL / Conformer self-attention with relative positions
     (``posenc::RelPositionMultiheadAttention``, ESPnet's ``RelPositionMultiHeadedAttention``): the
     parameters ``linear_q``, ``linear_k``, ``linear_v``, ``linear_out``, ``linear_pos`` (no bias),
@@ -714,6 +783,8 @@ class RelPositionMultiheadAttention(torch.nn.Module):
                 "RelPositionMultiheadAttention: embed_dim must be a positive multiple of num_heads >= 1, "
                 f"but got embed_dim = {embed_dim} and num_heads = {num_heads}")
         _check_dropout("RelPositionMultiheadAttention", dropout)
+        _check_table("RelPositionMultiheadAttention", "a weight of embed_dim * embed_dim", embed_dim, embed_dim,
+                     "embed_dim")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
         self.linear_q = torch.nn.Linear(embed_dim, embed_dim)
         self.linear_k = torch.nn.Linear(embed_dim, embed_dim)

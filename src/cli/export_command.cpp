@@ -2,6 +2,7 @@
 #include "cli/validators.h"
 
 #include "cli/output.h"
+#include "io/file_output.h"
 
 #include <posenc/export.h>
 #include <posenc/io/hf_config.h>
@@ -59,7 +60,7 @@ void save(const Module& module, const std::string& path, const std::string& form
   }
   std::ostringstream bytes;
   to_torchscript(module).save(bytes);
-  write_file(path, bytes.str());
+  io::write_file_safely(path, bytes.str(), "posenc export");
   std::cout << "wrote " << path << ": TorchScript " << *module
             << "; load it with torch.jit.load (Python) or torch::jit::load (C++)\n";
 }
@@ -169,6 +170,24 @@ void add_export_command(CLI::App& app) {
       if (from_config && cmd->count(name) > 0) {
         throw CLI::ValidationError(name, "comes from --hf-config; do not pass both");
       }
+    }
+    // Each module's own options: required where it needs them, refused where it has none.
+    const bool rotary = args->module == "rotary";
+    for (const char* name : {"--head-dim", "--rotary-dim", "--pairing", "--heads-first"}) {
+      if (!rotary && cmd->count(name) > 0) {
+        throw CLI::ValidationError(name, "applies to --module rotary only");
+      }
+    }
+    for (const char* name : {"--d-model", "--scale", "--layout", "--spacing", "--seq-first"}) {
+      if (rotary && cmd->count(name) > 0) {
+        throw CLI::ValidationError(name, "applies to --module sinusoidal only");
+      }
+    }
+    if (rotary && !from_config && cmd->count("--head-dim") == 0) {
+      throw CLI::RequiredError("--head-dim (or --hf-config)");
+    }
+    if (!rotary && cmd->count("--d-model") == 0) {
+      throw CLI::RequiredError("--d-model");
     }
     run_export(*args);
   });

@@ -9,9 +9,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <iostream>
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report
+  // (and after which they leave the old file in place), instead of the signal ending the program.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"posenc " POSENC_VERSION
                ": positional encodings for LibTorch (built with LibTorch " POSENC_TORCH_VERSION
                ")"};
@@ -22,6 +26,20 @@ int main(int argc, char** argv) {
   posenc::cli::add_rope_command(app);
   posenc::cli::add_demo_command(app);
   posenc::cli::add_plot_command(app);
+  // A first argument that names no subcommand: CLI11 would only say that one is required.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* command : app.get_subcommands({})) {
+      known = known || command->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + command->get_name();
+    }
+    if (!known) {
+      std::cerr << "posenc: unknown subcommand '" << argv[1] << "'; expected one of " << names
+                << " (posenc --help lists them)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
     posenc::cli::flush_stdout();

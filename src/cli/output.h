@@ -1,19 +1,14 @@
 #pragma once
 
-// Writing the programs' output files (the posenc program's exports, the figures of plot/): the
-// whole content is made in memory first, then written
-// with every error checked, so that a full disk or an unwritable path is an error message and a
-// non-zero exit, never an abort (LibTorch's zip writer throws from its destructor when a write
-// fails, which terminates the process).
+// The posenc program's standard output, flushed with every error checked. (Its files, and the
+// figures of plot/, are written by posenc::io::write_file_safely, src/io/file_output.h: made in
+// memory first, so that a failed write is an error message and a non-zero exit, never an abort
+// from LibTorch's zip writer, and never loses the file that was there.)
 
 #include <string>
 
 namespace posenc {
 namespace cli {
-
-/// Writes `bytes` to `path` (replacing it); throws c10::Error naming the path and the
-/// system's reason when opening, writing or closing fails.
-void write_file(const std::string& path, const std::string& bytes);
 
 /// Flushes standard output; throws c10::Error when something printed could not be
 /// written (e.g. `posenc table ... > /dev/full`).

@@ -55,12 +55,14 @@ void add_plot_command(CLI::App& app) {
       "Draw PNG figures: the sinusoidal encoding and the similarity between its positions "
       "(positional_encoding.png, position_similarity.png), the channels of the 2-D sin-cos "
       "table (sincos_2d.png) and the wavelengths of RoPE's scaling variants (rope_spectrum.png)");
-  cmd->add_option("--max-len", args->max_len, "Number of positions (at least 2)")
+  // (a figure shows every position and channel: at most 4096 of each, and the similarity figure
+  // holds max_len^2 values)
+  cmd->add_option("--max-len", args->max_len, "Number of positions, 2 to 4096")
       ->capture_default_str()
-      ->check(at_least(2));
-  cmd->add_option("--d-model", args->d_model, "Encoding width")
+      ->check(CLI::Range(int64_t{2}, int64_t{4096}));
+  cmd->add_option("--d-model", args->d_model, "Encoding width, 1 to 4096")
       ->capture_default_str()
-      ->check(at_least(1));
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--base", args->base, "Base of the wavelength progression")
       ->capture_default_str()
       ->check(positive());

@@ -5,11 +5,25 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdint>
 #include <string>
+#include <system_error>
 
 namespace posenc {
 namespace cli {
+
+/// Reads the whole of `text` as an int64 (CLI11's own conversion saturates a number past int64's
+/// range to its largest value): false for anything else, or a number int64 cannot hold.
+inline bool parse_int64(const std::string& text, int64_t& value) {
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (first != last && *first == '+') {
+    ++first;
+  }
+  const std::from_chars_result result = std::from_chars(first, last, value);
+  return result.ec == std::errc() && result.ptr == last;
+}
 
 /// An integer option that must be >= `lowest` (checked on the text, so that a negative number
 /// given to an unsigned option is rejected rather than wrapped around).
@@ -17,8 +31,11 @@ inline CLI::Validator at_least(int64_t lowest) {
   return CLI::Validator(
       [lowest](std::string& text) -> std::string {
         int64_t value = 0;
-        if (!CLI::detail::lexical_cast(text, value) || value < lowest) {
-          return "must be an integer >= " + std::to_string(lowest) + ", but got " + text;
+        if (!parse_int64(text, value) || value < lowest) {
+          int64_t saturated = 0;
+          const bool too_large = CLI::detail::lexical_cast(text, saturated) && saturated > lowest;
+          return "must be an integer >= " + std::to_string(lowest) +
+                 (too_large ? " and <= 2^63 - 1" : "") + ", but got " + text;
         }
         return std::string();
       },
@@ -30,7 +47,7 @@ inline CLI::Validator multiple_of(int64_t step) {
   return CLI::Validator(
       [step](std::string& text) -> std::string {
         int64_t value = 0;
-        if (!CLI::detail::lexical_cast(text, value) || value % step != 0) {
+        if (!parse_int64(text, value) || value % step != 0) {
           return "must be a multiple of " + std::to_string(step) + ", but got " + text;
         }
         return std::string();

@@ -14,7 +14,8 @@ namespace detail {
 
 std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_bias,
                                  int64_t first_head, int64_t heads) {
-  TORCH_CHECK(num_heads >= 1, who, ": num_heads must be >= 1, but got ", num_heads,
+  TORCH_CHECK(num_heads >= 1 && num_heads <= kMaxTableElements, who,
+              ": num_heads must be in [1, 2^28] (posenc's limit of heads), but got ", num_heads,
               "; pass the number of attention heads of the model");
   TORCH_CHECK(max_bias > 0 && max_bias <= 64, who,
               ": max_bias must be in (0, 64] (the smallest slope is 2^-max_bias), but got ",
@@ -54,6 +55,10 @@ void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buc
               ": max_distance must be >= num_buckets (the logarithmic buckets span the distances "
               "from num_buckets / 2 up to max_distance), but got max_distance = ",
               max_distance, " and num_buckets = ", num_buckets, "; T5 uses 128 with 32 buckets");
+  // (a bucket table spans the distances -max_distance .. max_distance: 2 * max_distance + 1)
+  TORCH_CHECK(max_distance <= kMaxTableElements / 2, who,
+              ": max_distance must be <= 2^27 (posenc's limit of bucketed distances), but got ",
+              max_distance, "; T5 uses 128");
 }
 
 void check_relative_table_arguments(const char* who, int64_t length, int64_t key_length,

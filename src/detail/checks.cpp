@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <tuple>
 
 namespace posenc {
@@ -65,6 +66,20 @@ void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype)
   TORCH_CHECK(is_supported_float(dtype), who, ": ", what,
               " must be float16, bfloat16, float32 or float64, but got ", dtype,
               "; positional encodings are sines and cosines and need a floating dtype");
+}
+
+int64_t checked_numel(const char* who, const char* what, std::initializer_list<int64_t> sizes) {
+  int64_t elements = 1;
+  bool overflow = false;
+  std::string product;
+  for (const int64_t size : sizes) {
+    overflow = overflow || __builtin_mul_overflow(elements, size, &elements);
+    product += (product.empty() ? "" : " * ") + std::to_string(size);
+  }
+  constexpr int64_t kLargestElements = std::numeric_limits<int64_t>::max() / 8;
+  TORCH_CHECK(!overflow && elements <= kLargestElements, who, ": ", what, " = ", product,
+              " elements is more than a tensor can hold (2^60 elements of 8 bytes); lower them");
+  return elements;
 }
 
 void check_table_size(const char* who, const char* what, int64_t rows, int64_t width,

@@ -95,6 +95,12 @@ void check_argument_device(const char* who, const at::Tensor& tensor, const char
 /// Checks a floating dtype requested for a table or a `.to(dtype)` call.
 void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype);
 
+/// The number of elements of a tensor of `sizes` (each >= 0), checked so that neither it nor its
+/// bytes (at up to 8 per element) overflow int64: a c10::Error that names `what` (the sizes, e.g.
+/// "heads * query_length * key_length") and their values otherwise. What no tensor can hold is
+/// refused here; what memory cannot hold is left to the allocator's message.
+int64_t checked_numel(const char* who, const char* what, std::initializer_list<int64_t> sizes);
+
 /// Checks that `rows` rows of `width` stay within kMaxTableElements; `what` names the table
 /// ("a table of max_len * d_model") and `lower` the option to lower.
 void check_table_size(const char* who, const char* what, int64_t rows, int64_t width,

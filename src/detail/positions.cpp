@@ -1,5 +1,6 @@
 #include "detail/positions.h"
 
+#include "detail/checks.h"
 #include "detail/device_checks.h"
 
 #include <ATen/ops/arange.h>
@@ -62,12 +63,14 @@ at::Tensor packed_positions_from(const char* who, const at::Tensor& cu_seqlens, 
               ": start_positions must hold one position per sequence (", sequences,
               "), but holds ", start.numel());
   const at::Tensor cu = cu_seqlens.reshape({-1}).to(at::kLong);
+  // (the lengths are only meaningful where the entries never decrease, which is checked by
+  // comparing them: their differences could wrap around int64)
   const at::Tensor lengths = cu.narrow(0, 1, sequences) - cu.narrow(0, 0, sequences);
   // What packed_positions checks on the host, as one tensor of conditions and the values they
-  // are about: the first entry (0), the last (total), each length (>= 0), each start (>= 0, and
-  // its last position within int64).
+  // are about: the first entry (0), the last (total), entries that never decrease (then each
+  // length >= 0), each start (>= 0, and its last position within int64).
   std::vector<at::Tensor> ok = {cu.narrow(0, 0, 1).eq(0), cu.narrow(0, sequences, 1).eq(total),
-                                lengths.ge(0)};
+                                cu.narrow(0, 1, sequences).ge(cu.narrow(0, 0, sequences))};
   std::vector<at::Tensor> values = {cu.narrow(0, 0, 1), cu.narrow(0, sequences, 1), lengths};
   at::Tensor first;
   if (start.defined()) {
@@ -98,11 +101,18 @@ std::vector<int64_t> context_parallel_positions(const char* who, int64_t seq_len
   TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, who,
               ": expected 0 <= rank < world_size with world_size >= 1, but got rank ", rank,
               " and world_size ", world_size);
+  TORCH_CHECK(world_size <= kMaxTableElements, who, ": world_size must be <= 2^28 (posenc's limit "
+              "of chunks), but got ", world_size);
+  TORCH_CHECK(seq_len >= 0, who, ": seq_len must be >= 0 (the length of the whole sequence), but "
+              "got ", seq_len);
   const int64_t chunks = zigzag ? 2 * world_size : world_size;
   TORCH_CHECK(seq_len >= 0 && seq_len % chunks == 0, who, ": the sequence length (", seq_len,
               ") must be a multiple of ", zigzag ? "2 * world_size = " : "world_size = ", chunks,
               " to split it into equal chunks; pad the sequence to a multiple of ", chunks);
   const int64_t chunk = seq_len / chunks;
+  TORCH_CHECK(chunk <= kMaxTableElements / (zigzag ? 2 : 1), who, ": a rank's shard of seq_len = ",
+              seq_len, " over ", chunks, " chunks holds ", zigzag ? 2 * chunk : chunk,
+              " positions, over posenc's limit of 2^28; lower seq_len or raise world_size");
   std::vector<int64_t> positions;
   positions.reserve(static_cast<size_t>(zigzag ? 2 * chunk : chunk));
   const auto append = [&](int64_t index) {

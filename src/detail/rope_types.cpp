@@ -309,8 +309,11 @@ void check_kind(const json& value, Kind kind, const std::string& context, const 
       TORCH_CHECK(value.is_number(), context, key, " must be a whole number, but is a ",
                   value.type_name());
       const double read = value.get<double>();
-      TORCH_CHECK(std::isfinite(read) && std::floor(read) == read && std::abs(read) < 9.0e15,
-                  context, key, " must be a whole number, but is ", read);
+      TORCH_CHECK(std::isfinite(read) && std::floor(read) == read, context, key,
+                  " must be a whole number, but is ", read);
+      TORCH_CHECK(std::abs(read) < 9.0e15, context, key,
+                  " must be a whole number within posenc's limit of 9e15 in magnitude, but is ",
+                  read);
       break;
     }
     case Kind::kFlag:
@@ -482,6 +485,15 @@ void check_rope_spec(const char* who, const RopeSpec& spec) {
                   *scaling.original_max_position_embeddings() >= 1,
               who,
               ": max_position_embeddings and original_max_position_embeddings must be >= 1, "
+              "but got ",
+              *scaling.max_position_embeddings(), " and ",
+              *scaling.original_max_position_embeddings());
+  // (lengths whose arithmetic, length + 1 and length * factor, stays exact in int64 and float64)
+  constexpr int64_t kLongestContext = int64_t{1} << 53;
+  TORCH_CHECK(*scaling.max_position_embeddings() <= kLongestContext &&
+                  *scaling.original_max_position_embeddings() <= kLongestContext,
+              who,
+              ": max_position_embeddings and original_max_position_embeddings must be <= 2^53, "
               "but got ",
               *scaling.max_position_embeddings(), " and ",
               *scaling.original_max_position_embeddings());

@@ -25,6 +25,15 @@ void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim
   TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, who,
               ": the rotated width must be even and >= 2, but got ", rotary_dim,
               "; rotary embeddings turn channels in pairs");
+  TORCH_CHECK(rotary_dim / 2 <= kMaxTableElements, who,
+              ": the rotated width (rotary_dim, or head_dim) must be <= 2^29 (posenc's limit of 2^28 "
+              "frequency pairs), but got ",
+              rotary_dim);
+  TORCH_CHECK(max_len < 1 || max_len <= kMaxTableElements / (rotary_dim / 2), who,
+              ": the cos/sin caches hold max_len * rotary_dim / 2 = ", max_len, " * ",
+              rotary_dim / 2,
+              " elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); lower "
+              "max_len");
   check_table_arguments(who, max_len, rotary_dim / 2, base);
 }
 
@@ -205,8 +214,10 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
 
 std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& section,
                                 bool interleaved, int64_t half) {
-  const bool sizes_valid = section.size() == 3 && section[0] >= 0 && section[1] >= 0 &&
-                           section[2] >= 0 && section[0] + section[1] + section[2] == half;
+  // (each within [0, half] before they are summed: a sum of huge sizes would wrap around)
+  const auto in_range = [&](int64_t size) { return size >= 0 && size <= half; };
+  const bool sizes_valid = section.size() == 3 && in_range(section[0]) && in_range(section[1]) &&
+                           in_range(section[2]) && section[0] + section[1] + section[2] == half;
   TORCH_CHECK(sizes_valid, who,
               ": mrope_section must hold three non-negative numbers of frequencies (temporal, "
               "height, width) that sum to rotary_dim / 2 = ",

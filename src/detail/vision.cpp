@@ -157,7 +157,7 @@ void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
                                double interpolation_scale, int64_t base_size) {
   TORCH_CHECK(embed_dim >= 4 && embed_dim % 4 == 0 && embed_dim <= kMaxTableElements, who,
               ": embed_dim must be a positive multiple of 4 (half the columns per axis, each "
-              "half sines and cosines), but got ",
+              "half sines and cosines) within posenc's limit of 2^28 columns, but got ",
               embed_dim);
   check_grid(who, "grid_size", grid_size, embed_dim);
   TORCH_CHECK(std::isfinite(interpolation_scale) && interpolation_scale > 0, who,
@@ -195,7 +195,8 @@ at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector
 void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>& feat_shape,
                                     int64_t dim, double temperature) {
   TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
-              ": dim must be a positive multiple of 4, but got ", dim);
+              ": dim must be a positive multiple of 4 within posenc's limit of 2^28 columns, but got ",
+              dim);
   TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be [H, W], but got ",
               feat_shape.size(), " values");
   check_grid(who, "feat_shape", feat_shape, dim);
@@ -226,7 +227,8 @@ void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
                                double temporal_interpolation_scale) {
   TORCH_CHECK(embed_dim >= 16 && embed_dim % 16 == 0 && embed_dim <= kMaxTableElements, who,
               ": embed_dim must be a positive multiple of 16 (a quarter of the columns for time, "
-              "three quarters for the two spatial axes, each half sines and cosines), but got ",
+              "three quarters for the two spatial axes, each half sines and cosines) within "
+              "posenc's limit of 2^28 columns, but got ",
               embed_dim);
   TORCH_CHECK(temporal_size >= 1 && temporal_size <= kMaxTableElements, who,
               ": temporal_size must be in [1, 2^28], but got ", temporal_size);
@@ -345,8 +347,8 @@ void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
   int64_t width = 0;
   for (size_t a = 0; a < axes_dim.size(); ++a) {
     TORCH_CHECK(axes_dim[a] >= 2 && axes_dim[a] % 2 == 0 && axes_dim[a] <= kMaxTableElements, who,
-                ": every axes_dim must be even and >= 2 (each axis rotates pairs of channels), but "
-                "axes_dim[", a, "] = ", axes_dim[a]);
+                ": every axes_dim must be even and >= 2 (each axis rotates pairs of channels) and "
+                "within posenc's limit of 2^28 channels, but axes_dim[", a, "] = ", axes_dim[a]);
     width += axes_dim[a];
   }
   check_rotary_arguments(who, 1, width, theta);
@@ -409,7 +411,8 @@ std::vector<int64_t> table_grid(const char* who, const at::Tensor& posemb,
     return {side, side};
   }
   TORCH_CHECK(old_size.size() == 2 && old_size[0] >= 1 && old_size[1] >= 1 &&
-                  old_size[0] <= grid && old_size[0] * old_size[1] == grid,
+                  old_size[0] <= grid && old_size[1] <= grid / old_size[0] &&
+                  old_size[0] * old_size[1] == grid,
               who, ": old_size must be {H, W} with H * W = N - num_prefix_tokens = ", grid,
               ", but got ", c10::IntArrayRef(old_size));
   return old_size;

@@ -1,5 +1,6 @@
 #include <posenc/io/hf_config.h>
 
+#include "detail/checks.h"
 #include "detail/rope_parameters.h"
 #include "detail/rope_types.h"
 
@@ -51,8 +52,10 @@ c10::optional<int64_t> integer(const std::string& source, const json& object, co
   if (!value) {
     return c10::nullopt;
   }
-  TORCH_CHECK(std::floor(*value) == *value && std::abs(*value) < 9.0e15, source, ": ", where, key,
+  TORCH_CHECK(std::floor(*value) == *value, source, ": ", where, key,
               " must be a whole number, but is ", *value);
+  TORCH_CHECK(std::abs(*value) < 9.0e15, source, ": ", where, key,
+              " must be a whole number within posenc's limit of 9e15 in magnitude, but is ", *value);
   return static_cast<int64_t>(*value);
 }
 
@@ -92,9 +95,14 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   const json& config = nested ? field(document, "text_config") : document;
   const char* top = nested ? "text_config." : "";
 
-  // rope_parameters (transformers 5) or rope_scaling (transformers 4); either may be null.
-  const bool v5 = !field(config, "rope_parameters").is_null();
-  const json& rope = v5 ? field(config, "rope_parameters") : field(config, "rope_scaling");
+  // rope_parameters (transformers 5) or rope_scaling (transformers 4); either may be null. A config
+  // that holds both is read as transformers 5.23 reads it: `rope_scaling or rope_parameters`
+  // (convert_rope_params_to_dict), so a non-empty rope_scaling wins.
+  const json& scaling_form = field(config, "rope_scaling");
+  const bool scaling_given =
+      !scaling_form.is_null() && !(scaling_form.is_object() && scaling_form.empty());
+  const bool v5 = !scaling_given && !field(config, "rope_parameters").is_null();
+  const json& rope = v5 ? field(config, "rope_parameters") : scaling_form;
   static const json empty_object = json::object();
   TORCH_CHECK(rope.is_null() || rope.is_object(), source, ": ", top,
               v5 ? "rope_parameters" : "rope_scaling", " must be an object, but is a ",
@@ -157,6 +165,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // rope_theta and partial_rotary_factor: inside the rope parameters first, then beside them.
   const double base = number(source, parameters, "rope_theta", where)
                           .value_or(number(source, config, "rope_theta", top).value_or(10000.0));
+  TORCH_CHECK(base >= 1.0 / detail::kMaxFrequency, source,
+              ": rope_theta must be >= 5.2e-290 (so that every angle is a finite number), but is ",
+              base, "; LLaMA 3 uses 500000");
   const double partial = number(source, parameters, "partial_rotary_factor", where)
                              .value_or(number(source, config, "partial_rotary_factor", top)
                                            .value_or(1.0));
@@ -175,8 +186,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   std::vector<int64_t> mrope_section;
   if (!field(parameters, "mrope_section").is_null()) {
     for (const double size : numbers(source, parameters, "mrope_section", where)) {
-      TORCH_CHECK(size >= 0 && size == static_cast<double>(static_cast<int64_t>(size)), source,
-                  ": ", where, "mrope_section must hold whole numbers >= 0, but holds ", size);
+      TORCH_CHECK(size >= 0 && size < 9.0e15 && std::floor(size) == size, source, ": ", where,
+                  "mrope_section must hold whole numbers in [0, 9e15), but holds ", size);
       mrope_section.push_back(static_cast<int64_t>(size));
     }
   }

@@ -1,6 +1,7 @@
 #include <posenc/io/safetensors.h>
 
 #include "io/assign_state_dict.h"
+#include "io/file_output.h"
 
 #include <c10/util/Exception.h>
 #include <torch/version.h>
@@ -274,15 +275,6 @@ void read_exactly(std::istream& in, char* data, uint64_t size, const std::string
 
 // --- writing -----------------------------------------------------------------------------------
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TORCH_CHECK(out.good(), kWrite, ": cannot open '", path,
-              "' for writing; check the directory "
-              "exists and is writable");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  TORCH_CHECK(out.good(), kWrite, ": writing '", path, "' failed (disk full?)");
-}
 
 } // namespace
 
@@ -457,7 +449,7 @@ void write_safetensors(const std::string& path,
   // Into memory first: a failed check leaves no partial file behind.
   std::ostringstream bytes;
   write_safetensors(bytes, tensors, metadata, path);
-  write_file(path, bytes.str());
+  io::write_file_safely(path, bytes.str(), kWrite);
 }
 
 torch::OrderedDict<std::string, at::Tensor> state_dict(const torch::nn::Module& module) {

@@ -1,5 +1,7 @@
 #include "io/torch_save_reader.h"
 
+#include "detail/checks.h"
+
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
@@ -549,6 +551,19 @@ class Unpickler {
       TORCH_CHECK(last < storage.numel(), what_, ": tensor of sizes ", c10::IntArrayRef(sizes),
                   " and strides ", c10::IntArrayRef(strides), " at offset ", offset,
                   " reaches past its storage of ", storage.numel(), " elements");
+      // It is copied whole: a view that repeats its storage's elements (stride 0, an expand) may
+      // not make more than posenc's limit of elements out of fewer.
+      int64_t elements = 1;
+      for (const int64_t size : sizes) {
+        TORCH_CHECK(!__builtin_mul_overflow(elements, size, &elements), what_,
+                    ": tensor of sizes ", c10::IntArrayRef(sizes), " has more elements than int64 "
+                    "can count");
+      }
+      TORCH_CHECK(elements <= storage.numel() || elements <= detail::kMaxTableElements, what_,
+                  ": tensor of sizes ", c10::IntArrayRef(sizes), " repeats the ", storage.numel(),
+                  " elements of its storage into ", elements,
+                  ", over posenc's limit of 2^28 elements for such views; save it with .clone() "
+                  "or .contiguous()");
     }
     auto value = make(Value::Kind::kTensor);
     value->tensor =

@@ -72,6 +72,8 @@ void RelativePositionBiasImpl::reset() {
               options.num_heads());
   detail::check_bucket_arguments(kName, options.bidirectional(), options.num_buckets(),
                                  options.max_distance());
+  detail::check_table_size(kName, "a bias table of num_buckets * num_heads",
+                           options.num_buckets(), options.num_heads(), "num_buckets or num_heads");
   relative_attention_bias = register_module(
       "relative_attention_bias",
       torch::nn::Embedding(torch::nn::EmbeddingOptions(options.num_buckets(), options.num_heads())));
@@ -157,6 +159,7 @@ void RelPositionMultiheadAttentionImpl::reset() {
               ": embed_dim must be a positive multiple of num_heads >= 1, but got embed_dim = ",
               width, " and num_heads = ", heads);
   detail::check_dropout(kName, options.dropout());
+  detail::check_table_size(kName, "a weight of embed_dim * embed_dim", width, width, "embed_dim");
   linear_q = register_module("linear_q", torch::nn::Linear(width, width));
   linear_k = register_module("linear_k", torch::nn::Linear(width, width));
   linear_v = register_module("linear_v", torch::nn::Linear(width, width));

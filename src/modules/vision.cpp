@@ -83,6 +83,11 @@ void TimestepEmbedderImpl::reset() {
   TORCH_CHECK(options.hidden_size() >= 1, kName, ": hidden_size must be >= 1, but got ",
               options.hidden_size());
   detail::check_timestep_spec(kName, detail::timestep_spec(dit_frequencies(options)));
+  detail::check_table_size(kName, "a weight of hidden_size * hidden_size", options.hidden_size(),
+                           options.hidden_size(), "hidden_size");
+  detail::check_table_size(kName, "a weight of hidden_size * frequency_embedding_size",
+                           options.hidden_size(), options.frequency_embedding_size(),
+                           "hidden_size or frequency_embedding_size");
   mlp = register_module(
       "mlp", torch::nn::Sequential(
                  torch::nn::Linear(options.frequency_embedding_size(), options.hidden_size()),
@@ -171,8 +176,10 @@ void VisionRotaryEmbeddingImpl::reset() {
   detail::check_grid_rotary_arguments(kName, {1, 1}, options.dim(), options.temperature(),
                                       options.ref_feat_shape(), options.grid_offset(),
                                       grid_indexing_name(options.grid_indexing()));
-  TORCH_CHECK(options.num_prefix_tokens() >= 0, kName,
-              ": num_prefix_tokens must be >= 0 (the class and register tokens before the "
+  TORCH_CHECK(options.num_prefix_tokens() >= 0 &&
+                  options.num_prefix_tokens() <= detail::kMaxTableElements,
+              kName,
+              ": num_prefix_tokens must be in [0, 2^28] (the class and register tokens before the "
               "patches), but got ",
               options.num_prefix_tokens());
 }

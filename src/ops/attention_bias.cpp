@@ -168,6 +168,8 @@ at::Tensor alibi_bias_kernel(const at::Tensor& slopes, int64_t query_length, int
   const char* who = detail::caller_or(kAlibi);
   check_bias_arguments(who, slopes, dtype);
   const int64_t start = query_start(who, query_length, key_length, offset);
+  detail::checked_numel(who, "the bias' heads * query_length * key_length",
+                        {slopes.numel(), query_length, key_length});
   const auto index = at::TensorOptions().dtype(at::kLong).device(slopes.device());
   // |query position - key position| in float32 (float64 for float64 slopes): exact for
   // distances below 2^24, so the product with the slope is rounded once (and, for 16-bit
@@ -191,6 +193,8 @@ at::Tensor alibi_bias_meta(const at::Tensor& slopes, int64_t query_length, int64
   const char* who = detail::caller_or(kAlibi);
   check_bias_arguments(who, slopes, dtype);
   query_start(who, query_length, key_length, offset);
+  // (no count check of the slopes here: under torch.export their size may be symbolic; an
+  // impossible shape is refused by at::empty)
   return at::empty(bias_shape(slopes, query_length, key_length),
                    slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
 }
@@ -213,7 +217,7 @@ void check_attention_mask(const char* who, const at::Tensor& mask, const at::Ten
 
 // Checks the arguments of alibi_causal_bias; returns whether an attention mask was given.
 bool check_causal_bias_arguments(const char* who, const at::Tensor& slopes, int64_t key_length,
-                                 const OptionalTensor& attention_mask,
+                                 OptionalTensor attention_mask,
                                  c10::optional<at::ScalarType> dtype) {
   check_bias_arguments(who, slopes, dtype);
   check_length(who, "key_length", key_length);
@@ -229,6 +233,9 @@ at::Tensor alibi_causal_bias_kernel(const at::Tensor& slopes, int64_t key_length
                                     c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibiCausal);
   const bool masked = check_causal_bias_arguments(who, slopes, key_length, attention_mask, dtype);
+  detail::checked_numel(who, "the bias' batch * heads * key_length",
+                        {masked && slopes.dim() == 1 ? attention_mask->size(0) : 1, slopes.numel(),
+                         key_length});
   const at::ScalarType compute = compute_type(slopes);
   at::Tensor bias;
   if (masked) {
@@ -300,6 +307,12 @@ at::Tensor relative_position_bias_kernel(const at::Tensor& weight, int64_t query
               ": offset (the position of the first query, e.g. the number of cached tokens) must "
               "be >= 0 and offset + query_length must fit in int64, but got offset = ",
               offset, " and query_length = ", query_length);
+  // (Lq + Lk - 1 distances, then the [H, Lq, Lk] bias: counts a tensor can hold)
+  detail::checked_numel(who, "num_heads * query_length * key_length",
+                        {weight.size(1), query_length, key_length});
+  TORCH_CHECK(key_length <= std::numeric_limits<int64_t>::max() - query_length, who,
+              ": query_length + key_length must fit in int64, but got ", query_length, " and ",
+              key_length);
   // distances key - query from -(offset + Lq - 1) (first key, last query) up to Lk - 1 - offset
   const int64_t first = -(offset + query_length - 1);
   // (on CUDA made and bucketed on the weight's device: nothing copied from the host; other

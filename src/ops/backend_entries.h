@@ -9,6 +9,7 @@
 //     m.impl("add_position_table", TORCH_FN((add_position_table_kernel<run_add, empty_cpu>)));
 //   }
 
+#include "detail/checks.h"
 #include "ops/kernel_helpers.h"
 #include "ops/op_arguments.h"
 
@@ -195,12 +196,13 @@ void apply_rotary_qk_inplace_kernel(at::Tensor& q, at::Tensor& k, const at::Tens
 template <TokenLoop loop, EmptyFn empty>
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_kernel(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
-    bool batch_first, OptionalTensor positions, double scale,
-    int64_t /*padding_idx: a backward matter*/, double dropout, bool train,
-    OptionalTensor columns) {
-  const TableCall call =
-      prepare_token_call("posenc::token_and_position_embedding", tokens, weight, table, offset,
-                         positions, batch_first, scale, dropout, columns);
+    bool batch_first, OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
+    bool train, OptionalTensor columns) {
+  constexpr const char* op = "posenc::token_and_position_embedding";
+  const TableCall call = prepare_token_call(op, tokens, weight, table, offset, positions,
+                                            batch_first, scale, dropout, columns);
+  // (the forward reads every row; padding_idx is the row the backward leaves without gradient)
+  check_padding_idx(detail::caller_or(op), padding_idx, weight.size(0));
   at::Tensor out = empty({tokens.size(0), tokens.size(1), weight.size(1)}, weight.options());
   const bool drop = train && dropout > 0.0;
   at::Tensor mask =

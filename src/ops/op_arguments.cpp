@@ -4,6 +4,7 @@
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
 #include "detail/device_checks.h"
+#include "detail/memory_overlap.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIndexing.h>
@@ -270,6 +271,12 @@ TableCall prepare_table_call(const char* op, const at::Tensor& x, const at::Tens
   return call;
 }
 
+void check_padding_idx(const char* who, int64_t padding_idx, int64_t vocab_size) {
+  TORCH_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < vocab_size), who,
+              ": padding_idx must be -1 (none) or a token id in [0, vocab_size) = [0, ",
+              vocab_size, "), but got ", padding_idx);
+}
+
 TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at::Tensor& weight,
                              const at::Tensor& table, int64_t offset, OptionalTensor positions,
                              bool batch_first, double scale, double dropout,
@@ -322,8 +329,9 @@ namespace {
 // cos and sin: [max_len, R/2] tables of one floating dtype on one device.
 void check_caches(const char* who, const at::Tensor& cos, const at::Tensor& sin) {
   TORCH_CHECK(cos.defined() && sin.defined() && cos.dim() == 2 && cos.sizes() == sin.sizes() &&
-                  cos.size(1) >= 1,
-              who, ": cos and sin must be [max_len, R/2] tables of the same shape, but got ",
+                  cos.size(1) >= 1 && cos.size(1) <= detail::kMaxTableElements,
+              who, ": cos and sin must be [max_len, R/2] tables of the same shape (R/2 <= 2^28), "
+              "but got ",
               cos.defined() ? cos.sizes() : at::IntArrayRef{}, " and ",
               sin.defined() ? sin.sizes() : at::IntArrayRef{});
   detail::check_float_dtype(who, "the dtype of cos and sin", cos.scalar_type());
@@ -522,11 +530,15 @@ void check_no_overlap(const char* op, const at::Tensor& written, const char* wri
     if (input.tensor == nullptr || !input.tensor->defined()) {
       continue;
     }
-    const at::MemOverlapStatus status = at::get_overlap_status(written, *input.tensor);
-    TORCH_CHECK(status == at::MemOverlapStatus::No || status == at::MemOverlapStatus::TooHard,
-                detail::caller_or(op), ": ", written_name, " shares memory with ", input.name,
-                ", which the operation reads while writing ", written_name,
-                "; pass a clone() of one of them");
+    // (exact where ATen answers "too hard": strided views of one buffer, e.g. q and k of a fused
+    // qkv tensor; what cannot be decided is refused like a proven overlap)
+    const detail::Sharing sharing = detail::tensors_share(written, *input.tensor);
+    TORCH_CHECK(sharing != detail::Sharing::kUnknown, detail::caller_or(op), ": cannot tell whether ",
+                written_name, " and ", input.name, " share memory (strided views of one buffer "
+                "whose elements interleave too intricately to decide); pass a clone() of one of them");
+    TORCH_CHECK(sharing == detail::Sharing::kNone, detail::caller_or(op), ": ", written_name,
+                " shares memory with ", input.name, ", which the operation reads while writing ",
+                written_name, "; pass a clone() of one of them");
   }
 }
 

@@ -64,6 +64,9 @@ TableCall prepare_table_call(const char* who, const at::Tensor& x, const at::Ten
 
 /// Checks the arguments of token_and_position_embedding: int64 token ids `[B, L]` / `[L, B]` in
 /// [0, vocab), a floating weight `[vocab, D]`, a table with D columns, positions, dropout.
+/// Checks the token embedding's padding_idx: -1 (none) or a row of the weight.
+void check_padding_idx(const char* who, int64_t padding_idx, int64_t vocab_size);
+
 TableCall prepare_token_call(const char* who, const at::Tensor& tokens, const at::Tensor& weight,
                              const at::Tensor& table, int64_t offset, OptionalTensor positions,
                              bool batch_first, double scale, double dropout,
@@ -163,8 +166,10 @@ struct NamedInput {
 
 /// Checks that `written` (an in-place target or `out`, named `written_name`) shares no memory with
 /// any of `inputs` (undefined ones skipped): the kernels read them while writing, so any overlap
-/// would give a result that depends on the order of the writes. Raises, as ATen's
-/// assert_no_overlap does.
+/// would give a result that depends on the order of the writes (or, for q and k, rotate an element
+/// twice). Raises, as ATen's assert_no_overlap does, and also where ATen cannot decide: strided
+/// views of one buffer are compared exactly (detail::tensors_share), and a pair it cannot decide
+/// either is refused.
 void check_no_overlap(const char* who, const at::Tensor& written, const char* written_name,
                       std::initializer_list<NamedInput> inputs);
 

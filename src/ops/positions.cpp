@@ -44,8 +44,9 @@ void check_index_vector(const at::Tensor& tensor, const char* what, const at::Te
 void check_packed_arguments(const at::Tensor& cu_seqlens, int64_t total,
                             OptionalTensor start_positions) {
   check_index_vector(cu_seqlens, "cu_seqlens", cu_seqlens);
-  TORCH_CHECK(total >= 0, detail::caller_or(kPacked),
-              ": total (the number of packed tokens) must be >= 0, but got ", total);
+  TORCH_CHECK(total >= 0 && total <= detail::kMaxTableElements, detail::caller_or(kPacked),
+              ": total (the number of packed tokens) must be in [0, 2^28] (posenc's limit of "
+              "positions in one call), but got ", total);
   if (start_positions.has_value() && start_positions->defined()) {
     check_index_vector(*start_positions, "start_positions", cu_seqlens);
   }

@@ -1,6 +1,6 @@
 #include "plot/drawing.h"
 
-#include "cli/output.h"
+#include "io/file_output.h"
 
 #include <c10/util/Exception.h>
 
@@ -98,6 +98,9 @@ Surface canvas(int width, int height, Context& cr) {
               "plot: figures need at least 200 x 200 pixels, but got ", width, " x ", height);
   Surface surface(cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height),
                   &cairo_surface_destroy);
+  TORCH_CHECK(cairo_surface_status(surface.get()) == CAIRO_STATUS_SUCCESS,
+              "plot: cannot make a ", width, " x ", height, " figure: ",
+              cairo_status_to_string(cairo_surface_status(surface.get())));
   cr = Context(cairo_create(surface.get()), &cairo_destroy);
   cairo_set_source_rgb(cr.get(), 1, 1, 1);
   cairo_paint(cr.get());
@@ -208,6 +211,11 @@ void heatmap(cairo_t* cr, const at::Tensor& matrix, const Rect& r, double lo, do
   const int rows = static_cast<int>(m.size(0));
   const int cols = static_cast<int>(m.size(1));
   Surface image(cairo_image_surface_create(CAIRO_FORMAT_RGB24, cols, rows), &cairo_surface_destroy);
+  // (cairo refuses images wider or taller than 32767 pixels with an error surface without data)
+  TORCH_CHECK(cairo_surface_status(image.get()) == CAIRO_STATUS_SUCCESS,
+              "plot: cannot draw a ", rows, " x ", cols, " heatmap: ",
+              cairo_status_to_string(cairo_surface_status(image.get())),
+              "; draw at most 32767 rows and columns");
   cairo_surface_flush(image.get());
   unsigned char* data = cairo_image_surface_get_data(image.get());
   const int stride = cairo_image_surface_get_stride(image.get());
@@ -316,7 +324,7 @@ void save(cairo_surface_t* surface, const std::string& path) {
       &bytes);
   TORCH_CHECK(status == CAIRO_STATUS_SUCCESS, "plot: cannot encode '", path,
               "': ", cairo_status_to_string(status));
-  cli::write_file(path, bytes);
+  io::write_file_safely(path, bytes, "plot");
 }
 
 } // namespace draw

@@ -199,8 +199,11 @@ void write_sincos_2d_figure(const Sincos2dTableOptions& options,
 
 std::vector<Spectrum> rope_spectra(const RopeSpectrumOptions& options) {
   namespace F = functional;
-  const auto extended = static_cast<int64_t>(
-      std::llround(options.factor * static_cast<double>(options.original_max_len)));
+  const double context = options.factor * static_cast<double>(options.original_max_len);
+  TORCH_CHECK(context >= 1.0 && context < 9.0e15, "plot: the extended context factor * "
+              "original_max_len = ", options.factor, " * ", options.original_max_len,
+              " must lie in [1, 9e15); lower --rope-factor or --original-max-len");
+  const auto extended = static_cast<int64_t>(std::llround(context));
   const std::string factor = draw::number(options.factor);
   const std::pair<RopeType, std::string> variants[] = {
       {RopeType::kDefault, "default"},

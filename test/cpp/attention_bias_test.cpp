@@ -336,13 +336,13 @@ TEST_F(AttentionBias, RelPositionAttentionStreamsLikeTheWholeSequence) {
 }
 
 TEST_F(AttentionBias, BadInputsAreClearErrors) {
-  EXPECT_POSENC_ERROR(F::alibi_slopes(0), "num_heads must be >= 1, but got 0");
+  EXPECT_POSENC_ERROR(F::alibi_slopes(0), "num_heads must be in [1, 2^28] (posenc's limit of heads), but got 0");
   EXPECT_POSENC_ERROR(F::alibi_slopes(8, 0.0), "max_bias must be in (0, 64]");
   EXPECT_POSENC_ERROR(F::alibi_slopes(8, 1e300), "max_bias must be in (0, 64]");
   EXPECT_POSENC_ERROR(posenc::ops::alibi_slopes(8, 64.0, 0, c10::nullopt, torch::kHalf), "rounds to zero in Half");
   EXPECT_POSENC_ERROR(F::alibi_slopes(8, 8.0, 6, 4), "must lie in the model's 8 heads");
   EXPECT_POSENC_ERROR(F::alibi_slopes(8, 8.0, 8), "first_head must be in [0, num_heads)");
-  EXPECT_POSENC_ERROR(posenc::ALiBi(-1), "ALiBi: num_heads must be >= 1");
+  EXPECT_POSENC_ERROR(posenc::ALiBi(-1), "ALiBi: num_heads must be in [1, 2^28]");
   const torch::Tensor slopes = F::alibi_slopes(4);
   EXPECT_POSENC_ERROR(F::alibi_bias(slopes, 0, 4), "query_length must be >= 1");
   EXPECT_POSENC_ERROR(F::alibi_bias(slopes, 5, 4), "pass offset");

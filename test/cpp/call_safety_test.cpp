@@ -6,6 +6,7 @@
 
 #include <posenc/posenc.h>
 
+#include "detail/memory_overlap.h"
 #include "test_util.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -15,8 +16,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
+#include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -129,6 +133,118 @@ TEST_F(CallSafety, RotaryInPlaceTargetSharingCosIsRejected) {
   EXPECT_POSENC_ERROR(posenc::ops::apply_rotary_(q, cos, std::get<1>(caches)),
                       "x shares memory with cos");
   EXPECT_TRUE(torch::equal(cos, before));
+}
+
+// --- overlaps ATen cannot decide (strided views of one buffer) ---------------------------------
+
+// detail::layouts_share against brute force: every byte of both layouts listed, for random small
+// strided layouts of one buffer (strides that interleave, repeat or nest; item sizes 1, 2, 4, 8).
+TEST_F(CallSafety, ExactOverlapOfStridedLayoutsMatchesBruteForce) {
+  using posenc::detail::ByteLayout;
+  using posenc::detail::Sharing;
+  std::mt19937_64 random(7);
+  const auto draw = [&](int64_t low, int64_t high) {
+    return std::uniform_int_distribution<int64_t>(low, high)(random);
+  };
+  const auto bytes = [](const ByteLayout& layout) {
+    std::set<int64_t> all;
+    std::vector<int64_t> index(layout.sizes.size(), 0);
+    while (true) {
+      int64_t start = layout.offset;
+      for (size_t d = 0; d < index.size(); ++d) {
+        start += index[d] * layout.strides[d];
+      }
+      for (int64_t b = 0; b < layout.item_size; ++b) {
+        all.insert(start + b);
+      }
+      size_t d = 0;
+      while (d < index.size() && ++index[d] == layout.sizes[d]) {
+        index[d++] = 0;
+      }
+      if (d == index.size()) {
+        return all;
+      }
+    }
+  };
+  int shared = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    ByteLayout layouts[2];
+    for (ByteLayout& layout : layouts) {
+      layout.item_size = int64_t{1} << draw(0, 3);
+      layout.offset = draw(0, 40);
+      const int64_t dims = draw(1, 3);
+      for (int64_t d = 0; d < dims; ++d) {
+        layout.sizes.push_back(draw(1, 4));
+        layout.strides.push_back(draw(0, 24));
+      }
+    }
+    const std::set<int64_t> a = bytes(layouts[0]);
+    const std::set<int64_t> b = bytes(layouts[1]);
+    const bool brute = std::any_of(a.begin(), a.end(), [&](int64_t x) { return b.count(x) > 0; });
+    const Sharing exact = posenc::detail::layouts_share(layouts[0], layouts[1]);
+    ASSERT_NE(exact, Sharing::kUnknown) << trial;
+    EXPECT_EQ(exact == Sharing::kSome, brute) << trial;
+    shared += brute ? 1 : 0;
+  }
+  EXPECT_GT(shared, 300); // both answers were exercised
+  EXPECT_LT(shared, 2700);
+}
+
+// In place q+k on views of one fused qkv projection: q and k interleave in memory (ATen: "too
+// hard") but share no element, so they are rotated where they lie; views that do share elements
+// (overlapping head ranges, a transposed alias, every other head of the same heads) are refused
+// before anything is written, where they used to be rotated twice.
+TEST_F(CallSafety, InPlaceQkOnViewsOfOneBufferIsExact) {
+  const auto caches = F::rotary_tables(16, 8);
+  const torch::Tensor& cos = std::get<0>(caches);
+  const torch::Tensor& sin = std::get<1>(caches);
+  torch::Tensor qkv = torch::randn({2, 5, 4 + 2 + 2, 8});
+  const torch::Tensor before = qkv.clone();
+  torch::Tensor q = qkv.narrow(2, 0, 4);
+  torch::Tensor k = qkv.narrow(2, 4, 2);
+  posenc::ops::apply_rotary_qk_(q, k, cos, sin, 3);
+  const auto expected = posenc::ops::apply_rotary_qk(before.narrow(2, 0, 4), before.narrow(2, 4, 2),
+                                                     cos, sin, 3);
+  EXPECT_TRUE(torch::equal(q, std::get<0>(expected)));
+  EXPECT_TRUE(torch::equal(k, std::get<1>(expected)));
+  EXPECT_TRUE(torch::equal(qkv.narrow(2, 6, 2), before.narrow(2, 6, 2))); // v untouched
+
+  torch::Tensor buffer = torch::randn({2, 5, 8, 8});
+  const torch::Tensor kept = buffer.clone();
+  const auto refused = [&](torch::Tensor q_view, torch::Tensor k_view, const std::string& what) {
+    SCOPED_TRACE(what);
+    EXPECT_POSENC_ERROR(posenc::ops::apply_rotary_qk_(q_view, k_view, cos, sin, 0),
+                        "q shares memory with k");
+    EXPECT_TRUE(torch::equal(buffer, kept)) << what;
+  };
+  refused(buffer.narrow(2, 0, 4), buffer.narrow(2, 3, 2), "overlapping head ranges");
+  refused(buffer.narrow(2, 0, 4), buffer.narrow(2, 0, 4).transpose(0, 1).transpose(0, 1).narrow(2, 1, 2),
+          "a sub-range of q's heads");
+  refused(buffer.slice(2, 0, 8, 2), buffer.slice(2, 2, 8, 4), "every other head against every fourth");
+  // every other head against the heads between them: interleaved, never the same element
+  torch::Tensor even = buffer.slice(2, 0, 8, 2);
+  torch::Tensor odd = buffer.slice(2, 1, 8, 2);
+  posenc::ops::apply_rotary_qk_(even, odd, cos, sin, 0);
+  const auto both = posenc::ops::apply_rotary_qk(kept.slice(2, 0, 8, 2), kept.slice(2, 1, 8, 2),
+                                                 cos, sin, 0);
+  EXPECT_TRUE(torch::equal(even, std::get<0>(both)));
+  EXPECT_TRUE(torch::equal(odd, std::get<1>(both)));
+}
+
+// The other in-place and out= targets: a strided view of the caches that the rotation reads is
+// refused (ATen: "too hard"); one of a different buffer is not.
+TEST_F(CallSafety, StridedInPlaceTargetsSharingAnInputAreRefused) {
+  torch::Tensor storage = torch::randn({64, 8});
+  const torch::Tensor cos = storage.narrow(0, 0, 16).slice(1, 0, 8, 2); // [16, 4], strided
+  const torch::Tensor sin = storage.narrow(0, 16, 16).slice(1, 0, 8, 2);
+  const torch::Tensor before = storage.clone();
+  torch::Tensor x = storage.narrow(0, 0, 8).view({1, 2, 4, 8});
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary_(x, cos, sin), "x shares memory with cos");
+  EXPECT_TRUE(torch::equal(storage, before));
+  torch::Tensor disjoint = storage.narrow(0, 48, 16).view({1, 4, 4, 8});
+  posenc::ops::apply_rotary_(disjoint, cos, sin); // shares the buffer, not an element
+  EXPECT_TRUE(torch::equal(storage.narrow(0, 0, 48), before.narrow(0, 0, 48)));
+  EXPECT_FALSE(torch::equal(storage.narrow(0, 48, 16), before.narrow(0, 48, 16)));
 }
 
 TEST_F(CallSafety, OutThatIsTheInputIsAllowed) {

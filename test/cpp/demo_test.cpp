@@ -188,7 +188,8 @@ TEST(Plot, Errors) {
                       "plot: expected a [positions, dimensions] table with at least 2 positions");
   EXPECT_POSENC_ERROR(
       posenc::plot::write_encoding_heatmap(torch::zeros({4, 4}), "/nonexistent/dir/x.png"),
-      "cannot open '/nonexistent/dir/x.png' for writing: No such file or directory");
+      "cannot write '/nonexistent/dir/x.png': cannot create a file in '/nonexistent/dir' (No such "
+                      "file or directory)");
   EXPECT_POSENC_ERROR(
       posenc::plot::write_encoding_heatmap(torch::zeros({4, 4}), "/tmp/x.png", 10, 10),
       "plot: figures need at least 200 x 200 pixels");

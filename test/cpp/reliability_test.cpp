@@ -317,6 +317,54 @@ TEST(Reliability, AbsurdSizesAreRejectedBeforeAllocating) {
       "offset + max_len must fit in int64");
 }
 
+// Sizes near 2^62-2^63 are refused with a message that names the argument, before any
+// arithmetic on them could wrap around int64 (they used to give a wrong result, "vector::reserve",
+// std::bad_alloc or PyTorch's symbolic-size messages).
+TEST(Reliability, SizesThatWouldOverflowAreRefusedByName) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // M-RoPE sections that sum to rotary_dim / 2 only by wrapping around
+  EXPECT_POSENC_ERROR(posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(8, 16).mrope_section(
+                          {max, max, 6})),
+                      "mrope_section must hold three non-negative numbers of frequencies");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::multimodal_rotary_tables(torch::zeros({4, 4}), torch::zeros({4, 4}),
+                                            torch::zeros({3, 1, 2}, torch::kLong), {max, max, 6}),
+      "mrope_section must hold three non-negative numbers of frequencies");
+  EXPECT_POSENC_ERROR(posenc::ops::alibi_slopes(int64_t{1} << 62),
+                      "num_heads must be in [1, 2^28] (posenc's limit of heads), but got "
+                      "4611686018427387904");
+  EXPECT_POSENC_ERROR(posenc::RelativePositionBias(
+                          posenc::RelativePositionBiasOptions(int64_t{1} << 31).num_buckets(32)),
+                      "a bias table of num_buckets * num_heads = 32 * 2147483648");
+  EXPECT_POSENC_ERROR(posenc::RelativePositionBias(
+                          posenc::RelativePositionBiasOptions(8).max_distance(int64_t{1} << 62)),
+                      "max_distance must be <= 2^27");
+  EXPECT_POSENC_ERROR(posenc::ops::context_parallel_positions(int64_t{1} << 62, 1, 0),
+                      "positions, over posenc's limit of 2^28");
+  EXPECT_POSENC_ERROR(posenc::ops::context_parallel_positions(max - 1, (int64_t{1} << 62) + 1, 0,
+                                                              /*zigzag=*/true),
+                      "world_size must be <= 2^28");
+  EXPECT_POSENC_ERROR(posenc::ops::packed_positions(torch::tensor({int64_t{0}, int64_t{1} << 40}),
+                                                    int64_t{1} << 40),
+                      "total (the number of packed tokens) must be in [0, 2^28]");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::alibi_bias(torch::ones({int64_t{1} << 20}), int64_t{1} << 30, int64_t{1} << 30),
+      "the bias' heads * query_length * key_length = 1048576 * 1073741824 * 1073741824");
+  EXPECT_POSENC_ERROR(posenc::ops::relative_position_bias(torch::zeros({32, 8}), max, max),
+                      "num_heads * query_length * key_length");
+  EXPECT_POSENC_ERROR(
+      posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(8, 16).scaling(
+          posenc::RopeScalingOptions(posenc::RopeType::kLongRope)
+              .original_max_position_embeddings(max)
+              .short_factor({1, 1, 1, 1})
+              .long_factor({2, 2, 2, 2}))),
+      "original_max_position_embeddings must be <= 2^53");
+  // a stride-0 view of cos/sin claiming 2^62 frequency pairs
+  const torch::Tensor wide = torch::zeros({1, 1}).expand({1, int64_t{1} << 62});
+  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary(torch::zeros({1, 2, 1, 8}), wide, wide),
+                      "[max_len, R/2] tables of the same shape (R/2 <= 2^28)");
+}
+
 // --- numerical properties
 // ------------------------------------------------------------------------------
 

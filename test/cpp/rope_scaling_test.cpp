@@ -465,7 +465,7 @@ TEST(HfConfig, MalformedConfigsAreClearErrors) {
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
       "rope_scaling": {"type": "mrope", "mrope_section": [2, 3.5, 3]}})"),
-                      "mrope_section must hold whole numbers >= 0, but holds 3.5");
+                      "mrope_section must hold whole numbers in [0, 9e15), but holds 3.5");
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
       "rope_scaling": {"type": "mrope"}})"),
@@ -528,7 +528,7 @@ TEST(PackedPositions, BadArgumentsAreClearErrors) {
                           torch::tensor({std::numeric_limits<int64_t>::max()}, torch::kLong)),
       "past the int64 range");
   EXPECT_POSENC_ERROR(F::packed_positions(torch::tensor({0, 2}, torch::kLong), -1),
-                      "total (the number of packed tokens) must be >= 0");
+                      "total (the number of packed tokens) must be in [0, 2^28]");
 }
 
 TEST(PackedPositions, ForwardPackedRotatesEachSequenceFromItsStart) {

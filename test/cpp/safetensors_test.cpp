@@ -22,6 +22,11 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -207,6 +212,55 @@ void expect_module_round_trip(ModuleHolder saved, ModuleHolder loaded, const std
     EXPECT_TRUE(same_bits(got[i].value(), expected[i].value())) << got[i].key();
   }
   std::remove(path.c_str());
+}
+
+// A write that fails half-way (here a file-size limit, as a full disk) loses nothing: the file is
+// written beside the target and renamed over it (src/io/file_output.h), so the file that was there
+// is unchanged and no temporary is left. Run in a child process, whose limit the test does not
+// share; the child exits 0 when the write raised the expected c10::Error.
+TEST_F(Safetensors, AFailedWriteLeavesTheFileThatWasThere) {
+  char directory_template[] = "/tmp/posenc_safetensors_XXXXXX";
+  ASSERT_NE(mkdtemp(directory_template), nullptr);
+  const std::string directory = directory_template;
+  const std::string path = directory + "/model.safetensors";
+  {
+    std::ofstream previous(path, std::ios::binary);
+    previous << "the previous file";
+  }
+  torch::OrderedDict<std::string, torch::Tensor> big;
+  big.insert("weight", torch::zeros({64, 64}));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    const std::string error = error_message([&] { posenc::write_safetensors(path, big, {}); });
+    const bool expected = error.find("File too large") != std::string::npos &&
+                          error.find("the file that was there is unchanged") != std::string::npos;
+    _exit(expected ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the write did not fail cleanly";
+  std::ifstream kept(path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "the previous file");
+  std::vector<std::string> names;
+  DIR* listing = opendir(directory.c_str());
+  ASSERT_NE(listing, nullptr);
+  for (dirent* entry = readdir(listing); entry != nullptr; entry = readdir(listing)) {
+    if (std::string(entry->d_name) != "." && std::string(entry->d_name) != "..") {
+      names.push_back(entry->d_name);
+    }
+  }
+  closedir(listing);
+  EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"}) << "a temporary was left";
+  // Written where it can be: replaced whole.
+  posenc::write_safetensors(path, big, {});
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_EQ(posenc::read_safetensors(in, path).tensors.size(), 1u);
+  std::remove(path.c_str());
+  rmdir(directory.c_str());
 }
 
 TEST_F(Safetensors, ModulesRoundTrip) {

@@ -221,7 +221,7 @@ TEST_F(Vision, AxialRotaryEmbeddingRotatesPairsByTheirAxisAngles) {
 TEST_F(Vision, AxialRotaryErrors) {
   EXPECT_POSENC_ERROR(posenc::AxialRotaryEmbedding(posenc::AxialRotaryEmbeddingOptions({16, 5})),
                       "AxialRotaryEmbedding: every axes_dim must be even and >= 2 (each axis "
-                      "rotates pairs of channels), but axes_dim[1] = 5");
+                      "rotates pairs of channels) and within posenc's limit of 2^28 channels, but axes_dim[1] = 5");
   EXPECT_POSENC_ERROR(posenc::AxialRotaryEmbedding(posenc::AxialRotaryEmbeddingOptions({})),
                       "axes_dim must name the rotated width of each axis");
   EXPECT_POSENC_ERROR(
@@ -448,7 +448,7 @@ TEST_F(Vision, VisionRotaryEmbeddingErrors) {
   EXPECT_POSENC_ERROR(posenc::VisionRotaryEmbedding(posenc::VisionRotaryEmbeddingOptions(16).ref_feat_shape({4})),
                       "ref_feat_shape must be empty or the pretraining grid [H, W] of sizes >= 1, but got [4]");
   EXPECT_POSENC_ERROR(posenc::VisionRotaryEmbedding(posenc::VisionRotaryEmbeddingOptions(16).num_prefix_tokens(-1)),
-                      "num_prefix_tokens must be >= 0");
+                      "num_prefix_tokens must be in [0, 2^28]");
   EXPECT_POSENC_ERROR(
       posenc::VisionRotaryEmbedding(posenc::VisionRotaryEmbeddingOptions(16).grid_offset(std::nan(""))),
       "grid_offset must be finite");

@@ -246,8 +246,10 @@ def test_compiled_attention_with_biases(posenc_ops):
 
 
 def test_errors(posenc_ops):
-    with pytest.raises(RuntimeError, match="num_heads must be >= 1"):
+    with pytest.raises(RuntimeError, match=r"num_heads must be in \[1, 2\^28\]"):
         posenc_ops.alibi_slopes(0)
+    with pytest.raises(RuntimeError, match=r"num_heads must be in \[1, 2\^28\] \(posenc's limit of heads\), but got 4611686018427387904"):
+        posenc_ops.alibi_slopes(2 ** 62)  # (was "vector::reserve")
     with pytest.raises(RuntimeError, match="max_distance must be >= num_buckets"):
         posenc_ops.relative_position_bucket(torch.arange(3), True, 32, 16)
     with pytest.raises(RuntimeError, match="attention_mask must be"):

@@ -43,6 +43,9 @@ def test_float64_checkpoint_is_converted(test_tool, tmp_path):
         ({"pe": torch.zeros(1, 40, 12, dtype=torch.int32)}, [], "dtype mismatch for 'pe': the file has Int"),
         ({"pe": torch.full((1, 40, 12), float("nan"))}, [], "'pe' holds NaN or infinite values"),
         ({"x.pe": torch.zeros(1, 40, 12)}, ["--prefix", "y."], "lacks 'y.pe'"),
+        # a view repeating one element into 2^40 (a 1.5 KB file): refused before it is copied
+        ({"pe": torch.zeros(1).expand(2 ** 20, 2 ** 20)}, [],
+         "repeats the 1 elements of its storage into 1099511627776, over posenc's limit of 2^28"),
     ],
 )
 def test_rejects_bad_checkpoints(test_tool, tmp_path, state, args, message):

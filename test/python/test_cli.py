@@ -5,6 +5,7 @@ never an abort and never a truncated file."""
 import os
 import resource
 import signal
+import stat
 import struct
 import subprocess
 
@@ -103,7 +104,7 @@ def test_plot_default_channels_fill_two_rows(posenc_cli, tmp_path):
 def test_export_to_an_unwritable_path_fails_cleanly(posenc_cli, tmp_path):
     path = tmp_path / "missing" / "pe.pt"
     result = run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", path)
-    assert_rejected(result, f"cannot open '{path}' for writing")
+    assert_rejected(result, f"cannot write '{path}': cannot create a file in '{tmp_path}/missing' (No such file or directory)")
 
 
 def with_file_size_limit(max_bytes):
@@ -138,6 +139,59 @@ def test_plotting_to_a_full_disk_fails_cleanly(posenc_cli, tmp_path):
     result = subprocess.run(args, capture_output=True, text=True, preexec_fn=with_file_size_limit(4096))
     assert_rejected(result, f"cannot write '{tmp_path}/positional_encoding.png': File too large")
     assert not (tmp_path / "positional_encoding.png").exists()
+
+
+# --- writes that lose nothing (src/io/file_output.h) -------------------------------------------
+
+def test_a_failed_write_leaves_the_file_that_was_there(posenc_cli, tmp_path):
+    """Written to a temporary beside the target and renamed over it: a full disk (here a file-size
+    limit) leaves the old file as it was, and no temporary behind."""
+    path = tmp_path / "pe.pt"
+    path.write_bytes(b"the previous export")
+    path.chmod(0o640)
+    args = [posenc_cli, "export", "--max-len", "256", "--d-model", "64", "-o", str(path)]
+    result = subprocess.run(args, capture_output=True, text=True, preexec_fn=with_file_size_limit(4096))
+    assert_rejected(result, f"cannot write '{path}': File too large; the file that was there is unchanged")
+    assert path.read_bytes() == b"the previous export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pe.pt"], "a temporary file was left behind"
+    # a successful export replaces it, keeping its permissions
+    assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", path).returncode == 0
+    assert path.read_bytes()[:2] == b"PK" and (path.stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pe.pt"]
+
+
+def test_targets_that_are_not_regular_files_are_written_in_place_and_never_removed(posenc_cli, tmp_path):
+    if not (stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISCHR(os.stat("/dev/full").st_mode)):
+        pytest.skip("this machine's /dev/null or /dev/full is not a device node")
+    assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", "/dev/null").returncode == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    result = run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", "/dev/full")
+    assert_rejected(result, "cannot write '/dev/full': No space left on device (it is not a regular file, so it was written in place and left there)")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode), "the device node was removed"
+    result = run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", tmp_path)
+    assert_rejected(result, f"'{tmp_path}' is a directory; name a file in it")
+    # a FIFO: written as a stream, read by the other end
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", fifo).returncode == 0
+    assert reader.communicate(timeout=60)[0][:2] == b"PK" and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_read_only_directory_is_a_clean_error(posenc_cli, tmp_path):
+    # (sysfs: no file can be created there, not even by root)
+    result = run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", "/sys/posenc_pe.pt")
+    assert_rejected(result, "cannot write '/sys/posenc_pe.pt': cannot create a file in '/sys'")
+    assert not os.path.exists("/sys/posenc_pe.pt")
+
+
+def test_a_symbolic_link_keeps_pointing_at_the_new_file(posenc_cli, tmp_path):
+    real = tmp_path / "real.pt"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.pt"
+    link.symlink_to(real)
+    assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", link).returncode == 0
+    assert link.is_symlink() and real.read_bytes()[:2] == b"PK"
 
 
 def test_a_failed_export_leaves_no_file(posenc_cli, tmp_path):

@@ -512,9 +512,9 @@ def assert_builtin_code(module):
 
 def test_exported_code_uses_only_builtins(posenc_cli, test_tool, tmp_path):
     files = []
-    for index, flags in enumerate([["--extrapolate"], ["--module", "rotary", "--head-dim", "8", "--extrapolate"]]):
+    for index, flags in enumerate([["--d-model", "8", "--extrapolate"], ["--module", "rotary", "--head-dim", "8", "--extrapolate"]]):
         path = tmp_path / f"module{index}.pt"
-        subprocess.run([posenc_cli, "export", "--max-len", "16", "--d-model", "8", "-o", str(path), *flags], check=True, capture_output=True)
+        subprocess.run([posenc_cli, "export", "--max-len", "16", "-o", str(path), *flags], check=True, capture_output=True)
         files.append(path)
     test_tool("export-learned", "--d-model", 6, "--max-len", 20, tmp_path / "learned.pt")
     test_tool("export-token", "--vocab", 30, "--d-model", 8, "--max-len", 16, "--padding-idx", 0, tmp_path / "token.pt")

@@ -276,6 +276,51 @@ def test_rotary_embedding_errors(posenc):
     assert extrapolating(torch.randn(1, 4, 1, 8), 13).shape == (1, 4, 1, 8)
 
 
+def _modules_with_state(nn):
+    return {
+        "PositionalEncoding": nn.PositionalEncoding(8, 16),
+        "LearnedPositionalEmbedding": nn.LearnedPositionalEmbedding(8, 16),
+        "TokenAndPositionEmbedding": nn.TokenAndPositionEmbedding(30, 8, 16, positions="learned"),
+        "RotaryEmbedding": nn.RotaryEmbedding(8, 16),
+        "TimestepEmbedder": nn.TimestepEmbedder(16, frequency_embedding_size=8),
+        "RelativePositionBias": nn.RelativePositionBias(4),
+        "RelPositionMultiheadAttention": nn.RelPositionMultiheadAttention(8, 2),
+    }
+
+
+@pytest.mark.parametrize("name", ["PositionalEncoding", "LearnedPositionalEmbedding", "TokenAndPositionEmbedding",
+                                  "RotaryEmbedding", "TimestepEmbedder", "RelativePositionBias",
+                                  "RelPositionMultiheadAttention"])
+def test_a_failed_load_leaves_the_module_unchanged(posenc, name):
+    """load_state_dict applies the whole state or nothing: a state whose last tensor has the wrong
+    shape (or that holds a key the module does not have) raises and leaves every parameter and
+    buffer as it was, as the C++ modules' loads do (torch's own load would have copied the others)."""
+    module = _modules_with_state(posenc.nn)[name]
+    before = {key: value.clone() for key, value in module.state_dict().items()}
+    changed = {key: value + 1.0 if value.is_floating_point() else value for key, value in before.items()}
+    last = list(changed)[-1]
+    wrong_shape = dict(changed)
+    wrong_shape[last] = torch.zeros(*[size + 1 for size in changed[last].shape])
+    unexpected = dict(changed)
+    unexpected["not_a_key"] = torch.zeros(1)
+    for bad in (wrong_shape, unexpected):
+        with pytest.raises(RuntimeError):
+            module.load_state_dict(bad)
+        after = module.state_dict()
+        assert list(after) == list(before)
+        for key in before:
+            assert torch.equal(after[key], before[key]), f"{name}.{key} changed by a failed load"
+    parameters = [id(p) for p in module.parameters()]
+    if TORCH_VERSION >= (2, 1):  # assign=True replaces the objects: a failed load puts them back
+        with pytest.raises(RuntimeError):
+            module.load_state_dict(wrong_shape, assign=True)
+        assert [id(p) for p in module.parameters()] == parameters
+        assert all(torch.equal(module.state_dict()[key], before[key]) for key in before)
+    # a good state still loads whole
+    module.load_state_dict(changed)
+    assert all(torch.equal(module.state_dict()[key], changed[key]) for key in before)
+
+
 def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
     t = torch.tensor([0.0, 1.5, 999.0])
     steps = posenc.nn.Timesteps(33, flip_sin_to_cos=True, downscale_freq_shift=0.0)

@@ -229,3 +229,38 @@ def test_rope_command_prints_transformers_frequencies(posenc_cli, tmp_path):
     wavelengths = torch.tensor([float(row[2]) for row in rows], dtype=torch.float64)
     torch.testing.assert_close(wavelengths, 2 * math.pi / inv_freq64, rtol=1e-15, atol=0)
     assert result.stdout.splitlines()[-1] == "# attention_factor,1"
+
+
+# --- settings given twice: read with transformers 5.23's precedence ----------------------------
+
+BASE = {"hidden_size": HEAD_DIM * HEADS, "num_attention_heads": HEADS, "num_key_value_heads": 2,
+        "max_position_embeddings": MAX_POS, "intermediate_size": 64, "num_hidden_layers": 1}
+TWICE = {
+    # a non-empty rope_scaling wins over rope_parameters (convert_rope_params_to_dict: `rope_scaling or ...`)
+    "both_forms": {"rope_theta": 500000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                   "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}},
+    # an empty rope_scaling does not
+    "empty_rope_scaling": {"rope_scaling": {}, "rope_parameters": {"rope_type": "linear", "factor": 3.0, "rope_theta": 20000.0}},
+    # rope_type over type
+    "rope_type_and_type": {"rope_parameters": {"rope_type": "linear", "type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}},
+    # rope_theta inside the block over the one beside it
+    "theta_twice": {"rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+    # a top-level original_max_position_embeddings over the block's
+    "original_twice": {"original_max_position_embeddings": 256, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024, "rope_theta": 500000.0}},
+    # head_dim over hidden_size / num_attention_heads
+    "head_dim_twice": {"head_dim": 32, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+}
+
+
+@pytest.mark.parametrize("name", list(TWICE))
+def test_settings_given_twice_are_read_as_transformers_reads_them(posenc_cli, tmp_path, name):
+    """A config.json that holds a setting in two forms with different values: posenc's reader
+    (through the CLI export) gives the frequencies of transformers' own reading of that config."""
+    config = {**BASE, **TWICE[name]}
+    exported = export(posenc_cli, tmp_path, config)
+    hf = hf_config(config)
+    inv_freq64, factor64 = hf_frequencies_float64(hf)
+    assert exported.inv_freq.shape == inv_freq64.shape
+    torch.testing.assert_close(exported.inv_freq, inv_freq64, rtol=1e-14, atol=0)
+    assert math.isclose(exported.attention_factor, factor64, rel_tol=1e-15)

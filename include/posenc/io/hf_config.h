@@ -31,9 +31,13 @@ struct HfRopeConfig {
 /// vision-language config's `text_config` is read when the top level has no attention heads.
 /// rope types: default, linear, dynamic, yarn, longrope, llama3, proportional (posenc's table of
 /// rope types; for proportional the rotated width is the whole head and partial_rotary_factor
-/// the share of its pairs that turn), with transformers' parameter names and defaults (yarn: beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a
-/// factor: max_position_embeddings / original_max_position_embeddings; a top-level
-/// original_max_position_embeddings wins, as Phi-3's configs need). Multimodal RoPE:
+/// the share of its pairs that turn), with transformers' parameter names and defaults (yarn:
+/// beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a factor:
+/// max_position_embeddings / original_max_position_embeddings). Settings given twice are read
+/// with transformers 5.23's precedence: a non-empty `rope_scaling` wins over `rope_parameters`;
+/// `rope_type` over `type`; `rope_theta` and `partial_rotary_factor` inside the block over those
+/// beside it; a top-level `original_max_position_embeddings` over the block's (Phi-3's configs
+/// need it); `head_dim` over hidden_size / num_attention_heads. Multimodal RoPE:
 /// `mrope_section` (Qwen2-VL, Qwen2.5-VL; transformers 4's type "mrope" is the default
 /// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields.
 ///

@@ -51,7 +51,7 @@ class CommonMethods:
             if smallest < -1:
                 raise RuntimeError(self.who + ": positions must be >= -1 (-1 marks padding), but got " + str(smallest))
             if limit >= 0 and largest >= limit:
-                raise RuntimeError(self.who + ": positions must be < max_len (" + str(limit) + "), but got " + str(largest) + "; build the module with max_len >= " + str(largest + 1))
+                raise RuntimeError(self.who + ": positions must be < max_len (" + str(limit) + "), but got " + str(largest) + "; build the module with max_len >= " + (str(largest + 1) if largest < 9223372036854775807 else "2^63"))
 
 
     # Floating-point positions (posenc::detail::check_continuous_range): finite and in [0, 2^63),

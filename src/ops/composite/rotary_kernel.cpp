@@ -138,6 +138,9 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
   const bool has_positions = positions.has_value() && positions->defined();
   TORCH_CHECK(!(seq_len && has_positions), who,
               ": pass seq_len (a call's length) or positions (a call's positions), not both");
+  TORCH_CHECK(has_positions || !(given_frequencies.has_value() && given_frequencies->defined()),
+              who, ": frequencies (the variant's own, on the positions' device) serve a call with "
+              "positions; pass positions too, or leave frequencies out");
   // ("cuda" names the positions' "cuda:0" too)
   TORCH_CHECK(!has_positions || !device ||
                   (device->type() == positions->device().type() &&
@@ -182,8 +185,9 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
                                                  c10::optional<at::ScalarType> dtype,
                                                  c10::optional<at::Device> device) {
   const char* who = detail::caller_or("posenc::rotary_tables");
-  TORCH_CHECK(inv_freq.defined() && inv_freq.dim() == 1 && inv_freq.size(0) >= 1, who,
-              ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies, but got ",
+  TORCH_CHECK(inv_freq.defined() && inv_freq.dim() == 1 && inv_freq.size(0) >= 1 &&
+                  inv_freq.size(0) <= detail::kMaxTableElements,
+              who, ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies (R/2 <= 2^28), but got ",
               inv_freq.defined() ? inv_freq.sizes() : at::IntArrayRef{});
   detail::check_rotary_arguments(who, max_len, 2 * inv_freq.size(0), 10000.0);
   const at::ScalarType out_dtype = dtype.value_or(at::kFloat);

@@ -94,8 +94,9 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
                                                  double, c10::optional<at::ScalarType> dtype,
                                                  c10::optional<at::Device>) {
   const char* who = detail::caller_or("posenc::rotary_tables");
-  TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) >= 1, who,
-              ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies, but got ",
+  TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) >= 1 &&
+                  inv_freq.size(0) <= detail::kMaxTableElements,
+              who, ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies (R/2 <= 2^28), but got ",
               inv_freq.sizes());
   detail::check_rotary_arguments(who, max_len, 2 * inv_freq.size(0), 10000.0);
   const auto options = inv_freq.options().dtype(dtype.value_or(at::kFloat));

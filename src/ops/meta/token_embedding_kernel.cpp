@@ -16,7 +16,8 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t, bool,
-    OptionalTensor positions, double, int64_t, double dropout, bool train, OptionalTensor columns) {
+    OptionalTensor positions, double, int64_t padding_idx, double dropout, bool train,
+    OptionalTensor columns) {
   const char* who = detail::caller_or("posenc::token_and_position_embedding");
   TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, who,
               ": expected int64 token ids of 2 dimensions");
@@ -25,6 +26,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
   TORCH_CHECK(tokens.device() == weight.device(), who,
               ": expected the token ids on the module's device (", weight.device(), "), but got ",
               tokens.device());
+  check_padding_idx(who, padding_idx, weight.size(0));
   TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the table as [max_len, D] or [1, max_len, D]");
   TORCH_CHECK(table.device() == weight.device(), who,
