@@ -47,21 +47,22 @@ void save(const Module& module, const std::string& path, const std::string& form
     description << *module;
     // The module's state dict (its tables); "format": "pt" is what Hugging Face's loaders expect.
     save_safetensors(*module, path, {{"format", "pt"}, {"posenc.module", description.str()}});
-    std::cout << "wrote " << path << ": safetensors state dict of " << *module << " (";
+    std::ostream& report = report_stream(path);
+    report << "wrote " << path << ": safetensors state dict of " << *module << " (";
     const char* separator = "";
     for (const auto& item : state_dict(*module)) {
-      std::cout << separator << item.key() << " " << item.value().sizes() << " "
+      report << separator << item.key() << " " << item.value().sizes() << " "
                 << item.value().scalar_type();
       separator = ", ";
     }
-    std::cout << "); load it with safetensors.torch.load_file (Python) or "
+    report << "); load it with safetensors.torch.load_file (Python) or "
                  "posenc::load_safetensors (C++)\n";
     return;
   }
   std::ostringstream bytes;
   to_torchscript(module).save(bytes);
   io::write_file_safely(path, bytes.str(), "posenc export");
-  std::cout << "wrote " << path << ": TorchScript " << *module
+  report_stream(path) << "wrote " << path << ": TorchScript " << *module
             << "; load it with torch.jit.load (Python) or torch::jit::load (C++)\n";
 }
 

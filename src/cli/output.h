@@ -5,6 +5,7 @@
 // memory first, so that a failed write is an error message and a non-zero exit, never an abort
 // from LibTorch's zip writer, and never loses the file that was there.)
 
+#include <ostream>
 #include <string>
 
 namespace posenc {
@@ -13,6 +14,11 @@ namespace cli {
 /// Flushes standard output; throws c10::Error when something printed could not be
 /// written (e.g. `posenc table ... > /dev/full`).
 void flush_stdout();
+
+/// Where to say that `written` was written: standard error when `written` is the file standard
+/// output goes to (`-o /dev/stdout > model.pt`, `-o model.pt > model.pt`), so that the message does
+/// not land inside the file; standard output otherwise.
+std::ostream& report_stream(const std::string& written);
 
 } // namespace cli
 } // namespace posenc

@@ -5,24 +5,29 @@
 
 #include <CLI/CLI.hpp>
 
-#include <charconv>
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
-#include <system_error>
 
 namespace posenc {
 namespace cli {
 
-/// Reads the whole of `text` as an int64 (CLI11's own conversion saturates a number past int64's
-/// range to its largest value): false for anything else, or a number int64 cannot hold.
+/// Reads the whole of `text` as an int64 the way CLI11 stores it (strtoll with base 0: "012" is
+/// octal, "0x10" hexadecimal), but false for a number int64 cannot hold, which CLI11's conversion
+/// saturates to int64's largest value, and for anything that is not a number.
 inline bool parse_int64(const std::string& text, int64_t& value) {
-  const char* first = text.data();
-  const char* last = text.data() + text.size();
-  if (first != last && *first == '+') {
-    ++first;
+  if (text.empty()) {
+    return false;
   }
-  const std::from_chars_result result = std::from_chars(first, last, value);
-  return result.ec == std::errc() && result.ptr == last;
+  errno = 0;
+  char* end = nullptr;
+  const long long read = std::strtoll(text.c_str(), &end, 0);
+  if (errno == ERANGE || end != text.c_str() + text.size()) {
+    return false;
+  }
+  value = static_cast<int64_t>(read);
+  return true;
 }
 
 /// An integer option that must be >= `lowest` (checked on the text, so that a negative number

@@ -55,7 +55,8 @@ void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buc
               ": max_distance must be >= num_buckets (the logarithmic buckets span the distances "
               "from num_buckets / 2 up to max_distance), but got max_distance = ",
               max_distance, " and num_buckets = ", num_buckets, "; T5 uses 128 with 32 buckets");
-  // (a bucket table spans the distances -max_distance .. max_distance: 2 * max_distance + 1)
+  // (the TorchScript export of RelativePositionBias tabulates the buckets of the distances
+  // -max_distance .. max_distance: 2 * max_distance + 1 entries)
   TORCH_CHECK(max_distance <= kMaxTableElements / 2, who,
               ": max_distance must be <= 2^27 (posenc's limit of bucketed distances), but got ",
               max_distance, "; T5 uses 128");

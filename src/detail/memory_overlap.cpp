@@ -76,11 +76,23 @@ Sharing layouts_share(const ByteLayout& a, const ByteLayout& b, int64_t budget) 
   // Byte ranges [A, A + a.item_size) and [B, B + b.item_size) meet iff
   // A - B in [-(a.item_size - 1), b.item_size - 1], with A - B = a.offset - b.offset +
   // sum(a.strides * i) - sum(b.strides * j).
-  std::vector<Term> terms;
-  add_terms(terms, a, /*negated=*/false);
-  add_terms(terms, b, /*negated=*/true);
-  std::sort(terms.begin(), terms.end(),
+  std::vector<Term> all;
+  add_terms(all, a, /*negated=*/false);
+  add_terms(all, b, /*negated=*/true);
+  std::sort(all.begin(), all.end(),
             [](const Term& x, const Term& y) { return x.coefficient > y.coefficient; });
+  // Terms of one coefficient are one term: c * x1 + c * x2 takes every c * x with x in
+  // [min1 + min2, max1 + max2]. (Views of one buffer with the same strides, q and k of a fused qkv
+  // tensor, then search one index per dimension, not every index of one view's outer dimensions.)
+  std::vector<Term> terms;
+  for (const Term& term : all) {
+    if (!terms.empty() && terms.back().coefficient == term.coefficient) {
+      terms.back().min += term.min;
+      terms.back().max += term.max;
+    } else {
+      terms.push_back(term);
+    }
+  }
   Search search{terms, std::vector<int64_t>(terms.size() + 1, 0),
                 std::vector<int64_t>(terms.size() + 1, 0), budget};
   for (size_t k = terms.size(); k-- > 0;) {
@@ -113,16 +125,23 @@ Sharing tensors_share(const at::Tensor& a, const at::Tensor& b) {
   if (!a.has_storage() || !b.has_storage() || !a.storage().is_alias_of(b.storage())) {
     return Sharing::kNone;
   }
+  // (item_size 0 marks a layout that cannot be described in int64 bytes: undecided)
   const auto layout = [](const at::Tensor& t) {
     ByteLayout result;
     result.item_size = static_cast<int64_t>(t.element_size());
-    result.offset = t.storage_offset() * result.item_size;
+    if (__builtin_mul_overflow(t.storage_offset(), result.item_size, &result.offset)) {
+      return ByteLayout{0, 0, {}, {}};
+    }
     for (int64_t d = 0; d < t.dim(); ++d) {
-      if (t.stride(d) < 0) {
-        return ByteLayout{-1, 0, {}, {}}; // (PyTorch has no negative strides; never seen)
+      if (t.size(d) <= 1) {
+        continue; // one index: its stride never counts
+      }
+      int64_t stride = 0;
+      if (t.stride(d) < 0 || __builtin_mul_overflow(t.stride(d), result.item_size, &stride)) {
+        return ByteLayout{0, 0, {}, {}}; // (PyTorch has no negative strides)
       }
       result.sizes.push_back(t.size(d));
-      result.strides.push_back(t.stride(d) * result.item_size);
+      result.strides.push_back(stride);
     }
     return result;
   };

@@ -23,7 +23,8 @@ enum class Sharing {
 };
 
 /// A strided view of a buffer, in bytes: element (i_0, ..., i_n) starts at
-/// `offset + sum(i_d * strides[d])` and spans `item_size` bytes.
+/// `offset + sum(i_d * strides[d])` and spans `item_size` bytes. (Sizes >= 1: a view with a size 0
+/// holds nothing, which the caller decides; tensors_share does.)
 struct ByteLayout {
   int64_t offset = 0;
   int64_t item_size = 1;

@@ -99,8 +99,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // that holds both is read as transformers 5.23 reads it: `rope_scaling or rope_parameters`
   // (convert_rope_params_to_dict), so a non-empty rope_scaling wins.
   const json& scaling_form = field(config, "rope_scaling");
+  // (Python's truth: null, false, 0, "", [] and {} are not given)
   const bool scaling_given =
-      !scaling_form.is_null() && !(scaling_form.is_object() && scaling_form.empty());
+      !(scaling_form.is_null() || (scaling_form.is_boolean() && !scaling_form.get<bool>()) ||
+        (scaling_form.is_number() && scaling_form.get<double>() == 0.0) ||
+        ((scaling_form.is_string() || scaling_form.is_array() || scaling_form.is_object()) &&
+         scaling_form.empty()));
   const bool v5 = !scaling_given && !field(config, "rope_parameters").is_null();
   const json& rope = v5 ? field(config, "rope_parameters") : scaling_form;
   static const json empty_object = json::object();

@@ -231,6 +231,36 @@ TEST_F(CallSafety, InPlaceQkOnViewsOfOneBufferIsExact) {
   EXPECT_TRUE(torch::equal(odd, std::get<1>(both)));
 }
 
+// The sizes of today's models: q and k of a fused qkv projection [B, L, Hq + 2 Hk, D] with B * L
+// past 2^17 (64 x 2048), and GPT-NeoX's [B, L, H, 3 D] layout, are decided at once (the search
+// merges the dimensions both views share: one index each), without allocating them.
+TEST_F(CallSafety, ExactOverlapDecidesModelSizedViewsAtOnce) {
+  using posenc::detail::ByteLayout;
+  using posenc::detail::Sharing;
+  const int64_t batch = 64, length = 2048, heads = 32, groups = 8, dim = 128, bytes = 2;
+  const int64_t row = (heads + 2 * groups) * dim * bytes; // one token of the fused tensor
+  const ByteLayout q{0, bytes, {batch, length, heads, dim}, {length * row, row, dim * bytes, bytes}};
+  const ByteLayout k{heads * dim * bytes, bytes, {batch, length, groups, dim},
+                     {length * row, row, dim * bytes, bytes}};
+  EXPECT_EQ(posenc::detail::layouts_share(q, k, /*budget=*/64), Sharing::kNone);
+  const ByteLayout k_overlapping{(heads - 1) * dim * bytes, bytes, {batch, length, groups, dim},
+                                 {length * row, row, dim * bytes, bytes}};
+  EXPECT_EQ(posenc::detail::layouts_share(q, k_overlapping, 64), Sharing::kSome);
+  // GPT-NeoX: [B, L, H, 3 * D], q = [..., :D], k = [..., D:2D]
+  const int64_t neox_head = 3 * dim * bytes;
+  const ByteLayout neox_q{0, bytes, {batch, length, heads, dim},
+                          {length * heads * neox_head, heads * neox_head, neox_head, bytes}};
+  ByteLayout neox_k = neox_q;
+  neox_k.offset = dim * bytes;
+  EXPECT_EQ(posenc::detail::layouts_share(neox_q, neox_k, 64), Sharing::kNone);
+  // and through the operator, on real (small-headed) tensors of 2^17 tokens
+  torch::Tensor qkv = torch::randn({64, 2048, 3, 2});
+  torch::Tensor q_view = qkv.narrow(2, 0, 1);
+  torch::Tensor k_view = qkv.narrow(2, 1, 1);
+  const auto caches = F::rotary_tables(2048, 2);
+  posenc::ops::apply_rotary_qk_(q_view, k_view, std::get<0>(caches), std::get<1>(caches));
+}
+
 // The other in-place and out= targets: a strided view of the caches that the rotation reads is
 // refused (ATen: "too hard"); one of a different buffer is not.
 TEST_F(CallSafety, StridedInPlaceTargetsSharingAnInputAreRefused) {

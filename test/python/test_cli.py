@@ -10,6 +10,7 @@ import struct
 import subprocess
 
 import pytest
+import torch
 
 
 def run(program, *args):
@@ -166,7 +167,7 @@ def test_targets_that_are_not_regular_files_are_written_in_place_and_never_remov
     assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", "/dev/null").returncode == 0
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
     result = run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", "/dev/full")
-    assert_rejected(result, "cannot write '/dev/full': No space left on device (it is not a regular file, so it was written in place and left there)")
+    assert_rejected(result, "cannot write '/dev/full': No space left on device (it names a device or a descriptor, so it was written in place and left there)")
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode), "the device node was removed"
     result = run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", tmp_path)
     assert_rejected(result, f"'{tmp_path}' is a directory; name a file in it")
@@ -192,6 +193,38 @@ def test_a_symbolic_link_keeps_pointing_at_the_new_file(posenc_cli, tmp_path):
     link.symlink_to(real)
     assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", link).returncode == 0
     assert link.is_symlink() and real.read_bytes()[:2] == b"PK"
+    # a link to a file that does not exist yet (relative): the file is made where it points
+    (tmp_path / "sub").mkdir()
+    dangling = tmp_path / "dangling.pt"
+    dangling.symlink_to("sub/new.pt")
+    assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", dangling).returncode == 0
+    assert dangling.is_symlink() and (tmp_path / "sub" / "new.pt").read_bytes()[:2] == b"PK"
+
+
+def test_hard_links_and_redirected_streams_see_the_new_content(posenc_cli, tmp_path):
+    """A file with other names is written in place (a rename would leave them the old content);
+    /dev/stdout redirected to a file is the caller's stream, written as it is."""
+    first = tmp_path / "a.pt"
+    first.write_bytes(b"old")
+    second = tmp_path / "b.pt"
+    os.link(first, second)
+    assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", first).returncode == 0
+    assert second.read_bytes()[:2] == b"PK" and os.stat(first).st_ino == os.stat(second).st_ino
+    with open(tmp_path / "out.pt", "wb") as out:
+        result = subprocess.run([posenc_cli, "export", "--max-len", "8", "--d-model", "4", "-o", "/dev/stdout"],
+                                stdout=out, stderr=subprocess.PIPE, timeout=300)
+    assert result.returncode == 0, result.stderr
+    # the report goes to standard error, since standard output is the file
+    assert (tmp_path / "out.pt").read_bytes()[:2] == b"PK" and b"wrote /dev/stdout" in result.stderr
+    assert torch.jit.load(str(tmp_path / "out.pt"))(torch.zeros(1, 3, 4)).shape == (1, 3, 4)
+
+
+def test_a_private_file_stays_private(posenc_cli, tmp_path):
+    path = tmp_path / "secret.pt"
+    path.write_bytes(b"old")
+    path.chmod(0o600)
+    assert run(posenc_cli, "export", "--max-len", 8, "--d-model", 4, "-o", path).returncode == 0
+    assert path.read_bytes()[:2] == b"PK" and (path.stat().st_mode & 0o777) == 0o600
 
 
 def test_a_failed_export_leaves_no_file(posenc_cli, tmp_path):

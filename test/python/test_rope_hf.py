@@ -239,8 +239,9 @@ TWICE = {
     # a non-empty rope_scaling wins over rope_parameters (convert_rope_params_to_dict: `rope_scaling or ...`)
     "both_forms": {"rope_theta": 500000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
                    "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}},
-    # an empty rope_scaling does not
+    # an empty rope_scaling does not, nor any other value Python reads as false
     "empty_rope_scaling": {"rope_scaling": {}, "rope_parameters": {"rope_type": "linear", "factor": 3.0, "rope_theta": 20000.0}},
+    "false_rope_scaling": {"rope_scaling": False, "rope_parameters": {"rope_type": "linear", "factor": 3.0, "rope_theta": 20000.0}},
     # rope_type over type
     "rope_type_and_type": {"rope_parameters": {"rope_type": "linear", "type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}},
     # rope_theta inside the block over the one beside it
