@@ -56,7 +56,7 @@ LLAMA3_8B_SHAPES = [
 ]
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
-# The targets (README, "Performance"): a large call moves its bytes at >= 90% of copy_'s bandwidth,
+# The targets (docs/gpu_check.md, "Targets"): a large call moves its bytes at >= 90% of copy_'s bandwidth,
 # a decode call costs <= 8 us, and the rotary operators are ahead of torch.compile of HF's function.
 COPY_FRACTION = 0.9
 DECODE_US = 8.0

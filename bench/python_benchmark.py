@@ -302,7 +302,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--only", choices=["vision", "rope_qk"], help="run one family's rows only (e.g. to refresh the README's figures)")
+    parser.add_argument("--only", choices=["vision", "rope_qk"], help="run one family's rows only (e.g. to refresh the figures of docs/vision.md and docs/rope.md)")
     args = parser.parse_args()
     if args.only is not None:
         rows = cpu_vision(args.library) if args.only == "vision" else cpu_rope_qk(args.library)

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs posenc's benchmarks and writes the report: docs/benchmarks.md and docs/benchmarks.png.
 #
-#   scripts/bench.sh
+#   scripts/bench.sh                   # writes docs/benchmarks.{md,png,json}
+#   scripts/bench.sh --compare FILE    # then compares the ratios with FILE (a benchmarks.json of an
+#                                      # earlier run, e.g. docs/benchmarks.json as committed) and
+#                                      # fails if one got more than 15% worse (scripts/bench_compare.py)
 #
 # One run measures posenc's C++ paths, the formulations they replace, copy_ of the same bytes
 # (Google Benchmark, against pip's LibTorch 2.11) and the Python reference module (with pip's torch
@@ -9,6 +12,14 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+baseline=""
+if [ "${1:-}" = "--compare" ]; then
+  [ -f "${2:-}" ] || { echo "bench.sh: --compare needs a benchmarks.json, got '${2:-}'" >&2; exit 2; }
+  baseline=$(mktemp)
+  cp "$2" "$baseline"   # before this run overwrites docs/benchmarks.json
+elif [ $# -gt 0 ]; then
+  echo "bench.sh: unknown argument '$1' (expected --compare FILE)" >&2; exit 2
+fi
 "$root/scripts/setup.sh" pip
 "$root/.venv/bin/python" -c "import matplotlib" 2>/dev/null || "$root/.venv/bin/pip" install --quiet matplotlib
 "$root/scripts/build.sh" pip -DPOSENC_BUILD_BENCHMARKS=ON
@@ -22,4 +33,7 @@ THP_MEM_ALLOC_ENABLE=1 "$root/build/pip/bin/posenc_benchmark" --benchmark_filter
   --benchmark_out="$out/cpp_thp.json"
 "$root/.venv/bin/python" "$root/bench/python_benchmark.py" --library "$root/build/pip/src/libposenc.so" --output "$out/python.json"
 "$root/.venv/bin/python" "$root/scripts/bench_report.py" "$out/cpp.json" "$out/python.json" "$root/docs" "$out/cpp_thp.json"
-echo "report: docs/benchmarks.md, docs/benchmarks.png"
+echo "report: docs/benchmarks.md, docs/benchmarks.png, docs/benchmarks.json"
+if [ -n "$baseline" ]; then
+  "$root/.venv/bin/python" "$root/scripts/bench_compare.py" "$baseline" "$root/docs/benchmarks.json"
+fi

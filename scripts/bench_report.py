@@ -1,20 +1,17 @@
 """Turns the benchmark results into docs/benchmarks.md (tables of times and ratios, all measured
-in one run) and docs/benchmarks.png (a chart).
+in one run), docs/benchmarks.png (a chart) and docs/benchmarks.json (every ratio of the tables,
+which scripts/bench_compare.py compares between runs).
 
     python scripts/bench_report.py CPP_JSON PYTHON_JSON OUT_DIR [CPP_THP_JSON]
 
 CPP_THP_JSON: the rope_qk rows run again with THP_MEM_ALLOC_ENABLE=1 (scripts/bench.sh).
+POSENC_BENCH_CHART=0 leaves the chart out (no matplotlib needed; the tests do that).
 """
 
 import json
 import os
 import platform
 import sys
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 def google_benchmark_medians(path):
@@ -46,8 +43,17 @@ def fmt(us):
     return f"{us:.2f} us" if us < 1000 else f"{us / 1000:.2f} ms"
 
 
-def ratio(a, b):
-    return "-" if a is None or b is None else f"{a / b:.2f}x"
+RATIOS = {}  # name -> {"value": a / b, "better": "lower" | "higher"}, written to benchmarks.json
+
+
+def ratio(a, b, name=None, better="lower"):
+    """a / b as shown in the tables; with `name`, recorded for bench_compare.py ("lower": a time
+    over a baseline's, better when smaller; "higher": a speed-up)."""
+    if a is None or b is None or not b:
+        return "-"
+    if name:
+        RATIOS[name] = {"value": a / b, "better": better}
+    return f"{a / b:.2f}x"
 
 
 def main():
@@ -75,8 +81,9 @@ def main():
                      ["python_reference", "naive_cpp", "aten_add_out", "posenc_module", "posenc_out", "posenc_inplace", "roofline_copy"]}
                 lines.append(
                     f"| {shape} | {dtype} | {threads} | " + " | ".join(fmt(t[c]) for c in t) +
-                    f" | {ratio(t['posenc_out'], t['roofline_copy'])} | {ratio(t['posenc_inplace'], t['roofline_copy'])}"
-                    f" | {ratio(t['python_reference'], t['posenc_module'])} faster |")
+                    f" | {ratio(t['posenc_out'], t['roofline_copy'], f'add out= / copy_ {key}')}"
+                    f" | {ratio(t['posenc_inplace'], t['roofline_copy'], f'add in-place / copy_ {key}')}"
+                    f" | {ratio(t['python_reference'], t['posenc_module'], f'add module vs Python {key}', 'higher')} faster |")
                 if shape != "1x1x512" and t["roofline_copy"]:
                     targets.append((f"{key}: out= within 1.2x of copy_", t["posenc_out"] / t["roofline_copy"] <= 1.2, ratio(t["posenc_out"], t["roofline_copy"])))
                     targets.append((f"{key}: in-place within 1.2x of copy_", t["posenc_inplace"] / t["roofline_copy"] <= 1.2, ratio(t["posenc_inplace"], t["roofline_copy"])))
@@ -101,7 +108,8 @@ def main():
             for mode in ["eval", "train"]:
                 key = f"8x2048x1024/{dtype}/threads:{threads}"
                 eager, fused = times.get(f"token/eager_chain_{mode}/{key}"), times.get(f"token/posenc_fused_{mode}/{key}")
-                lines.append(f"| {dtype} | {threads} | {mode} | {fmt(eager)} | {fmt(fused)} | {ratio(eager, fused)} |")
+                lines.append(f"| {dtype} | {threads} | {mode} | {fmt(eager)} | {fmt(fused)} | "
+                             f"{ratio(eager, fused, f'token fused vs eager {mode} {key}', 'higher')} |")
                 if eager and fused and mode == "train":
                     targets.append((f"fused token embedding {key} ({mode}): >= 3x faster than the eager chain", eager / fused >= 3, ratio(eager, fused)))
     lines += ["", "## Rotary embedding of [8, 2048, 16, 64]", "",
@@ -110,7 +118,9 @@ def main():
         for threads in [1, 2]:
             key = f"8x2048x1024/{dtype}/threads:{threads}"
             eager, fused, inplace, copy = (times.get(f"rope/{c}/{key}") for c in ["eager_rotate_half", "posenc_fused", "posenc_fused_inplace", "roofline_copy"])
-            lines.append(f"| {dtype} | {threads} | {fmt(eager)} | {fmt(fused)} | {fmt(inplace)} | {fmt(copy)} | {ratio(eager, fused)} |")
+            lines.append(f"| {dtype} | {threads} | {fmt(eager)} | {fmt(fused)} | {fmt(inplace)} | {fmt(copy)} | "
+                         f"{ratio(eager, fused, f'rope fused vs eager {key}', 'higher')} |")
+            ratio(inplace, copy, f"rope in-place / copy_ {key}")
             if eager and fused:
                 targets.append((f"fused RoPE {key}: >= 3x faster than eager rotate_half", eager / fused >= 3, ratio(eager, fused)))
     # Queries and keys in one call; the THP run (THP_MEM_ALLOC_ENABLE=1), when given, next to it.
@@ -125,7 +135,8 @@ def main():
                  ["hf_eager_apply_rotary_pos_emb", "posenc_qk", "posenc_qk_inplace", "posenc_qk_inplace_fused_qkv", "posenc_two_calls", "roofline_copy"]}
             with_thp = " / ".join(fmt(thp.get(f"rope_qk/{c}/{key}")) for c in ["hf_eager_apply_rotary_pos_emb", "posenc_qk", "roofline_copy"])
             lines.append(f"| {dtype} | {threads} | " + " | ".join(fmt(v) for v in t.values()) +
-                         f" | {ratio(t['hf_eager_apply_rotary_pos_emb'], t['posenc_qk'])} | {ratio(t['posenc_qk_inplace'], t['roofline_copy'])} | {with_thp} |")
+                         f" | {ratio(t['hf_eager_apply_rotary_pos_emb'], t['posenc_qk'], f'q+k vs HF eager {key}', 'higher')}"
+                         f" | {ratio(t['posenc_qk_inplace'], t['roofline_copy'], f'q+k in place / copy_ {key}')} | {with_thp} |")
             if t["hf_eager_apply_rotary_pos_emb"] and t["posenc_qk"]:
                 targets.append((f"q+k {key}: >= 4x faster than HF's eager apply_rotary_pos_emb", t["hf_eager_apply_rotary_pos_emb"] / t["posenc_qk"] >= 4,
                                 ratio(t["hf_eager_apply_rotary_pos_emb"], t["posenc_qk"])))
@@ -135,6 +146,7 @@ def main():
             for variant in ["llama3", "yarn", "longrope", "dynamic"]:
                 v = times.get(f"rope_qk/posenc_qk_{variant}/{key}")
                 if v and t["posenc_qk"]:
+                    ratio(v, t["posenc_qk"], f"q+k {variant} / default {key}")
                     targets.append((f"q+k {variant} {key}: the cost of default (within 1.1x)", v / t["posenc_qk"] <= 1.1, ratio(v, t["posenc_qk"])))
     hf_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_rope_qk/")]
     if hf_rows:
@@ -179,8 +191,23 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "benchmarks.md"), "w") as out:
         out.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, "benchmarks.json"), "w") as out:
+        json.dump({"machine": lines[2], "ratios": RATIOS}, out, indent=1, sort_keys=True)
+        out.write("\n")
 
-    # Chart: time relative to copy_ of the same bytes for the large adds, and the decode step.
+    if os.environ.get("POSENC_BENCH_CHART", "1") != "0":
+        chart(times, out_dir)
+    print("\n".join(lines))
+
+
+def chart(times, out_dir):
+    """docs/benchmarks.png: time relative to copy_ of the same bytes for the large adds, and the
+    decode step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 1]})
     cases = ["python_reference", "naive_cpp", "aten_add_out", "posenc_module", "posenc_out", "posenc_inplace"]
     groups = [(s, d) for s in ["8x2048x1024", "64x512x768"] for d in ["float32", "bfloat16"]]
@@ -204,7 +231,6 @@ def main():
     right.set_title("Decode step 1x1x512, float32")
     figure.tight_layout()
     figure.savefig(os.path.join(out_dir, "benchmarks.png"), dpi=110)
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@
 # pip:    torch==2.11.0 from PyPI in the project-local virtual environment .venv (its LibTorch is
 #         a CUDA build, so configuring against it needs the CUDA toolkit, i.e. nvcc, installed).
 # Both:   the compilers and libraries of the build (CMake, Ninja, GoogleTest, Google Benchmark,
-#         CLI11, cairo, clang for the sanitizer and fuzzing builds). Safe to run again: only what is
-#         missing is installed.
+#         CLI11, cairo, Doxygen for the API reference, clang for the sanitizer and fuzzing
+#         builds). Safe to run again: only what is missing is installed.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,7 +16,7 @@ flavours=("$@")
 [ ${#flavours[@]} -gt 0 ] || flavours=(debian pip)
 
 common=(build-essential cmake ninja-build git pkg-config libcli11-dev libgtest-dev googletest
-  libbenchmark-dev nlohmann-json3-dev libcairo2-dev libpng-dev clang libclang-rt-14-dev libomp-14-dev valgrind python3 python3-venv)
+  libbenchmark-dev nlohmann-json3-dev libcairo2-dev libpng-dev doxygen clang libclang-rt-14-dev libomp-14-dev valgrind python3 python3-venv)
 # OpenBLAS replaces the reference BLAS that libtorch-dev pulls in (update-alternatives): about 9x
 # faster matrix products for Debian's LibTorch.
 debian=(libtorch-dev libopenblas0-pthread python3-torch python3-numpy python3-pytest)

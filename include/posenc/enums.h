@@ -94,23 +94,29 @@ enum class PositionKind {
   kLearned,
 };
 
+/// Writes the name of `layout`, "interleaved" or "concatenated", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, ChannelLayout layout) {
   return stream << (layout == ChannelLayout::kInterleaved ? "interleaved" : "concatenated");
 }
+/// Writes the name of `spacing`, "paper" or "tensor2tensor", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, FrequencySpacing spacing) {
   return stream << (spacing == FrequencySpacing::kPaper ? "paper" : "tensor2tensor");
 }
+/// Writes the name of `policy`, "error" or "extrapolate", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, BeyondMaxLen policy) {
   return stream << (policy == BeyondMaxLen::kError ? "error" : "extrapolate");
 }
+/// Writes the name of `kind`, "sinusoidal" or "learned", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, PositionKind kind) {
   return stream << (kind == PositionKind::kSinusoidal ? "sinusoidal" : "learned");
 }
 /// transformers' name of `type` (`rope_parameters.rope_type`), from posenc's table of rope types.
 const char* rope_type_name(RopeType type);
+/// Writes `rope_type_name(type)` (e.g. "llama3") to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, RopeType type) {
   return stream << rope_type_name(type);
 }
+/// Writes the name of `pairing`, "half_split" or "interleaved", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, RotaryPairing pairing) {
   return stream << (pairing == RotaryPairing::kHalfSplit ? "half_split" : "interleaved");
 }
@@ -123,6 +129,7 @@ inline const char* interpolation_name(Interpolation mode) {
   }
   return "unknown";
 }
+/// Writes `interpolation_name(mode)` to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, Interpolation mode) {
   return stream << interpolation_name(mode);
 }
@@ -130,6 +137,7 @@ inline std::ostream& operator<<(std::ostream& stream, Interpolation mode) {
 inline const char* grid_indexing_name(GridIndexing indexing) {
   return indexing == GridIndexing::kXY ? "xy" : "ij";
 }
+/// Writes `grid_indexing_name(indexing)` to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, GridIndexing indexing) {
   return stream << grid_indexing_name(indexing);
 }

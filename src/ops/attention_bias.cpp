@@ -13,7 +13,7 @@
 #include "detail/checks.h"
 #include "detail/device_checks.h"
 
-#include <posenc/ops.h>
+#include <posenc/ops/attention_bias.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/abs.h>

@@ -5,7 +5,7 @@
 
 #include "ops/dispatch.h"
 
-#include <posenc/ops.h>
+#include <posenc/ops/positional_encoding.h>
 
 #include <torch/library.h>
 

@@ -8,7 +8,7 @@
 #include "detail/device_checks.h"
 #include "detail/positions.h"
 
-#include <posenc/ops.h>
+#include <posenc/ops/positions.h>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>

@@ -4,7 +4,7 @@
 #include "detail/rope_types.h"
 #include "ops/dispatch.h"
 
-#include <posenc/ops.h>
+#include <posenc/ops/rotary.h>
 
 #include <torch/library.h>
 

@@ -3,7 +3,7 @@
 
 #include "ops/dispatch.h"
 
-#include <posenc/ops.h>
+#include <posenc/ops/token_embedding.h>
 
 #include <torch/library.h>
 

@@ -8,7 +8,7 @@
 #include "detail/checks.h"
 #include "detail/vision.h"
 
-#include <posenc/ops.h>
+#include <posenc/ops/vision.h>
 
 #include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>

@@ -20,8 +20,9 @@ struct HfRopeConfig {
   /// max_position_embeddings, base = rope_theta, rotary_dim = int(head_dim *
   /// partial_rotary_factor), and the scaling of `rope_parameters` / `rope_scaling`.
   RotaryEmbeddingOptions options{2, 1};
-  /// num_attention_heads and num_key_value_heads (= num_attention_heads when absent).
+  /// The config's `num_attention_heads`.
   int64_t num_attention_heads = 0;
+  /// The config's `num_key_value_heads` (= num_attention_heads when absent).
   int64_t num_key_value_heads = 0;
 };
 

@@ -29,8 +29,10 @@ namespace posenc {
 /// ```
 class ALiBiImpl : public torch::nn::Cloneable<ALiBiImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "ALiBi";
 
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit ALiBiImpl(const ALiBiOptions& options_);
 
   /// Checks the options and registers the slopes.
@@ -71,8 +73,10 @@ TORCH_MODULE(ALiBi);
 /// ```
 class RelativePositionBiasImpl : public torch::nn::Cloneable<RelativePositionBiasImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "RelativePositionBias";
 
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit RelativePositionBiasImpl(const RelativePositionBiasOptions& options_);
 
   /// Checks the options and registers (and initializes) the table.
@@ -117,8 +121,10 @@ TORCH_MODULE(RelativePositionBias);
 /// ```
 class RelPositionalEncodingImpl : public torch::nn::Cloneable<RelPositionalEncodingImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "RelPositionalEncoding";
 
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit RelPositionalEncodingImpl(const RelPositionalEncodingOptions& options_);
 
   /// Checks the options and builds the table.
@@ -156,11 +162,15 @@ TORCH_MODULE(RelPositionalEncoding);
 class RelPositionMultiheadAttentionImpl
     : public torch::nn::Cloneable<RelPositionMultiheadAttentionImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "RelPositionMultiheadAttention";
 
+  /// Shorthand for `RelPositionMultiheadAttentionOptions(embed_dim, num_heads)` (defaults
+  /// otherwise).
   RelPositionMultiheadAttentionImpl(int64_t embed_dim, int64_t num_heads)
       : RelPositionMultiheadAttentionImpl(
             RelPositionMultiheadAttentionOptions(embed_dim, num_heads)) {}
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit RelPositionMultiheadAttentionImpl(const RelPositionMultiheadAttentionOptions& options_);
 
   /// Checks the options, registers the projections and the position biases (zeros, then Xavier
@@ -182,12 +192,21 @@ class RelPositionMultiheadAttentionImpl
   /// The options this module was built with.
   RelPositionMultiheadAttentionOptions options;
 
+  /// The query projection, Linear(embed_dim, embed_dim) with bias.
   torch::nn::Linear linear_q{nullptr};
+  /// The key projection, Linear(embed_dim, embed_dim) with bias.
   torch::nn::Linear linear_k{nullptr};
+  /// The value projection, Linear(embed_dim, embed_dim) with bias.
   torch::nn::Linear linear_v{nullptr};
+  /// The output projection of the attended heads, Linear(embed_dim, embed_dim) with bias.
   torch::nn::Linear linear_out{nullptr};
+  /// The projection of `pos_emb`, Linear(embed_dim, embed_dim) without bias.
   torch::nn::Linear linear_pos{nullptr};
+  /// The content bias u, `[H, embed_dim / H]`, added to the queries scored against the keys:
+  /// `(q + u) k^T` (the parameter `pos_bias_u`, Xavier uniform initially).
   torch::Tensor pos_bias_u;
+  /// The position bias v, `[H, embed_dim / H]`, added to the queries scored against the projected
+  /// `pos_emb` p: `(q + v) p^T` (the parameter `pos_bias_v`, Xavier uniform initially).
   torch::Tensor pos_bias_v;
 };
 

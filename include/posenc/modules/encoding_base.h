@@ -39,9 +39,13 @@ namespace detail {
 /// A tensor of a module that `load()` reads: its name in the archive, the member, its expected
 /// shape, and whether it is a buffer (else a parameter).
 struct TableSlot {
+  /// The tensor's key in the archive (e.g. "pe", "weight").
   std::string name;
+  /// The module's member the tensor is written to.
   torch::Tensor* member;
+  /// The shape the archived tensor must have.
   std::vector<int64_t> shape;
+  /// `true` for a buffer, `false` for a parameter.
   bool is_buffer;
 };
 
@@ -112,9 +116,12 @@ class EncodingModule : public torch::nn::Cloneable<Derived> {
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override {
     to_impl(device, dtype, non_blocking);
   }
+  /// Casts like `torch::nn::Module::to(dtype)`, keeping the device; derived tables as above.
   void to(torch::Dtype dtype, bool non_blocking = false) override {
     to_impl(c10::nullopt, dtype, non_blocking);
   }
+  /// Moves like `torch::nn::Module::to(device)`, keeping the dtype; derived tables are recomputed
+  /// there when the device changes.
   void to(torch::Device device, bool non_blocking = false) override {
     to_impl(device, c10::nullopt, non_blocking);
   }
@@ -122,6 +129,7 @@ class EncodingModule : public torch::nn::Cloneable<Derived> {
  protected:
   FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(int64_t{0})})
 
+  /// Internal (CRTP): this module as its `Derived` type, for the calls into the derived class.
   Derived& derived() {
     return static_cast<Derived&>(*this);
   }

@@ -30,11 +30,16 @@ namespace posenc {
 class LearnedPositionalEmbeddingImpl
     : public detail::SequenceEncodingModule<LearnedPositionalEmbeddingImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "LearnedPositionalEmbedding";
+  /// `false`: the module has no tables computed from the options; `to()` moves and casts as
+  /// `torch::nn::Module::to` does.
   static constexpr bool kDerivedTables = false;
 
+  /// Shorthand for `LearnedPositionalEmbeddingOptions(d_model, max_len)` (defaults otherwise).
   LearnedPositionalEmbeddingImpl(int64_t d_model, int64_t max_len)
       : LearnedPositionalEmbeddingImpl(LearnedPositionalEmbeddingOptions(d_model, max_len)) {}
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit LearnedPositionalEmbeddingImpl(const LearnedPositionalEmbeddingOptions& options_);
 
   /// Checks `options`, registers `weight` and initializes it.

@@ -34,11 +34,16 @@ namespace posenc {
 /// ```
 class PositionalEncodingImpl : public detail::SequenceEncodingModule<PositionalEncodingImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "PositionalEncoding";
+  /// `true`: the tables are computed from the options, so `to()` recomputes or casts them
+  /// (see detail::EncodingModule::to) and never stores them in 16 bits.
   static constexpr bool kDerivedTables = true;
 
+  /// Shorthand for `PositionalEncodingOptions(d_model, max_len)` (defaults otherwise).
   PositionalEncodingImpl(int64_t d_model, int64_t max_len)
       : PositionalEncodingImpl(PositionalEncodingOptions(d_model, max_len)) {}
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit PositionalEncodingImpl(const PositionalEncodingOptions& options_);
 
   /// Checks `options` and (re)builds the `pe` buffer. Throws `c10::Error` for invalid options,

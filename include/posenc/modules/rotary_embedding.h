@@ -32,11 +32,16 @@ namespace posenc {
 /// ```
 class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "RotaryEmbedding";
+  /// `true`: the tables are computed from the options, so `to()` recomputes or casts them
+  /// (see detail::EncodingModule::to) and never stores them in 16 bits.
   static constexpr bool kDerivedTables = true;
 
+  /// Shorthand for `RotaryEmbeddingOptions(head_dim, max_len)` (defaults otherwise).
   RotaryEmbeddingImpl(int64_t head_dim, int64_t max_len)
       : RotaryEmbeddingImpl(RotaryEmbeddingOptions(head_dim, max_len)) {}
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_);
 
   /// Checks `options` and (re)builds the `cos` and `sin` buffers.
@@ -82,6 +87,9 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   /// by p * inv_freq[i]. For dynamic and longrope scaling, those of calls within the model's
   /// context; `inv_freq(seq_len)` gives those of a call ending at position seq_len - 1.
   torch::Tensor inv_freq() const;
+  /// The frequencies (float64 `[rotary_dim / 2]`, CPU) of a call ending at position
+  /// `seq_len - 1` (`seq_len` >= 1); they differ from inv_freq() only for dynamic and longrope
+  /// scaling.
   torch::Tensor inv_freq(int64_t seq_len) const;
 
   /// The scaling variant's attention factor (yarn, longrope; 1 for the others). cos and sin carry
@@ -91,8 +99,9 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   /// The options this module was built with.
   RotaryEmbeddingOptions options;
 
-  /// The caches, `[max_len, rotary_dim / 2]`, registered as the buffers `cos` and `sin`.
+  /// The cosine cache, `[max_len, rotary_dim / 2]`, registered as the buffer `cos`.
   torch::Tensor cos;
+  /// The sine cache, `[max_len, rotary_dim / 2]`, registered as the buffer `sin`.
   torch::Tensor sin;
 
  private:

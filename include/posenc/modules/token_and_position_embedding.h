@@ -34,12 +34,18 @@ namespace posenc {
 /// ```
 class TokenAndPositionEmbeddingImpl : public detail::EncodingModule<TokenAndPositionEmbeddingImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "TokenAndPositionEmbedding";
+  /// `false`: this module holds no tables itself (its submodules do); `to()` moves and casts as
+  /// `torch::nn::Module::to` does, and the submodules apply their own rules.
   static constexpr bool kDerivedTables = false;
 
+  /// Shorthand for `TokenAndPositionEmbeddingOptions(vocab_size, d_model, max_len)` (defaults
+  /// otherwise).
   TokenAndPositionEmbeddingImpl(int64_t vocab_size, int64_t d_model, int64_t max_len)
       : TokenAndPositionEmbeddingImpl(
             TokenAndPositionEmbeddingOptions(vocab_size, d_model, max_len)) {}
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit TokenAndPositionEmbeddingImpl(const TokenAndPositionEmbeddingOptions& options_);
 
   /// Checks `options` and builds the submodules.
@@ -61,8 +67,11 @@ class TokenAndPositionEmbeddingImpl : public detail::EncodingModule<TokenAndPosi
 
   /// The token embedding.
   torch::nn::Embedding tokens{nullptr};
-  /// The position module, registered as `positions`: one of these two is set.
+  /// The sinusoidal position module, registered as `positions`: set with
+  /// PositionKind::kSinusoidal, else null (exactly one of `sinusoidal` and `learned` is set).
   PositionalEncoding sinusoidal{nullptr};
+  /// The learned position module, registered as `positions`: set with PositionKind::kLearned,
+  /// else null.
   LearnedPositionalEmbedding learned{nullptr};
 
  private:

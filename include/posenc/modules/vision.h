@@ -25,8 +25,10 @@ namespace posenc {
 /// ```
 class TimestepsImpl : public torch::nn::Cloneable<TimestepsImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "Timesteps";
 
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit TimestepsImpl(const TimestepEmbeddingOptions& options_);
 
   /// Checks the options.
@@ -58,8 +60,10 @@ TORCH_MODULE(Timesteps);
 /// ```
 class TimestepEmbedderImpl : public torch::nn::Cloneable<TimestepEmbedderImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "TimestepEmbedder";
 
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit TimestepEmbedderImpl(const TimestepEmbedderOptions& options_);
 
   /// Checks the options and registers the MLP.
@@ -96,8 +100,10 @@ TORCH_MODULE(TimestepEmbedder);
 /// ```
 class AxialRotaryEmbeddingImpl : public torch::nn::Cloneable<AxialRotaryEmbeddingImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "AxialRotaryEmbedding";
 
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit AxialRotaryEmbeddingImpl(const AxialRotaryEmbeddingOptions& options_);
 
   /// Checks the options.
@@ -137,8 +143,10 @@ TORCH_MODULE(AxialRotaryEmbedding);
 /// ```
 class VisionRotaryEmbeddingImpl : public torch::nn::Cloneable<VisionRotaryEmbeddingImpl> {
  public:
+  /// The module's name, the prefix of its error messages.
   static constexpr const char* kName = "VisionRotaryEmbedding";
 
+  /// Builds the module from `options_` and calls reset(), which checks them.
   explicit VisionRotaryEmbeddingImpl(const VisionRotaryEmbeddingOptions& options_);
 
   /// Checks the options.

@@ -16,6 +16,8 @@ namespace posenc {
 /// posenc::ALiBi alibi(posenc::ALiBiOptions(32).first_head(8).heads(8));
 /// ```
 struct ALiBiOptions {
+  /// Options for a model of `num_heads` heads, the others at their defaults (implicit, so
+  /// `posenc::ALiBi alibi(8)` works).
   /* implicit */ ALiBiOptions(int64_t num_heads);
 
   /// The model's number of attention heads `H` (>= 1): the slopes depend on it.
@@ -35,6 +37,7 @@ struct ALiBiOptions {
 /// posenc::RelativePositionBias bias(posenc::RelativePositionBiasOptions(/*num_heads=*/12));
 /// ```
 struct RelativePositionBiasOptions {
+  /// Options for `num_heads` heads, the others at their defaults (implicit).
   /* implicit */ RelativePositionBiasOptions(int64_t num_heads);
 
   /// Number of attention heads `H` (>= 1): one learned bias per bucket and head.
@@ -58,6 +61,7 @@ struct RelativePositionBiasOptions {
 /// auto [x_scaled, pos_emb] = pos(x);   // pos_emb: [1, 2L - 1, 256]
 /// ```
 struct RelPositionalEncodingOptions {
+  /// Options for width `d_model`, the others at their defaults (implicit).
   /* implicit */ RelPositionalEncodingOptions(int64_t d_model);
 
   /// Width `D` of the inputs and of the encoding (>= 1).
@@ -86,6 +90,7 @@ struct RelPositionalEncodingOptions {
 ///     posenc::RelPositionMultiheadAttentionOptions(/*embed_dim=*/256, /*num_heads=*/4));
 /// ```
 struct RelPositionMultiheadAttentionOptions {
+  /// Options for width `embed_dim` split over `num_heads` heads; dropout at its default.
   RelPositionMultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads);
 
   /// Model width `D` (a multiple of `num_heads`).

@@ -17,6 +17,7 @@ namespace posenc {
 ///     posenc::LearnedPositionalEmbeddingOptions(/*d_model=*/768, /*max_len=*/512).dropout(0.1));
 /// ```
 struct LearnedPositionalEmbeddingOptions {
+  /// Options for width `d_model` and `max_len` positions, the others at their defaults.
   LearnedPositionalEmbeddingOptions(int64_t d_model, int64_t max_len);
 
   /// Width `D` of the inputs and of every embedding vector (>= 1).

@@ -20,6 +20,7 @@ namespace posenc {
 ///         .batch_first(false));
 /// ```
 struct PositionalEncodingOptions {
+  /// Options for width `d_model` and `max_len` positions, the others at their defaults.
   PositionalEncodingOptions(int64_t d_model, int64_t max_len);
 
   /// Width `D` of the inputs and of every encoding vector. Any value >= 1; for an odd width the

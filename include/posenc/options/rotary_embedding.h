@@ -23,6 +23,7 @@ namespace posenc {
 ///     posenc::RotaryEmbeddingOptions(128, 131072).base(500000.0).scaling(scaling));
 /// ```
 struct RopeScalingOptions {
+  /// Options of the variant `type`, its parameters at transformers' defaults (implicit).
   /* implicit */ RopeScalingOptions(RopeType type = RopeType::kDefault);
 
   /// The variant. Default: kDefault (no scaling).
@@ -35,12 +36,16 @@ struct RopeScalingOptions {
   TORCH_ARG(c10::optional<int64_t>, max_position_embeddings) = c10::nullopt;
   /// The pre-training context length (yarn, longrope, llama3). Default: max_position_embeddings.
   TORCH_ARG(c10::optional<int64_t>, original_max_position_embeddings) = c10::nullopt;
-  /// yarn: the number of rotations that bounds extrapolation (fast) and interpolation (slow).
+  /// yarn: the number of rotations that bounds extrapolation (fast): frequencies that turn more
+  /// often over the original context keep their value. Default: 32.
   TORCH_ARG(double, beta_fast) = 32.0;
+  /// yarn: the number of rotations that bounds interpolation (slow): frequencies that turn less
+  /// often over the original context are divided by `factor`. Default: 1.
   TORCH_ARG(double, beta_slow) = 1.0;
   /// yarn: DeepSeek's mscale and mscale_all_dim (attention factor mscale(f, mscale) /
-  /// mscale(f, mscale_all_dim) when both are given and non-zero).
+  /// mscale(f, mscale_all_dim) when both are given and non-zero). Default: unset.
   TORCH_ARG(c10::optional<double>, mscale) = c10::nullopt;
+  /// yarn: DeepSeek's mscale_all_dim, the one in the divisor (see `mscale`). Default: unset.
   TORCH_ARG(c10::optional<double>, mscale_all_dim) = c10::nullopt;
   /// yarn: round the correction range outwards to whole dimensions (HF's default) or not
   /// (gpt-oss). Default: true.
@@ -48,12 +53,15 @@ struct RopeScalingOptions {
   /// yarn, longrope: the attention factor; if unset, the variant's formula.
   TORCH_ARG(c10::optional<double>, attention_factor) = c10::nullopt;
   /// longrope: one factor per frequency (R/2 each), used by calls that stay within
-  /// original_max_position_embeddings (short) or go past it (long).
+  /// original_max_position_embeddings (short) or go past it (long). The short factors. Default:
+  /// empty.
   TORCH_ARG(std::vector<double>, short_factor);
+  /// longrope: the long factors (R/2 values; see `short_factor`). Default: empty.
   TORCH_ARG(std::vector<double>, long_factor);
   /// llama3: wavelengths above original / low_freq_factor are divided by `factor`, those below
-  /// original / high_freq_factor kept, and those between interpolated smoothly.
+  /// original / high_freq_factor kept, and those between interpolated smoothly. Default: 1.
   TORCH_ARG(double, low_freq_factor) = 1.0;
+  /// llama3: the divisor of the short-wavelength bound (see `low_freq_factor`). Default: 4.
   TORCH_ARG(double, high_freq_factor) = 4.0;
   /// proportional: the share of the head's frequency pairs that turn (transformers'
   /// `rope_parameters.partial_rotary_factor`); the others get frequency 0. The rotated width
@@ -69,6 +77,8 @@ struct RopeScalingOptions {
 ///     posenc::RotaryEmbeddingOptions(/*head_dim=*/128, /*max_len=*/4096).base(500000.0));
 /// ```
 struct RotaryEmbeddingOptions {
+  /// Options for heads of width `head_dim` and caches of `max_len` positions, the others at their
+  /// defaults.
   RotaryEmbeddingOptions(int64_t head_dim, int64_t max_len);
 
   /// Width `Dh` of each attention head of the queries and keys.

@@ -19,6 +19,8 @@ namespace posenc {
 ///     posenc::TimestepEmbeddingOptions(320).flip_sin_to_cos(true).downscale_freq_shift(0));
 /// ```
 struct TimestepEmbeddingOptions {
+  /// Options for an embedding of `embedding_dim` channels, the others at diffusers' defaults
+  /// (implicit).
   /* implicit */ TimestepEmbeddingOptions(int64_t embedding_dim);
 
   /// Width of the embedding (>= 2; odd widths end with a zero column).
@@ -42,6 +44,7 @@ struct TimestepEmbeddingOptions {
 /// posenc::TimestepEmbedder t_embedder(posenc::TimestepEmbedderOptions(/*hidden_size=*/1152));
 /// ```
 struct TimestepEmbedderOptions {
+  /// Options for an output of `hidden_size` channels, the others at DiT's defaults (implicit).
   /* implicit */ TimestepEmbedderOptions(int64_t hidden_size);
 
   /// Width of the output (>= 1).
@@ -60,6 +63,8 @@ struct TimestepEmbedderOptions {
 /// auto pos = posenc::functional::sincos_2d_table(posenc::Sincos2dTableOptions(1152, {16, 16}));
 /// ```
 struct Sincos2dTableOptions {
+  /// Options for a table of `embed_dim` channels over the grid `grid_size`, the others at their
+  /// defaults.
   Sincos2dTableOptions(int64_t embed_dim, std::vector<int64_t> grid_size);
 
   /// Number of channels (a positive multiple of 4).
@@ -87,6 +92,8 @@ struct Sincos2dTableOptions {
 ///         .spatial_interpolation_scale(1.875));
 /// ```
 struct Sincos3dTableOptions {
+  /// Options for a table of `embed_dim` channels over `temporal_size` frames of the grid
+  /// `spatial_size`, the others at their defaults.
   Sincos3dTableOptions(int64_t embed_dim, std::vector<int64_t> spatial_size,
                        int64_t temporal_size);
 
@@ -110,6 +117,7 @@ struct Sincos3dTableOptions {
 /// auto pos = posenc::functional::crop_position_table(table, posenc::CropPositionTableOptions({64}));
 /// ```
 struct CropPositionTableOptions {
+  /// Options that keep the grid `new_size`, the others at their defaults (implicit).
   /* implicit */ CropPositionTableOptions(std::vector<int64_t> new_size);
 
   /// The grid `{h, w}` to keep (`{S}`: square), at most the table's grid.
@@ -130,6 +138,7 @@ struct CropPositionTableOptions {
 ///     state["pos_embed"], posenc::ResamplePositionTableOptions({24, 24}));
 /// ```
 struct ResamplePositionTableOptions {
+  /// Options that resample to the grid `new_size`, the others at timm's defaults (implicit).
   /* implicit */ ResamplePositionTableOptions(std::vector<int64_t> new_size);
 
   /// The grid `{H, W}` to resample to (`{S}`: square).
@@ -155,6 +164,8 @@ struct ResamplePositionTableOptions {
 /// posenc::AxialRotaryEmbedding rope(posenc::AxialRotaryEmbeddingOptions({16, 56, 56}));
 /// ```
 struct AxialRotaryEmbeddingOptions {
+  /// Options for the rotated widths `axes_dim` of the axes, the others at their defaults
+  /// (implicit).
   /* implicit */ AxialRotaryEmbeddingOptions(std::vector<int64_t> axes_dim);
 
   /// The rotated width of each axis (each even; their sum <= head_dim). Axis a turns
@@ -180,6 +191,7 @@ struct AxialRotaryEmbeddingOptions {
 ///     posenc::VisionRotaryEmbeddingOptions(64).ref_feat_shape({16, 16}));
 /// ```
 struct VisionRotaryEmbeddingOptions {
+  /// Options for a rotated width of `dim` channels, the others at timm's defaults (implicit).
   /* implicit */ VisionRotaryEmbeddingOptions(int64_t dim);
 
   /// The rotated width of a head (a positive multiple of 4): dim / 4 frequencies per axis.

@@ -1,0 +1,36 @@
+#pragma once
+
+/// @file
+/// posenc's operators: positions of packed sequences and context-parallel shards. Each function calls its operator
+/// `posenc::<name>` through the dispatcher (`torch.ops.posenc.<name>` from Python and
+/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/positions.cpp` (kernels:
+/// the same file). What positions, padding and rows past a table mean for every operator is
+/// in <posenc/ops.h>.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/util/Optional.h>
+
+#include <cstdint>
+
+namespace posenc {
+namespace ops {
+
+/// Positions of packed sequences (flash-attn varlen, TransformerEngine's THD format): `total`
+/// tokens, sequence s holding tokens cu_seqlens[s] .. cu_seqlens[s + 1] - 1 (`cu_seqlens`: 1-D
+/// int32 or int64, 0 first, non-decreasing, `total` last); its tokens get positions
+/// start_positions[s], start_positions[s] + 1, ... (default 0: positions restart at each
+/// sequence). An int64 `[total]` tensor on the device of `cu_seqlens` (computed there: nothing is read back from a GPU).
+at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
+                            const c10::optional<at::Tensor>& start_positions = c10::nullopt);
+
+/// Positions of one rank's shard of a `seq_len` sequence under context parallelism: chunk `rank`
+/// of `world_size` equal chunks, or, `zigzag`, TransformerEngine's load-balanced split into
+/// `2 * world_size` chunks of which rank r holds chunks r and 2 * world_size - 1 - r. int64, on
+/// `device` (default CPU).
+at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
+                                      bool zigzag = false,
+                                      c10::optional<at::Device> device = c10::nullopt);
+
+} // namespace ops
+} // namespace posenc
