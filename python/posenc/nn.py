@@ -695,6 +695,40 @@ class ALiBi(_Module):
     def forward_causal(self, key_length: int, attention_mask: Optional[Tensor] = None) -> Tensor:
         return _ops.alibi_causal_bias(self.slopes, key_length, attention_mask)
 
+    def score_mod(self, query_length: int, key_length: int, offset: Optional[int] = None):
+        """``forward(query_length, key_length, offset)`` as FlexAttention takes it: a ``score_mod``
+        for ``torch.nn.attention.flex_attention`` (torch >= 2.5) that adds the same bias, value for
+        value, without the ``[H, Lq, Lk]`` tensor. It reads a ``[H, D + 1]`` row of the bias by
+        distance (``alibi_bias`` of one query at position 0; D the largest distance of the call), so
+        memory is O(H (Lq + Lk)). ``causal_block_mask`` adds ``causal=True``; under it, the compact
+        causal form (``forward_causal``) gives the same attention, since softmax cancels a constant
+        per query row."""
+        _ops.alibi_bias(self.slopes.to("meta"), query_length, key_length, offset, False)  # its checks
+        start = key_length - query_length if offset is None else offset
+        by_distance = _ops.alibi_bias(self.slopes, 1, max(key_length - 1, start + query_length - 1) + 1, 0, False)[:, 0]
+
+        def alibi(score, b, h, q_idx, kv_idx):
+            return score + by_distance[h, (q_idx + start - kv_idx).abs()].to(score.dtype)
+
+        return alibi
+
+    def causal_block_mask(self, query_length: int, key_length: int, offset: Optional[int] = None,
+                          device=None):
+        """FlexAttention's block mask of ``causal=True``: query i (at position ``offset + i``,
+        default ``key_length - query_length``) sees the keys at positions <= its own
+        (``torch.nn.attention.flex_attention.create_block_mask``; blocks with no such key are
+        skipped, not computed)."""
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        _ops.alibi_bias(self.slopes.to("meta"), query_length, key_length, offset, True)  # its checks
+        start = key_length - query_length if offset is None else offset
+
+        def causal(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx + start
+
+        device = self.slopes.device if device is None else device
+        return create_block_mask(causal, None, None, query_length, key_length, device=device)
+
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, max_bias={self.max_bias}, heads={self.slopes.shape[0]}"
 
@@ -720,6 +754,24 @@ class RelativePositionBias(_Module):
     def forward(self, query_length: int, key_length: int, offset: int = 0) -> Tensor:
         return _ops.relative_position_bias(self.relative_attention_bias.weight, query_length, key_length,
                                            self.bidirectional, self.max_distance, offset)
+
+    def score_mod(self, query_length: int, key_length: int, offset: int = 0):
+        """``forward(query_length, key_length, offset)`` as FlexAttention takes it: a ``score_mod``
+        for ``torch.nn.attention.flex_attention`` (torch >= 2.5) that adds the same bias, value for
+        value, without the ``[H, Lq, Lk]`` tensor. It reads a ``[H, Lq + Lk - 1]`` row of the bias
+        by relative position (``relative_position_bias`` of one query, so the same buckets and the
+        same gradient into ``relative_attention_bias.weight``): memory O(H (Lq + Lk))."""
+        weight = self.relative_attention_bias.weight
+        _ops.relative_position_bias(weight.to("meta"), query_length, key_length, self.bidirectional,
+                                    self.max_distance, offset)  # its checks
+        # entry j: the key at j - (Lq - 1) relative to a query at 0, i.e. key kv of query i at kv - i + Lq - 1
+        by_relative = _ops.relative_position_bias(weight, 1, query_length + key_length - 1, self.bidirectional,
+                                                  self.max_distance, offset + query_length - 1)[0, :, 0]
+
+        def t5(score, b, h, q_idx, kv_idx):
+            return score + by_relative[h, kv_idx - q_idx + query_length - 1].to(score.dtype)
+
+        return t5
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "

@@ -82,6 +82,10 @@ def test_the_build_compiled_the_cpp_blocks_as_they_are():
 def test_python_blocks_run(block, posenc_ops, posenc_cli, test_tool, tmp_path):
     """Each Python block runs, after its context, in a fresh interpreter in an empty directory;
     `posenc_cli(...)` and `test_tool(...)` run the built programs there."""
+    from conftest import TORCH_VERSION
+
+    if block.requires_torch and TORCH_VERSION < block.requires_torch:
+        pytest.skip(f"{block.where} needs torch >= {'.'.join(map(str, block.requires_torch))}")
     program = "\n".join([
         "import subprocess, sys, torch",
         f"sys.path.insert(0, {str(ROOT / 'python')!r})",

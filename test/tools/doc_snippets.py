@@ -8,6 +8,9 @@ GitHub and in the Doxygen pages) that says how it is tested:
     -->
     <!-- excerpt: examples/sequence_classifier/main.cpp -->   (its lines are lines of that file)
 
+A context's first line may be `requires torch >= 2.5`: the block is then run only with such a torch
+(the test says so when it skips it).
+
     python3 test/tools/doc_snippets.py cpp OUT.cpp    writes every C++ block into one translation
                                                       unit (each in a function of its own)
 
@@ -31,6 +34,7 @@ class Block:
     code: str
     context: str = ""
     excerpt: str = ""
+    requires_torch: tuple = ()
 
     @property
     def where(self):
@@ -58,6 +62,11 @@ def blocks(path):
             kind, _, rest = comment.partition(":")
             if kind == "context":
                 block.context = rest.strip("\n")
+                first, _, others = block.context.partition("\n")
+                needed = re.fullmatch(r"requires torch >= (\d+)\.(\d+)", first.strip())
+                if needed:
+                    block.requires_torch = (int(needed.group(1)), int(needed.group(2)))
+                    block.context = others
             elif kind == "excerpt":
                 block.excerpt = rest.strip()
             else:
