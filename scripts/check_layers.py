@@ -13,6 +13,9 @@ Python:
     posenc's own;
   - python/posenc/__init__.py loads the library (the operators' layer) and imports nn last, as the
     umbrella;
+  - python/posenc/integrations/ sits above both: it may import posenc, calls only public
+    operators, never loads a library, and nothing in the package imports it (``import posenc``
+    never imports the libraries it integrates with);
   - the TorchScript sources of the export (src/export/torchscript/*.py) run in plain PyTorch,
     without posenc: they name no torch.ops operator and import only torch, typing and math.
 
@@ -83,6 +86,18 @@ def python_problems():
         for name in re.findall(re.escape(alias) + r"\.(\w+)", text):
             if name.startswith("_"):
                 problems.append(f"{where}: calls the private operator {name}")
+    for source in sorted((ROOT / "python" / "posenc" / "integrations").glob("*.py")):
+        body = source.read_text()
+        here = source.relative_to(ROOT)
+        if re.search(r"load_library", body):
+            problems.append(f"{here}: loads a library (python/posenc/__init__.py does)")
+        for name in re.findall(r"torch\.ops\.posenc\.(\w+)", body):
+            if name.startswith("_"):
+                problems.append(f"{here}: calls the private operator {name}")
+    for source in [nn, ROOT / "python" / "posenc" / "__init__.py"]:
+        if re.search(r"^\s*(from\s+(\.|posenc)\S*\s+import\s+.*integrations|import\s+posenc\.integrations|from\s+\.?integrations)",
+                     source.read_text(), flags=re.M):
+            problems.append(f"{source.relative_to(ROOT)}: imports posenc.integrations (opt-in, imported by its users)")
     init = ROOT / "python" / "posenc" / "__init__.py"
     imports = [m for m in re.finditer(r"^(?:from\s+\.\s+import|import)\s+(\w+)", init.read_text(), flags=re.M)]
     package = [m.group(1) for m in imports if m.group(0).startswith("from")]

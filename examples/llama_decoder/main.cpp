@@ -1,0 +1,359 @@
+// A LLaMA-architecture decoder in LibTorch that loads what transformers' save_pretrained writes
+// (config.json + model.safetensors) and computes what transformers' LlamaForCausalLM /
+// Qwen2ForCausalLM compute: RMSNorm, grouped-query attention whose queries and keys posenc rotates
+// in place in one pass (the rotary setup read from config.json by posenc::io::read_hf_rope_config:
+// any rope type, partial rotation, yarn's attention factor), a SwiGLU MLP, and a KV cache filled at
+// growing offsets while decoding. Weights are loaded by posenc::load_safetensors under the names
+// transformers gives them.
+//
+//   llama_decoder check MODEL_DIR...     compare with reference.safetensors (make_models.py)
+//   llama_decoder generate MODEL_DIR --prompt-length 128 --tokens 64 [--threads N]
+//                                        greedy generation, timed (tokens per second, JSON)
+
+#include <posenc/io/hf_config.h>
+#include <posenc/io/safetensors.h>
+#include <posenc/modules/rotary_embedding.h>
+
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// What the decoder needs from config.json. The attention heads, head width and rotary embedding
+// come from posenc's reader; the rest of the architecture from the same file, by transformers' names.
+struct DecoderConfig {
+  std::string model_type;
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false, qkv_bias = false, o_bias = false, mlp_bias = false;
+  posenc::io::HfRopeConfig attention;
+};
+
+DecoderConfig read_config(const std::string& directory) {
+  const std::string path = directory + "/config.json";
+  std::ifstream file(path);
+  TORCH_CHECK(file, "llama_decoder: cannot read ", path);
+  std::stringstream text;
+  text << file.rdbuf();
+  DecoderConfig config;
+  config.attention = posenc::io::read_hf_rope_config(text.str(), path);
+  const nlohmann::json json = nlohmann::json::parse(text.str());
+  config.model_type = json.at("model_type").get<std::string>();
+  TORCH_CHECK(config.model_type == "llama" || config.model_type == "qwen2",
+              "llama_decoder: model_type must be \"llama\" or \"qwen2\", but ", path, " has \"",
+              config.model_type, "\"");
+  TORCH_CHECK(json.value("hidden_act", std::string("silu")) == "silu",
+              "llama_decoder: hidden_act must be \"silu\" (SwiGLU), but ", path, " has ",
+              json.at("hidden_act").dump());
+  config.vocab_size = json.at("vocab_size").get<int64_t>();
+  config.hidden_size = json.at("hidden_size").get<int64_t>();
+  config.intermediate_size = json.at("intermediate_size").get<int64_t>();
+  config.num_hidden_layers = json.at("num_hidden_layers").get<int64_t>();
+  config.rms_norm_eps = json.value("rms_norm_eps", 1e-6);
+  config.tie_word_embeddings = json.value("tie_word_embeddings", false);
+  if (config.model_type == "llama") {
+    config.qkv_bias = config.o_bias = json.value("attention_bias", false);
+    config.mlp_bias = json.value("mlp_bias", false);
+  } else {  // Qwen2: biases on q, k and v only
+    config.qkv_bias = true;
+  }
+  return config;
+}
+
+// transformers' RMSNorm: normalized in float32, scaled by the weight in the input's dtype.
+struct RMSNormImpl : torch::nn::Module {
+  RMSNormImpl(int64_t size, double eps) : eps(eps) {
+    weight = register_parameter("weight", torch::ones({size}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor x32 = x.to(torch::kFloat);
+    return weight * (x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+  }
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// One layer's keys and values, [B, Hkv, capacity, D]; positions 0 .. length - 1 are filled.
+struct KVCache {
+  torch::Tensor keys, values;
+  int64_t length = 0;
+};
+
+struct AttentionImpl : torch::nn::Module {
+  explicit AttentionImpl(const DecoderConfig& config)
+      : heads(config.attention.num_attention_heads),
+        kv_heads(config.attention.num_key_value_heads),
+        head_dim(config.attention.options.head_dim()) {
+    const int64_t hidden = config.hidden_size;
+    q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, heads * head_dim).bias(config.qkv_bias)));
+    k_proj = register_module("k_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, kv_heads * head_dim).bias(config.qkv_bias)));
+    v_proj = register_module("v_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, kv_heads * head_dim).bias(config.qkv_bias)));
+    o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(heads * head_dim, hidden).bias(config.o_bias)));
+  }
+
+  // x [B, L, hidden] at positions cache.length .. cache.length + L - 1.
+  torch::Tensor forward(const torch::Tensor& x, posenc::RotaryEmbedding& rope, KVCache& cache) {
+    const int64_t batch = x.size(0), length = x.size(1), offset = cache.length;
+    torch::Tensor q = q_proj(x).view({batch, length, heads, head_dim});
+    torch::Tensor k = k_proj(x).view({batch, length, kv_heads, head_dim});
+    const torch::Tensor v = v_proj(x).view({batch, length, kv_heads, head_dim});
+    rope->forward_qk_(q, k, offset);  // q and k rotated where they lie, one pass for both
+    if (!cache.keys.defined() || cache.keys.size(2) < offset + length) {
+      // Grow the cache (doubling), keeping what it holds.
+      const int64_t capacity = std::max<int64_t>(2 * (offset + length), 64);
+      torch::Tensor keys = x.new_empty({batch, kv_heads, capacity, head_dim});
+      torch::Tensor values = x.new_empty({batch, kv_heads, capacity, head_dim});
+      if (offset > 0) {
+        keys.narrow(2, 0, offset).copy_(cache.keys.narrow(2, 0, offset));
+        values.narrow(2, 0, offset).copy_(cache.values.narrow(2, 0, offset));
+      }
+      cache.keys = keys;
+      cache.values = values;
+    }
+    cache.keys.narrow(2, offset, length).copy_(k.transpose(1, 2));
+    cache.values.narrow(2, offset, length).copy_(v.transpose(1, 2));
+    cache.length = offset + length;
+    const int64_t total = cache.length, groups = heads / kv_heads;
+    const torch::Tensor keys = cache.keys.narrow(2, 0, total);
+    const torch::Tensor values = cache.values.narrow(2, 0, total);
+
+    // Query head h reads key/value head h / groups (transformers' repeat_kv), without copying the
+    // cache: the queries of one key head are one [groups * L, D] matrix.
+    const torch::Tensor queries = q.permute({0, 2, 1, 3}).reshape({batch, kv_heads, groups * length, head_dim});
+    torch::Tensor scores = torch::matmul(queries, keys.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+    if (length > 1) {  // causal: query i (position offset + i) sees keys 0 .. offset + i
+      const torch::Tensor key_positions = torch::arange(total, x.options().dtype(torch::kLong));
+      const torch::Tensor query_positions = torch::arange(offset, offset + length, x.options().dtype(torch::kLong));
+      const torch::Tensor hidden_keys = key_positions.view({1, total}) > query_positions.view({length, 1});
+      scores = scores.view({batch, kv_heads, groups, length, total})
+                   .masked_fill(hidden_keys, -std::numeric_limits<float>::infinity())
+                   .view({batch, kv_heads, groups * length, total});
+    }
+    const torch::Tensor weights = torch::softmax(scores, -1, torch::kFloat).to(x.scalar_type());
+    const torch::Tensor output = torch::matmul(weights, values)  // [B, Hkv, groups * L, D]
+                                     .view({batch, heads, length, head_dim})
+                                     .transpose(1, 2)
+                                     .reshape({batch, length, heads * head_dim});
+    return o_proj(output);
+  }
+
+  int64_t heads, kv_heads, head_dim;
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(Attention);
+
+struct MLPImpl : torch::nn::Module {
+  explicit MLPImpl(const DecoderConfig& config) {
+    const auto linear = [&](int64_t in, int64_t out) {
+      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(config.mlp_bias));
+    };
+    gate_proj = register_module("gate_proj", linear(config.hidden_size, config.intermediate_size));
+    up_proj = register_module("up_proj", linear(config.hidden_size, config.intermediate_size));
+    down_proj = register_module("down_proj", linear(config.intermediate_size, config.hidden_size));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return down_proj(torch::nn::functional::silu(gate_proj(x)) * up_proj(x));
+  }
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+struct DecoderLayerImpl : torch::nn::Module {
+  explicit DecoderLayerImpl(const DecoderConfig& config)
+      : self_attn(register_module("self_attn", Attention(config))),
+        mlp(register_module("mlp", MLP(config))),
+        input_layernorm(register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps))),
+        post_attention_layernorm(register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps))) {}
+  torch::Tensor forward(const torch::Tensor& x, posenc::RotaryEmbedding& rope, KVCache& cache) {
+    const torch::Tensor h = x + self_attn(input_layernorm(x), rope, cache);
+    return h + mlp(post_attention_layernorm(h));
+  }
+  Attention self_attn;
+  MLP mlp;
+  RMSNorm input_layernorm, post_attention_layernorm;
+};
+TORCH_MODULE(DecoderLayer);
+
+// transformers' LlamaModel: the parameters under the names save_pretrained writes.
+struct BackboneImpl : torch::nn::Module {
+  explicit BackboneImpl(const DecoderConfig& config)
+      : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size))),
+        layers(register_module("layers", torch::nn::ModuleList())),
+        norm(register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps))) {
+    for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+      layers->push_back(DecoderLayer(config));
+    }
+  }
+  torch::nn::Embedding embed_tokens;
+  torch::nn::ModuleList layers;
+  RMSNorm norm;
+};
+TORCH_MODULE(Backbone);
+
+// LlamaForCausalLM / Qwen2ForCausalLM with a KV cache: forward(ids) continues the sequence.
+struct CausalLMImpl : torch::nn::Module {
+  explicit CausalLMImpl(const DecoderConfig& config)
+      : model(register_module("model", Backbone(config))),
+        // The rotary embedding holds no weights of the checkpoint (its tables are computed), so it
+        // is not a registered submodule: load_safetensors(strict) sees exactly transformers' keys.
+        rope(config.attention.options) {
+    if (!config.tie_word_embeddings) {
+      lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
+    }
+  }
+
+  void reset_cache() { caches.assign(model->layers->size(), KVCache{}); }
+
+  // ids [B, L] -> logits [B, L, vocab] (float32), continuing from the cache.
+  torch::Tensor forward(const torch::Tensor& ids) {
+    if (caches.size() != model->layers->size()) {
+      reset_cache();
+    }
+    torch::Tensor h = model->embed_tokens(ids);
+    for (size_t i = 0; i < model->layers->size(); ++i) {
+      h = model->layers[i]->as<DecoderLayer>()->forward(h, rope, caches[i]);
+    }
+    h = model->norm(h);
+    return lm_head ? lm_head(h) : torch::nn::functional::linear(h, model->embed_tokens->weight);
+  }
+
+  // Greedy decoding: `tokens` new tokens after `prompt` [1, L]; returns prompt and tokens [1, L + tokens].
+  torch::Tensor generate(const torch::Tensor& prompt, int64_t tokens) {
+    reset_cache();
+    torch::Tensor sequence = prompt;
+    torch::Tensor next = forward(prompt).select(1, -1).argmax(-1, /*keepdim=*/true);
+    for (int64_t i = 0; i < tokens; ++i) {
+      sequence = torch::cat({sequence, next}, 1);
+      if (i + 1 < tokens) {
+        next = forward(next).select(1, -1).argmax(-1, /*keepdim=*/true);
+      }
+    }
+    return sequence;
+  }
+
+  Backbone model;
+  torch::nn::Linear lm_head{nullptr};
+  posenc::RotaryEmbedding rope;
+  std::vector<KVCache> caches;
+};
+TORCH_MODULE(CausalLM);
+
+CausalLM load(const std::string& directory, DecoderConfig* config_out = nullptr) {
+  const DecoderConfig config = read_config(directory);
+  CausalLM model(config);
+  posenc::load_safetensors(*model, directory + "/model.safetensors");  // strict: every key, no other
+  model->eval();
+  if (config_out) {
+    *config_out = config;
+  }
+  return model;
+}
+
+// Compares logits of the reference prompts (a stated tolerance) and greedy tokens (exactly).
+bool check(const std::string& directory) {
+  DecoderConfig config;
+  CausalLM model = load(directory, &config);
+  const posenc::SafetensorsFile reference = posenc::read_safetensors(directory + "/reference.safetensors");
+  const torch::Tensor prompts = reference.tensors["prompts"];
+  const torch::Tensor expected_logits = reference.tensors["logits"];
+  const torch::Tensor expected_tokens = reference.tensors["generated"];
+  torch::NoGradGuard no_grad;
+
+  model->reset_cache();
+  const torch::Tensor logits = model->forward(prompts);
+  // float32 throughout on both sides; the matrix products sum in different orders (posenc's
+  // example multiplies the queries of one key head as one matrix, transformers repeats the keys),
+  // so logits agree to a few float32 ulps of their accumulations: 1e-5 of the largest logit.
+  const double scale = expected_logits.abs().max().item<double>();
+  const double difference = (logits - expected_logits).abs().max().item<double>();
+  const bool logits_equal = logits.sizes() == expected_logits.sizes() && difference <= 1e-5 * scale;
+
+  const int64_t prompt_length = reference.tensors["prompt_length"].item<int64_t>();
+  const int64_t new_tokens = expected_tokens.size(1) - prompt_length;
+  const auto start = std::chrono::steady_clock::now();
+  const torch::Tensor generated = model->generate(expected_tokens.narrow(1, 0, prompt_length), new_tokens);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool tokens_equal = torch::equal(generated, expected_tokens);
+
+  std::cout << directory << ": " << config.model_type << ", rope " << model->rope->options.scaling().type()
+            << ", rotary_dim " << model->rope->options.rotary_dim().value_or(model->rope->options.head_dim()) << " of " << model->rope->options.head_dim()
+            << "\n  logits " << logits.sizes() << ": max |posenc - transformers| = " << difference
+            << " (largest logit " << scale << ")" << (logits_equal ? "" : "  MISMATCH")
+            << "\n  greedy generation of " << new_tokens << " tokens: "
+            << (tokens_equal ? "equal to transformers'" : "DIFFERENT from transformers'") << " ("
+            << new_tokens / seconds << " tokens/s)\n";
+  if (!tokens_equal) {
+    std::cout << "  posenc:       " << generated << "\n  transformers: " << expected_tokens << "\n";
+  }
+  return logits_equal && tokens_equal;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"A LLaMA-architecture decoder with posenc's rotary embedding"};
+  app.require_subcommand(1);
+  std::vector<std::string> directories;
+  CLI::App* check_command = app.add_subcommand("check", "compare with transformers' reference.safetensors");
+  check_command->add_option("models", directories, "model directories (config.json, model.safetensors)")->required();
+  std::string directory;
+  int64_t prompt_length = 128, tokens = 64, threads = 0, repeats = 3;
+  CLI::App* generate_command = app.add_subcommand("generate", "time greedy generation (tokens per second, JSON)");
+  generate_command->add_option("model", directory, "model directory")->required();
+  generate_command->add_option("--prompt-length", prompt_length, "prompt tokens")->check(CLI::PositiveNumber);
+  generate_command->add_option("--tokens", tokens, "tokens generated")->check(CLI::PositiveNumber);
+  generate_command->add_option("--repeats", repeats, "timed generations (the best is reported)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "intra-op threads (default: LibTorch's)")->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (threads > 0) {
+      at::set_num_threads(static_cast<int>(threads));
+    }
+    if (check_command->parsed()) {
+      bool all = true;
+      for (const std::string& model : directories) {
+        all = check(model) && all;
+      }
+      return all ? 0 : 1;
+    }
+    DecoderConfig config;
+    CausalLM model = load(directory, &config);
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(0);
+    const torch::Tensor prompt = torch::randint(config.vocab_size, {1, prompt_length}, torch::kLong);
+    model->generate(prompt, 2);  // warm-up
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < repeats; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      model->generate(prompt, tokens);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::cout << "{\"implementation\": \"posenc C++\", \"prompt_length\": " << prompt_length << ", \"tokens\": "
+              << tokens << ", \"threads\": " << at::get_num_threads() << ", \"seconds\": " << best
+              << ", \"tokens_per_second\": " << tokens / best << "}\n";
+    return 0;
+  } catch (const c10::Error& error) {
+    std::cerr << error.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& error) {
+    std::cerr << error.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,260 @@
+"""posenc.integrations.transformers: apply_posenc_rope(model) against the unpatched model, with
+transformers' own model code (pinned 5.23.0, scripts/setup.sh) on both sides.
+
+Every supported model type is built small and random from its own config class (real field names
+and defaults), once unpatched and once patched, and compared:
+* logits, float32: equal within 1e-6 of the largest logit. The rotation is the same arithmetic
+  (q cos - q' sin, each output rounded once to float32 on both sides here), so the logits come out
+  equal (0 difference is what the CPU gives); the margin only allows a fused multiply-add on a
+  machine whose compiler contracts one side, a few float32 ulps propagated through two layers;
+* a training step's gradients of every parameter, float32: the same margin, relative to each
+  gradient's largest entry (posenc's backward is the inverse rotation of the output gradient, the
+  arithmetic of autograd through transformers' formula);
+* greedy generation of 12 tokens with the KV cache (rotations at decoding offsets): equal tokens;
+* that posenc's operator ran, once per attention layer and call.
+bfloat16: posenc computes in float32 and rounds once; transformers rounds each product and the sum
+in bfloat16. Tested on the rotation itself: posenc's error against a float64 rotation is never
+larger than transformers' (elementwise: within one bfloat16 ulp of the result).
+"""
+
+import copy
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import requires_torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+
+transformers = pytest.importorskip("transformers")
+pytestmark = requires_torch(2, 4, "transformers 5")
+
+SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+# (model type, config fields beyond SMALL): every supported type with its defaults, then the rotary
+# setups that differ: partial rotation, the scaled rope types, per-layer-type rope parameters.
+VARIANTS = [(model_type, {}) for model_type in (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
+    "granite", "starcoder2", "olmo", "olmo2", "smollm3", "stablelm", "phi", "persimmon", "gpt_neox", "phi3")] + [
+    ("stablelm", dict(partial_rotary_factor=0.25)),
+    ("phi", dict(partial_rotary_factor=0.5)),
+    ("persimmon", dict(partial_rotary_factor=0.5)),
+    ("gpt_neox", dict(rotary_pct=0.25)),
+    ("phi3", dict(partial_rotary_factor=0.5)),
+    ("llama", dict(rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                                        high_freq_factor=4.0, original_max_position_embeddings=32))),
+    ("qwen2", dict(rope_parameters=dict(rope_type="yarn", rope_theta=1000000.0, factor=4.0,
+                                        original_max_position_embeddings=16))),
+    ("mistral", dict(rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0))),
+    ("llama", dict(rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0),
+                   max_position_embeddings=16)),
+    ("phi3", dict(max_position_embeddings=64, original_max_position_embeddings=16,
+                  rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 8,
+                                       long_factor=[1.0 + i / 4 for i in range(8)]))),
+]
+
+
+def variant_id(variant):
+    model_type, extra = variant
+    rope = extra.get("rope_parameters", {}).get("rope_type")
+    partial = extra.get("partial_rotary_factor", extra.get("rotary_pct"))
+    return model_type + (f"-{rope}" if rope else "") + (f"-partial{partial}" if partial else "")
+
+
+@pytest.fixture(scope="module")
+def hf(posenc_ops):  # the fixture checks POSENC_LIBRARY is set (the package reads it)
+    import posenc.integrations.transformers as integration
+
+    return integration
+
+
+def small_model(model_type, extra=None, seed=0):
+    config = transformers.AutoConfig.for_model(model_type, **{**SMALL, **(extra or {})})
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+class CountPosencCalls(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.name().startswith("posenc::apply_rotary_qk"):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def assert_close_to(actual, expected, margin):
+    scale = expected.abs().max().item()
+    difference = (actual - expected).abs().max().item()
+    assert difference <= margin * max(scale, 1e-30), f"max difference {difference} for largest value {scale}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_patched_model_equals_its_unpatched_self(hf, variant):
+    model_type, extra = variant
+    reference = small_model(model_type, extra)
+    patched = hf.apply_posenc_rope(small_model(model_type, extra))
+    assert hf.is_patched(patched) and not hf.is_patched(reference)
+    torch.manual_seed(1)
+    tokens = torch.randint(3, SMALL["vocab_size"], (2, 23))
+
+    # Forward: logits, and posenc's operator once per layer.
+    counter = CountPosencCalls()
+    with torch.no_grad(), counter:
+        logits = patched(tokens).logits
+    with torch.no_grad():
+        expected = reference(tokens).logits
+    assert counter.calls == SMALL["num_hidden_layers"]
+    assert_close_to(logits, expected, 1e-6)
+
+    # A training step: the loss's gradient of every parameter.
+    for model in (reference, patched):
+        model.train()
+        model(tokens, labels=tokens).loss.backward()
+    for (name, parameter), (_, expected_parameter) in zip(patched.named_parameters(), reference.named_parameters()):
+        if expected_parameter.grad is None:
+            assert parameter.grad is None, name
+            continue
+        assert_close_to(parameter.grad, expected_parameter.grad, 1e-5)
+
+    # Greedy generation with the KV cache: one token per call at growing offsets.
+    for model in (reference, patched):
+        model.eval()
+    prompt = tokens[:1, :9]
+    kwargs = dict(max_new_tokens=12, do_sample=False, min_new_tokens=12, pad_token_id=0)
+    counter = CountPosencCalls()
+    with counter:
+        generated = patched.generate(prompt, **kwargs)
+    assert torch.equal(generated, reference.generate(prompt, **kwargs))
+    assert counter.calls >= 12 * SMALL["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "phi3"])
+def test_bfloat16_rotation_is_never_less_exact_than_transformers(hf, model_type):
+    model = small_model(model_type, {"partial_rotary_factor": 0.5} if model_type == "phi3" else {})
+    modeling = hf._modeling_module(model_type)
+    torch.manual_seed(2)
+    q = torch.randn(2, 4, 37, 16, dtype=torch.bfloat16)
+    k = torch.randn(2, 2, 37, 16, dtype=torch.bfloat16)
+    positions = torch.arange(100, 137).expand(2, 37)
+    cos, sin = model.model.rotary_emb(q, positions)
+    assert cos.dtype == torch.bfloat16
+    theirs = modeling.apply_rotary_pos_emb(q, k, cos, sin)
+    ours = hf._replacement(hf.SUPPORTED_MODEL_TYPES[model_type])(q, k, cos, sin)
+    exact = modeling.apply_rotary_pos_emb(q.double(), k.double(), cos.double(), sin.double())
+    for their, our, truth in zip(theirs, ours, exact):
+        assert our.dtype == torch.bfloat16
+        our_error = (our.double() - truth).abs()
+        their_error = (their.double() - truth).abs()
+        # Rounded from float32: within one bfloat16 ulp of the exact value everywhere (half an ulp
+        # but where float32's rounding meets a bfloat16 tie), and never worse than theirs.
+        ulp = torch.finfo(torch.bfloat16).eps * truth.abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
+        assert bool((our_error <= ulp).all())
+        assert our_error.max() <= their_error.max()
+
+
+def test_compiled_patched_model(hf):
+    patched = hf.apply_posenc_rope(small_model("llama"))
+    reference = small_model("llama")
+    tokens = torch.randint(3, SMALL["vocab_size"], (2, 17))
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, fullgraph=True)  # fullgraph: posenc's operator breaks no graph
+    with torch.no_grad():
+        assert_close_to(compiled(tokens).logits, reference(tokens).logits, 1e-5)  # Inductor reorders float32 sums
+
+
+def test_save_pretrained_and_reload(hf, tmp_path):
+    patched = hf.apply_posenc_rope(small_model("qwen2"))
+    patched.save_pretrained(tmp_path)
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert not hf.is_patched(reloaded)
+    assert patched.state_dict().keys() == reloaded.state_dict().keys()
+    tokens = torch.randint(3, SMALL["vocab_size"], (1, 11))
+    with torch.no_grad():
+        assert_close_to(patched(tokens).logits, reloaded(tokens).logits, 1e-6)
+
+
+def test_patches_one_instance_once_and_can_be_removed(hf):
+    model, other = small_model("llama"), small_model("llama")
+    tokens = torch.randint(3, SMALL["vocab_size"], (1, 7))
+    assert hf.apply_posenc_rope(model) is model
+    hf.apply_posenc_rope(model)  # patching twice changes nothing
+    layers = [m for m in model.modules() if "forward" in m.__dict__]
+    assert len(layers) == SMALL["num_hidden_layers"]
+    assert not hf.is_patched(other)
+    counter = CountPosencCalls()
+    with torch.no_grad(), counter:
+        other(tokens)
+    assert counter.calls == 0
+    copied = copy.deepcopy(model)  # the copy's layers call the copy's modules
+    assert hf.is_patched(copied)
+    with torch.no_grad(), counter:
+        assert torch.equal(copied(tokens).logits, model(tokens).logits)
+    assert counter.calls == 2 * SMALL["num_hidden_layers"]
+    hf.remove_posenc_rope(model)
+    assert not hf.is_patched(model) and not any("forward" in m.__dict__ for m in model.modules())
+    counter = CountPosencCalls()
+    with torch.no_grad(), counter:
+        model(tokens)
+    assert counter.calls == 0
+
+
+def test_unsupported_models_are_refused_unchanged(hf, monkeypatch):
+    for model_type in ("cohere", "gptj"):  # interleaved pairs: not the rotation posenc replaces here
+        model = small_model(model_type)
+        with pytest.raises(ValueError, match=f"supports the model types .* but this model is '{model_type}'"):
+            hf.apply_posenc_rope(model)
+        assert not hf.is_patched(model)
+    with pytest.raises(ValueError, match="takes a transformers model"):
+        hf.apply_posenc_rope(torch.nn.Linear(2, 2))
+
+    # A transformers whose apply_rotary_pos_emb means something else is refused, not patched.
+    model = small_model("mistral")
+    modeling = hf._modeling_module("mistral")
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        return q * cos, k * cos
+
+    monkeypatch.setattr(modeling, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+    with pytest.raises(ValueError, match="is not the 'halves' rotation posenc replaces"):
+        hf.apply_posenc_rope(model)
+    assert not hf.is_patched(model)
+
+
+def test_calls_outside_the_supported_form_are_refused(hf):
+    rotate = hf._replacement("halves")
+    q, k = torch.randn(1, 4, 5, 16), torch.randn(1, 2, 5, 16)
+    cos, sin = torch.randn(1, 5, 16), torch.randn(1, 5, 16)
+    with pytest.raises(ValueError, match="unsqueeze_dim must be 1"):
+        rotate(q, k, cos, sin, unsqueeze_dim=0)
+    with pytest.raises(ValueError, match="must have one width"):
+        rotate(q, k, cos[..., :8], sin[..., :8])
+    with pytest.raises(ValueError, match=r"must be \[B, L, R\] or \[1, L, R\]"):
+        rotate(q, k, cos[:, :4], sin[:, :4])
+    with pytest.raises(ValueError, match="must not require grad"):
+        rotate(q, k, cos.requires_grad_(), sin)
+    # [B, L, H, D] with unsqueeze_dim=2, and a partial rotation, are what transformers computes.
+    partial = hf._replacement("partial")
+    modeling = hf._modeling_module("phi3")
+    q2, k2 = q.transpose(1, 2), k.transpose(1, 2)
+    c, s = cos.detach()[..., :4].repeat(1, 1, 2), sin[..., :4].repeat(1, 1, 2)  # as models make them
+    for ours, theirs in zip(partial(q2, k2, c, s, unsqueeze_dim=2),
+                            modeling.apply_rotary_pos_emb(q2, k2, c, s, unsqueeze_dim=2)):
+        assert_close_to(ours, theirs, 1e-6)
+
+
+@requires_torch(2, 5, "torch.compile of transformers 5 models")
+def test_compiled_generation(hf):
+    patched = hf.apply_posenc_rope(small_model("llama"))
+    reference = small_model("llama")
+    prompt = torch.randint(3, SMALL["vocab_size"], (1, 5))
+    torch._dynamo.reset()
+    patched.forward = torch.compile(patched.forward)
+    kwargs = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(patched.generate(prompt, **kwargs), reference.generate(prompt, **kwargs))
