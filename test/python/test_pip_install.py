@@ -1,45 +1,74 @@
-"""`pip install --no-build-isolation .` of posenc's source tree (scikit-build-core driving the
-CMake build against the torch of this Python), into a scratch directory; then, in a fresh
-interpreter without POSENC_LIBRARY, `import posenc` finds its own library and its modules run.
+"""The Python package as Python users install it: `pip wheel --no-build-isolation .` of posenc's
+source tree (scikit-build-core driving the CMake build against the torch of this Python; the same
+build backend `pip install .` runs), then
+* the wheel installed into a scratch directory: in a fresh interpreter without POSENC_LIBRARY,
+  `import posenc` finds its own library and its modules run;
+* the wheel's metadata pins the torch it was built against (torch==<release>);
+* the wheel installed into a fresh virtual environment with no compiler on PATH (CC, CXX and
+  nvcc unavailable) and no package index, its torch requirement met by this environment's torch,
+  and posenc's Python test suites passing there against the installed package.
 
-The install builds the CPU kernels only (POSENC_CUDA=OFF): the route that needs no CUDA toolkit
+The build compiles the CPU kernels only (POSENC_CUDA=OFF): the route that needs no CUDA toolkit
 (cmake/posencTorchDirect.cmake), checked here to link no CUDA library. That AUTO takes the same
 route on a machine without a toolkit is checked by configuring with the toolkit hidden (a private
 mount namespace; skipped where the system does not allow one).
 
-Slow (it compiles the library): run by ctest as python.pip_install, on the pip flavour only.
+Slow (it compiles the library once): run by ctest as python.pip_install, on the pip flavour only.
 """
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import zipfile
 
 import pytest
 
 SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
+# The suites run against the installed wheel: operators, rotary modules, attention biases and the
+# transformers integration (posenc.integrations must be in the wheel too).
+INSTALLED_SUITES = ["test_ops.py", "test_rotary.py", "test_attention_bias.py", "test_transformers_integration.py"]
 
-def test_pip_install_gives_import_posenc(tmp_path):
-    pytest.importorskip("scikit_build_core", reason="pip install needs scikit-build-core in this Python (scripts/setup.sh pip)")
-    target = tmp_path / "site"
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    pytest.importorskip("scikit_build_core", reason="the wheel needs scikit-build-core in this Python (scripts/setup.sh pip)")
+    root = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if k != "POSENC_LIBRARY"}
     env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
-    install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
-         "--target", str(target), "-C", f"build-dir={tmp_path / 'build'}", "-C", "cmake.define.POSENC_CUDA=OFF",
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
+         "-w", str(root / "dist"), "-C", f"build-dir={root / 'build'}", "-C", "cmake.define.POSENC_CUDA=OFF",
          SOURCE_ROOT],
+        capture_output=True, text=True, env=env)
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    wheels = list((root / "dist").glob("posenc-0.1.0-*.whl"))
+    assert len(wheels) == 1, wheels
+    return {"path": wheels[0], "build": root / "build"}
+
+
+def test_pip_install_gives_import_posenc(wheel, tmp_path):
+    target = tmp_path / "site"
+    env = {k: v for k, v in os.environ.items() if k != "POSENC_LIBRARY"}
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
+         "--target", str(target), str(wheel["path"])],
         capture_output=True, text=True, env=env)
     assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
     library = target / "posenc" / "lib" / "libposenc.so"
     assert library.is_file()
     # The CPU route: no CUDA compiler ran, and the library needs no CUDA library.
-    assert not list((tmp_path / "build").rglob("*.cu.o"))
+    assert not list(wheel["build"].rglob("*.cu.o"))
     needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
     assert "libtorch_cpu.so" in needed and "libc10.so" in needed, needed
     assert not any(name in needed for name in ("cuda", "cudart", "nvrtc")), needed
     assert (target / "posenc" / "nn.py").is_file()
+    assert (target / "posenc" / "integrations" / "transformers.py").is_file()
+    assert not (target / "build_support").exists() and not (target / "posenc_metadata.py").exists()
     check = """
 import os, torch, posenc
 assert os.path.dirname(posenc.library_path) == os.path.join(os.path.dirname(posenc.__file__), "lib"), posenc.library_path
@@ -51,6 +80,53 @@ print("ok", posenc.__version__)
     env["PYTHONPATH"] = str(target)
     run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert run.returncode == 0 and "ok 0.1.0" in run.stdout, run.stderr
+
+
+def test_wheel_pins_the_torch_it_was_built_against(wheel):
+    import torch
+
+    with zipfile.ZipFile(wheel["path"]) as archive:
+        metadata = archive.read("posenc-0.1.0.dist-info/METADATA").decode()
+    requirements = re.findall(r"^Requires-Dist: (.*)$", metadata, flags=re.M)
+    release = re.match(r"\d+(\.\d+)*", torch.__version__).group(0)
+    assert requirements == [f"torch=={release}"], requirements
+
+
+def test_wheel_installs_and_passes_the_tests_in_a_fresh_environment_without_a_compiler(wheel, tmp_path):
+    fresh = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True, capture_output=True)
+    python = fresh / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # The same torch (and pytest, transformers for the tests) without copying gigabytes: this
+    # environment's site-packages, read through a .pth after the fresh one's own. posenc is not there.
+    with open(os.path.join(site, "outer_environment.pth"), "w") as pth:
+        pth.write(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "PYTHONPATH", "VIRTUAL_ENV")}
+    probe = subprocess.run([str(python), "-c", "import posenc"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert probe.returncode != 0 and "No module named 'posenc'" in probe.stderr, probe.stderr
+
+    # No compiler anywhere: PATH holds only the environment's own programs; no index to download from
+    # (the torch requirement must be met by the torch that is there).
+    bare = dict(env, PATH=str(fresh / "bin"), CC="/bin/false", CXX="/bin/false", CUDACXX="/bin/false")
+    for compiler in ("cc", "gcc", "c++", "g++", "nvcc"):
+        assert shutil.which(compiler, path=bare["PATH"]) is None, compiler
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
+                              str(wheel["path"])], capture_output=True, text=True, env=bare, cwd=tmp_path)
+    assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
+    assert "Successfully installed posenc-0.1.0" in install.stdout, install.stdout
+
+    # posenc's suites, copied where their sys.path entry for the source tree's python/ leads nowhere,
+    # so that `import posenc` is the installed package with its bundled library.
+    tests = tmp_path / "copy" / "test" / "python"
+    shutil.copytree(os.path.dirname(os.path.abspath(__file__)), tests, ignore=shutil.ignore_patterns("__pycache__"))
+    library = subprocess.run([str(python), "-c", "import posenc; print(posenc.library_path)"], capture_output=True,
+                             text=True, env=env, cwd=tmp_path)
+    assert library.returncode == 0 and library.stdout.strip().startswith(site), library.stdout + library.stderr
+    run = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *INSTALLED_SUITES],
+                         capture_output=True, text=True, env=dict(env, POSENC_LIBRARY=library.stdout.strip()), cwd=tests)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-2000:]
 
 
 def test_configure_without_a_cuda_toolkit_takes_the_cpu_route(tmp_path):
