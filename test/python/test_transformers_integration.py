@@ -258,3 +258,19 @@ def test_compiled_generation(hf):
     patched.forward = torch.compile(patched.forward)
     kwargs = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
     assert torch.equal(patched.generate(prompt, **kwargs), reference.generate(prompt, **kwargs))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt_neox"])
+def test_per_sequence_position_ids(hf, model_type):
+    """Position ids that differ per sequence (left padding, packed or continued sequences): cos and
+    sin are [B, L, R], one row per token."""
+    reference = small_model(model_type)
+    patched = hf.apply_posenc_rope(small_model(model_type))
+    tokens = torch.randint(3, SMALL["vocab_size"], (3, 10))
+    position_ids = torch.stack([torch.arange(10), torch.arange(5, 15), torch.tensor([0, 1, 2, 0, 1, 2, 3, 4, 0, 1])])
+    counter = CountPosencCalls()
+    with torch.no_grad(), counter:
+        logits = patched(tokens, position_ids=position_ids).logits
+    assert counter.calls == SMALL["num_hidden_layers"]
+    with torch.no_grad():
+        assert_close_to(logits, reference(tokens, position_ids=position_ids).logits, 1e-6)

@@ -126,12 +126,11 @@ def _rotate(q, k, cos, sin, unsqueeze_dim, form):
                          "with respect to q and k only); compute them under torch.no_grad()")
     half = width // 2
     # The model's cos/sin repeat their R/2 values in both halves (cat(freqs, freqs)): posenc's tables
-    # are one half, one row per token, rows picked by positions 0 .. rows * L - 1.
+    # are one half (a view), one row per token.
     cos_rows = cos[..., :half].reshape(rows * length, half)
     sin_rows = sin[..., :half].reshape(rows * length, half)
-    positions = torch.arange(rows * length, device=q.device)
-    if rows > 1:
-        positions = positions.view(rows, length)
+    # One row per token of the batch; with rows shared by the batch ([1, L, R]), rows 0 .. L - 1.
+    positions = torch.arange(rows * length, device=q.device).view(rows, length) if rows > 1 else None
     return torch.ops.posenc.apply_rotary_qk(q, k, cos_rows, sin_rows, 0, positions, False, heads_first, False,
                                             None, 1.0)
 
