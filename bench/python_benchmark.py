@@ -298,19 +298,133 @@ def cpu_vision(library):
         return [{"name": f"py_vision/{name}/threads:2", "real_time_us": median_time_us(call, repeats=3)} for name, call in cases.items()]
 
 
+def compiled_time(function, *args, budget=0.2, fullgraph_required=False):
+    """(steady-state time per call in us, compile time in s) of torch.compile(function): the first
+    call compiles (and runs once); the steady state is timed after it."""
+    import tempfile
+    import time
+
+    # A cold compile: a fresh Inductor cache directory, so that no kernel built by an earlier
+    # compile (this run's or another's) is reused.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="posenc_bench_inductor_")
+    torch._dynamo.reset()
+    compiled = torch.compile(function, fullgraph=True)
+    start = time.perf_counter()
+    try:
+        compiled(*args)
+    except Exception:  # a reference formulation with a graph break: compiled in pieces
+        if fullgraph_required:
+            raise
+        torch._dynamo.reset()
+        compiled = torch.compile(function)
+        start = time.perf_counter()
+        compiled(*args)
+    compile_s = time.perf_counter() - start
+    return median_time_us(lambda: compiled(*args), repeats=3, budget=budget), compile_s
+
+
+def cpu_compiled(library):
+    """torch.compile (Inductor, CPU, fullgraph) as a peer: the reference formulation of each path
+    compiled, next to posenc's operator eager and posenc's operator inside a compiled function (no
+    graph break: fullgraph), 2 threads. Rows py_compiled/<case>/<impl>: impl compiled_reference,
+    posenc, posenc_compiled; compile times in rows with compile_s."""
+    try:
+        from diffusers.models.embeddings import get_timestep_embedding
+        from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+        from transformers.models.t5.configuration_t5 import T5Config
+        from transformers.models.t5.modeling_t5 import T5Attention
+    except ImportError:
+        return []
+    torch.ops.load_library(library)
+    ops = torch.ops.posenc
+    torch.set_num_threads(2)
+    # Cold compile times: no graph reused from Inductor's on-disk caches of an earlier run.
+    torch._inductor.config.fx_graph_cache = False
+    if hasattr(torch._functorch.config, "enable_autograd_cache"):
+        torch._functorch.config.enable_autograd_cache = False
+    cases = {}
+
+    # The seed's module, x + pe[:, :L], against posenc's add (out of place, like the module).
+    for shape in [(1, 1, 512), (8, 2048, 1024)]:
+        table = torch.ops.posenc.sinusoidal_table(4096, shape[2])
+        for dtype_name, dtype in DTYPES.items():
+            x = torch.randn(shape).to(dtype)
+            pe = table.unsqueeze(0)
+            cases[f"add/{'x'.join(map(str, shape))}/{dtype_name}"] = (
+                lambda x, pe: x + pe[:, :x.size(1)], (x, pe),
+                lambda x, table: ops.add_position_table(x, table, 0, True, None, 1.0), (x, table))
+
+    # q+k: transformers' apply_rotary_pos_emb against posenc's apply_rotary_qk, prefill
+    # (LLaMA-3-8B, batch 8) and decode (one token, batch 1 and 64), heads first.
+    for batch, length in [(8, 2048), (1, 1), (64, 1)]:
+        inv = 500000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+        angle = (torch.arange(4096, dtype=torch.float64)[:, None] * inv)
+        cos, sin = angle.cos().float(), angle.sin().float()
+        for dtype_name, dtype in DTYPES.items():
+            q = torch.randn(batch, 32, length, 128).to(dtype)
+            k = torch.randn(batch, 8, length, 128).to(dtype)
+            offset = 1000 if length == 1 else 0
+            cos2 = torch.cat([cos, cos], -1)[None, offset:offset + length].to(dtype)
+            sin2 = torch.cat([sin, sin], -1)[None, offset:offset + length].to(dtype)
+            cases[f"rope_qk/{batch}x32q8kx{length}x128/{dtype_name}"] = (
+                apply_rotary_pos_emb, (q, k, cos2, sin2),
+                lambda q, k, cos, sin, offset=offset: ops.apply_rotary_qk(q, k, cos, sin, offset, None, False, True), (q, k, cos, sin))
+
+    # diffusers' timestep embedding and timm's 2-D sin-cos table.
+    timesteps = torch.rand(1024) * 1000
+    cases["timestep_embedding/1024x256/float32"] = (
+        lambda t: get_timestep_embedding(t, 256, True, 0), (timesteps,),
+        lambda t: ops.timestep_embedding(t, 256, True, 0.0), (timesteps,))
+    anchor = torch.zeros(1)  # (a tensor argument: the table builders take only sizes)
+    cases["sincos_2d_grid_table/64x64x1152/float32"] = (
+        lambda a: build_sincos2d_pos_embed([64, 64], 1152) + a, (anchor,),
+        lambda a: ops.sincos_2d_grid_table([64, 64], 1152) + a, (anchor,))
+
+    # ALiBi's full bias (the eager formulation) and T5's bias (transformers' compute_bias).
+    slopes = ops.alibi_slopes(32)
+    cases["alibi_full/32x2048x2048/float32"] = (
+        lambda m: -(m.view(32, 1, 1) * (torch.arange(2048).view(1, -1) - torch.arange(2048).view(-1, 1)).abs()), (slopes,),
+        lambda m: ops.alibi_bias(m, 2048, 2048), (slopes,))
+    layer = T5Attention(T5Config(d_model=512, d_kv=64, num_heads=8), has_relative_attention_bias=True).eval()
+    weight = layer.relative_attention_bias.weight.detach()
+    cases["t5_bias/8x512x512/float32"] = (
+        lambda w: layer.compute_bias(512, 512), (weight,),
+        lambda w: ops.relative_position_bias(w, 512, 512), (weight,))
+    cases["t5_bias_decode/8x1x512/float32"] = (
+        lambda w: layer.compute_bias(1, 512, past_seen_tokens=511), (weight,),
+        lambda w: ops.relative_position_bias(w, 1, 512, True, 128, 511), (weight,))
+
+    results = []
+    with torch.no_grad():
+        for name, (reference, reference_args, ours, our_args) in cases.items():
+            reference_us, reference_compile = compiled_time(reference, *reference_args)
+            posenc_compiled_us, posenc_compile = compiled_time(ours, *our_args, fullgraph_required=True)
+            posenc_us = median_time_us(lambda: ours(*our_args), repeats=3)
+            results += [
+                {"name": f"py_compiled/{name}/compiled_reference", "real_time_us": reference_us, "compile_s": reference_compile},
+                {"name": f"py_compiled/{name}/posenc", "real_time_us": posenc_us},
+                {"name": f"py_compiled/{name}/posenc_compiled", "real_time_us": posenc_compiled_us, "compile_s": posenc_compile},
+            ]
+            print(f"{name}: compiled reference {reference_us:.1f} us (compile {reference_compile:.1f} s), posenc {posenc_us:.1f} us, "
+                  f"posenc compiled {posenc_compiled_us:.1f} us", file=sys.stderr, flush=True)
+    torch._dynamo.reset()
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--only", choices=["vision", "rope_qk"], help="run one family's rows only (e.g. to refresh the figures of docs/vision.md and docs/rope.md)")
+    parser.add_argument("--only", choices=["vision", "rope_qk", "compiled"], help="run one family's rows only (e.g. to refresh the figures of docs/vision.md and docs/rope.md)")
     args = parser.parse_args()
     if args.only is not None:
-        rows = cpu_vision(args.library) if args.only == "vision" else cpu_rope_qk(args.library)
+        rows = {"vision": cpu_vision, "rope_qk": cpu_rope_qk, "compiled": cpu_compiled}[args.only](args.library)
         report = {"torch": torch.__version__, "benchmarks": rows}
         with open(args.output, "w") as out:
             json.dump(report, out, indent=1)
         return
-    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_attention_bias(args.library) + cpu_vision(args.library)}
+    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_attention_bias(args.library) + cpu_vision(args.library) + cpu_compiled(args.library)}
     if torch.cuda.is_available():
         report["device"] = torch.cuda.get_device_name()
         report["benchmarks"] += gpu_benchmarks(args.library)

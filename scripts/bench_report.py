@@ -167,6 +167,29 @@ def main():
         lines += ["", "## Vision and diffusion (Python, torch.ops.posenc against diffusers' and timm's functions)", "",
                   "| benchmark | time |", "|---|---|"]
         lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in vision_rows]
+    compiled_rows = {b["name"]: b for b in python["benchmarks"] if b["name"].startswith("py_compiled/")}
+    if compiled_rows:
+        lines += ["", "## torch.compile as a peer (Python, Inductor on the CPU, 2 threads)", "",
+                  "The reference formulation of each path (the seed's `x + pe[:, :L]`, transformers' `apply_rotary_pos_emb`, "
+                  "diffusers' `get_timestep_embedding`, timm's `build_sincos2d_pos_embed`, the eager ALiBi bias, transformers' "
+                  "`T5Attention.compute_bias`) compiled with `torch.compile(fullgraph=True)` (in pieces where it breaks the graph), "
+                  "against posenc's operator eager and inside a compiled function (fullgraph: posenc breaks no graph). "
+                  "Compile times are the first call's, apart from the steady-state times.", "",
+                  "| case | compiled reference | its compile | posenc | posenc compiled | its compile | posenc / compiled reference |",
+                  "|---|---|---|---|---|---|---|"]
+        for case in sorted({name.rsplit("/", 1)[0] for name in compiled_rows}):
+            reference, ours, ours_compiled = (compiled_rows.get(f"{case}/{impl}") for impl in ("compiled_reference", "posenc", "posenc_compiled"))
+            if not (reference and ours and ours_compiled):
+                continue
+            label = case.split("/", 1)[1]
+            decode = "x1x" in label
+            best = min(ours["real_time_us"], ours_compiled["real_time_us"])
+            lines.append(f"| {label} | {fmt(reference['real_time_us'])} | {reference['compile_s']:.1f} s | {fmt(ours['real_time_us'])} | "
+                         f"{fmt(ours_compiled['real_time_us'])} | {ours_compiled['compile_s']:.1f} s | "
+                         f"{ratio(reference['real_time_us'], best, f'posenc vs compiled {label}', 'higher')} faster |")
+            goal = 3.0 if decode else 1.0
+            targets.append((f"{label}: posenc >= {goal:g}x torch.compile of the reference", reference["real_time_us"] / best >= goal,
+                            f"{reference['real_time_us'] / best:.2f}x"))
     cpp_bias = sorted(name for name in times if name.startswith("attention_bias/"))
     if cpp_bias:
         lines += ["", "## Attention biases (C++, Google Benchmark: posenc next to the eager ATen formulation)", "",

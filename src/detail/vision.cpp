@@ -95,7 +95,7 @@ at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
 
 at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
                              const std::vector<size_t>& column_axes, int64_t bands,
-                             double temperature, GridLayout layout) {
+                             double temperature, GridLayout layout, c10::ScalarType dtype) {
   const auto options = at::TensorOptions().dtype(at::kDouble);
   std::vector<double> frequencies(static_cast<size_t>(bands));
   for (int64_t k = 0; k < bands; ++k) {
@@ -103,33 +103,38 @@ at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
         std::pow(temperature, -static_cast<double>(k) / static_cast<double>(bands));
   }
   const at::Tensor frequency = at::tensor(frequencies, options);
-  // the coordinate of every row along each axis (row-major: the last axis varies fastest)
   std::vector<int64_t> sizes;
+  int64_t rows = 1;
   for (const auto& axis : axes) {
     sizes.push_back(static_cast<int64_t>(axis.size()));
+    rows *= sizes.back();
   }
-  std::vector<at::Tensor> sines;
-  std::vector<at::Tensor> cosines;
-  for (const size_t a : column_axes) {
+  // Separable: a row's value in an axis' columns depends on its coordinate along that axis only,
+  // so each axis' [size, bands] sines and cosines are computed once (float64 angles, each product
+  // rounded once, rounded once to dtype) and written to every row of the table by a broadcast
+  // copy: the table's bytes are written once and no transcendental is evaluated twice.
+  const int64_t width = static_cast<int64_t>(column_axes.size()) * 2 * bands;
+  at::Tensor table = at::empty({rows, width}, options.dtype(dtype));
+  std::vector<int64_t> grid = sizes;
+  grid.push_back(width);
+  const at::Tensor cells = table.view(grid); // [sizes..., width]
+  std::vector<int64_t> expanded = sizes;
+  expanded.push_back(bands);
+  for (size_t c = 0; c < column_axes.size(); ++c) {
+    const size_t a = column_axes[c];
+    const at::Tensor angle = at::tensor(axes[a], options).view({-1, 1}) * frequency; // [size, bands]
     std::vector<int64_t> shape(axes.size(), 1);
     shape[a] = sizes[a];
-    const at::Tensor coordinate =
-        at::tensor(axes[a], options).view(shape).expand(sizes).reshape({-1, 1});
-    const at::Tensor angle = coordinate * frequency; // [rows, bands], each product rounded once
-    sines.push_back(at::sin(angle));
-    cosines.push_back(at::cos(angle));
+    shape.push_back(bands);
+    const int64_t count = static_cast<int64_t>(column_axes.size());
+    const int64_t sine_column = layout == GridLayout::kAxisSinCos ? 2 * static_cast<int64_t>(c) * bands
+                                                                   : static_cast<int64_t>(c) * bands;
+    const int64_t cosine_column = layout == GridLayout::kAxisSinCos ? sine_column + bands
+                                                                     : (count + static_cast<int64_t>(c)) * bands;
+    cells.narrow(-1, sine_column, bands).copy_(at::sin(angle).to(dtype).view(shape).expand(expanded));
+    cells.narrow(-1, cosine_column, bands).copy_(at::cos(angle).to(dtype).view(shape).expand(expanded));
   }
-  std::vector<at::Tensor> columns;
-  if (layout == GridLayout::kAxisSinCos) {
-    for (size_t c = 0; c < sines.size(); ++c) {
-      columns.push_back(sines[c]);
-      columns.push_back(cosines[c]);
-    }
-  } else {
-    columns = sines;
-    columns.insert(columns.end(), cosines.begin(), cosines.end());
-  }
-  return at::cat(columns, 1);
+  return table;
 }
 
 namespace {
@@ -169,7 +174,7 @@ void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
 
 at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
                            bool cls_token, int64_t extra_tokens, double interpolation_scale,
-                           int64_t base_size) {
+                           int64_t base_size, c10::ScalarType dtype) {
   check_sincos_2d_arguments(who, embed_dim, grid_size, extra_tokens, interpolation_scale,
                             base_size);
   const int64_t height = grid_size[0];
@@ -185,7 +190,7 @@ at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector
   };
   // rows: row index (slow), column index (fast); columns: the column coordinate first
   at::Tensor table = grid_sincos_table({coordinates(height), coordinates(width)}, {1, 0},
-                                       embed_dim / 4, 10000.0, GridLayout::kAxisSinCos);
+                                       embed_dim / 4, 10000.0, GridLayout::kAxisSinCos, dtype);
   if (cls_token && extra_tokens > 0) {
     table = at::cat({at::zeros({extra_tokens, embed_dim}, table.options()), table}, 0);
   }
@@ -206,7 +211,7 @@ void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>&
 
 at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
                                 int64_t dim, double temperature, bool reverse_coord,
-                                bool interleave_sin_cos) {
+                                bool interleave_sin_cos, c10::ScalarType dtype) {
   check_timm_sincos_2d_arguments(who, feat_shape, dim, temperature);
   std::vector<std::vector<double>> axes;
   for (size_t a = 0; a < 2; ++a) {
@@ -218,7 +223,8 @@ at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& fea
     axes.push_back(values);
   }
   return grid_sincos_table(axes, {0, 1}, dim / 4, temperature,
-                           interleave_sin_cos ? GridLayout::kAxisSinCos : GridLayout::kSinCosAxis);
+                           interleave_sin_cos ? GridLayout::kAxisSinCos : GridLayout::kSinCosAxis,
+                           dtype);
 }
 
 void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
@@ -248,7 +254,8 @@ void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
 
 at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
                            const std::vector<int64_t>& spatial_size, int64_t temporal_size,
-                           double spatial_interpolation_scale, double temporal_interpolation_scale) {
+                           double spatial_interpolation_scale, double temporal_interpolation_scale,
+                           c10::ScalarType dtype) {
   check_sincos_3d_arguments(who, embed_dim, spatial_size, temporal_size,
                             spatial_interpolation_scale, temporal_interpolation_scale);
   // diffusers' order: spatial_size is (width, height)
@@ -264,11 +271,11 @@ at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
   // [T, D / 4]: time; [H * W, 3 D / 4]: the column coordinate, then the row coordinate
   const at::Tensor temporal =
       grid_sincos_table({coordinates(temporal_size, temporal_interpolation_scale)}, {0},
-                        embed_dim / 8, 10000.0, GridLayout::kAxisSinCos);
+                        embed_dim / 8, 10000.0, GridLayout::kAxisSinCos, dtype);
   const at::Tensor spatial = grid_sincos_table(
       {coordinates(height, spatial_interpolation_scale),
        coordinates(width, spatial_interpolation_scale)},
-      {1, 0}, 3 * embed_dim / 16, 10000.0, GridLayout::kAxisSinCos);
+      {1, 0}, 3 * embed_dim / 16, 10000.0, GridLayout::kAxisSinCos, dtype);
   const int64_t patches = height * width;
   return at::cat({temporal.unsqueeze(1).expand({temporal_size, patches, embed_dim / 4}),
                   spatial.unsqueeze(0).expand({temporal_size, patches, 3 * embed_dim / 4})},

@@ -57,10 +57,12 @@ enum class GridLayout {
 /// The `[prod(sizes), axes * 2 * bands]` sin-cos table of a grid in row-major order of `axes`
 /// (each a list of coordinates, the first varying slowest): angle coordinate * temperature^(-k /
 /// bands), k = 0 .. bands - 1, columns in `layout` with the axes in `column_axes` order (indices
-/// into `axes`). Computed in float64 on the host.
+/// into `axes`). Angles, sines and cosines in float64 on the host, once per axis and
+/// coordinate, each value rounded once to `dtype` and broadcast to the rows that share it.
 at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
                              const std::vector<size_t>& column_axes, int64_t bands,
-                             double temperature, GridLayout layout);
+                             double temperature, GridLayout layout,
+                             c10::ScalarType dtype = at::kDouble);
 
 /// Checks the arguments of sincos_2d_table (below).
 void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
@@ -76,20 +78,22 @@ void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>&
 /// coordinates (j, i) * base_size / (W, H) / interpolation_scale; the first embed_dim / 2 columns
 /// encode the column coordinate, the rest the row coordinate, each as [sin | cos] of embed_dim / 4
 /// frequencies 10000^(-k / (embed_dim / 4)). With cls_token and extra_tokens > 0, that many zero
-/// rows first (diffusers' rule: cls_token alone adds none). float64, on the host. Checks the
+/// rows first (diffusers' rule: cls_token alone adds none). Computed in float64 and rounded once
+/// to `dtype`, on the host. Checks the
 /// arguments (embed_dim a positive multiple of 4, sizes >= 1, finite interpolation_scale > 0,
 /// base_size >= 1, extra_tokens >= 0, at most kMaxTableElements elements).
 at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
                            bool cls_token, int64_t extra_tokens, double interpolation_scale,
-                           int64_t base_size);
+                           int64_t base_size, c10::ScalarType dtype = at::kDouble);
 
 /// timm's build_sincos2d_pos_embed: a `[H * W, dim]` table for feat_shape `[H, W]` at the integer
 /// coordinates (i, j) (reverse_coord: (j, i) from feat_shape [W, H]), dim / 4 frequencies
 /// temperature^(-k / (dim / 4)); columns sin(i) sin(j) cos(i) cos(j), or with interleave_sin_cos
-/// sin(i) cos(i) sin(j) cos(j). float64, on the host; checks the arguments.
+/// sin(i) cos(i) sin(j) cos(j). Computed in float64 and rounded once to `dtype`, on the host;
+/// checks the arguments.
 at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
                                 int64_t dim, double temperature, bool reverse_coord,
-                                bool interleave_sin_cos);
+                                bool interleave_sin_cos, c10::ScalarType dtype = at::kDouble);
 
 /// Checks the arguments of sincos_3d_table (below).
 void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
@@ -103,11 +107,13 @@ void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
 /// t / temporal_interpolation_scale as [sin | cos] of embed_dim / 8 frequencies
 /// 10000^(-k / (embed_dim / 8)); the other 3 embed_dim / 4 encode the column then the row
 /// coordinate (j, i) / spatial_interpolation_scale, each [sin | cos] of 3 embed_dim / 16
-/// frequencies (get_2d_sincos_pos_embed's layout). float64, on the host. Checks the arguments
+/// frequencies (get_2d_sincos_pos_embed's layout). Computed in float64 and rounded once to
+/// `dtype`, on the host. Checks the arguments
 /// (embed_dim a positive multiple of 16, sizes >= 1, finite scales > 0, at most kMaxTableElements).
 at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
                            const std::vector<int64_t>& spatial_size, int64_t temporal_size,
-                           double spatial_interpolation_scale, double temporal_interpolation_scale);
+                           double spatial_interpolation_scale, double temporal_interpolation_scale,
+                           c10::ScalarType dtype = at::kDouble);
 
 /// Checks the arguments of grid_ids (below).
 void check_grid_ids_arguments(const char* who, const std::vector<int64_t>& feat_shape,

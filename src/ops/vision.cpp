@@ -119,8 +119,8 @@ at::Tensor sincos_2d_table_kernel(int64_t embed_dim, c10::IntArrayRef grid_size,
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
   return detail::sincos_2d_table(who, embed_dim, grid_size.vec(), cls_token, extra_tokens,
-                                 interpolation_scale, base_size)
-      .to(device.value_or(at::Device(at::kCPU)), type);
+                                 interpolation_scale, base_size, type)
+      .to(device.value_or(at::Device(at::kCPU)));
 }
 
 at::Tensor sincos_2d_table_meta(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token,
@@ -148,8 +148,8 @@ at::Tensor sincos_2d_grid_table_kernel(c10::IntArrayRef feat_shape, int64_t dim,
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
   return detail::timm_sincos_2d_table(who, feat_shape.vec(), dim, temperature, reverse_coord,
-                                      interleave_sin_cos)
-      .to(device.value_or(at::Device(at::kCPU)), type);
+                                      interleave_sin_cos, type)
+      .to(device.value_or(at::Device(at::kCPU)));
 }
 
 at::Tensor sincos_2d_grid_table_meta(c10::IntArrayRef feat_shape, int64_t dim,
@@ -174,8 +174,8 @@ at::Tensor sincos_3d_table_kernel(int64_t embed_dim, c10::IntArrayRef spatial_si
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
   return detail::sincos_3d_table(who, embed_dim, spatial_size.vec(), temporal_size,
-                                 spatial_interpolation_scale, temporal_interpolation_scale)
-      .to(device.value_or(at::Device(at::kCPU)), type);
+                                 spatial_interpolation_scale, temporal_interpolation_scale, type)
+      .to(device.value_or(at::Device(at::kCPU)));
 }
 
 at::Tensor sincos_3d_table_meta(int64_t embed_dim, c10::IntArrayRef spatial_size,
