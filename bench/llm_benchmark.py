@@ -1,13 +1,15 @@
 """Whole-model speed on the CPU: a LLaMA-architecture model (random weights, written by transformers'
 save_pretrained) run by
   * transformers, eager (its default SDPA attention), unpatched and patched with
-    posenc.integrations.transformers.apply_posenc_rope;
+    posenc.integrations.transformers.apply_posenc_rope, alternately in one process (the
+    difference is small: RoPE is a small share of a model's time; separate processes differ by
+    more than that), and the q+k rotation alone at the model's decode and prefill shapes;
   * transformers with torch.compile (forward compiled, static KV cache, the setup transformers
     documents for compiled generation), unpatched and patched; compile time reported apart;
   * posenc's C++ decoder (examples/llama_decoder, `llama_decoder generate`), when --decoder is given;
 timing the prefill forward of one long prompt and greedy generation (tokens per second, the best of
---repeats). Each implementation runs in a fresh process, so no one inherits another's threads,
-caches or compiled graphs.
+--repeats). The compiled models and the C++ decoder run in fresh processes, so that none
+inherits another's compiled graphs.
 
     .venv/bin/python bench/llm_benchmark.py --library build/pip/src/libposenc.so \\
         [--decoder build/llama/llama_decoder] [--threads 2]
@@ -48,39 +50,81 @@ def best_time(function, repeats):
     return best
 
 
-def run_transformers(arguments, patched, compiled):
+def rotation_alone(arguments, modeling, posenc_hf):
+    """transformers' apply_rotary_pos_emb against the function apply_posenc_rope puts in its place,
+    at this model's decode (1 token) and prefill shapes, q and k as the attention makes them."""
+    import torch
+
+    heads, kv_heads = CONFIG["num_attention_heads"], CONFIG["num_key_value_heads"]
+    head_dim = CONFIG["hidden_size"] // heads
+    replacement = posenc_hf._replacement("halves")
+    rows = []
+    for length in (1, arguments.prefill_length):
+        q = torch.randn(1, length, heads, head_dim).transpose(1, 2)
+        k = torch.randn(1, length, kv_heads, head_dim).transpose(1, 2)
+        angles = torch.arange(length, dtype=torch.float32)[:, None] * torch.rand(head_dim // 2)
+        cos = torch.cat([angles.cos(), angles.cos()], -1)[None]
+        sin = torch.cat([angles.sin(), angles.sin()], -1)[None]
+        number = 2000 if length == 1 else 10
+        for name, call in (("transformers", lambda: modeling.apply_rotary_pos_emb(q, k, cos, sin)),
+                           ("posenc", lambda: replacement(q, k, cos, sin))):
+            call()
+            rows.append({"rotation": name, "length": length,
+                         "us": best_time(lambda: [call() for _ in range(number)], 5) / number * 1e6})
+    return rows
+
+
+def run_transformers(arguments, compiled):
+    """Eager: the unpatched and the patched model alternately in one process (apply/remove), so that
+    both see the same machine state; compiled: one of them per process (--case)."""
     import torch
     import transformers
 
     torch.set_num_threads(arguments.threads)
     os.environ["POSENC_LIBRARY"] = arguments.library
     sys.path.insert(0, os.path.join(ROOT, "python"))
-    model = transformers.AutoModelForCausalLM.from_pretrained(arguments.model).eval()
-    if patched:
-        import posenc.integrations.transformers as posenc_hf
+    import posenc.integrations.transformers as posenc_hf
+    from transformers.models.llama import modeling_llama
 
-        posenc_hf.apply_posenc_rope(model)
-    result = {"implementation": "transformers" + (" + posenc" if patched else "") + (" compiled" if compiled else ""),
-              "torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads()}
+    model = transformers.AutoModelForCausalLM.from_pretrained(arguments.model).eval()
+    common = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads()}
     prompt = torch.randint(3, CONFIG["vocab_size"], (1, arguments.prompt_length), generator=torch.Generator().manual_seed(0))
     long_prompt = torch.randint(3, CONFIG["vocab_size"], (1, arguments.prefill_length), generator=torch.Generator().manual_seed(1))
     kwargs = dict(max_new_tokens=arguments.tokens, min_new_tokens=arguments.tokens, do_sample=False, pad_token_id=0)
+    results = []
     with torch.no_grad():
-        if compiled:
+        if compiled is not None:
+            patched = compiled == "patched"
+            if patched:
+                posenc_hf.apply_posenc_rope(model)
             model.generation_config.cache_implementation = "static"
             model.forward = torch.compile(model.forward)
             start = time.perf_counter()
             model.generate(prompt, **kwargs)
             model(long_prompt)
-            result["compile_s"] = time.perf_counter() - start
+            result = {"implementation": "transformers" + (" + posenc" if patched else "") + " compiled",
+                      "compile_s": time.perf_counter() - start, **common}
+            result["prefill_s"] = best_time(lambda: model(long_prompt), arguments.repeats)
+            result["generate_s"] = best_time(lambda: model.generate(prompt, **kwargs), arguments.repeats)
+            results.append(result)
         else:
-            model.generate(prompt, max_new_tokens=2, do_sample=False, pad_token_id=0)
-            model(long_prompt)
-        result["prefill_s"] = best_time(lambda: model(long_prompt), arguments.repeats)
-        seconds = best_time(lambda: model.generate(prompt, **kwargs), arguments.repeats)
-    result["generate_s"] = seconds
-    result["tokens_per_second"] = arguments.tokens / seconds
-    return result
+            times = {False: {"prefill_s": [], "generate_s": []}, True: {"prefill_s": [], "generate_s": []}}
+            for patched in (False, True):  # warm-up
+                (posenc_hf.apply_posenc_rope if patched else posenc_hf.remove_posenc_rope)(model)
+                model.generate(prompt, max_new_tokens=2, do_sample=False, pad_token_id=0)
+            for _ in range(arguments.repeats):
+                for patched in (False, True):
+                    (posenc_hf.apply_posenc_rope if patched else posenc_hf.remove_posenc_rope)(model)
+                    times[patched]["prefill_s"].append(best_time(lambda: model(long_prompt), 1))
+                    times[patched]["generate_s"].append(best_time(lambda: model.generate(prompt, **kwargs), 1))
+            for patched in (False, True):
+                results.append({"implementation": "transformers" + (" + posenc" if patched else ""), **common,
+                                **{key: min(values) for key, values in times[patched].items()}})
+            results.append({"rotation_alone": rotation_alone(arguments, modeling_llama, posenc_hf)})
+    for result in results:
+        if "generate_s" in result:
+            result["tokens_per_second"] = arguments.tokens / result["generate_s"]
+    return results
 
 
 def run_decoder(arguments):
@@ -105,17 +149,16 @@ def main():
     parser.add_argument("--model", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.case:
-        patched, compiled = (part == "1" for part in arguments.case.split(","))
-        print(json.dumps(run_transformers(arguments, patched, compiled)))
+        print(json.dumps(run_transformers(arguments, None if arguments.case == "eager" else arguments.case)))
         return
     with tempfile.TemporaryDirectory() as directory:
         make_model(directory)
         results = []
-        for case in ("0,0", "1,0", "0,1", "1,1"):
+        for case in ("eager", "unpatched", "patched"):
             command = [sys.executable, __file__, *sys.argv[1:], "--case", case, "--model", directory]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-            results.append(json.loads(output.strip().splitlines()[-1]))
-            print(json.dumps(results[-1]), flush=True)
+            results += json.loads(output.strip().splitlines()[-1])
+            print(output.strip().splitlines()[-1], flush=True)
         if arguments.decoder:
             arguments.model = directory
             results.append(run_decoder(arguments))
@@ -127,10 +170,18 @@ def main():
     print("| implementation | tokens/s | prefill (s) | compile (s) |")
     print("|---|---:|---:|---:|")
     for result in results:
+        if "rotation_alone" in result:
+            continue
         prefill = f"{result['prefill_s']:.3f}" if "prefill_s" in result else "-"
         compile_s = f"{result['compile_s']:.1f}" if "compile_s" in result else "-"
         print(f"| {result['implementation']} | {result['tokens_per_second']:.1f} | {prefill} | {compile_s} |")
-
+    rotation = next(result["rotation_alone"] for result in results if "rotation_alone" in result)
+    print("\n| q+k rotation alone | tokens | transformers (us) | posenc (us) | speed-up |")
+    print("|---|---:|---:|---:|---:|")
+    for length in sorted({row["length"] for row in rotation}):
+        theirs = next(r["us"] for r in rotation if r["length"] == length and r["rotation"] == "transformers")
+        ours = next(r["us"] for r in rotation if r["length"] == length and r["rotation"] == "posenc")
+        print(f"| one layer | {length} | {theirs:.1f} | {ours:.1f} | {theirs / ours:.2f}x |")
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@
 // transformers gives them.
 //
 //   llama_decoder check MODEL_DIR...     compare with reference.safetensors (make_models.py)
-//   llama_decoder generate MODEL_DIR --prompt-length 128 --tokens 64 [--threads N]
+//   llama_decoder [--threads N] generate MODEL_DIR --prompt-length 128 --tokens 64
 //                                        greedy generation, timed (tokens per second, JSON)
 
 #include <posenc/io/hf_config.h>
@@ -15,13 +15,13 @@
 #include <posenc/modules/rotary_embedding.h>
 
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -36,7 +36,8 @@
 namespace {
 
 // What the decoder needs from config.json. The attention heads, head width and rotary embedding
-// come from posenc's reader; the rest of the architecture from the same file, by transformers' names.
+// come from posenc's reader; the rest of the architecture from the same file, by transformers'
+// names.
 struct DecoderConfig {
   std::string model_type;
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
@@ -66,11 +67,25 @@ DecoderConfig read_config(const std::string& directory) {
   config.intermediate_size = json.at("intermediate_size").get<int64_t>();
   config.num_hidden_layers = json.at("num_hidden_layers").get<int64_t>();
   config.rms_norm_eps = json.value("rms_norm_eps", 1e-6);
+  // Every layer attends to the whole sequence (no sliding window: Qwen2's use_sliding_window).
+  TORCH_CHECK(!json.value("use_sliding_window", false), "llama_decoder: ", path,
+              " has use_sliding_window: true; this decoder implements full attention only");
+  if (json.contains("layer_types")) {
+    for (const auto& type : json.at("layer_types")) {
+      TORCH_CHECK(type == "full_attention", "llama_decoder: ", path, " has a layer of type ",
+                  type.dump(), "; this decoder implements full attention only");
+    }
+  }
+  const int64_t heads = config.attention.num_attention_heads;
+  const int64_t kv_heads = config.attention.num_key_value_heads;
+  TORCH_CHECK(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, "llama_decoder: ", path,
+              ": num_attention_heads (", heads, ") must be a multiple of num_key_value_heads (",
+              kv_heads, ")");
   config.tie_word_embeddings = json.value("tie_word_embeddings", false);
   if (config.model_type == "llama") {
     config.qkv_bias = config.o_bias = json.value("attention_bias", false);
     config.mlp_bias = json.value("mlp_bias", false);
-  } else {  // Qwen2: biases on q, k and v only
+  } else { // Qwen2: biases on q, k and v only
     config.qkv_bias = true;
   }
   return config;
@@ -83,7 +98,8 @@ struct RMSNormImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const torch::Tensor x32 = x.to(torch::kFloat);
-    return weight * (x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+    return weight *
+           (x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
   }
   torch::Tensor weight;
   double eps;
@@ -102,10 +118,18 @@ struct AttentionImpl : torch::nn::Module {
         kv_heads(config.attention.num_key_value_heads),
         head_dim(config.attention.options.head_dim()) {
     const int64_t hidden = config.hidden_size;
-    q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, heads * head_dim).bias(config.qkv_bias)));
-    k_proj = register_module("k_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, kv_heads * head_dim).bias(config.qkv_bias)));
-    v_proj = register_module("v_proj", torch::nn::Linear(torch::nn::LinearOptions(hidden, kv_heads * head_dim).bias(config.qkv_bias)));
-    o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(heads * head_dim, hidden).bias(config.o_bias)));
+    q_proj = register_module(
+        "q_proj", torch::nn::Linear(
+                      torch::nn::LinearOptions(hidden, heads * head_dim).bias(config.qkv_bias)));
+    k_proj = register_module(
+        "k_proj", torch::nn::Linear(
+                      torch::nn::LinearOptions(hidden, kv_heads * head_dim).bias(config.qkv_bias)));
+    v_proj = register_module(
+        "v_proj", torch::nn::Linear(
+                      torch::nn::LinearOptions(hidden, kv_heads * head_dim).bias(config.qkv_bias)));
+    o_proj = register_module(
+        "o_proj",
+        torch::nn::Linear(torch::nn::LinearOptions(heads * head_dim, hidden).bias(config.o_bias)));
   }
 
   // x [B, L, hidden] at positions cache.length .. cache.length + L - 1.
@@ -114,7 +138,7 @@ struct AttentionImpl : torch::nn::Module {
     torch::Tensor q = q_proj(x).view({batch, length, heads, head_dim});
     torch::Tensor k = k_proj(x).view({batch, length, kv_heads, head_dim});
     const torch::Tensor v = v_proj(x).view({batch, length, kv_heads, head_dim});
-    rope->forward_qk_(q, k, offset);  // q and k rotated where they lie, one pass for both
+    rope->forward_qk_(q, k, offset); // q and k rotated where they lie, one pass for both
     if (!cache.keys.defined() || cache.keys.size(2) < offset + length) {
       // Grow the cache (doubling), keeping what it holds.
       const int64_t capacity = std::max<int64_t>(2 * (offset + length), 64);
@@ -136,18 +160,22 @@ struct AttentionImpl : torch::nn::Module {
 
     // Query head h reads key/value head h / groups (transformers' repeat_kv), without copying the
     // cache: the queries of one key head are one [groups * L, D] matrix.
-    const torch::Tensor queries = q.permute({0, 2, 1, 3}).reshape({batch, kv_heads, groups * length, head_dim});
-    torch::Tensor scores = torch::matmul(queries, keys.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-    if (length > 1) {  // causal: query i (position offset + i) sees keys 0 .. offset + i
+    const torch::Tensor queries =
+        q.permute({0, 2, 1, 3}).reshape({batch, kv_heads, groups * length, head_dim});
+    torch::Tensor scores = torch::matmul(queries, keys.transpose(2, 3)) *
+                           (1.0 / std::sqrt(static_cast<double>(head_dim)));
+    if (length > 1) { // causal: query i (position offset + i) sees keys 0 .. offset + i
       const torch::Tensor key_positions = torch::arange(total, x.options().dtype(torch::kLong));
-      const torch::Tensor query_positions = torch::arange(offset, offset + length, x.options().dtype(torch::kLong));
-      const torch::Tensor hidden_keys = key_positions.view({1, total}) > query_positions.view({length, 1});
+      const torch::Tensor query_positions =
+          torch::arange(offset, offset + length, x.options().dtype(torch::kLong));
+      const torch::Tensor hidden_keys =
+          key_positions.view({1, total}) > query_positions.view({length, 1});
       scores = scores.view({batch, kv_heads, groups, length, total})
                    .masked_fill(hidden_keys, -std::numeric_limits<float>::infinity())
                    .view({batch, kv_heads, groups * length, total});
     }
     const torch::Tensor weights = torch::softmax(scores, -1, torch::kFloat).to(x.scalar_type());
-    const torch::Tensor output = torch::matmul(weights, values)  // [B, Hkv, groups * L, D]
+    const torch::Tensor output = torch::matmul(weights, values) // [B, Hkv, groups * L, D]
                                      .view({batch, heads, length, head_dim})
                                      .transpose(1, 2)
                                      .reshape({batch, length, heads * head_dim});
@@ -179,8 +207,10 @@ struct DecoderLayerImpl : torch::nn::Module {
   explicit DecoderLayerImpl(const DecoderConfig& config)
       : self_attn(register_module("self_attn", Attention(config))),
         mlp(register_module("mlp", MLP(config))),
-        input_layernorm(register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps))),
-        post_attention_layernorm(register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps))) {}
+        input_layernorm(
+            register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps))),
+        post_attention_layernorm(register_module(
+            "post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps))) {}
   torch::Tensor forward(const torch::Tensor& x, posenc::RotaryEmbedding& rope, KVCache& cache) {
     const torch::Tensor h = x + self_attn(input_layernorm(x), rope, cache);
     return h + mlp(post_attention_layernorm(h));
@@ -194,7 +224,8 @@ TORCH_MODULE(DecoderLayer);
 // transformers' LlamaModel: the parameters under the names save_pretrained writes.
 struct BackboneImpl : torch::nn::Module {
   explicit BackboneImpl(const DecoderConfig& config)
-      : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size))),
+      : embed_tokens(register_module("embed_tokens",
+                                     torch::nn::Embedding(config.vocab_size, config.hidden_size))),
         layers(register_module("layers", torch::nn::ModuleList())),
         norm(register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps))) {
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
@@ -215,11 +246,16 @@ struct CausalLMImpl : torch::nn::Module {
         // is not a registered submodule: load_safetensors(strict) sees exactly transformers' keys.
         rope(config.attention.options) {
     if (!config.tie_word_embeddings) {
-      lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
+      lm_head = register_module(
+          "lm_head",
+          torch::nn::Linear(
+              torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
     }
   }
 
-  void reset_cache() { caches.assign(model->layers->size(), KVCache{}); }
+  void reset_cache() {
+    caches.assign(model->layers->size(), KVCache{});
+  }
 
   // ids [B, L] -> logits [B, L, vocab] (float32), continuing from the cache.
   torch::Tensor forward(const torch::Tensor& ids) {
@@ -234,7 +270,8 @@ struct CausalLMImpl : torch::nn::Module {
     return lm_head ? lm_head(h) : torch::nn::functional::linear(h, model->embed_tokens->weight);
   }
 
-  // Greedy decoding: `tokens` new tokens after `prompt` [1, L]; returns prompt and tokens [1, L + tokens].
+  // Greedy decoding: `tokens` new tokens after `prompt` [1, L]; returns prompt and tokens [1, L +
+  // tokens].
   torch::Tensor generate(const torch::Tensor& prompt, int64_t tokens) {
     reset_cache();
     torch::Tensor sequence = prompt;
@@ -258,7 +295,7 @@ TORCH_MODULE(CausalLM);
 CausalLM load(const std::string& directory, DecoderConfig* config_out = nullptr) {
   const DecoderConfig config = read_config(directory);
   CausalLM model(config);
-  posenc::load_safetensors(*model, directory + "/model.safetensors");  // strict: every key, no other
+  posenc::load_safetensors(*model, directory + "/model.safetensors"); // strict: every key, no other
   model->eval();
   if (config_out) {
     *config_out = config;
@@ -270,7 +307,8 @@ CausalLM load(const std::string& directory, DecoderConfig* config_out = nullptr)
 bool check(const std::string& directory) {
   DecoderConfig config;
   CausalLM model = load(directory, &config);
-  const posenc::SafetensorsFile reference = posenc::read_safetensors(directory + "/reference.safetensors");
+  const posenc::SafetensorsFile reference =
+      posenc::read_safetensors(directory + "/reference.safetensors");
   const torch::Tensor prompts = reference.tensors["prompts"];
   const torch::Tensor expected_logits = reference.tensors["logits"];
   const torch::Tensor expected_tokens = reference.tensors["generated"];
@@ -281,22 +319,28 @@ bool check(const std::string& directory) {
   // float32 throughout on both sides; the matrix products sum in different orders (posenc's
   // example multiplies the queries of one key head as one matrix, transformers repeats the keys),
   // so logits agree to a few float32 ulps of their accumulations: 1e-5 of the largest logit.
+  TORCH_CHECK(logits.sizes() == expected_logits.sizes(), "llama_decoder: logits ", logits.sizes(),
+              ", but transformers' are ", expected_logits.sizes());
   const double scale = expected_logits.abs().max().item<double>();
   const double difference = (logits - expected_logits).abs().max().item<double>();
-  const bool logits_equal = logits.sizes() == expected_logits.sizes() && difference <= 1e-5 * scale;
+  const bool logits_equal = difference <= 1e-5 * scale;
 
   const int64_t prompt_length = reference.tensors["prompt_length"].item<int64_t>();
   const int64_t new_tokens = expected_tokens.size(1) - prompt_length;
   const auto start = std::chrono::steady_clock::now();
-  const torch::Tensor generated = model->generate(expected_tokens.narrow(1, 0, prompt_length), new_tokens);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const torch::Tensor generated =
+      model->generate(expected_tokens.narrow(1, 0, prompt_length), new_tokens);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const bool tokens_equal = torch::equal(generated, expected_tokens);
 
-  std::cout << directory << ": " << config.model_type << ", rope " << model->rope->options.scaling().type()
-            << ", rotary_dim " << model->rope->options.rotary_dim().value_or(model->rope->options.head_dim()) << " of " << model->rope->options.head_dim()
-            << "\n  logits " << logits.sizes() << ": max |posenc - transformers| = " << difference
-            << " (largest logit " << scale << ")" << (logits_equal ? "" : "  MISMATCH")
-            << "\n  greedy generation of " << new_tokens << " tokens: "
+  std::cout << directory << ": " << config.model_type << ", rope "
+            << model->rope->options.scaling().type() << ", rotary_dim "
+            << model->rope->options.rotary_dim().value_or(model->rope->options.head_dim()) << " of "
+            << model->rope->options.head_dim() << "\n  logits " << logits.sizes()
+            << ": max |posenc - transformers| = " << difference << " (largest logit " << scale
+            << ")" << (logits_equal ? "" : "  MISMATCH") << "\n  greedy generation of "
+            << new_tokens << " tokens: "
             << (tokens_equal ? "equal to transformers'" : "DIFFERENT from transformers'") << " ("
             << new_tokens / seconds << " tokens/s)\n";
   if (!tokens_equal) {
@@ -305,22 +349,31 @@ bool check(const std::string& directory) {
   return logits_equal && tokens_equal;
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"A LLaMA-architecture decoder with posenc's rotary embedding"};
   app.require_subcommand(1);
   std::vector<std::string> directories;
-  CLI::App* check_command = app.add_subcommand("check", "compare with transformers' reference.safetensors");
-  check_command->add_option("models", directories, "model directories (config.json, model.safetensors)")->required();
+  CLI::App* check_command =
+      app.add_subcommand("check", "compare with transformers' reference.safetensors");
+  check_command
+      ->add_option("models", directories, "model directories (config.json, model.safetensors)")
+      ->required();
   std::string directory;
   int64_t prompt_length = 128, tokens = 64, threads = 0, repeats = 3;
-  CLI::App* generate_command = app.add_subcommand("generate", "time greedy generation (tokens per second, JSON)");
+  CLI::App* generate_command =
+      app.add_subcommand("generate", "time greedy generation (tokens per second, JSON)");
   generate_command->add_option("model", directory, "model directory")->required();
-  generate_command->add_option("--prompt-length", prompt_length, "prompt tokens")->check(CLI::PositiveNumber);
+  generate_command->add_option("--prompt-length", prompt_length, "prompt tokens")
+      ->check(CLI::PositiveNumber);
   generate_command->add_option("--tokens", tokens, "tokens generated")->check(CLI::PositiveNumber);
-  generate_command->add_option("--repeats", repeats, "timed generations (the best is reported)")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "intra-op threads (default: LibTorch's)")->check(CLI::NonNegativeNumber);
+  generate_command->add_option("--repeats", repeats, "timed generations (the best is reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "intra-op threads (default: LibTorch's)")
+      ->check(CLI::NonNegativeNumber);
+  check_command->fallthrough(); // --threads also after the subcommand
+  generate_command->fallthrough();
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) {
@@ -337,17 +390,19 @@ int main(int argc, char** argv) {
     CausalLM model = load(directory, &config);
     torch::NoGradGuard no_grad;
     torch::manual_seed(0);
-    const torch::Tensor prompt = torch::randint(config.vocab_size, {1, prompt_length}, torch::kLong);
-    model->generate(prompt, 2);  // warm-up
+    const torch::Tensor prompt =
+        torch::randint(config.vocab_size, {1, prompt_length}, torch::kLong);
+    model->generate(prompt, 2); // warm-up
     double best = std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < repeats; ++i) {
       const auto start = std::chrono::steady_clock::now();
       model->generate(prompt, tokens);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      best = std::min(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
-    std::cout << "{\"implementation\": \"posenc C++\", \"prompt_length\": " << prompt_length << ", \"tokens\": "
-              << tokens << ", \"threads\": " << at::get_num_threads() << ", \"seconds\": " << best
-              << ", \"tokens_per_second\": " << tokens / best << "}\n";
+    std::cout << "{\"implementation\": \"posenc C++\", \"prompt_length\": " << prompt_length
+              << ", \"tokens\": " << tokens << ", \"threads\": " << at::get_num_threads()
+              << ", \"seconds\": " << best << ", \"tokens_per_second\": " << tokens / best << "}\n";
     return 0;
   } catch (const c10::Error& error) {
     std::cerr << error.what_without_backtrace() << "\n";

@@ -81,8 +81,8 @@ def main():
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     arguments = parser.parse_args()
-    for seed, name in enumerate(arguments.models):
-        write(name, MODELS[name], os.path.join(arguments.output_dir, name), seed)
+    for name in arguments.models:  # each model's seed is its place in MODELS, whichever are written
+        write(name, MODELS[name], os.path.join(arguments.output_dir, name), list(MODELS).index(name))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """scikit-build-core metadata provider of posenc's pyproject.toml: the wheel depends on exactly the
 torch it is built against (libposenc.so links that torch's libraries and registers its operators
-through that torch's ABI), e.g. ``torch==2.11.0`` for any local build of 2.11.0 (``+cu130``, ``+cpu``).
-Not part of the installed package."""
+through that torch's ABI): ``torch==<public version>``, e.g. ``torch==2.11.0`` for any local build
+of 2.11.0 (``+cu130``, ``+cpu``), ``torch==2.6.0a0`` for NVIDIA's ``2.6.0a0+git...``. (A local label
+is not pinned: a CUDA build of the wheel beside a ``+cpu`` torch of the same release installs, and
+``import posenc`` then fails to load the library with the loader's message.) Not part of the
+installed package."""
 
-import re
+from packaging.version import Version
 
 __all__ = ["dynamic_metadata"]
 
@@ -15,7 +18,4 @@ def dynamic_metadata(field, settings=None, project=None):
         raise RuntimeError(f"posenc_metadata takes no settings, but got {sorted(settings)}")
     import torch
 
-    release = re.match(r"\d+(\.\d+)*", torch.__version__)
-    if release is None:
-        raise RuntimeError(f"posenc: cannot read a release from torch.__version__ = {torch.__version__!r}")
-    return [f"torch=={release.group(0)}"]
+    return [f"torch=={Version(torch.__version__).public}"]

@@ -159,14 +159,28 @@ def test_bfloat16_rotation_is_never_less_exact_than_transformers(hf, model_type)
         assert our_error.max() <= their_error.max()
 
 
+def recording_inductor(graphs):
+    """Inductor, recording the code of every graph it compiles (to see posenc's operator in it)."""
+    inductor = torch._dynamo.lookup_backend("inductor")
+
+    def backend(graph_module, example_inputs):
+        graphs.append(graph_module.code)
+        return inductor(graph_module, example_inputs)
+
+    return backend
+
+
 def test_compiled_patched_model(hf):
     patched = hf.apply_posenc_rope(small_model("llama"))
     reference = small_model("llama")
     tokens = torch.randint(3, SMALL["vocab_size"], (2, 17))
     torch._dynamo.reset()
-    compiled = torch.compile(patched, fullgraph=True)  # fullgraph: posenc's operator breaks no graph
+    graphs = []
+    # fullgraph: posenc's operator breaks no graph; the graph calls it once per layer
+    compiled = torch.compile(patched, fullgraph=True, backend=recording_inductor(graphs))
     with torch.no_grad():
         assert_close_to(compiled(tokens).logits, reference(tokens).logits, 1e-5)  # Inductor reorders float32 sums
+    assert len(graphs) == 1 and graphs[0].count("posenc.apply_rotary_qk") == SMALL["num_hidden_layers"], graphs
 
 
 def test_save_pretrained_and_reload(hf, tmp_path):
@@ -183,26 +197,65 @@ def test_save_pretrained_and_reload(hf, tmp_path):
 def test_patches_one_instance_once_and_can_be_removed(hf):
     model, other = small_model("llama"), small_model("llama")
     tokens = torch.randint(3, SMALL["vocab_size"], (1, 7))
+    original = type(model.model.layers[0].self_attn)
     assert hf.apply_posenc_rope(model) is model
     hf.apply_posenc_rope(model)  # patching twice changes nothing
-    layers = [m for m in model.modules() if "forward" in m.__dict__]
-    assert len(layers) == SMALL["num_hidden_layers"]
-    assert not hf.is_patched(other)
+    patched = [m for m in model.modules() if type(m) is not original and isinstance(m, original)]
+    assert len(patched) == SMALL["num_hidden_layers"]
+    assert {type(m).__name__ for m in patched} == {"Posenc" + original.__name__}
+    assert type(patched[0]).__bases__ == (original,)
+    assert not hf.is_patched(other) and type(other.model.layers[0].self_attn) is original
     counter = CountPosencCalls()
     with torch.no_grad(), counter:
         other(tokens)
     assert counter.calls == 0
-    copied = copy.deepcopy(model)  # the copy's layers call the copy's modules
-    assert hf.is_patched(copied)
-    with torch.no_grad(), counter:
-        assert torch.equal(copied(tokens).logits, model(tokens).logits)
-    assert counter.calls == 2 * SMALL["num_hidden_layers"]
+    for copied in (copy.deepcopy(model), model._replicate_for_data_parallel()):  # (what nn.DataParallel makes)
+        assert hf.is_patched(copied)
+        counter = CountPosencCalls()
+        with torch.no_grad(), counter:
+            assert torch.equal(copied(tokens).logits, model(tokens).logits)
+        assert counter.calls == 2 * SMALL["num_hidden_layers"]
     hf.remove_posenc_rope(model)
-    assert not hf.is_patched(model) and not any("forward" in m.__dict__ for m in model.modules())
+    assert not hf.is_patched(model) and type(model.model.layers[0].self_attn) is original
     counter = CountPosencCalls()
     with torch.no_grad(), counter:
         model(tokens)
     assert counter.calls == 0
+
+
+def test_a_pickled_patched_model_loads_patched_in_a_fresh_process(hf, tmp_path):
+    import pickle
+    import subprocess
+
+    model = hf.apply_posenc_rope(small_model("qwen2"))
+    tokens = torch.randint(3, SMALL["vocab_size"], (1, 9))
+    with torch.no_grad():
+        expected = model(tokens).logits
+    torch.save({"model": model, "tokens": tokens, "logits": expected}, tmp_path / "model.pt")
+    assert hf.is_patched(pickle.loads(pickle.dumps(model)))
+    check = f"""
+import sys, torch
+sys.path.insert(0, {os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")!r})
+saved = torch.load({str(tmp_path / "model.pt")!r}, weights_only=False)
+import posenc.integrations.transformers as hf
+model = saved["model"]
+assert hf.is_patched(model), [type(m).__name__ for m in model.modules()]
+assert type(model.model.layers[0].self_attn).__name__ == "PosencQwen2Attention"
+with torch.no_grad():
+    assert torch.equal(model(saved["tokens"]).logits, saved["logits"])
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+
+
+def test_instance_forwards_are_refused_unchanged(hf):
+    model = small_model("llama")
+    attention = model.model.layers[1].self_attn
+    attention.forward = lambda *args, **kwargs: type(attention).forward(attention, *args, **kwargs)
+    with pytest.raises(ValueError, match="has a forward of its own"):
+        hf.apply_posenc_rope(model)
+    assert not hf.is_patched(model)
 
 
 def test_unsupported_models_are_refused_unchanged(hf, monkeypatch):
@@ -214,17 +267,24 @@ def test_unsupported_models_are_refused_unchanged(hf, monkeypatch):
     with pytest.raises(ValueError, match="takes a transformers model"):
         hf.apply_posenc_rope(torch.nn.Linear(2, 2))
 
-    # A transformers whose apply_rotary_pos_emb means something else is refused, not patched.
-    model = small_model("mistral")
-    modeling = hf._modeling_module("mistral")
-
+    # A transformers whose apply_rotary_pos_emb or rotate_half means something else is refused, not
+    # patched: in a generated copy (mistral) and in the files the forms come from (llama, gpt_neox).
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
         return q * cos, k * cos
 
-    monkeypatch.setattr(modeling, "apply_rotary_pos_emb", apply_rotary_pos_emb)
-    with pytest.raises(ValueError, match="is not the 'halves' rotation posenc replaces"):
-        hf.apply_posenc_rope(model)
-    assert not hf.is_patched(model)
+    def rotate_half(x):
+        return x
+
+    for model_type, name, function in [("mistral", "apply_rotary_pos_emb", apply_rotary_pos_emb),
+                                       ("llama", "apply_rotary_pos_emb", apply_rotary_pos_emb),
+                                       ("gpt_neox", "apply_rotary_pos_emb", apply_rotary_pos_emb),
+                                       ("llama", "rotate_half", rotate_half)]:
+        model = small_model(model_type)
+        with monkeypatch.context() as patch:
+            patch.setattr(hf._modeling_module(model_type), name, function)
+            with pytest.raises(ValueError, match="is not the '(halves|partial)' rotation posenc replaces"):
+                hf.apply_posenc_rope(model)
+        assert not hf.is_patched(model)
 
 
 def test_calls_outside_the_supported_form_are_refused(hf):
@@ -255,9 +315,25 @@ def test_compiled_generation(hf):
     reference = small_model("llama")
     prompt = torch.randint(3, SMALL["vocab_size"], (1, 5))
     torch._dynamo.reset()
-    patched.forward = torch.compile(patched.forward)
+    graphs = []
+    patched.forward = torch.compile(patched.forward, backend=recording_inductor(graphs))
     kwargs = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
     assert torch.equal(patched.generate(prompt, **kwargs), reference.generate(prompt, **kwargs))
+    assert graphs and all(code.count("posenc.apply_rotary_qk") == SMALL["num_hidden_layers"] for code in graphs
+                          if "apply_rotary" in code), graphs
+    assert any("posenc.apply_rotary_qk" in code for code in graphs)
+
+
+def test_left_padded_batch_generation(hf):
+    """generate with a left-padded batch: per-sequence position ids, [B, L, R] cos and sin, while
+    prefilling and decoding."""
+    reference = small_model("llama")
+    patched = hf.apply_posenc_rope(small_model("llama"))
+    ids = torch.randint(3, SMALL["vocab_size"], (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    ids[1, :3], mask[1, :3] = 0, 0
+    kwargs = dict(attention_mask=mask, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(patched.generate(ids, **kwargs), reference.generate(ids, **kwargs))
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt_neox"])

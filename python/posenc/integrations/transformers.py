@@ -1,8 +1,9 @@
 """Hugging Face transformers models that rotate queries and keys with posenc's fused q+k operator.
 
-``apply_posenc_rope(model)`` patches one model instance (not its class, not other models): the
-attention layers of a supported model type call ``torch.ops.posenc.apply_rotary_qk`` where their
-own code calls the modeling file's ``apply_rotary_pos_emb``. The model's rotary embedding still
+``apply_posenc_rope(model)`` patches one model instance (not its class, not other models): its
+attention layers become instances of a subclass (``Posenc<Class>``) whose forward is their class's
+own code, calling ``torch.ops.posenc.apply_rotary_qk`` where that code calls the modeling file's
+``apply_rotary_pos_emb``. The model's rotary embedding still
 makes cos and sin (so every rope type, scaling and position id works as before); posenc rotates
 q and k with them in one pass, reading each token's row once for all heads.
 
@@ -13,13 +14,19 @@ q and k with them in one pass, reading each token's row once for all heads.
 Equal to the unpatched model in float32 (the rotation is the same arithmetic, each output rounded
 once); in bfloat16 and float16 posenc computes in float32 and rounds once, where transformers rounds
 each product and the sum, so results differ by at most a few units in the last place of the dtype.
+The result has q's dtype (transformers' formula promotes, e.g. bfloat16 q times float32 cos under
+autocast gives float32; posenc keeps bfloat16). cos and sin must be what the model's rotary
+embedding makes, the R/2 values of each token twice (cat(freqs, freqs)): posenc reads the first
+half.
 Unsupported models are refused with a ``ValueError`` before anything is changed.
 """
 
 import ast
+import hashlib
 import importlib
 import inspect
 import sys
+import textwrap
 import types
 
 import torch
@@ -56,18 +63,30 @@ SUPPORTED_MODEL_TYPES = {
     "phi3": "partial",
 }
 
-# The modeling files whose apply_rotary_pos_emb defines each form (compared as syntax trees, without
-# docstrings and decorators, so that a transformers release that changes a function is refused
-# rather than patched with a different meaning).
-_FORM_REFERENCES = {
-    "halves": ("llama", "olmo"),
-    "partial": ("gpt_neox", "phi3"),
+# The functions each form replaces, as transformers 5.23.0 writes them: sha256 of their source
+# without docstring, decorators and comments (ast.unparse), so that a transformers release that
+# changes a function, in any modeling file and in the reference files themselves, is refused
+# rather than patched with a different meaning. "halves": LLaMA's and OLMo's apply_rotary_pos_emb
+# (every generated copy is one of them); "partial": GPT-NeoX's and Phi-3's.
+_FORM_FINGERPRINTS = {
+    "halves": {
+        "4a8f8b85ee37bd3fdcb3cd5290bea811ada42a032591078e916200182f73656f",
+        "92ec8cff28b47c788cea65c9fe196d4c5e39d443ce37bf4218515d230adb3af0",
+    },
+    "partial": {
+        "d979b6dc501d84b5a022d5672eeaa1b0bfe2674393a7000aea57a3a10de0fd77",
+        "9af4c6b9d14681cfc477e2a567580ba16718dc7c5b7e7f488fab00a3155feb69",
+    },
 }
+_ROTATE_HALF_FINGERPRINTS = {"7b6c9b425ca04287b0d1187fe8f5be68f7e98e5a26b955275ef63e701173e587"}
 
 # Where a model type's modeling file lives when it is not models/<type>/modeling_<type>.py.
 _MODELING_MODULES = {"gemma3_text": "gemma3"}
 
-_PATCHED = "_posenc_rope_patched"
+# The patched classes live in modules named by this prefix and the modeling file
+# (posenc.integrations._posenc_rope_modeling_llama.PosencLlamaAttention), which
+# posenc.integrations can rebuild in a fresh process, so that a pickled patched model loads.
+PATCHED_MODULE_PREFIX = "posenc.integrations._posenc_rope_"
 
 
 def _modeling_module(model_type):
@@ -75,11 +94,19 @@ def _modeling_module(model_type):
     return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
 
 
-def _syntax(function):
-    """The syntax tree of a function's arguments and body, without its docstring and decorators."""
-    node = ast.parse(inspect.cleandoc("\n" + inspect.getsource(inspect.unwrap(function)))).body[0]
-    body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    return ast.dump(node.args) + ast.dump(ast.Module(body=body, type_ignores=[]))
+def _fingerprint(function):
+    """sha256 of a function's source without its docstring, decorators and comments."""
+    try:
+        source = inspect.getsource(inspect.unwrap(function))
+    except (OSError, TypeError) as error:
+        raise ValueError(f"posenc: the source of {getattr(function, '__qualname__', function)} cannot be read "
+                         f"({error}), so posenc cannot check what it would replace; the model was left unpatched")
+    node = ast.parse(textwrap.dedent(source)).body[0]
+    node.decorator_list = []
+    if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
+            and isinstance(node.body[0].value.value, str):
+        node.body = node.body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.unparse(node).encode()).hexdigest()
 
 
 def _form_of(model_type, modeling):
@@ -89,13 +116,11 @@ def _form_of(model_type, modeling):
     if function is None or rotate_half is None:
         raise ValueError(f"posenc: {modeling.__name__} has no apply_rotary_pos_emb/rotate_half in this "
                          f"transformers ({_transformers_version()}); posenc cannot patch '{model_type}' models")
-    references = [_modeling_module(name) for name in _FORM_REFERENCES[form]]
-    if _syntax(rotate_half) != _syntax(references[0].rotate_half) or all(
-            _syntax(function) != _syntax(reference.apply_rotary_pos_emb) for reference in references):
+    if _fingerprint(rotate_half) not in _ROTATE_HALF_FINGERPRINTS or \
+            _fingerprint(function) not in _FORM_FINGERPRINTS[form]:
         raise ValueError(
             f"posenc: {modeling.__name__}.apply_rotary_pos_emb in this transformers ({_transformers_version()}) "
-            f"is not the '{form}' rotation posenc replaces (that of {', '.join(_FORM_REFERENCES[form])}); "
-            "the model was left unpatched. posenc is tested with transformers 5.23.0")
+            f"is not the '{form}' rotation posenc replaces (transformers 5.23.0's); the model was left unpatched")
     return form
 
 
@@ -126,7 +151,8 @@ def _rotate(q, k, cos, sin, unsqueeze_dim, form):
                          "with respect to q and k only); compute them under torch.no_grad()")
     half = width // 2
     # The model's cos/sin repeat their R/2 values in both halves (cat(freqs, freqs)): posenc's tables
-    # are one half (a view), one row per token.
+    # are the first half, one row per token (a strided view; the operator reads it as it lies or
+    # makes it contiguous, a copy of [rows * L, R/2]).
     cos_rows = cos[..., :half].reshape(rows * length, half)
     sin_rows = sin[..., :half].reshape(rows * length, half)
     # One row per token of the batch; with rows shared by the batch ([1, L, R]), rows 0 .. L - 1.
@@ -149,28 +175,54 @@ def _calls_rope(cls, modeling):
             and "apply_rotary_pos_emb" in forward.__code__.co_names)
 
 
-def _patched_namespace(modeling, form):
-    """A copy of the modeling file's namespace with posenc's apply_rotary_pos_emb: a module of its own
-    in sys.modules (torch.compile finds a function's globals by their module's name), made once per
-    modeling file."""
-    name = f"{__name__}._patched.{modeling.__name__.rsplit('.', 1)[-1]}"
+def _patched_module(modeling, form):
+    """The module of the patched classes of one modeling file: a copy of the file's namespace (taken
+    again at every call, so later changes to the file's other globals are seen) with posenc's
+    apply_rotary_pos_emb, registered in sys.modules (torch.compile finds a function's globals, and
+    pickle a class, by their module's name)."""
+    name = PATCHED_MODULE_PREFIX + modeling.__name__.rsplit(".", 1)[-1]
     module = sys.modules.get(name)
     if module is None:
-        module = types.ModuleType(name)
-        module.__dict__.update({key: value for key, value in vars(modeling).items() if key not in ("__name__", "__spec__", "__loader__")})
-        module.__dict__["apply_rotary_pos_emb"] = _replacement(form)
+        module = types.ModuleType(name, f"posenc's patched classes of {modeling.__name__}")
         sys.modules[name] = module
-    return module.__dict__
+    keep = {key: module.__dict__[key] for key in list(module.__dict__) if key.startswith("Posenc")}
+    module.__dict__.update({key: value for key, value in vars(modeling).items()
+                            if key not in ("__name__", "__doc__", "__spec__", "__loader__", "__package__")})
+    module.__dict__.update(keep)
+    module.__dict__["apply_rotary_pos_emb"] = _replacement(form)
+    return module
 
 
-def _patched_forward(module, namespace):
-    original = type(module).forward
-    function = types.FunctionType(original.__code__, namespace, original.__name__, original.__defaults__,
-                                  original.__closure__)
-    function.__kwdefaults__ = original.__kwdefaults__
-    function.__qualname__ = original.__qualname__
-    function.__doc__ = original.__doc__
-    return types.MethodType(function, module)
+def _patched_class(cls, module):
+    """cls with its own forward run in `module`'s namespace: module.Posenc<cls.__name__>, made once."""
+    name = "Posenc" + cls.__name__
+    patched = module.__dict__.get(name)
+    if patched is None or patched.__bases__ != (cls,):
+        original = cls.__dict__["forward"]
+        forward = types.FunctionType(original.__code__, module.__dict__, original.__name__, original.__defaults__,
+                                     original.__closure__)
+        forward.__kwdefaults__ = original.__kwdefaults__
+        forward.__qualname__ = f"{name}.forward"
+        forward.__doc__ = original.__doc__
+        patched = type(name, (cls,), {"forward": forward, "__module__": module.__name__, "__qualname__": name,
+                                      "_posenc_rope_original": cls})
+        setattr(module, name, patched)
+    return patched
+
+
+def _rebuild_patched_module(name):
+    """Makes the module `name` (PATCHED_MODULE_PREFIX + modeling file) with every patched class its
+    modeling file can have: what unpickling a patched model in a fresh process imports."""
+    stem = name[len(PATCHED_MODULE_PREFIX):]
+    for model_type in SUPPORTED_MODEL_TYPES:
+        if f"modeling_{_MODELING_MODULES.get(model_type, model_type)}" == stem:
+            modeling = _modeling_module(model_type)
+            module = _patched_module(modeling, _form_of(model_type, modeling))
+            for value in list(vars(modeling).values()):
+                if isinstance(value, type) and issubclass(value, torch.nn.Module) and _calls_rope(value, modeling):
+                    _patched_class(value, module)
+            return module
+    raise ImportError(f"posenc: {name} names no modeling file of a supported model type")
 
 
 def _attention_layers(model):
@@ -184,41 +236,50 @@ def _attention_layers(model):
                          f"this model is '{model_type}' ({type(model).__name__}); the model was left unpatched")
     modeling = _modeling_module(model_type)
     form = _form_of(model_type, modeling)
-    layers = [m for m in model.modules() if type(m).__module__ == modeling.__name__ and _calls_rope(type(m), modeling)]
+    layers = [m for m in model.modules()
+              if _original_class(m).__module__ == modeling.__name__ and _calls_rope(_original_class(m), modeling)]
     if not layers:
         raise ValueError(f"posenc: no module of this {type(model).__name__} calls {modeling.__name__}."
                          "apply_rotary_pos_emb from its forward; the model was left unpatched")
+    for layer in layers:
+        if "forward" in layer.__dict__:
+            raise ValueError(f"posenc: {type(layer).__name__} {layer.__dict__['forward']!r} has a forward of its own "
+                             "(a hook or another patch set on the instance); posenc patches the class's forward "
+                             "only, so the model was left unpatched")
     return layers, modeling, form
+
+
+def _original_class(module):
+    return type(module).__dict__.get("_posenc_rope_original", type(module))
 
 
 def apply_posenc_rope(model):
     """Makes ``model`` (a transformers model of a type in ``SUPPORTED_MODEL_TYPES``) rotate queries and
     keys with ``torch.ops.posenc.apply_rotary_qk``. Patches this instance only: each attention layer
-    gets a forward that is its class's forward with the modeling file's ``apply_rotary_pos_emb``
+    becomes an instance of a subclass of its class (``Posenc<Class>``, in a module of posenc's)
+    whose forward is its class's forward with the modeling file's ``apply_rotary_pos_emb``
     replaced. Parameters, buffers, state-dict keys, config and outputs (see the module docstring)
-    stay as they were; ``generate``, ``torch.compile`` and ``save_pretrained`` work as before.
-    Patching a patched model changes nothing. Raises ``ValueError``, with the model unchanged, for a
-    model type posenc does not support or a transformers whose rotation is not the one posenc
-    replaces. Returns ``model``."""
+    stay as they were; ``generate``, ``torch.compile``, ``save_pretrained``, ``copy.deepcopy``,
+    pickling and ``nn.DataParallel`` replicas work as before. Patching a patched model changes
+    nothing. Raises ``ValueError``, with the model unchanged, for a model type posenc does not
+    support, a transformers whose rotation is not the one posenc replaces, or an attention layer
+    whose instance has a forward of its own. Returns ``model``."""
     layers, modeling, form = _attention_layers(model)
-    namespace = _patched_namespace(modeling, form)
-    forwards = [(layer, _patched_forward(layer, namespace)) for layer in layers if not is_patched(layer)]
-    for layer, forward in forwards:
-        layer.forward = forward
-        setattr(layer, _PATCHED, True)
+    module = _patched_module(modeling, form)
+    classes = [(layer, _patched_class(_original_class(layer), module)) for layer in layers]
+    for layer, patched in classes:
+        layer.__class__ = patched
     return model
 
 
 def remove_posenc_rope(model):
-    """Undoes ``apply_posenc_rope``: the attention layers call their class's forward again. Returns
-    ``model``."""
+    """Undoes ``apply_posenc_rope``: the attention layers are instances of their own class again.
+    Returns ``model``."""
     for module in model.modules():
-        if module.__dict__.get(_PATCHED, False):
-            del module.forward
-            delattr(module, _PATCHED)
+        module.__class__ = _original_class(module)
     return model
 
 
 def is_patched(model):
     """Whether ``model`` (or any of its submodules) rotates with posenc."""
-    return any(module.__dict__.get(_PATCHED, False) for module in model.modules())
+    return any("_posenc_rope_original" in type(module).__dict__ for module in model.modules())
