@@ -38,7 +38,8 @@ SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_la
 # setups that differ: partial rotation, the scaled rope types, per-layer-type rope parameters.
 VARIANTS = [(model_type, {}) for model_type in (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-    "granite", "starcoder2", "olmo", "olmo2", "smollm3", "stablelm", "phi", "persimmon", "gpt_neox", "phi3")] + [
+    "granite", "starcoder2", "olmo", "olmo2", "smollm3", "stablelm", "phi", "persimmon", "gpt_neox", "phi3",
+    "cohere")] + [
     ("stablelm", dict(partial_rotary_factor=0.25)),
     ("phi", dict(partial_rotary_factor=0.5)),
     ("persimmon", dict(partial_rotary_factor=0.5)),
@@ -135,7 +136,7 @@ def test_patched_model_equals_its_unpatched_self(hf, variant):
     assert counter.calls >= 12 * SMALL["num_hidden_layers"]
 
 
-@pytest.mark.parametrize("model_type", ["llama", "phi3"])
+@pytest.mark.parametrize("model_type", ["llama", "phi3", "cohere"])
 def test_bfloat16_rotation_is_never_less_exact_than_transformers(hf, model_type):
     model = small_model(model_type, {"partial_rotary_factor": 0.5} if model_type == "phi3" else {})
     modeling = hf._modeling_module(model_type)
@@ -259,7 +260,7 @@ def test_instance_forwards_are_refused_unchanged(hf):
 
 
 def test_unsupported_models_are_refused_unchanged(hf, monkeypatch):
-    for model_type in ("cohere", "gptj"):  # interleaved pairs: not the rotation posenc replaces here
+    for model_type in ("gptj", "glm"):  # GPT-J's pairs; GLM's interleaved partial rotation
         model = small_model(model_type)
         with pytest.raises(ValueError, match=f"supports the model types .* but this model is '{model_type}'"):
             hf.apply_posenc_rope(model)
@@ -295,6 +296,8 @@ def test_calls_outside_the_supported_form_are_refused(hf):
         rotate(q, k, cos, sin, unsqueeze_dim=0)
     with pytest.raises(ValueError, match="must have one width"):
         rotate(q, k, cos[..., :8], sin[..., :8])
+    with pytest.raises(ValueError, match="must have one width"):
+        hf._replacement("interleaved")(q, k, cos[..., :8], sin[..., :8])
     with pytest.raises(ValueError, match=r"must be \[B, L, R\] or \[1, L, R\]"):
         rotate(q, k, cos[:, :4], sin[:, :4])
     with pytest.raises(ValueError, match="must not require grad"):

@@ -36,9 +36,10 @@ import posenc  # noqa: F401  (loads the operators)
 __all__ = ["SUPPORTED_MODEL_TYPES", "apply_posenc_rope", "remove_posenc_rope", "is_patched"]
 
 #: The model types whose rotary application posenc replaces, and the form of each modeling file's
-#: ``apply_rotary_pos_emb``: "halves" (the whole head, pairs (i, i + D/2): LLaMA's function) or
+#: ``apply_rotary_pos_emb``: "halves" (the whole head, pairs (i, i + D/2): LLaMA's function),
 #: "partial" (the first R = cos.shape[-1] channels in halves, the rest passed through: GPT-NeoX's
-#: and Phi-3's). Each is tested on a small random model against its unpatched self
+#: and Phi-3's) or "interleaved" (the whole head, pairs (2i, 2i + 1), computed in float32:
+#: Cohere's). Each is tested on a small random model against its unpatched self
 #: (test/python/test_transformers_integration.py).
 SUPPORTED_MODEL_TYPES = {
     "llama": "halves",
@@ -61,13 +62,15 @@ SUPPORTED_MODEL_TYPES = {
     "persimmon": "halves",
     "gpt_neox": "partial",
     "phi3": "partial",
+    "cohere": "interleaved",
 }
 
 # The functions each form replaces, as transformers 5.23.0 writes them: sha256 of their source
 # without docstring, decorators and comments (ast.unparse), so that a transformers release that
 # changes a function, in any modeling file and in the reference files themselves, is refused
 # rather than patched with a different meaning. "halves": LLaMA's and OLMo's apply_rotary_pos_emb
-# (every generated copy is one of them); "partial": GPT-NeoX's and Phi-3's.
+# (every generated copy is one of them); "partial": GPT-NeoX's and Phi-3's; "interleaved":
+# Cohere's.
 _FORM_FINGERPRINTS = {
     "halves": {
         "4a8f8b85ee37bd3fdcb3cd5290bea811ada42a032591078e916200182f73656f",
@@ -77,8 +80,16 @@ _FORM_FINGERPRINTS = {
         "d979b6dc501d84b5a022d5672eeaa1b0bfe2674393a7000aea57a3a10de0fd77",
         "9af4c6b9d14681cfc477e2a567580ba16718dc7c5b7e7f488fab00a3155feb69",
     },
+    "interleaved": {
+        "e8f88cb26b9ab6f87a9a098ee4c9b64d6ee30d33acd03b21584be514970802a4",
+    },
 }
-_ROTATE_HALF_FINGERPRINTS = {"7b6c9b425ca04287b0d1187fe8f5be68f7e98e5a26b955275ef63e701173e587"}
+# rotate_half of each form: LLaMA's (halves, partial), Cohere's (pairs (2i, 2i + 1)).
+_ROTATE_HALF_FINGERPRINTS = {
+    "halves": {"7b6c9b425ca04287b0d1187fe8f5be68f7e98e5a26b955275ef63e701173e587"},
+    "partial": {"7b6c9b425ca04287b0d1187fe8f5be68f7e98e5a26b955275ef63e701173e587"},
+    "interleaved": {"aaf0544cc6c97a6033599c6ade53c27b16ded945a1a0fd0916c5fb5cf02e71fd"},
+}
 
 # Where a model type's modeling file lives when it is not models/<type>/modeling_<type>.py.
 _MODELING_MODULES = {"gemma3_text": "gemma3"}
@@ -116,7 +127,7 @@ def _form_of(model_type, modeling):
     if function is None or rotate_half is None:
         raise ValueError(f"posenc: {modeling.__name__} has no apply_rotary_pos_emb/rotate_half in this "
                          f"transformers ({_transformers_version()}); posenc cannot patch '{model_type}' models")
-    if _fingerprint(rotate_half) not in _ROTATE_HALF_FINGERPRINTS or \
+    if _fingerprint(rotate_half) not in _ROTATE_HALF_FINGERPRINTS[form] or \
             _fingerprint(function) not in _FORM_FINGERPRINTS[form]:
         raise ValueError(
             f"posenc: {modeling.__name__}.apply_rotary_pos_emb in this transformers ({_transformers_version()}) "
@@ -143,13 +154,21 @@ def _rotate(q, k, cos, sin, unsqueeze_dim, form):
     if cos.shape[1] != length or rows not in (1, batch):
         raise ValueError(f"posenc apply_rotary_pos_emb: cos and sin must be [B, L, R] or [1, L, R] for q of batch "
                          f"{batch} and length {length}, but got {list(cos.shape)}")
-    if form == "halves" and (q.shape[-1] != width or k.shape[-1] != width):
+    if form in ("halves", "interleaved") and (q.shape[-1] != width or k.shape[-1] != width):
         raise ValueError(f"posenc apply_rotary_pos_emb: q, k and cos must have one width (this model rotates whole "
                          f"heads), but got q {q.shape[-1]}, k {k.shape[-1]}, cos {width}")
     if cos.requires_grad or sin.requires_grad:
         raise ValueError("posenc apply_rotary_pos_emb: cos and sin must not require grad (posenc differentiates "
                          "with respect to q and k only); compute them under torch.no_grad()")
     half = width // 2
+    if form == "interleaved":
+        # Cohere: cos/sin repeat each of their R/2 values twice in a row (repeat_interleave), pairs
+        # (2i, 2i + 1); computed in float32 and rounded once to q's dtype, as Cohere's function does.
+        cos_rows = cos[..., ::2].reshape(rows * length, half)
+        sin_rows = sin[..., ::2].reshape(rows * length, half)
+        positions = torch.arange(rows * length, device=q.device).view(rows, length) if rows > 1 else None
+        return torch.ops.posenc.apply_rotary_qk(q, k, cos_rows, sin_rows, 0, positions, True, heads_first, False,
+                                                None, 1.0)
     # The model's cos/sin repeat their R/2 values in both halves (cat(freqs, freqs)): posenc's tables
     # are the first half, one row per token (a strided view; the operator reads it as it lies or
     # makes it contiguous, a copy of [rows * L, R/2]).
