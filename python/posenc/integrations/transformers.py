@@ -161,22 +161,17 @@ def _rotate(q, k, cos, sin, unsqueeze_dim, form):
         raise ValueError("posenc apply_rotary_pos_emb: cos and sin must not require grad (posenc differentiates "
                          "with respect to q and k only); compute them under torch.no_grad()")
     half = width // 2
-    if form == "interleaved":
-        # Cohere: cos/sin repeat each of their R/2 values twice in a row (repeat_interleave), pairs
-        # (2i, 2i + 1); computed in float32 and rounded once to q's dtype, as Cohere's function does.
-        cos_rows = cos[..., ::2].reshape(rows * length, half)
-        sin_rows = sin[..., ::2].reshape(rows * length, half)
-        positions = torch.arange(rows * length, device=q.device).view(rows, length) if rows > 1 else None
-        return torch.ops.posenc.apply_rotary_qk(q, k, cos_rows, sin_rows, 0, positions, True, heads_first, False,
-                                                None, 1.0)
-    # The model's cos/sin repeat their R/2 values in both halves (cat(freqs, freqs)): posenc's tables
-    # are the first half, one row per token (a strided view; the operator reads it as it lies or
-    # makes it contiguous, a copy of [rows * L, R/2]).
-    cos_rows = cos[..., :half].reshape(rows * length, half)
-    sin_rows = sin[..., :half].reshape(rows * length, half)
+    # The model's cos/sin hold each token's R/2 values twice: in both halves (cat(freqs, freqs))
+    # or, interleaved (Cohere, pairs (2i, 2i + 1)), twice in a row (repeat_interleave). posenc's
+    # tables are one copy, one row per token (a strided view; the operator reads it as it lies or
+    # makes it contiguous, a copy of [rows * L, R/2]); both compute in float32 and round once.
+    interleaved = form == "interleaved"
+    columns = slice(None, None, 2) if interleaved else slice(None, half)
+    cos_rows = cos[..., columns].reshape(rows * length, half)
+    sin_rows = sin[..., columns].reshape(rows * length, half)
     # One row per token of the batch; with rows shared by the batch ([1, L, R]), rows 0 .. L - 1.
     positions = torch.arange(rows * length, device=q.device).view(rows, length) if rows > 1 else None
-    return torch.ops.posenc.apply_rotary_qk(q, k, cos_rows, sin_rows, 0, positions, False, heads_first, False,
+    return torch.ops.posenc.apply_rotary_qk(q, k, cos_rows, sin_rows, 0, positions, interleaved, heads_first, False,
                                             None, 1.0)
 
 
