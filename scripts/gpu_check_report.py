@@ -16,15 +16,35 @@ import xml.etree.ElementTree as ElementTree
 CUDA_TEST = re.compile(r"_CUDA$")
 
 
+def test_executable(command):
+    """The test program in a ctest command: the first argument that is an executable file other than
+    CMake's own programs (a command can start with `cmake -E env ...` or an emulator), else the
+    value of a -DTEST_EXECUTABLE=... argument, else the first argument."""
+    for argument in command:
+        if argument.startswith("-DTEST_EXECUTABLE="):
+            return argument.split("=", 1)[1]
+        name = os.path.basename(argument)
+        if os.path.isfile(argument) and os.access(argument, os.X_OK) and name not in ("cmake", "ctest"):
+            return argument
+    return command[0]
+
+
+def binaries_of(listing):
+    """The executables of the *_CUDA tests in ctest's --show-only=json-v1 listing, each once."""
+    binaries = []
+    for test in listing["tests"]:
+        if CUDA_TEST.search(test["name"]) and test.get("command"):
+            binary = test_executable(test["command"])
+            if binary not in binaries:
+                binaries.append(binary)
+    return binaries
+
+
 def cuda_binaries(build_dir):
     """The executables of the ctest tests named *_CUDA (GoogleTest's, discovered by ctest)."""
     listing = subprocess.run(["ctest", "--test-dir", build_dir, "-N", "--show-only=json-v1"],
                              capture_output=True, text=True, check=True)
-    binaries = []
-    for test in json.loads(listing.stdout)["tests"]:
-        if CUDA_TEST.search(test["name"]) and test["command"][0] not in binaries:
-            binaries.append(test["command"][0])
-    return binaries
+    return binaries_of(json.loads(listing.stdout))
 
 
 def cuda_tests(junit_path):
@@ -77,11 +97,12 @@ def read_lines(path):
 
 
 def sanitizer_summary(log_path):
-    """compute-sanitizer's 'ERROR SUMMARY: N errors' line of a log, or what stands in for it."""
+    """compute-sanitizer's summary line of a log ('ERROR SUMMARY: N errors', racecheck's 'RACECHECK
+    SUMMARY: N hazards displayed (...)'), or what stands in for it."""
     for line in reversed(read_lines(log_path)):
-        if "ERROR SUMMARY" in line:
+        if "SUMMARY:" in line:
             return line.split("=========")[-1].strip()
-    return "no ERROR SUMMARY line (see the log)"
+    return "no SUMMARY line (see the log)"
 
 
 def report(report_dir):
@@ -96,6 +117,8 @@ def report(report_dir):
     for step in steps:
         if step["name"].startswith("sanitizer-"):
             _, tool, binary = step["name"].split("-", 2)
+            # (memcheck_graphs: the CUDA-graph tests, under memcheck with the caching allocator)
+            tool = tool.replace("_graphs", " (CUDA graphs, caching allocator)")
             sanitizers.append({"tool": tool, "binary": binary, "status": step["status"],
                                "summary": sanitizer_summary(os.path.join(report_dir, step["name"] + ".log"))})
     benchmark = None

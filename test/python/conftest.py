@@ -61,3 +61,25 @@ def report_dir():
 
 def requires_torch(major, minor, what):
     return pytest.mark.skipif(TORCH_VERSION < (major, minor), reason=f"{what} needs PyTorch >= {major}.{minor} (have {torch.__version__})")
+
+
+def pinned_version(package):
+    """The version of a reference library that scripts/setup.sh installs (its `<package>_version=`)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "setup.sh")) as f:
+        for line in f:
+            if line.startswith(f"{package}_version="):
+                return line.split("=", 1)[1].strip()
+    raise LookupError(f"scripts/setup.sh pins no {package}")
+
+
+def skip_unless_pinned(module, error):
+    """For a test module whose reference names are missing from the installed library: fails where
+    the pinned version is installed (the names must be there), and skips the module elsewhere (a
+    machine with another version, e.g. the GPU machine's own transformers), saying which."""
+    installed = getattr(module, "__version__", "unknown")
+    pinned = pinned_version(module.__name__)
+    if installed == pinned:
+        raise error
+    pytest.skip(f"{module.__name__} {installed} lacks what these tests compare with ({error}); "
+                f"they are written against the pinned {pinned} (scripts/setup.sh)", allow_module_level=True)
+

@@ -109,6 +109,53 @@ def test_report_names_the_failed_step_and_the_skipped_test(tmp_path):
     assert "GPU: NVIDIA H100 80GB HBM3, 9.0" in text
 
 
+def test_sanitizer_binaries_are_the_test_programs_whatever_wraps_them(tmp_path):
+    """The first GPU run (H200, CMake 4.4) listed `cmake` as the program of every *_CUDA test, so
+    compute-sanitizer ran cmake: the program is the executable file in the command, not its first
+    word."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import gpu_check_report
+    program = tmp_path / "kernels_test"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    cmake = shutil.which("cmake") or "/usr/bin/cmake"
+    listing = {"tests": [
+        {"name": "Kernels.RotaryOnGpuMatchesCpu_CUDA", "command": [cmake, "-E", "env", "A=1", str(program), "--gtest_filter=x"]},
+        {"name": "Kernels.TokenEmbeddingOnGpu_CUDA", "command": [str(program), "--gtest_filter=y"]},
+        {"name": "DeviceEntry.UploadIsExactOnTheGpu_CUDA", "command": [cmake, "-DTEST_EXECUTABLE=/b/device_entry_test", "-P", "x.cmake"]},
+        {"name": "Kernels.OnCpu", "command": ["/b/other_test"]},
+    ]}
+    assert gpu_check_report.binaries_of(listing) == [str(program), "/b/device_entry_test"]
+
+
+def test_report_reads_racecheck_summaries_and_names_the_graph_pass(tmp_path):
+    (tmp_path / "steps.tsv").write_text("sanitizer-racecheck-kernels_test\tpassed\t9\tcompute-sanitizer\n"
+                                        "sanitizer-memcheck_graphs-device_entry_test\tpassed\t5\tcompute-sanitizer\n")
+    (tmp_path / "sanitizer-racecheck-kernels_test.log").write_text(
+        "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    (tmp_path / "sanitizer-memcheck_graphs-device_entry_test.log").write_text("========= ERROR SUMMARY: 0 errors\n")
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_check_report.py"), "report", str(tmp_path)],
+                   capture_output=True, text=True)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["sanitizers"] == [
+        {"tool": "racecheck", "binary": "kernels_test", "status": "passed",
+         "summary": "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"},
+        {"tool": "memcheck (CUDA graphs, caching allocator)", "binary": "device_entry_test", "status": "passed",
+         "summary": "ERROR SUMMARY: 0 errors"}]
+
+
+def test_missing_reference_names_fail_with_the_pinned_version_and_skip_with_another():
+    """The GPU machine's transformers (5.17) lacks names the tests import from the pinned 5.23.0:
+    there the module is skipped, saying why; with the pinned version the import error stands."""
+    import types
+    from conftest import pinned_version, skip_unless_pinned
+    error = ImportError("cannot import name '_get_alibi_slopes'")
+    with pytest.raises(ImportError):
+        skip_unless_pinned(types.SimpleNamespace(__name__="transformers", __version__=pinned_version("transformers")), error)
+    with pytest.raises(pytest.skip.Exception, match=f"transformers 5.17.0 lacks .* pinned {pinned_version('transformers')}"):
+        skip_unless_pinned(types.SimpleNamespace(__name__="transformers", __version__="5.17.0"), error)
+
+
 # --- the benchmark's cases on the CPU ------------------------------------------------------------
 
 TINY = cuda_benchmark.Model(q_heads=4, kv_heads=2, head_dim=16, rope_theta=500000.0, hidden=32, vocab=50)
