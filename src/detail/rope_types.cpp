@@ -132,9 +132,13 @@ RopeFrequencies llama3_type(const RopeSpec& spec, c10::optional<int64_t>) {
   RopeFrequencies result{default_frequencies(spec.base, spec.rotary_dim)};
   for (double& frequency : result.inv_freq) {
     const double wavelength = 2.0 * kPi / frequency;
+    // (low_freq_factor == high_freq_factor, Llama 4 Scout: one bound and no band between,
+    // transformers' where() selects no smoothed value; at a wavelength exactly on the bound its
+    // 0 / 0 would be NaN, and posenc keeps the frequency, the limit of a narrowing band.)
     if (wavelength > low_wavelength) {
       frequency /= factor;
-    } else if (!(wavelength < high_wavelength)) {
+    } else if (!(wavelength < high_wavelength) &&
+               scaling.high_freq_factor() > scaling.low_freq_factor()) {
       const double smooth = (old_context / wavelength - scaling.low_freq_factor()) /
                             (scaling.high_freq_factor() - scaling.low_freq_factor());
       frequency = (1.0 - smooth) * frequency / factor + smooth * frequency;
@@ -200,9 +204,10 @@ void check_llama3(const char* who, const RopeSpec& spec) {
   const RopeScalingOptions& scaling = spec.scaling;
   TORCH_CHECK(positive_number(scaling.low_freq_factor()) &&
                   positive_number(scaling.high_freq_factor()) &&
-                  scaling.low_freq_factor() < scaling.high_freq_factor(),
-              who, ": llama3 needs 0 < low_freq_factor < high_freq_factor, but got ",
-              scaling.low_freq_factor(), " and ", scaling.high_freq_factor());
+                  scaling.low_freq_factor() <= scaling.high_freq_factor(),
+              who, ": llama3 needs 0 < low_freq_factor <= high_freq_factor, but got ",
+              scaling.low_freq_factor(), " and ", scaling.high_freq_factor(),
+              " (LLaMA 3.1: 1 and 4; Llama 4 Scout: 1 and 1)");
 }
 
 void check_proportional(const char* who, const RopeSpec& spec) {

@@ -316,8 +316,8 @@ TEST(RopeScaling, BadParametersAreClearErrors) {
                       "one value per frequency (R / 2 = 8)");
   EXPECT_POSENC_ERROR(
       (void)RotaryEmbedding(options_with(
-          O(RopeType::kLlama3).factor(8.0).low_freq_factor(4.0).high_freq_factor(4.0))),
-      "0 < low_freq_factor < high_freq_factor");
+          O(RopeType::kLlama3).factor(8.0).low_freq_factor(4.0).high_freq_factor(1.0))),
+      "0 < low_freq_factor <= high_freq_factor");
   EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O()).freq_factors({1.0, -1.0})),
                       "freq_factors must be empty or hold one divisor per frequency");
   EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(O()).freq_factors(std::vector<double>(8, 0.0))),

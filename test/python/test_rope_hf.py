@@ -50,6 +50,8 @@ VARIANTS = {
     "yarn_attention_factor": ("yarn", {"factor": 4.0, "original_max_position_embeddings": ORIGINAL, "attention_factor": 1.25}),
     "longrope": ("longrope", {"short_factor": longrope_factors(0.5), "long_factor": longrope_factors(8.0), "original_max_position_embeddings": ORIGINAL}),
     "llama3": ("llama3", {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": ORIGINAL}),
+    # Llama 4 Scout: low_freq_factor == high_freq_factor (one bound, no smoothing band)
+    "llama3_one_bound": ("llama3", {"factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0, "original_max_position_embeddings": ORIGINAL}),
     # Gemma 4's full-attention layers: a quarter of the pairs turn, the others not at all
     "proportional": ("proportional", {"partial_rotary_factor": 0.25, "factor": 2.0}),
 }

@@ -61,7 +61,8 @@ struct RopeScalingOptions {
   /// llama3: wavelengths above original / low_freq_factor are divided by `factor`, those below
   /// original / high_freq_factor kept, and those between interpolated smoothly. Default: 1.
   TORCH_ARG(double, low_freq_factor) = 1.0;
-  /// llama3: the divisor of the short-wavelength bound (see `low_freq_factor`). Default: 4.
+  /// llama3: the divisor of the short-wavelength bound (see `low_freq_factor`), at least
+  /// low_freq_factor; equal to it, one bound and no band between (Llama 4 Scout). Default: 4.
   TORCH_ARG(double, high_freq_factor) = 4.0;
   /// proportional: the share of the head's frequency pairs that turn (transformers'
   /// `rope_parameters.partial_rotary_factor`); the others get frequency 0. The rotated width
