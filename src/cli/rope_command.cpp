@@ -6,6 +6,7 @@
 
 #include <c10/util/ArrayRef.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -21,11 +22,48 @@ struct RopeArgs {
   std::string hf_config;
   int64_t seq_len = 0; // 0: a call within the model's context
   std::string format = "text";
+  bool audit = false;
+  bool strict = false;
 };
+
+// The audit: one line per key that bears on positions (csv: key,status,value,reason).
+void print_audit(const RopeArgs& args, const io::HfRopeConfig& config) {
+  if (args.format == "csv") {
+    std::cout << "key,status,value,reason\n";
+    const auto quoted = [](const std::string& text) {
+      std::string out = "\"";
+      for (const char c : text) {
+        out += c == '"' ? std::string("\"\"") : std::string(1, c);
+      }
+      return out + "\"";
+    };
+    for (const io::HfConfigKey& key : config.audit) {
+      std::cout << quoted(key.key) << ',' << io::to_string(key.status) << ','
+                << quoted(key.value) << ',' << quoted(key.reason) << '\n';
+    }
+    return;
+  }
+  size_t width = 3;
+  for (const io::HfConfigKey& key : config.audit) {
+    width = std::max(width, key.key.size());
+  }
+  std::cout << args.hf_config << ": how posenc read each key that bears on positions\n";
+  for (const io::HfConfigKey& key : config.audit) {
+    std::cout << key.key << std::string(width + 2 - key.key.size(), ' ') << io::to_string(key.status)
+              << std::string(9 - std::string(io::to_string(key.status)).size(), ' ')
+              << (key.value.empty() ? "-" : key.value) << "  (" << key.reason << ")\n";
+  }
+}
 
 void run_rope(const RopeArgs& args) {
   namespace F = posenc::functional;
-  const io::HfRopeConfig config = io::read_hf_rope_config_file(args.hf_config);
+  io::HfConfigReadOptions read;
+  read.strict = args.strict;
+  const io::HfRopeConfig config = io::read_hf_rope_config_file(args.hf_config, read);
+  if (args.audit) {
+    print_audit(args, config);
+    return;
+  }
   const RotaryEmbeddingOptions& options = config.options;
   const RopeScalingOptions& scaling = options.scaling();
   auto table_options = F::RotaryTablesFuncOptions().base(options.base()).scaling(scaling);
@@ -87,6 +125,12 @@ void add_rope_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "text or csv")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "csv"}));
+  cmd->add_flag("--audit", args->audit,
+                "Print how each key that bears on positions was read (used, default, ignored, "
+                "unknown, and why) instead of the frequencies");
+  cmd->add_flag("--strict", args->strict,
+                "Refuse a config whose keys change the rotation in ways posenc does not apply "
+                "(unknown rope parameters, a model's own rules), instead of warning");
   cmd->callback([args] { run_rope(*args); });
 }
 

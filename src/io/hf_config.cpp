@@ -75,6 +75,93 @@ std::vector<double> numbers(const std::string& source, const json& object, const
   return result;
 }
 
+using Status = HfConfigKey::Status;
+
+bool contains(const std::vector<const char*>& keys, const std::string& key) {
+  for (const char* candidate : keys) {
+    if (key == candidate) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Keys of a config.json through which transformers' model code changes the rotation beyond the
+// generic rope parameters, and that posenc's reader does not apply (yet): each is reported as
+// ignored, with a warning (an error when strict).
+struct ModelRule {
+  const char* key;
+  const char* reason;
+};
+const std::vector<ModelRule>& model_rules() {
+  static const std::vector<ModelRule> rules = {
+      {"rope_local_base_freq",
+       "Gemma 3's base of its sliding-window layers; posenc reads one base (rope_theta, the "
+       "full-attention layers')"},
+      {"no_rope_layers", "layers without rotary (SmolLM3, Llama 4); posenc rotates in every layer"},
+      {"nope_layer_interval", "Llama 4's layers without rotary; posenc rotates in every layer"},
+      {"attn_temperature_tuning", "Llama 4 scales queries by position; posenc does not"},
+      {"qk_rope_head_dim",
+       "MLA models (DeepSeek-V2/V3) rotate only these channels of a head; posenc rotates "
+       "int(head_dim * partial_rotary_factor)"},
+      {"rope_interleave",
+       "DeepSeek's pairing of channels (2i, 2i + 1); posenc's options keep halves unless the "
+       "pairing is set"},
+      {"rotary_dim", "the rotated width of GPT-J-style models; posenc reads partial_rotary_factor"},
+      {"rotary_pct",
+       "GPT-NeoX's share of rotated channels (transformers' config turns it into "
+       "partial_rotary_factor); posenc reads partial_rotary_factor only"},
+      {"rope_pct", "the share of rotated channels (older StableLM); posenc reads partial_rotary_factor"},
+      {"rotary_emb_base", "an older name of the base (GPT-NeoX); posenc reads rope_theta"},
+  };
+  return rules;
+}
+
+// Model types whose code in transformers 5.23.0 turns channels (2i, 2i + 1) together (an
+// interleaved rotate_half, or complex multiplication), which no config key says: posenc's options
+// from a config pair (i, i + D/2) (found by reading each modeling file's rotate_half and
+// apply_rotary functions).
+bool pairs_interleaved(const std::string& model_type) {
+  static const std::vector<const char*> types = {
+      "cohere",  "cohere2",         "cohere2_moe", "deepseek_v2", "deepseek_v4",
+      "ernie4_5", "ernie4_5_moe",   "ernie4_5_vl_moe", "glm", "glm4", "glm_ocr", "helium",
+      "llama4",  "llama4_text",     "moonshine",   "moonshine_streaming"};
+  return contains(types, model_type);
+}
+
+// The audit being written, and the keys that change the rotation but are not applied.
+class Audit {
+ public:
+  void add(std::string key, Status status, std::string value, std::string reason) {
+    if (status == Status::kUnknown || (status == Status::kIgnored && reason.rfind("rule: ", 0) == 0)) {
+      unapplied_.push_back(key);
+    }
+    if (reason.rfind("rule: ", 0) == 0) {
+      reason = reason.substr(6);
+    }
+    entries_.push_back({std::move(key), status, std::move(value), std::move(reason)});
+  }
+  const std::vector<std::string>& unapplied() const {
+    return unapplied_;
+  }
+  std::vector<HfConfigKey> take() {
+    return std::move(entries_);
+  }
+
+ private:
+  std::vector<HfConfigKey> entries_;
+  std::vector<std::string> unapplied_;
+};
+
+// A value for the audit: JSON text, objects and long lists shortened.
+std::string shown(const json& value) {
+  if (value.is_object()) {
+    return "{...}";
+  }
+  std::string text = value.dump();
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
 json parse(const std::string& text, const std::string& source) {
   try {
     return json::parse(text);
@@ -85,7 +172,23 @@ json parse(const std::string& text, const std::string& source) {
 
 } // namespace
 
-HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string& source) {
+const char* to_string(HfConfigKey::Status status) {
+  switch (status) {
+    case Status::kUsed:
+      return "used";
+    case Status::kDefault:
+      return "default";
+    case Status::kIgnored:
+      return "ignored";
+    case Status::kUnknown:
+      return "unknown";
+  }
+  return "?";
+}
+
+HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string& source,
+                                 const HfConfigReadOptions& read) {
+  Audit audit;
   const json document = parse(json_text, source);
   TORCH_CHECK(document.is_object(), source, ": expected a JSON object (a model's config.json), but "
               "got a ", type_name(document));
@@ -94,6 +197,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                       field(document, "text_config").is_object();
   const json& config = nested ? field(document, "text_config") : document;
   const char* top = nested ? "text_config." : "";
+  const std::string prefix = top;
+  if (nested) {
+    audit.add("text_config", Status::kUsed, "{...}",
+              "the language model's fields (the top level has no num_attention_heads)");
+  }
 
   // rope_parameters (transformers 5) or rope_scaling (transformers 4); either may be null. A config
   // that holds both is read as transformers 5.23 reads it: `rope_scaling or rope_parameters`
@@ -115,6 +223,19 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   const std::string where_string =
       std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.");
   const char* where = where_string.c_str();
+  const std::string read_form = prefix + (v5 ? "rope_parameters" : "rope_scaling");
+  if (rope.is_null()) {
+    audit.add(prefix + "rope_parameters", Status::kDefault, R"({"rope_type": "default"})",
+              "neither rope_parameters nor rope_scaling is given: the default rope");
+  } else {
+    audit.add(read_form, Status::kUsed, "{...}",
+              v5 ? "transformers 5's rope parameters" : "transformers 4's rope scaling");
+  }
+  if (!v5 && !field(config, "rope_parameters").is_null()) {
+    audit.add(prefix + "rope_parameters", Status::kIgnored, shown(field(config, "rope_parameters")),
+              "a non-empty rope_scaling wins (transformers 5.23 reads `rope_scaling or "
+              "rope_parameters`)");
+  }
   for (const auto& item : parameters.items()) {
     TORCH_CHECK(!item.value().is_object(), source, ": ", where, item.key(),
                 " is an object: per-layer rope parameters (one set per layer type) are not "
@@ -137,6 +258,26 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   result.num_attention_heads = *heads;
   result.num_key_value_heads =
       integer(source, config, "num_key_value_heads", top).value_or(*heads);
+  audit.add(prefix + "num_attention_heads", Status::kUsed, std::to_string(*heads), "query heads");
+  if (field(config, "num_key_value_heads").is_null()) {
+    audit.add(prefix + "num_key_value_heads", Status::kDefault, std::to_string(*heads),
+              "absent: num_attention_heads (no grouped keys)");
+  } else {
+    audit.add(prefix + "num_key_value_heads", Status::kUsed,
+              std::to_string(result.num_key_value_heads), "key/value heads");
+  }
+  if (head_dim_field) {
+    audit.add(prefix + "head_dim", Status::kUsed, std::to_string(head_dim), "the head width");
+    if (hidden) {
+      audit.add(prefix + "hidden_size", Status::kIgnored, std::to_string(*hidden),
+                "head_dim gives the head width");
+    }
+  } else {
+    audit.add(prefix + "head_dim", Status::kDefault, std::to_string(head_dim),
+              "absent: hidden_size / num_attention_heads");
+    audit.add(prefix + "hidden_size", Status::kUsed, std::to_string(*hidden),
+              "the head width, divided by num_attention_heads");
+  }
   TORCH_CHECK(result.num_key_value_heads >= 1 && *heads % result.num_key_value_heads == 0, source,
               ": ", top, "num_key_value_heads must divide num_attention_heads (", *heads,
               "), but is ", result.num_key_value_heads);
@@ -148,10 +289,14 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               "many positions), but is ",
               max_positions ? std::to_string(*max_positions) : std::string("missing"));
 
+  audit.add(prefix + "max_position_embeddings", Status::kUsed, std::to_string(*max_positions),
+            "max_len, the positions the caches hold");
+
   // The rope type and its parameters (detail/rope_types.cpp: the one reader of rope parameters).
   const detail::RopeBlock block =
       detail::read_rope_block(parameters, source, where, detail::RopeBlockKind::kConfig);
   const detail::RopeTypeEntry& entry = detail::rope_type_entry(block.scaling.type());
+  const std::string type_reason = std::string("rope type '") + entry.name + "' does not read it";
   RopeScalingOptions scaling = block.scaling;
   scaling.max_position_embeddings(*max_positions);
   if (entry.reads_original) {
@@ -186,6 +331,117 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               ": the rotated width int(head_dim * partial_rotary_factor) = int(", head_dim, " * ",
               partial, ") = ", rotary_dim, " must be even and >= 2");
 
+  // The audit of the rope parameters, of the keys beside them, and of the models' own rules.
+  const json given_defaults = json::parse(detail::rope_scaling_to_json(scaling));
+  for (const auto& item : parameters.items()) {
+    const std::string& key = item.key();
+    const std::string name = where_string + key;
+    if (item.value().is_null()) {
+      audit.add(name, Status::kDefault, "null", "null: read as absent");
+    } else if (key == "rope_type" || key == "type") {
+      const bool both = key == "type" && parameters.contains("rope_type");
+      audit.add(name, both ? Status::kIgnored : Status::kUsed, shown(item.value()),
+                both ? "rope_type wins" : "the rope type");
+    } else if (key == "rope_theta" || key == "partial_rotary_factor") {
+      audit.add(name, Status::kUsed, shown(item.value()),
+                key == "rope_theta" ? "the base" : "the share of each head that rotates");
+    } else if (key == "mrope_section" || key == "mrope_interleaved") {
+      audit.add(name, Status::kUsed, shown(item.value()), "multimodal RoPE");
+    } else if (key == "max_position_embeddings") {
+      audit.add(name, Status::kIgnored, shown(item.value()),
+                "the max_position_embeddings beside the rope parameters is read");
+    } else if (key == "original_max_position_embeddings") {
+      const bool top_wins = !field(config, key.c_str()).is_null();
+      audit.add(name, entry.reads_original && !top_wins ? Status::kUsed : Status::kIgnored,
+                shown(item.value()),
+                !entry.reads_original ? type_reason
+                : top_wins ? "a top-level original_max_position_embeddings wins (Phi-3)"
+                           : "the original context");
+    } else if (contains(entry.parameters, key)) {
+      audit.add(name, Status::kUsed, shown(item.value()), "a parameter of the rope type");
+    } else if (contains(detail::rope_parameter_keys(), key)) {
+      audit.add(name, Status::kIgnored, shown(item.value()), type_reason);
+    } else {
+      audit.add(name, Status::kUnknown, shown(item.value()),
+                "no rope type of posenc or transformers 5.23 reads it");
+    }
+  }
+  for (const char* key : entry.parameters) {
+    const std::string name = key;
+    if (name == "original_max_position_embeddings" || parameters.contains(name)) {
+      continue;
+    }
+    const auto value = given_defaults.find(name);
+    audit.add(where_string + name, Status::kDefault,
+              value == given_defaults.end() ? "" : value->dump(),
+              value == given_defaults.end()
+                  ? "absent: derived from the other parameters, as transformers does"
+                  : "absent: transformers' default");
+  }
+  const auto beside = [&](const char* key, bool block_has, const std::string& default_value,
+                          const char* use) {
+    const json& value = field(config, key);
+    if (!value.is_null()) {
+      audit.add(prefix + key, block_has ? Status::kIgnored : Status::kUsed, shown(value),
+                block_has ? "the rope parameters' own value wins" : use);
+    } else if (!block_has) {
+      audit.add(prefix + key, Status::kDefault, default_value, "absent: transformers' default");
+    }
+  };
+  beside("rope_theta", !field(parameters, "rope_theta").is_null(), "10000.0", "the base");
+  beside("partial_rotary_factor", !field(parameters, "partial_rotary_factor").is_null(), "1.0",
+         "the share of each head that rotates");
+  if (entry.reads_original) {
+    const json& original = field(config, "original_max_position_embeddings");
+    if (!original.is_null()) {
+      audit.add(prefix + "original_max_position_embeddings", Status::kUsed, shown(original),
+                "the original context (a top-level value wins, as for Phi-3)");
+    } else if (field(parameters, "original_max_position_embeddings").is_null()) {
+      audit.add(prefix + "original_max_position_embeddings", Status::kDefault,
+                std::to_string(*max_positions), "absent: max_position_embeddings");
+    }
+  } else if (!field(config, "original_max_position_embeddings").is_null()) {
+    audit.add(prefix + "original_max_position_embeddings", Status::kIgnored,
+              shown(field(config, "original_max_position_embeddings")), type_reason);
+  }
+  for (const json* object : {&document, &config}) {
+    const json& type = field(*object, "model_type");
+    if (type.is_string() && pairs_interleaved(type.get<std::string>()) &&
+        (object == &config || !nested)) {
+      audit.add(std::string(object == &config ? top : "") + "model_type", Status::kIgnored,
+                shown(type),
+                "rule: the model's code turns channels (2i, 2i + 1) together (interleaved), which "
+                "no config key says; posenc's options from a config pair (i, i + D/2): set the "
+                "interleaved pairing");
+    } else if (type.is_string() && (object == &config || !nested)) {
+      audit.add(std::string(object == &config ? top : "") + "model_type", Status::kUsed,
+                shown(type), "no rule of its own that posenc knows of");
+    }
+    if (!nested) {
+      break;
+    }
+  }
+  for (const ModelRule& rule : model_rules()) {
+    const json& value = field(config, rule.key);
+    if (!value.is_null()) {
+      audit.add(prefix + rule.key, Status::kIgnored, shown(value),
+                std::string("rule: ") + rule.reason);
+    }
+  }
+  if (!audit.unapplied().empty()) {
+    std::string keys;
+    for (const std::string& key : audit.unapplied()) {
+      keys += (keys.empty() ? "" : ", ") + key;
+    }
+    TORCH_CHECK(!read.strict, source, ": posenc does not apply ", keys,
+                " (an unknown rope parameter, or a rule of the model's own code), so its RoPE may "
+                "differ from the model's; posenc rope --audit says why for each key. Remove the "
+                "keys to read the config anyway, or read it without strict to be warned only");
+    TORCH_WARN(source, ": posenc does not apply ", keys,
+               " (an unknown rope parameter, or a rule of the model's own code), so its RoPE may "
+               "differ from the model's; posenc rope --audit says why for each key");
+  }
+
   // Multimodal RoPE: mrope_section (Qwen2-VL, Qwen2.5-VL) and mrope_interleaved (Qwen3-VL).
   std::vector<int64_t> mrope_section;
   if (!field(parameters, "mrope_section").is_null()) {
@@ -207,16 +463,17 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                        .scaling(scaling)
                        .mrope_section(mrope_section)
                        .mrope_interleaved(!interleaved.is_null() && interleaved.get<bool>());
+  result.audit = audit.take();
   return result;
 }
 
-HfRopeConfig read_hf_rope_config_file(const std::string& path) {
+HfRopeConfig read_hf_rope_config_file(const std::string& path, const HfConfigReadOptions& read) {
   std::ifstream file(path, std::ios::binary);
   TORCH_CHECK(file.good(), "read_hf_rope_config_file: cannot open '", path, "'");
   std::ostringstream text;
   text << file.rdbuf();
   TORCH_CHECK(!file.bad(), "read_hf_rope_config_file: reading '", path, "' failed");
-  return read_hf_rope_config(text.str(), path);
+  return read_hf_rope_config(text.str(), path, read);
 }
 
 } // namespace io

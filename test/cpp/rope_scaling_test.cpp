@@ -394,6 +394,69 @@ TEST(HfConfig, Llama31BothForms) {
   }
 }
 
+// The audit: every key that bears on positions, with how it was read. Keys posenc cannot apply
+// that change the rotation (unknown rope parameters, a model's own rules) are refused when
+// strict (and warned about otherwise: test_rope_hf.py sees the warning of the CLI).
+TEST(HfConfig, AuditNamesEveryKeyAndStrictRefusesWhatIsNotApplied) {
+  using Status = posenc::io::HfConfigKey::Status;
+  const std::string text = R"({"hidden_size": 512, "num_attention_heads": 8,
+    "max_position_embeddings": 4096, "rope_theta": 1000.0, "partial_rotary_factor": 0.5,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+      "low_freq_factor": 2.0, "beta_fast": null}})";
+  const auto config = posenc::io::read_hf_rope_config(text);
+  const auto status_of = [&](const std::string& key) {
+    for (const auto& entry : config.audit) {
+      if (entry.key == key) {
+        return std::string(posenc::io::to_string(entry.status)) + " " + entry.value;
+      }
+    }
+    return std::string("absent");
+  };
+  EXPECT_EQ(status_of("rope_parameters"), "used {...}");
+  EXPECT_EQ(status_of("num_key_value_heads"), "default 8");
+  EXPECT_EQ(status_of("head_dim"), "default 64");
+  EXPECT_EQ(status_of("rope_parameters.factor"), "used 4.0");
+  EXPECT_EQ(status_of("rope_parameters.rope_theta"), "used 10000.0");
+  EXPECT_EQ(status_of("rope_theta"), "ignored 1000.0");  // the block's own wins
+  EXPECT_EQ(status_of("partial_rotary_factor"), "used 0.5");
+  EXPECT_EQ(status_of("rope_parameters.low_freq_factor"), "ignored 2.0");  // yarn does not read it
+  EXPECT_EQ(status_of("rope_parameters.beta_fast"), "default null");
+  EXPECT_EQ(status_of("rope_parameters.beta_slow"), "default 1.0");
+  EXPECT_EQ(status_of("rope_parameters.truncate"), "default true");
+  EXPECT_EQ(status_of("original_max_position_embeddings"), "default 4096");
+  EXPECT_EQ(config.options.base(), 10000.0);
+  EXPECT_EQ(config.options.rotated_width(), 32);
+  for (const auto& entry : config.audit) {
+    EXPECT_NE(entry.status, Status::kUnknown) << entry.key;
+    EXPECT_FALSE(entry.reason.empty()) << entry.key;
+  }
+  // Read the same with strict: nothing unapplied, the same options.
+  posenc::io::HfConfigReadOptions strict;
+  strict.strict = true;
+  EXPECT_EQ(posenc::io::read_hf_rope_config(text, "config.json", strict).audit.size(),
+            config.audit.size());
+
+  // An unknown rope parameter and two of the models' own rules.
+  const std::string gpt_neox = R"({"hidden_size": 512, "num_attention_heads": 8,
+    "max_position_embeddings": 2048, "rotary_pct": 0.25, "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 2.0, "fudge": 3}})";
+  const auto read = posenc::io::read_hf_rope_config(gpt_neox);
+  for (const auto& entry : read.audit) {
+    if (entry.key == "rope_scaling.fudge") {
+      EXPECT_EQ(entry.status, Status::kUnknown);
+    } else if (entry.key == "rotary_pct" || entry.key == "rope_local_base_freq") {
+      EXPECT_EQ(entry.status, Status::kIgnored);
+      EXPECT_NE(entry.reason.find(entry.key == "rotary_pct" ? "GPT-NeoX" : "Gemma 3"),
+                std::string::npos)
+          << entry.reason;
+    }
+  }
+  EXPECT_POSENC_ERROR(posenc::io::read_hf_rope_config(gpt_neox, "neox.json", strict),
+                      "neox.json: posenc does not apply rope_scaling.fudge, rope_local_base_freq, "
+                      "rotary_pct (an unknown rope parameter, or a rule of the model's "
+                      "own code)");
+}
+
 TEST(HfConfig, Phi3LongRopeQwenYarnAndPartialRotary) {
   std::string factors = "[";
   for (int i = 0; i < 48; ++i) {

@@ -267,3 +267,69 @@ def test_settings_given_twice_are_read_as_transformers_reads_them(posenc_cli, tm
     assert exported.inv_freq.shape == inv_freq64.shape
     torch.testing.assert_close(exported.inv_freq, inv_freq64, rtol=1e-14, atol=0)
     assert math.isclose(exported.attention_factor, factor64, rel_tol=1e-15)
+
+
+# --- the audit: what posenc did with each key -----------------------------------------------------
+
+def audit(posenc_cli, path, *extra):
+    result = subprocess.run([posenc_cli, "rope", "--hf-config", str(path), "--audit", "--format", "csv", *extra],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    import csv
+    import io
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    return {row["key"]: row for row in rows}, result.stderr
+
+
+# model type -> the keys of transformers' own default config that posenc must report as not applied
+# (the rule each stands for is in the model's code: MLA's rotated width and pairing, layers
+# without rotary, query temperature, interleaved pairs)
+NOT_APPLIED = {
+    "deepseek_v3": ["qk_rope_head_dim", "rope_interleave"],
+    "llama4_text": ["model_type", "no_rope_layers", "attn_temperature_tuning"],
+    "smollm3": ["no_rope_layers"],
+    "cohere": ["model_type"],
+    "glm4": ["model_type"],
+    "llama": [],
+    "qwen2": [],
+}
+
+
+@pytest.mark.parametrize("model_type", list(NOT_APPLIED))
+def test_audit_names_the_rules_of_transformers_default_configs(posenc_cli, tmp_path, model_type):
+    from transformers import AutoConfig
+    path = tmp_path / "config.json"
+    AutoConfig.for_model(model_type).to_json_file(str(path))
+    rows, stderr = audit(posenc_cli, path)
+    flagged = sorted(key for key, row in rows.items() if row["status"] in ("ignored", "unknown") and
+                     "does not read it" not in row["reason"] and "wins" not in row["reason"] and
+                     "gives the head width" not in row["reason"] and "is read" not in row["reason"])
+    assert flagged == sorted(NOT_APPLIED[model_type]), rows
+    for key in NOT_APPLIED[model_type]:
+        assert key in stderr, stderr  # the warning names it
+    assert ("Warning" in stderr) == bool(NOT_APPLIED[model_type])
+    for row in rows.values():
+        assert row["status"] in ("used", "default", "ignored", "unknown") and row["reason"], row
+    strict = subprocess.run([posenc_cli, "rope", "--hf-config", str(path), "--strict"], capture_output=True, text=True)
+    assert (strict.returncode == 0) == (not NOT_APPLIED[model_type]), strict.stderr
+    if NOT_APPLIED[model_type]:
+        assert "posenc does not apply " + NOT_APPLIED[model_type][0] in strict.stderr, strict.stderr
+
+
+def test_audit_follows_transformers_precedence_and_defaults(posenc_cli, tmp_path):
+    config = config_dict("yarn", "v4")
+    config["rope_parameters"] = {"rope_type": "linear", "factor": 9.0}  # rope_scaling wins (5.23)
+    config["rope_scaling"]["mystery"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    rows, stderr = audit(posenc_cli, path)
+    assert rows["rope_scaling"]["status"] == "used"
+    assert rows["rope_parameters"]["status"] == "ignored" and "rope_scaling or rope_parameters" in rows["rope_parameters"]["reason"]
+    assert rows["rope_scaling.factor"]["status"] == "used" and rows["rope_scaling.factor"]["value"] == "4.0"
+    assert rows["rope_scaling.beta_fast"] == {"key": "rope_scaling.beta_fast", "status": "default", "value": "32.0",
+                                              "reason": "absent: transformers' default"}
+    assert rows["rope_scaling.mystery"]["status"] == "unknown"
+    assert "rope_scaling.mystery" in stderr
+    # and transformers itself reads the same: yarn with factor 4
+    hf = hf_config(config)
+    assert hf.rope_parameters["rope_type"] == "yarn" and hf.rope_parameters["factor"] == 4.0

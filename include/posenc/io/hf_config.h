@@ -10,9 +10,43 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace posenc {
 namespace io {
+
+/// How `read_hf_rope_config` treated one key of a `config.json` that bears on positions: an entry
+/// of the audit (`posenc rope --audit`).
+struct HfConfigKey {
+  enum class Status {
+    /// Read into the options (`reason`: what it set).
+    kUsed,
+    /// Absent or null: a default was taken (`value`: the default; `reason`: whose).
+    kDefault,
+    /// Present but not applied (`reason`: another key wins, the rope type does not read it, or a
+    /// model's own rule that posenc does not apply).
+    kIgnored,
+    /// In the rope parameters, but neither posenc nor a rope type of transformers reads it.
+    kUnknown,
+  };
+  /// The key as the file spells it, with its block: "rope_parameters.factor", "text_config.head_dim".
+  std::string key;
+  Status status = Status::kUsed;
+  /// The value as JSON (for kDefault: the default taken; "" where there is none to show).
+  std::string value;
+  std::string reason;
+};
+
+/// "used", "default", "ignored" or "unknown".
+const char* to_string(HfConfigKey::Status status);
+
+/// How read_hf_rope_config reads.
+struct HfConfigReadOptions {
+  /// Keys that change the rotation but that posenc does not apply (unknown rope parameters, a
+  /// model's own rules such as `rope_local_base_freq` or `qk_rope_head_dim`) are a c10::Error
+  /// instead of a warning (TORCH_WARN).
+  bool strict = false;
+};
 
 /// What a model's `config.json` says about its attention heads and rotary embedding.
 struct HfRopeConfig {
@@ -24,6 +58,10 @@ struct HfRopeConfig {
   int64_t num_attention_heads = 0;
   /// The config's `num_key_value_heads` (= num_attention_heads when absent).
   int64_t num_key_value_heads = 0;
+  /// Every key that bears on positions, in the order read: used, defaulted, ignored or unknown,
+  /// and why. Keys that change the rotation and are not applied are also warned about (or refused
+  /// with HfConfigReadOptions::strict).
+  std::vector<HfConfigKey> audit;
 };
 
 /// Reads the rotary embedding of a `config.json` given as text. Both forms are understood:
@@ -43,12 +81,17 @@ struct HfRopeConfig {
 /// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields.
 ///
 /// Throws a `c10::Error` that names the field for malformed JSON, missing or ill-typed fields,
-/// unknown rope types and per-layer rope parameters.
+/// unknown rope types and per-layer rope parameters. Keys it cannot apply that change the
+/// rotation (an unknown rope parameter; a model's own rule: `rope_local_base_freq`,
+/// `qk_rope_head_dim`, `rotary_pct`, `no_rope_layers`, ...) give one warning naming them, or with
+/// `read.strict` an error; `HfRopeConfig::audit` lists every key that bears on positions.
 HfRopeConfig read_hf_rope_config(const std::string& json_text,
-                                 const std::string& source = "config.json");
+                                 const std::string& source = "config.json",
+                                 const HfConfigReadOptions& read = {});
 
 /// `read_hf_rope_config` of the file at `path`.
-HfRopeConfig read_hf_rope_config_file(const std::string& path);
+HfRopeConfig read_hf_rope_config_file(const std::string& path,
+                                      const HfConfigReadOptions& read = {});
 
 } // namespace io
 } // namespace posenc
