@@ -34,7 +34,7 @@ struct ExportArgs {
   bool extrapolate = false;
   std::string layout = "interleaved";
   std::string spacing = "paper";
-  std::string pairing = "half_split";
+  std::string pairing; // "": half_split, or with --hf-config the pairing the config implies
   std::string hf_config;
   std::string format = "torchscript";
   std::string output;
@@ -69,15 +69,18 @@ void save(const Module& module, const std::string& path, const std::string& form
 void run_export(const ExportArgs& args) {
   const BeyondMaxLen beyond = args.extrapolate ? BeyondMaxLen::kExtrapolate : BeyondMaxLen::kError;
   if (args.module == "rotary" && !args.hf_config.empty()) {
-    // Everything but the layout, the pairing and the policy past max_len comes from the config;
+    // Everything but the layout and the policy past max_len comes from the config (the pairing
+    // too, unless --pairing is given);
     // --max-len, if given, replaces max_position_embeddings as the caches' length.
     RotaryEmbeddingOptions options = io::read_hf_rope_config_file(args.hf_config).options;
     if (args.max_len > 0) {
       options.max_len(args.max_len);
     }
     options.heads_first(args.heads_first).beyond_max_len(beyond);
-    options.pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
-                                                  : RotaryPairing::kHalfSplit);
+    if (!args.pairing.empty()) { // else the model type's (read_hf_rope_config)
+      options.pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
+                                                    : RotaryPairing::kHalfSplit);
+    }
     save(RotaryEmbedding(options), args.output, args.format);
     return;
   }
@@ -144,8 +147,9 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--spacing", args->spacing, "Frequency spacing (sinusoidal)")
       ->capture_default_str()
       ->check(CLI::IsMember({"paper", "tensor2tensor"}));
-  cmd->add_option("--pairing", args->pairing, "Channel pairing (rotary)")
-      ->capture_default_str()
+  cmd->add_option("--pairing", args->pairing,
+                  "Channel pairing (rotary): half_split (the default) or interleaved; with "
+                  "--hf-config, the one the model type implies unless given")
       ->check(CLI::IsMember({"half_split", "interleaved"}));
   cmd->add_flag("--seq-first", args->seq_first,
                 "Inputs are [L, B, D] instead of [B, L, D] (sinusoidal)");

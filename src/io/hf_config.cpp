@@ -118,14 +118,20 @@ const std::vector<ModelRule>& model_rules() {
 }
 
 // Model types whose code in transformers 5.23.0 turns channels (2i, 2i + 1) together (an
-// interleaved rotate_half, or complex multiplication), which no config key says: posenc's options
-// from a config pair (i, i + D/2) (found by reading each modeling file's rotate_half and
-// apply_rotary functions).
-bool pairs_interleaved(const std::string& model_type) {
+// interleaved rotate_half, or complex multiplication), which no config key says (found by reading
+// each modeling file's rotate_half and apply_rotary functions). For the first list the reader sets
+// the interleaved pairing: each is tested against its model's own rotary class and
+// apply_rotary_pos_emb (test_rope_hf.py). The second has further rules of its own (MLA, per-axis
+// multimodal frequencies, an encoder-decoder config, ...) and is only reported.
+bool pairs_interleaved_applied(const std::string& model_type) {
+  static const std::vector<const char*> types = {"cohere", "cohere2", "cohere2_moe", "ernie4_5",
+                                                 "ernie4_5_moe", "glm", "glm4", "helium"};
+  return contains(types, model_type);
+}
+bool pairs_interleaved_reported(const std::string& model_type) {
   static const std::vector<const char*> types = {
-      "cohere",  "cohere2",         "cohere2_moe", "deepseek_v2", "deepseek_v4",
-      "ernie4_5", "ernie4_5_moe",   "ernie4_5_vl_moe", "glm", "glm4", "glm_ocr", "helium",
-      "llama4",  "llama4_text",     "moonshine",   "moonshine_streaming"};
+      "deepseek_v2", "deepseek_v4", "ernie4_5_vl_moe", "glm_ocr", "llama4",
+      "llama4_text", "moonshine",   "moonshine_streaming"};
   return contains(types, model_type);
 }
 
@@ -404,22 +410,30 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "original_max_position_embeddings", Status::kIgnored,
               shown(field(config, "original_max_position_embeddings")), type_reason);
   }
-  for (const json* object : {&document, &config}) {
+  // model_type: the config's own (text_config's when nested), else the top level's.
+  bool interleaved_pairs = false;
+  for (const json* object : {&config, &document}) {
     const json& type = field(*object, "model_type");
-    if (type.is_string() && pairs_interleaved(type.get<std::string>()) &&
-        (object == &config || !nested)) {
-      audit.add(std::string(object == &config ? top : "") + "model_type", Status::kIgnored,
-                shown(type),
-                "rule: the model's code turns channels (2i, 2i + 1) together (interleaved), which "
-                "no config key says; posenc's options from a config pair (i, i + D/2): set the "
-                "interleaved pairing");
-    } else if (type.is_string() && (object == &config || !nested)) {
-      audit.add(std::string(object == &config ? top : "") + "model_type", Status::kUsed,
-                shown(type), "no rule of its own that posenc knows of");
-    }
-    if (!nested) {
+    if (!type.is_string()) {
+      if (object == &config && nested) {
+        continue;
+      }
       break;
     }
+    const std::string name = std::string(object == &config ? top : "") + "model_type";
+    const std::string model_type = type.get<std::string>();
+    if (pairs_interleaved_applied(model_type)) {
+      interleaved_pairs = true;
+      audit.add(name, Status::kUsed, shown(type),
+                "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing");
+    } else if (pairs_interleaved_reported(model_type)) {
+      audit.add(name, Status::kIgnored, shown(type),
+                "rule: the model's code turns channels (2i, 2i + 1) together, with rules of its "
+                "own that posenc does not apply; posenc's options from a config pair (i, i + D/2)");
+    } else {
+      audit.add(name, Status::kUsed, shown(type), "no rule of its own that posenc knows of");
+    }
+    break;
   }
   for (const ModelRule& rule : model_rules()) {
     const json& value = field(config, rule.key);
@@ -462,7 +476,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                        .rotary_dim(rotary_dim)
                        .scaling(scaling)
                        .mrope_section(mrope_section)
-                       .mrope_interleaved(!interleaved.is_null() && interleaved.get<bool>());
+                       .mrope_interleaved(!interleaved.is_null() && interleaved.get<bool>())
+                       .pairing(interleaved_pairs ? RotaryPairing::kInterleaved
+                                                  : RotaryPairing::kHalfSplit);
   result.audit = audit.take();
   return result;
 }

@@ -283,13 +283,13 @@ def audit(posenc_cli, path, *extra):
 
 # model type -> the keys of transformers' own default config that posenc must report as not applied
 # (the rule each stands for is in the model's code: MLA's rotated width and pairing, layers
-# without rotary, query temperature, interleaved pairs)
+# without rotary, query temperature, Llama 4's pairs (2i, 2i + 1) beside its other rules)
 NOT_APPLIED = {
     "deepseek_v3": ["qk_rope_head_dim", "rope_interleave"],
     "llama4_text": ["model_type", "no_rope_layers", "attn_temperature_tuning"],
     "smollm3": ["no_rope_layers"],
-    "cohere": ["model_type"],
-    "glm4": ["model_type"],
+    "cohere": [],  # its pairing is applied (test_model_types_that_pair_neighbours_...)
+    "glm4": [],
     "llama": [],
     "qwen2": [],
 }
@@ -333,3 +333,49 @@ def test_audit_follows_transformers_precedence_and_defaults(posenc_cli, tmp_path
     # and transformers itself reads the same: yarn with factor 4
     hf = hf_config(config)
     assert hf.rope_parameters["rope_type"] == "yarn" and hf.rope_parameters["factor"] == 4.0
+
+
+# --- model types whose code pairs (2i, 2i + 1) ------------------------------------------------------
+
+INTERLEAVED_TYPES = ["cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium"]
+
+
+@pytest.mark.parametrize("model_type", INTERLEAVED_TYPES)
+def test_model_types_that_pair_neighbours_rotate_as_their_own_code(posenc_cli, tmp_path, model_type):
+    """The pairing is in these models' code, not in their config.json: posenc's reader sets it from
+    model_type. transformers' default config of the type (small sizes; GLM's partial rotation kept),
+    its own rotary class and apply_rotary_pos_emb against the exported module, near the end of the
+    context. Tolerance as above: posenc no further from the float64 evaluation of the same code than
+    transformers' float32."""
+    import importlib
+    from transformers import AutoConfig
+    config = AutoConfig.for_model(model_type, hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                  max_position_embeddings=512, num_hidden_layers=1, intermediate_size=64)
+    path = tmp_path / "config.json"
+    config.to_json_file(str(path))
+    out = tmp_path / "rope.pt"
+    result = subprocess.run([posenc_cli, "export", "--module", "rotary", "--hf-config", str(path), "--heads-first", "-o", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr, result.stderr  # nothing left unapplied
+    exported = torch.jit.load(str(out))
+    modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    rotary_class = next(getattr(modeling, name) for name in dir(modeling) if name.endswith("RotaryEmbedding"))
+    torch.manual_seed(0)
+    length, offset = 16, 512 - 16
+    q, k = torch.randn(2, 4, length, 32), torch.randn(2, 2, length, 32)
+    positions = torch.arange(offset, offset + length)[None].expand(2, length)
+    cos, sin = rotary_class(config=config)(q, positions)
+    q_hf, k_hf = modeling.apply_rotary_pos_emb(q, k, cos, sin)
+    with float64_everywhere():  # the same code in float64: the reference
+        cos64, sin64 = rotary_class(config=config)(q.double(), positions)
+    q_ref, k_ref = modeling.apply_rotary_pos_emb(q.double(), k.double(), cos64.double(), sin64.double())
+    for ours, theirs, reference in ((exported(q, offset), q_hf, q_ref), (exported(k, offset), k_hf, k_ref)):
+        ulp = 2 ** -23 * reference.abs().max().item()
+        ours_error, hf_error = max_error(ours, reference), max_error(theirs, reference)
+        assert ours_error <= hf_error + ulp, f"posenc's error {ours_error:.3g} exceeds HF's {hf_error:.3g}"
+        assert ours_error <= 4 * ulp
+    # --pairing still chooses, and the halves differ from the model's rotation
+    subprocess.run([posenc_cli, "export", "--module", "rotary", "--hf-config", str(path), "--heads-first", "--pairing",
+                    "half_split", "-o", str(out)], check=True, capture_output=True)
+    assert max_error(torch.jit.load(str(out))(q, offset), q_ref) > 0.1

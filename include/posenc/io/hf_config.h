@@ -78,7 +78,9 @@ struct HfRopeConfig {
 /// beside it; a top-level `original_max_position_embeddings` over the block's (Phi-3's configs
 /// need it); `head_dim` over hidden_size / num_attention_heads. Multimodal RoPE:
 /// `mrope_section` (Qwen2-VL, Qwen2.5-VL; transformers 4's type "mrope" is the default
-/// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields.
+/// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields. The pairing is
+/// halves (i, i + D/2) except for the model types whose code turns (2i, 2i + 1) together and that
+/// are tested against it: cohere, cohere2, cohere2_moe, ernie4_5, ernie4_5_moe, glm, glm4, helium.
 ///
 /// Throws a `c10::Error` that names the field for malformed JSON, missing or ill-typed fields,
 /// unknown rope types and per-layer rope parameters. Keys it cannot apply that change the
