@@ -7,6 +7,7 @@
 #include <c10/util/ArrayRef.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -25,6 +26,13 @@ struct RopeArgs {
   bool audit = false;
   bool strict = false;
 };
+
+// A double as the shortest text that reads back as the same value (11158840, not 1.11588e+07).
+std::string shortest(double value) {
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, result.ptr);
+}
 
 // The audit: one line per key that bears on positions (csv: key,status,value,reason).
 void print_audit(const RopeArgs& args, const io::HfRopeConfig& config) {
@@ -79,7 +87,7 @@ void run_rope(const RopeArgs& args) {
     std::cout << "pair,inv_freq,wavelength\n";
   } else {
     std::cout << args.hf_config << ": rope_type " << scaling.type() << ", rope_theta "
-              << options.base() << ", head_dim " << options.head_dim() << ", rotary_dim "
+              << shortest(options.base()) << ", head_dim " << options.head_dim() << ", rotary_dim "
               << rotary_dim << ", max_position_embeddings " << *scaling.max_position_embeddings()
               << ", heads " << config.num_attention_heads << " (key/value "
               << config.num_key_value_heads << ")\n";

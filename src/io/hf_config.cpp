@@ -135,6 +135,98 @@ bool pairs_interleaved_reported(const std::string& model_type) {
   return contains(types, model_type);
 }
 
+// transformers' own defaults of a model type for a config.json that does not give them (its
+// configuration class's `default_theta`, and the `partial_rotary_factor` its __init__ sets by
+// default), where they are not 10000 and 1. Read off the configuration files of transformers
+// 5.23.0; test_rope_hf.py compares every model type of transformers with what posenc reads.
+struct ModelDefaults {
+  double theta = 10000.0;
+  double partial = 1.0;
+  /// GPT-NeoX's older keys: `rotary_pct` for the share, `rotary_emb_base` for the base.
+  bool neox_keys = false;
+  /// MiniMax-M2: the share is `rotary_dim` / the head width.
+  bool rotary_dim_key = false;
+  /// The head width when `head_dim` is absent: the class's own default (0: hidden_size /
+  /// num_attention_heads; Zamba2: twice that, its attention_head_dim).
+  int64_t head_dim = 0;
+  bool twice_hidden_per_head = false;
+};
+ModelDefaults model_defaults(const std::string& model_type) {
+  static const std::vector<std::pair<const char*, double>> thetas = {
+      {"EvollaModel", 500000.0}, {"apertus", 12000000.0}, {"bailing_hybrid", 6000000.0},
+      {"bitnet", 500000.0}, {"blt", 500000.0}, {"blt_global_transformer", 500000.0},
+      {"blt_local_decoder", 500000.0}, {"blt_local_encoder", 500000.0}, {"cohere", 500000.0},
+      {"cosmos3_edge_text", 100000000.0}, {"csm", 500000.0}, {"csm_depth_decoder_model", 500000.0},
+      {"cwm", 1000000.0}, {"dots3_note_text", 80000000.0}, {"emu3_text_model", 1000000.0},
+      {"eomt_dinov3", 100.0}, {"ernie4_5", 500000.0}, {"ernie4_5_moe", 500000.0},
+      {"ernie4_5_vl_moe_text", 500000.0}, {"evolla", 500000.0}, {"flex_olmo", 500000.0},
+      {"fuyu", 25000.0}, {"gemma4_vision", 100.0}, {"gpt_oss", 150000.0}, {"gte", 160000.0},
+      {"helium", 100000.0}, {"higgs_audio_v2", 500000.0}, {"hy_v3", 11158840.0},
+      {"jina_embeddings_v3", 20000.0}, {"lfm2", 1000000.0}, {"lfm2_moe", 1000000.0},
+      {"lfm3", 1000000.0}, {"lfm3_vl_vision", 1000000.0}, {"llama4_text", 500000.0},
+      {"longcat_flash", 10000000.0}, {"minimax", 1000000.0}, {"minimax_m2", 5000000.0},
+      {"minimax_m3_vl_text", 5000000.0}, {"ministral3", 1000000.0}, {"mixtral", 1000000.0},
+      {"mllama_text_model", 500000.0}, {"muse_glimmer_assistant", 500000.0},
+      {"muse_spark_text", 500000.0}, {"musicflamingo", 1200.0}, {"nomic_bert", 1000.0},
+      {"olmo3", 500000.0}, {"openai_privacy_filter", 150000.0}, {"paddleocr_vl_text", 500000.0},
+      {"pe_audio_encoder", 20000.0}, {"pe_audio_video_encoder", 20000.0},
+      {"pe_video_encoder", 20000.0}, {"phimoe", 1000000.0}, {"qwen2_5_omni_talker", 1000000.0},
+      {"qwen2_5_omni_text", 1000000.0}, {"qwen2_5_vl_text", 1000000.0},
+      {"qwen2_vl_text", 1000000.0}, {"qwen3_omni_moe_text", 1000000.0},
+      {"qwen3_vl_moe_text", 500000.0}, {"qwen3_vl_text", 500000.0}, {"smollm3", 2000000.0},
+      {"solar_open", 1000000.0}
+  };
+  static const std::vector<std::pair<const char*, double>> partials = {
+      {"bamba", 0.5}, {"dots3_note_audio_encoder", 0.5}, {"glm", 0.5}, {"glm4", 0.5},
+      {"glm4_moe", 0.5}, {"glm4v_moe_text", 0.5}, {"glmasr_encoder", 0.5}, {"gpt_neox", 0.25},
+      {"mistral4", 0.5}, {"moonshine", 0.9}, {"moonshine_streaming", 0.8}, {"musicflamingo", 0.2},
+      {"nemotron", 0.5}, {"nemotron3_5_transcribe_asr_audio", 0.5},
+      {"nemotron3_5_transcribe_word_timestamp", 0.5}, {"persimmon", 0.5}, {"phi", 0.5},
+      {"qwen3_5_moe_text", 0.25}, {"qwen3_5_text", 0.25}, {"qwen3_next", 0.25},
+      {"recurrent_gemma", 0.5}, {"stablelm", 0.25}
+  };
+  static const std::vector<std::pair<const char*, int64_t>> head_dims = {
+      {"afmoe", 128}, {"axk1", 64}, {"bailing_hybrid", 64}, {"cohere2_moe", 128},
+      {"cosmos3_edge_text", 128}, {"cwm", 128}, {"deepseek_v2", 64}, {"deepseek_v3", 64},
+      {"deepseek_v32", 64}, {"dia_decoder", 128}, {"dia_encoder", 128}, {"ernie4_5", 128},
+      {"flint", 128}, {"gemma", 256}, {"gemma2", 256}, {"gemma4_vision", 64}, {"glm", 128},
+      {"glm4", 128}, {"glm4_moe_lite", 64}, {"glm_moe_dsa", 64}, {"gpt_oss", 64}, {"helium", 128},
+      {"higgs_audio_v2", 128}, {"hrm_text", 128}, {"hy_v3", 128}, {"hy_v4", 64},
+      {"internlm3", 128}, {"iquestcoder", 128}, {"jetmoe", 128}, {"kolibri1", 128},
+      {"llama4_text", 128}, {"longcat_flash", 64}, {"minimax_m2", 128},
+      {"minimax_m3_vl_text", 128}, {"ministral3", 128}, {"mistral4", 128},
+      {"mistral_large4_text", 64}, {"molmo2_text", 128}, {"muse_glimmer_assistant", 128},
+      {"muse_glimmer_text", 128}, {"muse_spark_text", 64}, {"neucodec", 64},
+      {"openai_privacy_filter", 64}, {"paddleocr_vl_text", 128}, {"pe_audio_encoder", 128},
+      {"pe_audio_video_encoder", 128}, {"pe_video_encoder", 128}, {"qwen2_5_omni_dit", 64},
+      {"qwen2_5_omni_talker", 128}, {"qwen3", 128}, {"qwen3_5_moe_text", 256},
+      {"qwen3_5_text", 256}, {"qwen3_next", 256}, {"qwen3_omni_moe_talker_code_predictor", 128},
+      {"qwen3_vl_text", 128}, {"qwen4_exp_text", 256}, {"seed_oss", 128}, {"solar_open", 128},
+      {"t5_gemma_module", 256}, {"timesfm2_5", 80}, {"vaultgemma", 256},
+      {"voxtral_realtime_encoder", 64}, {"xcodec2", 64}, {"youtu", 64}
+  };
+  ModelDefaults defaults;
+  for (const auto& entry : head_dims) {
+    if (model_type == entry.first) {
+      defaults.head_dim = entry.second;
+    }
+  }
+  defaults.twice_hidden_per_head = model_type == "zamba2";
+  for (const auto& entry : thetas) {
+    if (model_type == entry.first) {
+      defaults.theta = entry.second;
+    }
+  }
+  for (const auto& entry : partials) {
+    if (model_type == entry.first) {
+      defaults.partial = entry.second;
+    }
+  }
+  defaults.neox_keys = model_type == "gpt_neox" || model_type == "gpt_neox_japanese";
+  defaults.rotary_dim_key = model_type == "minimax_m2";
+  return defaults;
+}
+
 // The audit being written, and the keys that change the rotation but are not applied.
 class Audit {
  public:
@@ -208,6 +300,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add("text_config", Status::kUsed, "{...}",
               "the language model's fields (the top level has no num_attention_heads)");
   }
+  // The model type (text_config's, else the top level's): its own defaults (model_defaults).
+  const json& own_type = field(config, "model_type");
+  const json& model_type_field = own_type.is_string() ? own_type : field(document, "model_type");
+  const std::string model_type =
+      model_type_field.is_string() ? model_type_field.get<std::string>() : std::string();
+  const ModelDefaults defaults = model_defaults(model_type);
 
   // rope_parameters (transformers 5) or rope_scaling (transformers 4); either may be null. A config
   // that holds both is read as transformers 5.23 reads it: `rope_scaling or rope_parameters`
@@ -258,7 +356,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   TORCH_CHECK(head_dim_field || hidden, source, ": ", top,
               "head_dim or hidden_size is needed to know the width of a head, but neither is "
               "given");
-  const int64_t head_dim = head_dim_field ? *head_dim_field : *hidden / *heads;
+  // (absent: the model type's own default, else hidden_size / num_attention_heads, as transformers)
+  const int64_t head_dim = head_dim_field          ? *head_dim_field
+                           : defaults.head_dim > 0 ? defaults.head_dim
+                                                   : (defaults.twice_hidden_per_head ? 2 : 1) *
+                                                         *hidden / *heads;
   TORCH_CHECK(head_dim >= 2, source, ": the head width must be >= 2, but is ", head_dim,
               head_dim_field ? " (head_dim)" : " (hidden_size / num_attention_heads)");
   result.num_attention_heads = *heads;
@@ -278,9 +380,14 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       audit.add(prefix + "hidden_size", Status::kIgnored, std::to_string(*hidden),
                 "head_dim gives the head width");
     }
+  } else if (defaults.head_dim > 0) {
+    audit.add(prefix + "head_dim", Status::kDefault, std::to_string(head_dim),
+              "absent: the default of model type '" + model_type + "'");
   } else {
     audit.add(prefix + "head_dim", Status::kDefault, std::to_string(head_dim),
-              "absent: hidden_size / num_attention_heads");
+              defaults.twice_hidden_per_head
+                  ? "absent: 2 * hidden_size / num_attention_heads (Zamba2's attention_head_dim)"
+                  : "absent: hidden_size / num_attention_heads");
     audit.add(prefix + "hidden_size", Status::kUsed, std::to_string(*hidden),
               "the head width, divided by num_attention_heads");
   }
@@ -318,14 +425,26 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   }
 
   // rope_theta and partial_rotary_factor: inside the rope parameters first, then beside them.
+  // (then GPT-NeoX's rotary_emb_base, then the model type's default_theta)
+  const c10::optional<double> legacy_base =
+      defaults.neox_keys ? number(source, config, "rotary_emb_base", top) : c10::nullopt;
   const double base = number(source, parameters, "rope_theta", where)
-                          .value_or(number(source, config, "rope_theta", top).value_or(10000.0));
+                          .value_or(number(source, config, "rope_theta", top)
+                                        .value_or(legacy_base.value_or(defaults.theta)));
   TORCH_CHECK(base >= 1.0 / detail::kMaxFrequency, source,
               ": rope_theta must be >= 5.2e-290 (so that every angle is a finite number), but is ",
               base, "; LLaMA 3 uses 500000");
+  // (then GPT-NeoX's rotary_pct, MiniMax-M2's rotary_dim / head_dim, the model type's default)
+  c10::optional<double> legacy_partial =
+      defaults.neox_keys ? number(source, config, "rotary_pct", top) : c10::nullopt;
+  if (defaults.rotary_dim_key) {
+    if (const auto rotary = number(source, config, "rotary_dim", top)) {
+      legacy_partial = *rotary / static_cast<double>(head_dim);
+    }
+  }
   const double partial = number(source, parameters, "partial_rotary_factor", where)
                              .value_or(number(source, config, "partial_rotary_factor", top)
-                                           .value_or(1.0));
+                                           .value_or(legacy_partial.value_or(defaults.partial)));
   TORCH_CHECK(partial > 0.0 && partial <= 1.0, source,
               ": partial_rotary_factor must lie in (0, 1], but is ", partial);
   // A type that rotates the whole head (proportional) turns only a share of its pairs instead.
@@ -394,9 +513,38 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       audit.add(prefix + key, Status::kDefault, default_value, "absent: transformers' default");
     }
   };
-  beside("rope_theta", !field(parameters, "rope_theta").is_null(), "10000.0", "the base");
-  beside("partial_rotary_factor", !field(parameters, "partial_rotary_factor").is_null(), "1.0",
-         "the share of each head that rotates");
+  const auto text = [](double value) { return json(value).dump(); };  // (shortest round trip)
+  const bool block_theta = !field(parameters, "rope_theta").is_null();
+  const bool block_partial = !field(parameters, "partial_rotary_factor").is_null();
+  const bool top_theta = !field(config, "rope_theta").is_null();
+  const bool top_partial = !field(config, "partial_rotary_factor").is_null();
+  const std::string whose = model_type.empty() ? std::string("transformers' default")
+                                               : "the default of model type '" + model_type + "'";
+  if (top_theta || block_theta) {
+    beside("rope_theta", block_theta, "", "the base");
+  } else if (!legacy_base) {
+    audit.add(prefix + "rope_theta", Status::kDefault, text(defaults.theta), "absent: " + whose);
+  }
+  if (top_partial || block_partial) {
+    beside("partial_rotary_factor", block_partial, "", "the share of each head that rotates");
+  } else if (!legacy_partial) {
+    audit.add(prefix + "partial_rotary_factor", Status::kDefault, text(defaults.partial),
+              "absent: " + whose);
+  }
+  if (legacy_base) {
+    audit.add(prefix + "rotary_emb_base", block_theta || top_theta ? Status::kIgnored : Status::kUsed,
+              text(*legacy_base),
+              block_theta || top_theta ? "rope_theta wins" : "GPT-NeoX's name of the base");
+  }
+  if (legacy_partial) {
+    const char* key = defaults.neox_keys ? "rotary_pct" : "rotary_dim";
+    audit.add(prefix + key, block_partial || top_partial ? Status::kIgnored : Status::kUsed,
+              shown(field(config, key)),
+              block_partial || top_partial ? "partial_rotary_factor wins"
+              : defaults.neox_keys         ? "GPT-NeoX's share of rotated channels"
+                                           : "MiniMax-M2's rotated width: partial_rotary_factor = "
+                                             "rotary_dim / head_dim");
+  }
   if (entry.reads_original) {
     const json& original = field(config, "original_max_position_embeddings");
     if (!original.is_null()) {
@@ -421,12 +569,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       break;
     }
     const std::string name = std::string(object == &config ? top : "") + "model_type";
-    const std::string model_type = type.get<std::string>();
-    if (pairs_interleaved_applied(model_type)) {
+    const std::string type_name = type.get<std::string>();
+    if (pairs_interleaved_applied(type_name)) {
       interleaved_pairs = true;
       audit.add(name, Status::kUsed, shown(type),
                 "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing");
-    } else if (pairs_interleaved_reported(model_type)) {
+    } else if (pairs_interleaved_reported(type_name)) {
       audit.add(name, Status::kIgnored, shown(type),
                 "rule: the model's code turns channels (2i, 2i + 1) together, with rules of its "
                 "own that posenc does not apply; posenc's options from a config pair (i, i + D/2)");
@@ -437,7 +585,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   }
   for (const ModelRule& rule : model_rules()) {
     const json& value = field(config, rule.key);
-    if (!value.is_null()) {
+    const std::string key = rule.key;
+    const bool read_here = (defaults.neox_keys && (key == "rotary_pct" || key == "rotary_emb_base")) ||
+                           (defaults.rotary_dim_key && key == "rotary_dim");
+    if (!value.is_null() && !read_here) {
       audit.add(prefix + rule.key, Status::kIgnored, shown(value),
                 std::string("rule: ") + rule.reason);
     }

@@ -379,3 +379,67 @@ def test_model_types_that_pair_neighbours_rotate_as_their_own_code(posenc_cli, t
     subprocess.run([posenc_cli, "export", "--module", "rotary", "--hf-config", str(path), "--heads-first", "--pairing",
                     "half_split", "-o", str(out)], check=True, capture_output=True)
     assert max_error(torch.jit.load(str(out))(q, offset), q_ref) > 0.1
+
+
+# --- each model type's own defaults -------------------------------------------------------------------
+
+def transformers_defaults():
+    """(model type, rope_theta, partial_rotary_factor, head width) that transformers takes for a
+    config.json of that type giving none of them (its configuration class's default_theta, the
+    share its __init__ sets by default, its head_dim default), for every model type it registers whose config takes
+    num_attention_heads, hidden_size and max_position_embeddings and holds one set of rope
+    parameters."""
+    import warnings
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    cases = []
+    for model_type in sorted(CONFIG_MAPPING_NAMES):
+        fields = dict(num_attention_heads=4, hidden_size=128, max_position_embeddings=512)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                config = AutoConfig.for_model(model_type, **fields)
+                text = config.get_text_config()
+        except Exception:  # composite or encoder configs that take other fields
+            continue
+        parameters = getattr(text, "rope_parameters", None)
+        if (text is not config or not isinstance(parameters, dict) or "rope_theta" not in parameters
+                or any(getattr(text, name, None) != value for name, value in fields.items())):
+            continue
+        head_dim = getattr(text, "head_dim", None) or fields["hidden_size"] // fields["num_attention_heads"]
+        cases.append((model_type, float(parameters["rope_theta"]), float(parameters.get("partial_rotary_factor") or 1.0), head_dim))
+    return cases
+
+
+def test_every_model_types_default_base_and_share_are_transformers(posenc_cli, tmp_path):
+    """A config.json that names its model type and leaves out rope_theta and partial_rotary_factor
+    (as many on the Hub do), and head_dim, is read with that type's own defaults, for every model
+    type of transformers 5.23.0 that such a config can describe (more than two hundred; MiniMax's
+    base 5e6, Helium's 1e5, GLM's share 0.5, Gemma's head 256, Zamba2's 2 * hidden / heads, ...)."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+    cases = transformers_defaults()
+    assert len(cases) > 200, len(cases)
+    # every type with a default of its own, and every eighth of the others (a process each, ~0.5 s)
+    generic = [case for case in cases if case[1:] == (10000.0, 1.0, 32)]
+    cases = [case for case in cases if case[1:] != (10000.0, 1.0, 32)] + generic[::8]
+    assert len(cases) > 100, len(cases)
+
+    def read(case):
+        model_type, theta, partial, head_dim = case
+        path = tmp_path / f"{model_type}.json"
+        path.write_text(json.dumps({"model_type": model_type, "num_attention_heads": 4, "hidden_size": 128,
+                                    "max_position_embeddings": 512}))
+        result = subprocess.run([posenc_cli, "rope", "--hf-config", str(path)], capture_output=True, text=True)
+        if int(head_dim * partial) % 2:  # an odd rotated width (Moonshine-Streaming's 0.8 of 32): refused
+            return None if result.returncode != 0 and "must be even" in result.stderr else (model_type, result.stderr)
+        if result.returncode != 0:
+            return model_type, result.stderr.strip()[-200:]
+        match = re.search(r"rope_theta (\S+), head_dim (\d+), rotary_dim (\d+)", result.stdout)
+        ours = (float(match.group(1)), int(match.group(2)), int(match.group(3)))
+        expected = (theta, head_dim, int(head_dim * partial))  # the rotated width: int(head_dim * partial)
+        return None if ours == expected else (model_type, ours, expected)
+
+    with ThreadPoolExecutor(4) as pool:
+        mismatches = [result for result in pool.map(read, cases) if result is not None]
+    assert not mismatches, mismatches

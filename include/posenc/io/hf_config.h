@@ -18,6 +18,7 @@ namespace io {
 /// How `read_hf_rope_config` treated one key of a `config.json` that bears on positions: an entry
 /// of the audit (`posenc rope --audit`).
 struct HfConfigKey {
+  /// What the reader did with the key.
   enum class Status {
     /// Read into the options (`reason`: what it set).
     kUsed,
@@ -31,9 +32,11 @@ struct HfConfigKey {
   };
   /// The key as the file spells it, with its block: "rope_parameters.factor", "text_config.head_dim".
   std::string key;
+  /// What the reader did with it.
   Status status = Status::kUsed;
   /// The value as JSON (for kDefault: the default taken; "" where there is none to show).
   std::string value;
+  /// Why: what the key set, whose default was taken, or why it was not applied.
   std::string reason;
 };
 
