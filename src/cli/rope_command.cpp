@@ -46,8 +46,8 @@ void print_audit(const RopeArgs& args, const io::HfRopeConfig& config) {
       return out + "\"";
     };
     for (const io::HfConfigKey& key : config.audit) {
-      std::cout << quoted(key.key) << ',' << io::to_string(key.status) << ','
-                << quoted(key.value) << ',' << quoted(key.reason) << '\n';
+      std::cout << quoted(key.key) << ',' << io::to_string(key.status) << ',' << quoted(key.value)
+                << ',' << quoted(key.reason) << '\n';
     }
     return;
   }
@@ -57,7 +57,8 @@ void print_audit(const RopeArgs& args, const io::HfRopeConfig& config) {
   }
   std::cout << args.hf_config << ": how posenc read each key that bears on positions\n";
   for (const io::HfConfigKey& key : config.audit) {
-    std::cout << key.key << std::string(width + 2 - key.key.size(), ' ') << io::to_string(key.status)
+    std::cout << key.key << std::string(width + 2 - key.key.size(), ' ')
+              << io::to_string(key.status)
               << std::string(9 - std::string(io::to_string(key.status)).size(), ' ')
               << (key.value.empty() ? "-" : key.value) << "  (" << key.reason << ")\n";
   }
@@ -100,15 +101,14 @@ void run_rope(const RopeArgs& args) {
     if (args.seq_len > 0) {
       std::cout << "frequencies of a call ending at position " << args.seq_len - 1 << "\n";
     }
-    std::cout << "attention factor: " << attention_factor
-              << " (HF multiplies cos and sin by it)\n";
+    std::cout << "attention factor: " << attention_factor << " (HF multiplies cos and sin by it)\n";
     std::cout << "pair          inv_freq        wavelength (positions)\n";
   }
   char line[128];
   for (int64_t i = 0; i < inv_freq.numel(); ++i) {
     const double wavelength = kTwoPi / frequency[i];
-    std::snprintf(line, sizeof(line), args.format == "csv" ? "%lld,%.17g,%.17g\n"
-                                                           : "%4lld  %16.9e  %16.9e\n",
+    std::snprintf(line, sizeof(line),
+                  args.format == "csv" ? "%lld,%.17g,%.17g\n" : "%4lld  %16.9e  %16.9e\n",
                   static_cast<long long>(i), frequency[i], wavelength);
     std::cout << line;
   }

@@ -55,7 +55,8 @@ c10::optional<int64_t> integer(const std::string& source, const json& object, co
   TORCH_CHECK(std::floor(*value) == *value, source, ": ", where, key,
               " must be a whole number, but is ", *value);
   TORCH_CHECK(std::abs(*value) < 9.0e15, source, ": ", where, key,
-              " must be a whole number within posenc's limit of 9e15 in magnitude, but is ", *value);
+              " must be a whole number within posenc's limit of 9e15 in magnitude, but is ",
+              *value);
   return static_cast<int64_t>(*value);
 }
 
@@ -111,7 +112,8 @@ const std::vector<ModelRule>& model_rules() {
       {"rotary_pct",
        "GPT-NeoX's share of rotated channels (transformers' config turns it into "
        "partial_rotary_factor); posenc reads partial_rotary_factor only"},
-      {"rope_pct", "the share of rotated channels (older StableLM); posenc reads partial_rotary_factor"},
+      {"rope_pct",
+       "the share of rotated channels (older StableLM); posenc reads partial_rotary_factor"},
       {"rotary_emb_base", "an older name of the base (GPT-NeoX); posenc reads rope_theta"},
   };
   return rules;
@@ -124,21 +126,23 @@ const std::vector<ModelRule>& model_rules() {
 // apply_rotary_pos_emb (test_rope_hf.py). The second has further rules of its own (MLA, per-axis
 // multimodal frequencies, an encoder-decoder config, ...) and is only reported.
 bool pairs_interleaved_applied(const std::string& model_type) {
-  static const std::vector<const char*> types = {"cohere", "cohere2", "cohere2_moe", "ernie4_5",
-                                                 "ernie4_5_moe", "glm", "glm4", "helium"};
+  static const std::vector<const char*> types = {
+      "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium"};
   return contains(types, model_type);
 }
 bool pairs_interleaved_reported(const std::string& model_type) {
   static const std::vector<const char*> types = {
-      "deepseek_v2", "deepseek_v4", "ernie4_5_vl_moe", "glm_ocr", "llama4",
-      "llama4_text", "moonshine",   "moonshine_streaming"};
+      "deepseek_v2", "deepseek_v4", "ernie4_5_vl_moe", "glm_ocr",
+      "llama4",      "llama4_text", "moonshine",       "moonshine_streaming"};
   return contains(types, model_type);
 }
 
 // transformers' own defaults of a model type for a config.json that does not give them (its
-// configuration class's `default_theta`, and the `partial_rotary_factor` its __init__ sets by
-// default), where they are not 10000 and 1. Read off the configuration files of transformers
-// 5.23.0; test_rope_hf.py compares every model type of transformers with what posenc reads.
+// configuration class's `default_theta`, the `partial_rotary_factor` its __init__ sets by default,
+// its `head_dim` default), where they are not 10000, 1 and hidden_size / num_attention_heads:
+// what `AutoConfig.for_model(model_type, ...)` of transformers 5.23.0 holds, and the classes'
+// `default_theta` attributes. test_rope_hf.py compares every model type such a config.json can
+// describe with what posenc reads.
 struct ModelDefaults {
   double theta = 10000.0;
   double partial = 1.0;
@@ -153,75 +157,169 @@ struct ModelDefaults {
 };
 ModelDefaults model_defaults(const std::string& model_type) {
   static const std::vector<std::pair<const char*, double>> thetas = {
-      {"EvollaModel", 500000.0}, {"apertus", 12000000.0}, {"bailing_hybrid", 6000000.0},
-      {"bitnet", 500000.0}, {"blt", 500000.0}, {"blt_global_transformer", 500000.0},
-      {"blt_local_decoder", 500000.0}, {"blt_local_encoder", 500000.0}, {"cohere", 500000.0},
-      {"cosmos3_edge_text", 100000000.0}, {"csm", 500000.0}, {"csm_depth_decoder_model", 500000.0},
-      {"cwm", 1000000.0}, {"dots3_note_text", 80000000.0}, {"emu3_text_model", 1000000.0},
-      {"eomt_dinov3", 100.0}, {"ernie4_5", 500000.0}, {"ernie4_5_moe", 500000.0},
-      {"ernie4_5_vl_moe_text", 500000.0}, {"evolla", 500000.0}, {"flex_olmo", 500000.0},
-      {"fuyu", 25000.0}, {"gemma4_vision", 100.0}, {"gpt_oss", 150000.0}, {"gte", 160000.0},
-      {"helium", 100000.0}, {"higgs_audio_v2", 500000.0}, {"hy_v3", 11158840.0},
-      {"jina_embeddings_v3", 20000.0}, {"lfm2", 1000000.0}, {"lfm2_moe", 1000000.0},
-      {"lfm3", 1000000.0}, {"lfm3_vl_vision", 1000000.0}, {"llama4_text", 500000.0},
-      {"longcat_flash", 10000000.0}, {"minimax", 1000000.0}, {"minimax_m2", 5000000.0},
-      {"minimax_m3_vl_text", 5000000.0}, {"ministral3", 1000000.0}, {"mixtral", 1000000.0},
-      {"mllama_text_model", 500000.0}, {"muse_glimmer_assistant", 500000.0},
-      {"muse_spark_text", 500000.0}, {"musicflamingo", 1200.0}, {"nomic_bert", 1000.0},
-      {"olmo3", 500000.0}, {"openai_privacy_filter", 150000.0}, {"paddleocr_vl_text", 500000.0},
-      {"pe_audio_encoder", 20000.0}, {"pe_audio_video_encoder", 20000.0},
-      {"pe_video_encoder", 20000.0}, {"phimoe", 1000000.0}, {"qwen2_5_omni_talker", 1000000.0},
-      {"qwen2_5_omni_text", 1000000.0}, {"qwen2_5_vl_text", 1000000.0},
-      {"qwen2_vl_text", 1000000.0}, {"qwen3_omni_moe_text", 1000000.0},
-      {"qwen3_vl_moe_text", 500000.0}, {"qwen3_vl_text", 500000.0}, {"smollm3", 2000000.0},
-      {"solar_open", 1000000.0}
-  };
+      {"EvollaModel", 500000.0},
+      {"apertus", 12000000.0},
+      {"bailing_hybrid", 6000000.0},
+      {"bitnet", 500000.0},
+      {"blt", 500000.0},
+      {"blt_global_transformer", 500000.0},
+      {"blt_local_decoder", 500000.0},
+      {"blt_local_encoder", 500000.0},
+      {"cohere", 500000.0},
+      {"cosmos3_edge_text", 100000000.0},
+      {"csm", 500000.0},
+      {"csm_depth_decoder_model", 500000.0},
+      {"cwm", 1000000.0},
+      {"dots3_note_text", 80000000.0},
+      {"emu3_text_model", 1000000.0},
+      {"eomt_dinov3", 100.0},
+      {"ernie4_5", 500000.0},
+      {"ernie4_5_moe", 500000.0},
+      {"ernie4_5_vl_moe_text", 500000.0},
+      {"evolla", 500000.0},
+      {"flex_olmo", 500000.0},
+      {"fuyu", 25000.0},
+      {"gemma4_vision", 100.0},
+      {"gpt_oss", 150000.0},
+      {"gte", 160000.0},
+      {"helium", 100000.0},
+      {"higgs_audio_v2", 500000.0},
+      {"hy_v3", 11158840.0},
+      {"jina_embeddings_v3", 20000.0},
+      {"lfm2", 1000000.0},
+      {"lfm2_moe", 1000000.0},
+      {"lfm3", 1000000.0},
+      {"lfm3_vl_vision", 1000000.0},
+      {"llama4_text", 500000.0},
+      {"longcat_flash", 10000000.0},
+      {"minimax", 1000000.0},
+      {"minimax_m2", 5000000.0},
+      {"minimax_m3_vl_text", 5000000.0},
+      {"ministral3", 1000000.0},
+      {"mixtral", 1000000.0},
+      {"mllama_text_model", 500000.0},
+      {"muse_glimmer_assistant", 500000.0},
+      {"muse_spark_text", 500000.0},
+      {"musicflamingo", 1200.0},
+      {"nomic_bert", 1000.0},
+      {"olmo3", 500000.0},
+      {"openai_privacy_filter", 150000.0},
+      {"paddleocr_vl_text", 500000.0},
+      {"pe_audio_encoder", 20000.0},
+      {"pe_audio_video_encoder", 20000.0},
+      {"pe_video_encoder", 20000.0},
+      {"phimoe", 1000000.0},
+      {"qwen2_5_omni_talker", 1000000.0},
+      {"qwen2_5_omni_text", 1000000.0},
+      {"qwen2_5_vl_text", 1000000.0},
+      {"qwen2_vl_text", 1000000.0},
+      {"qwen3_omni_moe_text", 1000000.0},
+      {"qwen3_vl_moe_text", 500000.0},
+      {"qwen3_vl_text", 500000.0},
+      {"smollm3", 2000000.0},
+      {"solar_open", 1000000.0}};
   static const std::vector<std::pair<const char*, double>> partials = {
-      {"bamba", 0.5}, {"dots3_note_audio_encoder", 0.5}, {"glm", 0.5}, {"glm4", 0.5},
-      {"glm4_moe", 0.5}, {"glm4v_moe_text", 0.5}, {"glmasr_encoder", 0.5}, {"gpt_neox", 0.25},
-      {"mistral4", 0.5}, {"moonshine", 0.9}, {"moonshine_streaming", 0.8}, {"musicflamingo", 0.2},
-      {"nemotron", 0.5}, {"nemotron3_5_transcribe_asr_audio", 0.5},
-      {"nemotron3_5_transcribe_word_timestamp", 0.5}, {"persimmon", 0.5}, {"phi", 0.5},
-      {"qwen3_5_moe_text", 0.25}, {"qwen3_5_text", 0.25}, {"qwen3_next", 0.25},
-      {"recurrent_gemma", 0.5}, {"stablelm", 0.25}
-  };
+      {"bamba", 0.5},
+      {"dots3_note_audio_encoder", 0.5},
+      {"glm", 0.5},
+      {"glm4", 0.5},
+      {"glm4_moe", 0.5},
+      {"glm4v_moe_text", 0.5},
+      {"glmasr_encoder", 0.5},
+      {"gpt_neox", 0.25},
+      {"mistral4", 0.5},
+      {"moonshine", 0.9},
+      {"moonshine_streaming", 0.8},
+      {"musicflamingo", 0.2},
+      {"nemotron", 0.5},
+      {"nemotron3_5_transcribe_asr_audio", 0.5},
+      {"nemotron3_5_transcribe_word_timestamp", 0.5},
+      {"persimmon", 0.5},
+      {"phi", 0.5},
+      {"qwen3_5_moe_text", 0.25},
+      {"qwen3_5_text", 0.25},
+      {"qwen3_next", 0.25},
+      {"recurrent_gemma", 0.5},
+      {"stablelm", 0.25}};
   static const std::vector<std::pair<const char*, int64_t>> head_dims = {
-      {"afmoe", 128}, {"axk1", 64}, {"bailing_hybrid", 64}, {"cohere2_moe", 128},
-      {"cosmos3_edge_text", 128}, {"cwm", 128}, {"deepseek_v2", 64}, {"deepseek_v3", 64},
-      {"deepseek_v32", 64}, {"dia_decoder", 128}, {"dia_encoder", 128}, {"ernie4_5", 128},
-      {"flint", 128}, {"gemma", 256}, {"gemma2", 256}, {"gemma4_vision", 64}, {"glm", 128},
-      {"glm4", 128}, {"glm4_moe_lite", 64}, {"glm_moe_dsa", 64}, {"gpt_oss", 64}, {"helium", 128},
-      {"higgs_audio_v2", 128}, {"hrm_text", 128}, {"hy_v3", 128}, {"hy_v4", 64},
-      {"internlm3", 128}, {"iquestcoder", 128}, {"jetmoe", 128}, {"kolibri1", 128},
-      {"llama4_text", 128}, {"longcat_flash", 64}, {"minimax_m2", 128},
-      {"minimax_m3_vl_text", 128}, {"ministral3", 128}, {"mistral4", 128},
-      {"mistral_large4_text", 64}, {"molmo2_text", 128}, {"muse_glimmer_assistant", 128},
-      {"muse_glimmer_text", 128}, {"muse_spark_text", 64}, {"neucodec", 64},
-      {"openai_privacy_filter", 64}, {"paddleocr_vl_text", 128}, {"pe_audio_encoder", 128},
-      {"pe_audio_video_encoder", 128}, {"pe_video_encoder", 128}, {"qwen2_5_omni_dit", 64},
-      {"qwen2_5_omni_talker", 128}, {"qwen3", 128}, {"qwen3_5_moe_text", 256},
-      {"qwen3_5_text", 256}, {"qwen3_next", 256}, {"qwen3_omni_moe_talker_code_predictor", 128},
-      {"qwen3_vl_text", 128}, {"qwen4_exp_text", 256}, {"seed_oss", 128}, {"solar_open", 128},
-      {"t5_gemma_module", 256}, {"timesfm2_5", 80}, {"vaultgemma", 256},
-      {"voxtral_realtime_encoder", 64}, {"xcodec2", 64}, {"youtu", 64}
+      {"afmoe", 128},
+      {"axk1", 64},
+      {"bailing_hybrid", 64},
+      {"cohere2_moe", 128},
+      {"cosmos3_edge_text", 128},
+      {"cwm", 128},
+      {"deepseek_v2", 64},
+      {"deepseek_v3", 64},
+      {"deepseek_v32", 64},
+      {"dia_decoder", 128},
+      {"dia_encoder", 128},
+      {"ernie4_5", 128},
+      {"flint", 128},
+      {"gemma", 256},
+      {"gemma2", 256},
+      {"gemma4_vision", 64},
+      {"glm", 128},
+      {"glm4", 128},
+      {"glm4_moe_lite", 64},
+      {"glm_moe_dsa", 64},
+      {"gpt_oss", 64},
+      {"helium", 128},
+      {"higgs_audio_v2", 128},
+      {"hrm_text", 128},
+      {"hy_v3", 128},
+      {"hy_v4", 64},
+      {"internlm3", 128},
+      {"iquestcoder", 128},
+      {"jetmoe", 128},
+      {"kolibri1", 128},
+      {"llama4_text", 128},
+      {"longcat_flash", 64},
+      {"minimax_m2", 128},
+      {"minimax_m3_vl_text", 128},
+      {"ministral3", 128},
+      {"mistral4", 128},
+      {"mistral_large4_text", 64},
+      {"molmo2_text", 128},
+      {"muse_glimmer_assistant", 128},
+      {"muse_glimmer_text", 128},
+      {"muse_spark_text", 64},
+      {"neucodec", 64},
+      {"openai_privacy_filter", 64},
+      {"paddleocr_vl_text", 128},
+      {"pe_audio_encoder", 128},
+      {"pe_audio_video_encoder", 128},
+      {"pe_video_encoder", 128},
+      {"qwen2_5_omni_dit", 64},
+      {"qwen2_5_omni_talker", 128},
+      {"qwen3", 128},
+      {"qwen3_5_moe_text", 256},
+      {"qwen3_5_text", 256},
+      {"qwen3_next", 256},
+      {"qwen3_omni_moe_talker_code_predictor", 128},
+      {"qwen3_vl_text", 128},
+      {"qwen4_exp_text", 256},
+      {"seed_oss", 128},
+      {"solar_open", 128},
+      {"t5_gemma_module", 256},
+      {"timesfm2_5", 80},
+      {"vaultgemma", 256},
+      {"voxtral_realtime_encoder", 64},
+      {"xcodec2", 64},
+      {"youtu", 64}};
+  // (the value a table gives `model_type`, else `fallback`)
+  const auto lookup = [&](const auto& table, auto fallback) {
+    for (const auto& entry : table) {
+      if (model_type == entry.first) {
+        return entry.second;
+      }
+    }
+    return fallback;
   };
   ModelDefaults defaults;
-  for (const auto& entry : head_dims) {
-    if (model_type == entry.first) {
-      defaults.head_dim = entry.second;
-    }
-  }
+  defaults.theta = lookup(thetas, 10000.0);
+  defaults.partial = lookup(partials, 1.0);
+  defaults.head_dim = lookup(head_dims, int64_t{0});
   defaults.twice_hidden_per_head = model_type == "zamba2";
-  for (const auto& entry : thetas) {
-    if (model_type == entry.first) {
-      defaults.theta = entry.second;
-    }
-  }
-  for (const auto& entry : partials) {
-    if (model_type == entry.first) {
-      defaults.partial = entry.second;
-    }
-  }
   defaults.neox_keys = model_type == "gpt_neox" || model_type == "gpt_neox_japanese";
   defaults.rotary_dim_key = model_type == "minimax_m2";
   return defaults;
@@ -231,7 +329,8 @@ ModelDefaults model_defaults(const std::string& model_type) {
 class Audit {
  public:
   void add(std::string key, Status status, std::string value, std::string reason) {
-    if (status == Status::kUnknown || (status == Status::kIgnored && reason.rfind("rule: ", 0) == 0)) {
+    if (status == Status::kUnknown ||
+        (status == Status::kIgnored && reason.rfind("rule: ", 0) == 0)) {
       unapplied_.push_back(key);
     }
     if (reason.rfind("rule: ", 0) == 0) {
@@ -288,8 +387,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                                  const HfConfigReadOptions& read) {
   Audit audit;
   const json document = parse(json_text, source);
-  TORCH_CHECK(document.is_object(), source, ": expected a JSON object (a model's config.json), but "
-              "got a ", type_name(document));
+  TORCH_CHECK(document.is_object(), source,
+              ": expected a JSON object (a model's config.json), but "
+              "got a ",
+              type_name(document));
   // Vision-language models (Qwen2-VL, LLaVA, ...) keep the language model's fields in text_config.
   const bool nested = field(document, "num_attention_heads").is_null() &&
                       field(document, "text_config").is_object();
@@ -324,8 +425,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               v5 ? "rope_parameters" : "rope_scaling", " must be an object, but is a ",
               type_name(rope));
   const json& parameters = rope.is_null() ? empty_object : rope;
-  const std::string where_string =
-      std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.");
+  const std::string where_string = std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.");
   const char* where = where_string.c_str();
   const std::string read_form = prefix + (v5 ? "rope_parameters" : "rope_scaling");
   if (rope.is_null()) {
@@ -357,15 +457,14 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               "head_dim or hidden_size is needed to know the width of a head, but neither is "
               "given");
   // (absent: the model type's own default, else hidden_size / num_attention_heads, as transformers)
-  const int64_t head_dim = head_dim_field          ? *head_dim_field
-                           : defaults.head_dim > 0 ? defaults.head_dim
-                                                   : (defaults.twice_hidden_per_head ? 2 : 1) *
-                                                         *hidden / *heads;
+  const int64_t head_dim = head_dim_field ? *head_dim_field
+                           : defaults.head_dim > 0
+                               ? defaults.head_dim
+                               : (defaults.twice_hidden_per_head ? 2 : 1) * *hidden / *heads;
   TORCH_CHECK(head_dim >= 2, source, ": the head width must be >= 2, but is ", head_dim,
               head_dim_field ? " (head_dim)" : " (hidden_size / num_attention_heads)");
   result.num_attention_heads = *heads;
-  result.num_key_value_heads =
-      integer(source, config, "num_key_value_heads", top).value_or(*heads);
+  result.num_key_value_heads = integer(source, config, "num_key_value_heads", top).value_or(*heads);
   audit.add(prefix + "num_attention_heads", Status::kUsed, std::to_string(*heads), "query heads");
   if (field(config, "num_key_value_heads").is_null()) {
     audit.add(prefix + "num_key_value_heads", Status::kDefault, std::to_string(*heads),
@@ -418,8 +517,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     const c10::optional<int64_t> original =
         integer(source, config, "original_max_position_embeddings", top);
     scaling.original_max_position_embeddings(
-        original ? original
-                 : scaling.original_max_position_embeddings().value_or(*max_positions));
+        original ? original : scaling.original_max_position_embeddings().value_or(*max_positions));
   } else {
     scaling.original_max_position_embeddings(c10::nullopt);
   }
@@ -480,8 +578,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       audit.add(name, entry.reads_original && !top_wins ? Status::kUsed : Status::kIgnored,
                 shown(item.value()),
                 !entry.reads_original ? type_reason
-                : top_wins ? "a top-level original_max_position_embeddings wins (Phi-3)"
-                           : "the original context");
+                : top_wins            ? "a top-level original_max_position_embeddings wins (Phi-3)"
+                                      : "the original context");
     } else if (contains(entry.parameters, key)) {
       audit.add(name, Status::kUsed, shown(item.value()), "a parameter of the rope type");
     } else if (contains(detail::rope_parameter_keys(), key)) {
@@ -513,7 +611,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       audit.add(prefix + key, Status::kDefault, default_value, "absent: transformers' default");
     }
   };
-  const auto text = [](double value) { return json(value).dump(); };  // (shortest round trip)
+  const auto text = [](double value) { return json(value).dump(); }; // (shortest round trip)
   const bool block_theta = !field(parameters, "rope_theta").is_null();
   const bool block_partial = !field(parameters, "partial_rotary_factor").is_null();
   const bool top_theta = !field(config, "rope_theta").is_null();
@@ -532,8 +630,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               "absent: " + whose);
   }
   if (legacy_base) {
-    audit.add(prefix + "rotary_emb_base", block_theta || top_theta ? Status::kIgnored : Status::kUsed,
-              text(*legacy_base),
+    audit.add(prefix + "rotary_emb_base",
+              block_theta || top_theta ? Status::kIgnored : Status::kUsed, text(*legacy_base),
               block_theta || top_theta ? "rope_theta wins" : "GPT-NeoX's name of the base");
   }
   if (legacy_partial) {
@@ -586,8 +684,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   for (const ModelRule& rule : model_rules()) {
     const json& value = field(config, rule.key);
     const std::string key = rule.key;
-    const bool read_here = (defaults.neox_keys && (key == "rotary_pct" || key == "rotary_emb_base")) ||
-                           (defaults.rotary_dim_key && key == "rotary_dim");
+    const bool read_here =
+        (defaults.neox_keys && (key == "rotary_pct" || key == "rotary_emb_base")) ||
+        (defaults.rotary_dim_key && key == "rotary_dim");
     if (!value.is_null() && !read_here) {
       audit.add(prefix + rule.key, Status::kIgnored, shown(value),
                 std::string("rule: ") + rule.reason);
@@ -622,14 +721,14 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   TORCH_CHECK(interleaved.is_null() || interleaved.is_boolean(), source, ": ", where,
               "mrope_interleaved must be true or false, but is a ", type_name(interleaved));
 
-  result.options = RotaryEmbeddingOptions(head_dim, *max_positions)
-                       .base(base)
-                       .rotary_dim(rotary_dim)
-                       .scaling(scaling)
-                       .mrope_section(mrope_section)
-                       .mrope_interleaved(!interleaved.is_null() && interleaved.get<bool>())
-                       .pairing(interleaved_pairs ? RotaryPairing::kInterleaved
-                                                  : RotaryPairing::kHalfSplit);
+  result.options =
+      RotaryEmbeddingOptions(head_dim, *max_positions)
+          .base(base)
+          .rotary_dim(rotary_dim)
+          .scaling(scaling)
+          .mrope_section(mrope_section)
+          .mrope_interleaved(!interleaved.is_null() && interleaved.get<bool>())
+          .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit);
   result.audit = audit.take();
   return result;
 }

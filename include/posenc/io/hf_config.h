@@ -30,7 +30,8 @@ struct HfConfigKey {
     /// In the rope parameters, but neither posenc nor a rope type of transformers reads it.
     kUnknown,
   };
-  /// The key as the file spells it, with its block: "rope_parameters.factor", "text_config.head_dim".
+  /// The key as the file spells it, with its block: "rope_parameters.factor",
+  /// "text_config.head_dim".
   std::string key;
   /// What the reader did with it.
   Status status = Status::kUsed;
