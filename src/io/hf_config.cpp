@@ -329,14 +329,16 @@ ModelDefaults model_defaults(const std::string& model_type) {
 class Audit {
  public:
   void add(std::string key, Status status, std::string value, std::string reason) {
-    if (status == Status::kUnknown ||
-        (status == Status::kIgnored && reason.rfind("rule: ", 0) == 0)) {
+    if (status == Status::kUnknown) {
       unapplied_.push_back(key);
     }
-    if (reason.rfind("rule: ", 0) == 0) {
-      reason = reason.substr(6);
-    }
     entries_.push_back({std::move(key), status, std::move(value), std::move(reason)});
+  }
+  /// A key through which the model's own code changes the rotation, not applied by posenc:
+  /// ignored, and named by the warning (or the strict error).
+  void add_rule(std::string key, std::string value, std::string reason) {
+    unapplied_.push_back(key);
+    entries_.push_back({std::move(key), Status::kIgnored, std::move(value), std::move(reason)});
   }
   const std::vector<std::string>& unapplied() const {
     return unapplied_;
@@ -656,30 +658,22 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "original_max_position_embeddings", Status::kIgnored,
               shown(field(config, "original_max_position_embeddings")), type_reason);
   }
-  // model_type: the config's own (text_config's when nested), else the top level's.
-  bool interleaved_pairs = false;
-  for (const json* object : {&config, &document}) {
-    const json& type = field(*object, "model_type");
-    if (!type.is_string()) {
-      if (object == &config && nested) {
-        continue;
-      }
-      break;
-    }
-    const std::string name = std::string(object == &config ? top : "") + "model_type";
-    const std::string type_name = type.get<std::string>();
-    if (pairs_interleaved_applied(type_name)) {
-      interleaved_pairs = true;
-      audit.add(name, Status::kUsed, shown(type),
+  // model_type (the one model_defaults read): its pairing.
+  const bool interleaved_pairs = pairs_interleaved_applied(model_type);
+  if (!model_type.empty()) {
+    const std::string name = std::string(own_type.is_string() ? top : "") + "model_type";
+    if (interleaved_pairs) {
+      audit.add(name, Status::kUsed, shown(model_type_field),
                 "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing");
-    } else if (pairs_interleaved_reported(type_name)) {
-      audit.add(name, Status::kIgnored, shown(type),
-                "rule: the model's code turns channels (2i, 2i + 1) together, with rules of its "
-                "own that posenc does not apply; posenc's options from a config pair (i, i + D/2)");
+    } else if (pairs_interleaved_reported(model_type)) {
+      audit.add_rule(name, shown(model_type_field),
+                     "the model's code turns channels (2i, 2i + 1) together, with rules of its "
+                     "own that posenc does not apply; posenc's options from a config pair (i, i + "
+                     "D/2)");
     } else {
-      audit.add(name, Status::kUsed, shown(type), "no rule of its own that posenc knows of");
+      audit.add(name, Status::kUsed, shown(model_type_field),
+                "no rule of its own that posenc knows of");
     }
-    break;
   }
   for (const ModelRule& rule : model_rules()) {
     const json& value = field(config, rule.key);
@@ -688,8 +682,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
         (defaults.neox_keys && (key == "rotary_pct" || key == "rotary_emb_base")) ||
         (defaults.rotary_dim_key && key == "rotary_dim");
     if (!value.is_null() && !read_here) {
-      audit.add(prefix + rule.key, Status::kIgnored, shown(value),
-                std::string("rule: ") + rule.reason);
+      audit.add_rule(prefix + rule.key, shown(value), rule.reason);
     }
   }
   if (!audit.unapplied().empty()) {
