@@ -351,7 +351,8 @@ if [ "$built" = yes ]; then
   # ctest stops its tests in time to write its JUnit file before the budget runs out.
   stop_time=$(date -u -d "+$((deadline - SECONDS - 20)) seconds" '+%H:%M:%S +0000')
   # Two intra-op threads a test: with one test a core, LibTorch's default of one thread a core gave
-  # 16 x 16 threads on a 16-core machine, and a training test that takes 20 s alone took 300.
+  # 16 x 16 threads on a 16-core machine, and a training test that takes 1.4 s alone (2 cores
+  # here) took 298 s there (H200 machine, 2026-11-26).
   spawn run ctest env "OMP_NUM_THREADS=${GPU_CHECK_TEST_THREADS:-2}" ctest --test-dir "$build" -j "$jobs" \
     --output-on-failure --stop-time "$stop_time" --output-junit "$report_dir/ctest.xml"
   binaries=("<binary>")
