@@ -17,7 +17,7 @@ import os
 
 import torch
 
-__all__ = ["ops", "nn", "library_path", "torch_version", "__version__"]
+__all__ = ["ops", "nn", "library_path", "io_library_path", "torch_version", "__version__"]
 
 __version__ = "0.1.0"
 
@@ -37,6 +37,28 @@ def _find_library():
 
 library_path = _find_library()
 torch.ops.load_library(library_path)
+#: libposenc_io (the config.json reader, ``posenc::read_hf_rope_config``), loaded on first use by
+#: ``posenc.nn.read_hf_rope_config``: beside libposenc.so (the package, a build's ``src/io/``), or
+#: the one named by the environment variable ``POSENC_IO_LIBRARY``.
+io_library_path = None
+
+
+def _load_io_library():
+    global io_library_path
+    if io_library_path is not None:
+        return
+    override = os.environ.get("POSENC_IO_LIBRARY")
+    here = os.path.dirname(library_path)
+    candidates = [override] if override else [os.path.join(here, "libposenc_io.so"),
+                                               os.path.join(here, "io", "libposenc_io.so")]
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            torch.ops.load_library(candidate)
+            io_library_path = os.path.abspath(candidate)
+            return
+    raise ImportError(f"posenc: the config reader library is missing (looked for {', '.join(candidates)}); "
+                      "install the package with 'pip install --no-build-isolation .' or set POSENC_IO_LIBRARY "
+                      "to the libposenc_io.so built with libposenc.so")
 #: torch's version in this process (the library was built against it).
 torch_version = torch.__version__
 #: The operators, ``torch.ops.posenc``.

@@ -17,7 +17,9 @@ Rows that ``PositionalEncoding`` and ``TokenAndPositionEmbedding`` compute (past
 
 import json
 import math
-from typing import List, Optional, Sequence, Tuple
+import os
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -27,6 +29,7 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "TokenAndPositionEmbedding",
     "RotaryEmbedding",
+    "read_hf_rope_config",
     "Timesteps",
     "TimestepEmbedder",
     "AxialRotaryEmbedding",
@@ -387,6 +390,39 @@ class TokenAndPositionEmbedding(_Module):
 
 
 
+def read_hf_rope_config(config: Any, *, strict: bool = False) -> Dict[str, Any]:
+    """Reads the rotary embedding of a Hugging Face config with posenc's C++ reader
+    (``posenc::io::read_hf_rope_config``, the one ``posenc rope --hf-config`` and ``posenc export
+    --hf-config`` use: transformers' rules, model-type defaults and pairings, both config forms).
+
+    ``config``: a path to a ``config.json``, its contents as a ``dict``, or a
+    ``transformers.PretrainedConfig`` (read through ``to_json_string(use_diff=False)``). Returns
+    ``{"module": the keyword arguments of RotaryEmbedding, "num_attention_heads": ...,
+    "num_key_value_heads": ..., "audit": [{"key", "status", "value", "reason"}, ...]}``. Keys that
+    change the rotation but are not applied give a ``UserWarning`` naming them, or with ``strict``
+    a ``ValueError``; malformed configs are a ``ValueError`` naming the field."""
+    if isinstance(config, (str, os.PathLike)):
+        source = os.fspath(config)
+        with open(source, encoding="utf-8") as file:
+            text = file.read()
+    elif isinstance(config, dict):
+        text, source = json.dumps(config), "config"
+    elif hasattr(config, "to_json_string"):
+        text, source = config.to_json_string(use_diff=False), type(config).__name__
+    else:
+        raise TypeError("read_hf_rope_config: config must be a path, a dict or a transformers.PretrainedConfig, "
+                        f"but got {type(config).__name__}")
+    from . import _load_io_library
+    _load_io_library()
+    try:
+        read = json.loads(_ops.read_hf_rope_config(text, strict, source))
+    except RuntimeError as error:
+        raise ValueError(str(error).split("\nException raised from")[0]) from None
+    for message in read.pop("warnings"):
+        warnings.warn(message, UserWarning, stacklevel=2)
+    return read
+
+
 class RotaryEmbedding(_DerivedTables):
     """Rotary position embedding (``posenc::RotaryEmbedding``): caches ``cos``/``sin`` ``[max_len,
     rotary_dim / 2]``; ``forward(x, offset=0)`` rotates queries or keys ``[B, L, H, head_dim]``
@@ -402,7 +438,10 @@ class RotaryEmbedding(_DerivedTables):
     ``original_max_position_embeddings`` (the C++ module's semantics: keys cached by earlier calls
     keep the rotation they got). ``mrope_section`` (Qwen2-VL; ``mrope_interleaved``: Qwen3-VL)
     rotates by multimodal positions ``[3, B, L]`` given to ``forward_positions``.
-    ``beyond_max_len="extrapolate"`` computes positions past the cache from the frequencies.
+    ``beyond_max_len="extrapolate"`` computes positions past ``max_len`` from the frequencies.
+    ``cached_len`` (default: ``max_len`` within posenc's limit of 2^28 cached elements) is the
+    number of cached rows; rows of positions from ``cached_len`` to ``max_len - 1`` are computed
+    for each call that reaches them (float64 angles, rounded once: the values a cache would hold).
     """
 
     _tables = ("cos", "sin")
@@ -413,13 +452,23 @@ class RotaryEmbedding(_DerivedTables):
                  heads_first: bool = False, beyond_max_len: str = "error",
                  rope_scaling: Optional[dict] = None, freq_factors: Optional[List[float]] = None,
                  attention_factor_in_cos_sin: bool = True, mrope_section: Optional[List[int]] = None,
-                 mrope_interleaved: bool = False) -> None:
+                 mrope_interleaved: bool = False, cached_len: Optional[int] = None) -> None:
         super().__init__()
         who = "RotaryEmbedding"
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
         if not 2 <= self.rotary_dim <= head_dim:
             raise ValueError(f"{who}: rotary_dim must be in [2, head_dim = {head_dim}], but got {self.rotary_dim}")
+        if max_len < 1:
+            raise ValueError(f"{who}: max_len must be >= 1, but got {max_len}; pass the number of positions the module rotates")
+        half = max(self.rotary_dim // 2, 1)
+        if cached_len is not None:
+            if not 1 <= cached_len <= max_len:
+                raise ValueError(f"{who}: cached_len must be in [1, max_len = {max_len}], but got {cached_len}; "
+                                 "leave it unset to cache every position that posenc's table limit allows")
+            _check_table(who, "the cos/sin caches of cached_len * rotary_dim / 2", cached_len, half, "cached_len")
+        #: Positions whose cos/sin rows are cached (the C++ options' cached_rows()).
+        self.cached_len = cached_len if cached_len is not None else min(max_len, _MAX_TABLE_ELEMENTS // half)
         self.pairing = _choice(who, "pairing", pairing, ("half_split", "interleaved"))
         self.heads_first = heads_first
         self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
@@ -461,6 +510,15 @@ class RotaryEmbedding(_DerivedTables):
             _ops.multimodal_rotary_tables(self.cos, self.sin, torch.zeros(3, 1, 0, dtype=torch.long),
                                           self.mrope_section, self.mrope_interleaved)
 
+    @classmethod
+    def from_hf_config(cls, config: Any, *, strict: bool = False, **kwargs: Any) -> "RotaryEmbedding":
+        """The rotary embedding of a Hugging Face config (a path, a ``dict`` or a
+        ``transformers.PretrainedConfig``), read by ``read_hf_rope_config``; ``kwargs`` (e.g.
+        ``heads_first=True``, ``beyond_max_len="extrapolate"``, ``max_len``, ``cached_len``) replace
+        what the config gives. Equal to ``posenc export --module rotary --hf-config`` and to the C++
+        ``RotaryEmbedding(read_hf_rope_config_file(path).options)``."""
+        return cls(**{**read_hf_rope_config(config, strict=strict)["module"], **kwargs})
+
     def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None,
                      frequencies: Optional[Tensor] = None,
                      device: Optional[torch.device] = None) -> Tuple[Tensor, Tensor]:
@@ -470,7 +528,7 @@ class RotaryEmbedding(_DerivedTables):
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         # (the frequencies do not depend on the dtype: computed once, in __init__.) Made beside them
         # and moved: FakeTensorMode places an operator's outputs on its inputs' device.
-        cos, sin = _ops.rotary_tables(self.max_len, self._host_inv_freq, self._rows_factor, dtype=dtype)
+        cos, sin = _ops.rotary_tables(self.cached_len, self._host_inv_freq, self._rows_factor, dtype=dtype)
         cos, sin = cos.to(device), sin.to(device)
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
@@ -502,6 +560,28 @@ class RotaryEmbedding(_DerivedTables):
                else torch.stack([self.inv_freq, self._long_inv_freq]))
         return self._frequencies(positions=positions, frequencies=own)[0]
 
+    def _check_within_max_len(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> None:
+        """With fewer cached rows than max_len: the call's integer positions must lie below max_len
+        (the C++ module's check_within_max_len; the operator computes every row past the caches)."""
+        hint = "" if self.beyond_max_len == "extrapolate" else " or pass beyond_max_len='extrapolate'"
+        if positions is None:
+            length = x.shape[2 if self.heads_first else 1]
+            if offset >= 0 and length >= 1 and offset > self.max_len - length:
+                raise ValueError(f"RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table, i.e. "
+                                 f"offset + L <= max_len ({self.max_len}), but got L = {length} and offset = {offset} "
+                                 f"(offset + L = {offset + length}); build the module with a larger max_len{hint}, "
+                                 "or split the sequence")
+        elif not positions.is_floating_point() and positions.numel() > 0:
+            if positions.device.type in ("cuda", "meta"):
+                _assert_on_device(((positions >= -1) & (positions < self.max_len)).all(),
+                                  f"RotaryEmbedding: positions must be >= -1 and < max_len = {self.max_len}; "
+                                  "build it with a larger max_len or beyond_max_len='extrapolate'")
+            else:
+                largest = int(positions.max())
+                if largest >= self.max_len:
+                    raise ValueError(f"RotaryEmbedding: positions must be < max_len ({self.max_len}), but got "
+                                     f"{largest}; build the module with max_len >= {largest + 1}{hint}")
+
     def _tables_for(self, x: Tensor, offset: int, positions: Optional[Tensor]):
         """cos, sin, inv_freq and positions of a call (the C++ module's call_tables)."""
         if x.dim() == 4 and x.shape[3] != self.head_dim and x.shape[3] >= self.rotary_dim:
@@ -510,7 +590,12 @@ class RotaryEmbedding(_DerivedTables):
         continuous = positions is not None and positions.is_floating_point()
         extrapolate = self.beyond_max_len == "extrapolate"
         cos, sin = self.cos, self.sin
-        inv_freq = self.inv_freq if extrapolate or continuous else None
+        # Rows past the cached ones but within max_len are computed, as extrapolated ones are; the
+        # module then holds max_len itself.
+        uncached = self.cached_len < self.max_len
+        inv_freq = self.inv_freq if extrapolate or continuous or uncached else None
+        if uncached and not extrapolate and not continuous and x.dim() == 4:
+            self._check_within_max_len(x, offset, positions)
         if (self.switch_length is not None and x.dim() == 4 and positions is not None
                 and positions.device.type in ("cuda", "meta")):
             inv_freq = self._call_frequencies_on_device(positions, extrapolate or continuous)
@@ -554,7 +639,8 @@ class RotaryEmbedding(_DerivedTables):
                                     self.heads_first, False, inv_freq, self._rows_factor)
 
     def extra_repr(self) -> str:
-        return (f"head_dim={self.head_dim}, max_len={self.max_len}, rotary_dim={self.rotary_dim}, "
+        cached = f", cached_len={self.cached_len}" if self.cached_len != self.max_len else ""
+        return (f"head_dim={self.head_dim}, max_len={self.max_len}{cached}, rotary_dim={self.rotary_dim}, "
                 f"base={self.base}, pairing={self.pairing}, heads_first={self.heads_first}, rope_type={self.rope_type}")
 
 

@@ -24,6 +24,7 @@ namespace {
 struct ExportArgs {
   std::string module = "sinusoidal";
   int64_t max_len = 0;
+  c10::optional<int64_t> cached_len; // default: the module's (max_len within the table limit)
   int64_t d_model = 0;
   int64_t head_dim = 0;
   c10::optional<int64_t> rotary_dim; // default: head_dim
@@ -76,7 +77,7 @@ void run_export(const ExportArgs& args) {
     if (args.max_len > 0) {
       options.max_len(args.max_len);
     }
-    options.heads_first(args.heads_first).beyond_max_len(beyond);
+    options.heads_first(args.heads_first).beyond_max_len(beyond).cached_len(args.cached_len);
     if (!args.pairing.empty()) { // else the model type's (read_hf_rope_config)
       options.pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
                                                     : RotaryPairing::kHalfSplit);
@@ -90,7 +91,8 @@ void run_export(const ExportArgs& args) {
         .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
                                                : RotaryPairing::kHalfSplit)
         .heads_first(args.heads_first)
-        .beyond_max_len(beyond);
+        .beyond_max_len(beyond)
+        .cached_len(args.cached_len);
     if (args.rotary_dim) {
       options.rotary_dim(*args.rotary_dim);
     }
@@ -125,6 +127,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--max-len", args->max_len,
                   "Number of positions the table holds (required, except with --hf-config: "
                   "max_position_embeddings)")
+      ->check(at_least(1));
+  cmd->add_option_function<int64_t>(
+         "--cached-len", [args](const int64_t& value) { args->cached_len = value; },
+         "Positions whose cos/sin rows are cached (rotary; default: max-len within posenc's "
+         "2^28-element table limit); rows past them are computed on each call")
       ->check(at_least(1));
   cmd->add_option("--hf-config", args->hf_config,
                   "A Hugging Face config.json: head width, rope_theta, partial rotary and "
@@ -178,7 +185,8 @@ void add_export_command(CLI::App& app) {
     }
     // Each module's own options: required where it needs them, refused where it has none.
     const bool rotary = args->module == "rotary";
-    for (const char* name : {"--head-dim", "--rotary-dim", "--pairing", "--heads-first"}) {
+    for (const char* name :
+         {"--head-dim", "--rotary-dim", "--pairing", "--heads-first", "--cached-len"}) {
       if (!rotary && cmd->count(name) > 0) {
         throw CLI::ValidationError(name, "applies to --module rotary only");
       }

@@ -12,6 +12,7 @@
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ios>
 #include <limits>
@@ -22,6 +23,14 @@ RopeScalingOptions::RopeScalingOptions(RopeType type) : type_(type) {}
 
 RotaryEmbeddingOptions::RotaryEmbeddingOptions(int64_t head_dim, int64_t max_len)
     : head_dim_(head_dim), max_len_(max_len) {}
+
+int64_t RotaryEmbeddingOptions::cached_rows() const {
+  if (cached_len_) {
+    return *cached_len_;
+  }
+  const int64_t half = std::max<int64_t>(rotated_width() / 2, 1);
+  return std::min(max_len_, detail::kMaxTableElements / half);
+}
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_)
     : options(options_) {
@@ -35,7 +44,20 @@ void RotaryEmbeddingImpl::reset() {
   const int64_t rotary_dim = options.rotated_width();
   TORCH_CHECK(rotary_dim <= options.head_dim(), kName, ": rotary_dim (", rotary_dim,
               ") must be <= head_dim (", options.head_dim(), ")");
-  detail::check_rotary_arguments(kName, options.max_len(), rotary_dim, options.base());
+  TORCH_CHECK(options.max_len() >= 1, kName, ": max_len must be >= 1, but got ",
+              options.max_len(), "; pass the number of positions the module rotates");
+  if (options.cached_len()) {
+    const int64_t cached = *options.cached_len();
+    TORCH_CHECK(cached >= 1 && cached <= options.max_len(), kName,
+                ": cached_len must be in [1, max_len = ", options.max_len(), "], but got ", cached,
+                "; leave it unset to cache every position that posenc's table limit allows");
+    TORCH_CHECK(rotary_dim < 2 || cached <= detail::kMaxTableElements / (rotary_dim / 2), kName,
+                ": the cos/sin caches hold cached_len * rotary_dim / 2 = ", cached, " * ",
+                rotary_dim / 2,
+                " elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); lower "
+                "cached_len (positions past it are computed on each call) or leave it unset");
+  }
+  detail::check_rotary_arguments(kName, options.cached_rows(), rotary_dim, options.base());
   if (!options.mrope_section().empty()) {
     detail::mrope_axes(kName, options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);
   }
@@ -58,7 +80,7 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
                 .to(device)
           : torch::Tensor();
   const auto positions =
-      torch::arange(options.max_len(), torch::TensorOptions().dtype(torch::kLong));
+      torch::arange(options.cached_rows(), torch::TensorOptions().dtype(torch::kLong));
   auto tables = detail::rotary_rows(positions, frequencies, dtype);
   detail::set_buffer(*this, "cos", cos, tables.first.to(device));
   detail::set_buffer(*this, "sin", sin, tables.second.to(device));
@@ -74,13 +96,17 @@ std::vector<torch::Tensor*> RotaryEmbeddingImpl::derived_tables() {
 }
 
 std::vector<detail::TableSlot> RotaryEmbeddingImpl::table_slots() {
-  const std::vector<int64_t> shape = {options.max_len(), options.rotated_width() / 2};
+  const std::vector<int64_t> shape = {options.cached_rows(), options.rotated_width() / 2};
   return {{"cos", &cos, shape, /*is_buffer=*/true}, {"sin", &sin, shape, /*is_buffer=*/true}};
 }
 
 void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << std::boolalpha << "posenc::RotaryEmbedding(head_dim=" << options.head_dim()
-         << ", max_len=" << options.max_len() << ", rotary_dim=" << options.rotated_width()
+         << ", max_len=" << options.max_len();
+  if (options.cached_rows() != options.max_len()) {
+    stream << ", cached_len=" << options.cached_rows();
+  }
+  stream << ", rotary_dim=" << options.rotated_width()
          << ", base=" << options.base() << ", pairing=" << options.pairing()
          << ", heads_first=" << options.heads_first();
   if (options.beyond_max_len() != BeyondMaxLen::kError) {
@@ -167,6 +193,25 @@ c10::optional<int64_t> RotaryEmbeddingImpl::call_end(int64_t offset, int64_t len
   return last + 1;
 }
 
+void RotaryEmbeddingImpl::check_within_max_len(const torch::Tensor& x, int64_t offset,
+                                               const torch::Tensor& positions) const {
+  const int64_t max_len = options.max_len();
+  if (!positions.defined()) {
+    const int64_t length = x.size(options.heads_first() ? 2 : 1);
+    if (offset >= 0 && length >= 1) { // (other offsets and lengths get the operator's message)
+      detail::check_offset(kName, offset, length, max_len, detail::caller_hint());
+    }
+  } else if (c10::isIntegralType(positions.scalar_type(), false) && positions.numel() > 0) {
+    if (detail::checks_on_device(positions.device())) { // (nothing read back)
+      detail::check_on_device(detail::within(positions, -1.0, static_cast<double>(max_len - 1)),
+                              positions, detail::DeviceCheck::kPositionsInCaches);
+    } else {
+      const int64_t largest = positions.max().item<int64_t>();
+      detail::check_positions_range(kName, -1, largest, max_len, detail::caller_hint());
+    }
+  }
+}
+
 void RotaryEmbeddingImpl::check_heads(const torch::Tensor& x) const {
   // The operator accepts any head width >= the rotated one (partial rotary from the caches alone);
   // the module knows head_dim, and an input of another width contradicts its options. (Heads
@@ -186,7 +231,14 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
   // Floating-point positions are computed from the frequencies, at any position: they never read
   // (or interpolate) the caches.
   const bool continuous = detail::is_continuous(positions);
-  CallTables tables{cos, sin, extrapolate || continuous ? inv_freq_ : torch::Tensor(), positions};
+  // Positions past the cached rows but within max_len (cached_len < max_len) are computed from
+  // the frequencies, as extrapolated ones are; the module then holds max_len itself.
+  const bool uncached = cos.size(0) < options.max_len();
+  CallTables tables{cos, sin, extrapolate || continuous || uncached ? inv_freq_ : torch::Tensor(),
+                    positions};
+  if (uncached && !extrapolate && !continuous && x.defined() && x.dim() == 4) {
+    check_within_max_len(x, offset, positions);
+  }
   if (switch_length_ && x.defined() && x.dim() == 4 && positions.defined() &&
       detail::checks_on_device(positions.device())) {
     // dynamic / longrope, positions on a device (never read back, nothing copied from the host):

@@ -278,3 +278,115 @@ TEST_F(Rotary, PrintingSaveLoadAndExport) {
                                    torch::full({2, 5}, std::nan(""), torch::kDouble)),
                std::exception);
 }
+
+// cached_len < max_len: positions from cached_len to max_len - 1 are computed per call, with the
+// values a full cache holds (the same float64 angles, rounded once), in every kind of call; past
+// max_len they are refused (or extrapolated) as with a full cache.
+TEST_F(Rotary, RowsPastTheCachedOnesAreComputedUpToMaxLen) {
+  RotaryEmbedding partial(RotaryEmbeddingOptions(8, 5000).cached_len(16));
+  RotaryEmbedding full(RotaryEmbeddingOptions(8, 5000));
+  EXPECT_EQ(partial->cos.sizes(), (std::vector<int64_t>{16, 4}));
+  EXPECT_EQ(printed(*partial),
+            "posenc::RotaryEmbedding(head_dim=8, max_len=5000, cached_len=16, rotary_dim=8, "
+            "base=10000, pairing=half_split, heads_first=false)");
+  const auto x = torch::randn({2, 6, 3, 8});
+  const auto k = torch::randn({2, 6, 1, 8});
+  for (const int64_t offset : {int64_t{0}, int64_t{12}, int64_t{4994}}) {
+    EXPECT_TRUE(torch::equal(partial(x, offset), full(x, offset))) << offset;
+    const auto qk = partial->forward_qk(x, k, offset);
+    const auto expected = full->forward_qk(x, k, offset);
+    EXPECT_TRUE(torch::equal(std::get<0>(qk), std::get<0>(expected))) << offset;
+    EXPECT_TRUE(torch::equal(std::get<1>(qk), std::get<1>(expected))) << offset;
+    auto q_in_place = x.clone();
+    auto k_in_place = k.clone();
+    partial->forward_qk_(q_in_place, k_in_place, offset);
+    EXPECT_TRUE(torch::equal(q_in_place, std::get<0>(expected))) << offset;
+    EXPECT_TRUE(torch::equal(k_in_place, std::get<1>(expected))) << offset;
+  }
+  const auto positions = torch::tensor({{0, 15, 16, 4999, -1, 3}, {7, 8, 9, 10, 11, 4000}});
+  EXPECT_TRUE(
+      torch::equal(partial->forward_positions(x, positions), full->forward_positions(x, positions)));
+  // float64 caches (after .to): the computed rows follow the dtype.
+  partial->to(torch::kDouble);
+  full->to(torch::kDouble);
+  const auto x64 = x.to(torch::kDouble);
+  EXPECT_TRUE(torch::equal(partial(x64, 4990), full(x64, 4990)));
+  EXPECT_EQ(partial->cos.sizes(), (std::vector<int64_t>{16, 4}));
+  // max_len still holds.
+  EXPECT_POSENC_ERROR(partial(x64, 4995),
+                      "RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table, "
+                      "i.e. offset + L <= max_len (5000), but got L = 6 and offset = 4995 (offset "
+                      "+ L = 5001); build the module with a larger max_len or pass "
+                      "beyond_max_len(posenc::BeyondMaxLen::kExtrapolate), or split the sequence");
+  EXPECT_POSENC_ERROR(
+      partial->forward_positions(x64, torch::tensor({0, 1, 2, 3, 5000, 5})),
+      "RotaryEmbedding: positions must be < max_len (5000), but got 5000; build the module with "
+      "max_len >= 5001 or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
+  // ... and extrapolation past it works with a partial cache too.
+  RotaryEmbedding extrapolating(RotaryEmbeddingOptions(8, 32).cached_len(4).beyond_max_len(
+      posenc::BeyondMaxLen::kExtrapolate));
+  RotaryEmbedding larger(RotaryEmbeddingOptions(8, 6000));
+  EXPECT_TRUE(torch::equal(extrapolating(x, 5990), larger(x, 5990)));
+  // The TorchScript export computes the same rows with PyTorch's float64 cos/sin (one float32 ulp
+  // from the C library's at most, times |x| <~ 5) and refuses what the module refuses.
+  RotaryEmbedding exported_from(RotaryEmbeddingOptions(8, 5000).cached_len(16));
+  full = RotaryEmbedding(RotaryEmbeddingOptions(8, 5000));
+  auto exported = posenc::to_torchscript(*exported_from);
+  EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{4994}}).toTensor(), full(x, 4994)),
+            5e-7);
+  EXPECT_TRUE(torch::equal(exported.forward({x, int64_t{3}}).toTensor(), full(x, 3)));
+  EXPECT_LE(max_abs_difference(exported.run_method("forward_positions", x, positions).toTensor(),
+                               full->forward_positions(x, positions)),
+            5e-7);
+  EXPECT_THROW(exported.forward({x, int64_t{4995}}), std::exception);
+  // The state dict holds the cached rows only.
+  const std::string path = testing::TempDir() + "rope_cached_" + std::to_string(::getpid()) + ".pt";
+  torch::save(exported_from, path);
+  RotaryEmbedding loaded(RotaryEmbeddingOptions(8, 5000).cached_len(16));
+  torch::load(loaded, path);
+  EXPECT_TRUE(torch::equal(loaded->cos, exported_from->cos));
+  EXPECT_POSENC_ERROR(torch::load(full, path),
+                      "RotaryEmbedding: the checkpoint's cos has shape [16, 4], but this module's "
+                      "is [5000, 4]");
+  std::remove(path.c_str());
+}
+
+TEST_F(Rotary, CachedLenIsChecked) {
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 100).cached_len(0)),
+                      "RotaryEmbedding: cached_len must be in [1, max_len = 100], but got 0");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 100).cached_len(101)),
+                      "RotaryEmbedding: cached_len must be in [1, max_len = 100], but got 101");
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(RotaryEmbeddingOptions(128, int64_t{1} << 30).cached_len(int64_t{1} << 23)),
+      "RotaryEmbedding: the cos/sin caches hold cached_len * rotary_dim / 2 = 8388608 * 64 "
+      "elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); lower "
+      "cached_len");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 0)),
+                      "RotaryEmbedding: max_len must be >= 1, but got 0");
+  // The default: max_len, within the table limit.
+  EXPECT_EQ(RotaryEmbeddingOptions(128, 4096).cached_rows(), 4096);
+  EXPECT_EQ(RotaryEmbeddingOptions(128, 10485760).cached_rows(), 4194304); // 2^28 / 64
+  EXPECT_EQ(RotaryEmbeddingOptions(128, 10485760).rotary_dim(32).cached_rows(), 10485760);
+}
+
+// Llama 4 Scout's context, 10,485,760 positions, with 8192 cached rows: the last positions are
+// computed for the call, equal to RoPE's definition evaluated in long double (float64 angles of
+// ~1e7 radians carry ~1e-9 of rounding; the module's float64 caches after .to(kDouble)).
+TEST_F(Rotary, TenMillionPositionContextWithoutATenMillionRowCache) {
+  const int64_t context = 10485760;
+  RotaryEmbedding rope(RotaryEmbeddingOptions(128, context).base(500000.0).cached_len(8192));
+  EXPECT_EQ(rope->cos.size(0), 8192);
+  rope->to(torch::kDouble);
+  const auto x = torch::randn({1, 3, 2, 128}, torch::kDouble);
+  const std::vector<int64_t> last{context - 3, context - 2, context - 1};
+  EXPECT_LE(max_abs_difference(rope(x, context - 3),
+                               reference_rope(x, last, 128, false, 500000.0L)),
+            1e-7);
+  const auto positions = torch::tensor({int64_t{0}, int64_t{8191}, context - 1}, torch::kLong);
+  const std::vector<int64_t> chosen{0, 8191, context - 1};
+  EXPECT_LE(max_abs_difference(rope->forward_positions(x, positions),
+                               reference_rope(x, chosen, 128, false, 500000.0L)),
+            1e-7);
+  EXPECT_POSENC_ERROR(rope(x, context - 2),
+                      "RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table");
+}

@@ -185,6 +185,9 @@ def test_rotary_embedding_is_the_cpp_module(posenc, posenc_cli, tmp_path, config
     module = posenc.nn.RotaryEmbedding(config["head_dim"], max_len, base=config["rope_theta"], rotary_dim=rotary_dim,
                                        rope_scaling=config.get("rope_scaling"))
     same_state(module, scripted)
+    # ... and read from the config by posenc's C++ reader, as a path and as a dict.
+    for source in (path, hf):
+        same_state(posenc.nn.RotaryEmbedding.from_hf_config(source), scripted)
     x = torch.randn(2, 10, 3, config["head_dim"])
     expected = scripted(x, 100)
     assert torch.equal(module(x, 100), expected)
@@ -205,6 +208,10 @@ def _hf_rope(posenc, posenc_cli, tmp_path, config, **module_options):
         scaling["type"] = "default"
     module = posenc.nn.RotaryEmbedding(config["head_dim"], config["max_position_embeddings"], base=config["rope_theta"],
                                        rope_scaling=scaling, mrope_section=mrope_section, **module_options)
+    from_config = posenc.nn.RotaryEmbedding.from_hf_config(path, **module_options)
+    same_state(from_config, scripted)
+    assert (from_config.rope_type, from_config.switch_length, from_config.mrope_section) == \
+        (module.rope_type, module.switch_length, module.mrope_section)
     return module, scripted
 
 
@@ -255,6 +262,74 @@ def test_multimodal_rope_is_the_cpp_module(posenc, posenc_cli, tmp_path, interle
     _close_rotation(module.forward_positions(x, positions), scripted.forward_positions(x, positions), x)
     with pytest.raises(ValueError, match="mrope_section"):
         posenc.nn.RotaryEmbedding(16, 64).forward_positions(x, positions)
+
+
+def test_rows_past_cached_len_are_the_cpp_module(posenc, posenc_cli, tmp_path):
+    """cached_len < max_len: the rows past the cache are computed per call (the C++ module's
+    semantics), the state dict holds the cached rows only, and max_len still holds."""
+    scripted = export(posenc_cli, tmp_path, "rope", "--module", "rotary", "--head-dim", 8, "--max-len", 5000,
+                      "--cached-len", 16)
+    module = posenc.nn.RotaryEmbedding(8, 5000, cached_len=16)
+    full = posenc.nn.RotaryEmbedding(8, 5000)
+    same_state(module, scripted)
+    assert module.cos.shape == (16, 4) and "cached_len=16" in repr(module)
+    x = torch.randn(2, 6, 3, 8)
+    for offset in (0, 12, 4994):
+        assert torch.equal(module(x, offset), full(x, offset))  # the values a full cache holds
+        _close_rotation(module(x, offset), scripted(x, offset), x)
+    positions = torch.tensor([[0, 15, 16, 4999, -1, 3], [7, 8, 9, 10, 11, 4000]])
+    assert torch.equal(module.forward_positions(x, positions), full.forward_positions(x, positions))
+    q, k = module.forward_qk(x, x[:, :, :1].contiguous(), 4990)
+    q_full, k_full = full.forward_qk(x, x[:, :, :1].contiguous(), 4990)
+    assert torch.equal(q, q_full) and torch.equal(k, k_full)
+    with pytest.raises(ValueError, match=r"offset \+ L <= max_len \(5000\), but got L = 6 and offset = 4995"):
+        module(x, 4995)
+    with pytest.raises(ValueError, match=r"positions must be < max_len \(5000\), but got 5000"):
+        module.forward_positions(x, torch.tensor([0, 1, 2, 3, 5000, 5]))
+    with pytest.raises(ValueError, match=r"cached_len must be in \[1, max_len = 100\], but got 101"):
+        posenc.nn.RotaryEmbedding(8, 100, cached_len=101)
+    with pytest.raises(ValueError, match="over posenc's limit of 2\\^28 elements"):
+        posenc.nn.RotaryEmbedding(128, 1 << 30, cached_len=1 << 23)
+    # Llama 4 Scout's 10,485,760 positions with 8192 cached rows (the default would be 2^28 / 64):
+    # the last positions against RoPE evaluated in float64 (float32 caches: 2^-24 per entry).
+    context = 10485760
+    assert posenc.nn.RotaryEmbedding(128, context, rotary_dim=2, cached_len=1).cached_len == 1
+    rope = posenc.nn.RotaryEmbedding(128, context, base=500000.0, cached_len=8192)
+    y = torch.randn(1, 3, 2, 128)
+    angles = torch.arange(context - 3, context, dtype=torch.float64)[:, None] * rope.inv_freq[None, :]
+    cos, sin = angles.cos()[None, :, None], angles.sin()[None, :, None]
+    a, b = y.double()[..., :64], y.double()[..., 64:]
+    expected = torch.cat((a * cos - b * sin, b * cos + a * sin), -1)
+    torch.testing.assert_close(rope(y, context - 3).double(), expected, rtol=0, atol=4 * 2.0**-24 * float(y.abs().max()))
+
+
+def test_read_hf_rope_config(posenc, tmp_path):
+    """posenc.nn.read_hf_rope_config: the C++ reader's options, head counts and audit; its
+    warnings as Python warnings, strict as a ValueError."""
+    config = {"model_type": "cohere", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 512, "rope_theta": 8000.0}
+    read = posenc.nn.read_hf_rope_config(config)
+    assert read["module"] == {"head_dim": 64, "max_len": 512, "base": 8000.0, "rotary_dim": 64, "pairing": "interleaved",
+                              "rope_scaling": {"rope_type": "default", "max_position_embeddings": 512},
+                              "attention_factor_in_cos_sin": True}
+    assert (read["num_attention_heads"], read["num_key_value_heads"]) == (4, 2)
+    assert {entry["key"]: entry["status"] for entry in read["audit"]}["rope_theta"] == "used"
+    gemma = {"model_type": "gemma3_text", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
+             "max_position_embeddings": 512, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0}
+    with pytest.warns(UserWarning, match="rope_local_base_freq"):
+        posenc.nn.RotaryEmbedding.from_hf_config(gemma)
+    with pytest.raises(ValueError, match="rope_local_base_freq"):
+        posenc.nn.RotaryEmbedding.from_hf_config(gemma, strict=True)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "rope_scaling": {"rope_type": "yarn", "factr": 4.0}}))
+    with pytest.raises(ValueError, match="factr"):
+        posenc.nn.read_hf_rope_config(str(path), strict=True)
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        posenc.nn.read_hf_rope_config({"hidden_size": 64})
+    with pytest.raises(TypeError, match="a path, a dict or a transformers.PretrainedConfig"):
+        posenc.nn.read_hf_rope_config(42)
+    module = posenc.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, cached_len=16)
+    assert (module.heads_first, module.cached_len, module.pairing) == (True, 16, "interleaved")
 
 
 def test_rotary_embedding_errors(posenc):

@@ -19,7 +19,9 @@ differ by no more than the sum of both errors.
 import contextlib
 import json
 import math
+import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -181,13 +183,41 @@ def test_rotated_queries_and_keys_match_transformers_near_the_end(posenc_cli, tm
     inv_freq64, factor = hf_frequencies_float64(hf, seq_len=offset + length)
     q_ref, k_ref = rotate_reference(q, k, positions, inv_freq64, factor)
     q_hf, k_hf = hf_rotate(module, q, k, positions)
-    q_ours, k_ours = exported(q, offset), exported(k, offset)
-    for ours, theirs, reference in ((q_ours, q_hf, q_ref), (k_ours, k_hf, k_ref)):
+    assert_not_worse_than_transformers((exported(q, offset), exported(k, offset)), (q_hf, k_hf), (q_ref, k_ref))
+
+
+def assert_not_worse_than_transformers(ours_qk, hf_qk, reference_qk):
+    for ours, theirs, reference in zip(ours_qk, hf_qk, reference_qk):
         ulp = 2 ** -23 * reference.abs().max().item()
         ours_error, hf_error = max_error(ours, reference), max_error(theirs, reference)
         assert ours_error <= hf_error + ulp, f"posenc's error {ours_error:.3g} exceeds HF's {hf_error:.3g}"
         assert ours_error <= 4 * ulp
         assert max_error(ours, theirs.double()) <= ours_error + hf_error + 1e-12
+
+
+@pytest.fixture(scope="module")
+def posenc_package(posenc_ops):  # (the fixture checks POSENC_LIBRARY, which the package reads)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+    import posenc
+
+    return posenc
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_python_module_from_a_transformers_config_matches_transformers(posenc_package, name):
+    """posenc.nn.RotaryEmbedding.from_hf_config(transformers.LlamaConfig): the config as
+    transformers holds it (to_json_string), read by posenc's reader, rotating as transformers."""
+    hf = hf_config(config_dict(name, "v5", partial=None if name == "default" else 0.5))
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(hf, heads_first=True)
+    torch.manual_seed(0)
+    length = 16
+    q = torch.randn(2, HEADS, length, HEAD_DIM)
+    k = torch.randn(2, 2, length, HEAD_DIM)
+    offset = MAX_POS - length
+    positions = torch.arange(offset, offset + length)
+    inv_freq64, factor = hf_frequencies_float64(hf, seq_len=offset + length)
+    assert_not_worse_than_transformers(module.forward_qk(q, k, offset), hf_rotate(LlamaRotaryEmbedding(hf), q, k, positions),
+                                       rotate_reference(q, k, positions, inv_freq64, factor))
 
 
 @pytest.mark.parametrize("name", ["dynamic", "longrope"])

@@ -18,7 +18,8 @@ namespace posenc {
 /// keys of attention by angles proportional to their positions, so that attention scores depend
 /// on relative positions.
 ///
-/// The caches are the buffers `cos` and `sin`, `[max_len, rotary_dim / 2]`, computed in double
+/// The caches are the buffers `cos` and `sin`, `[cached_len, rotary_dim / 2]` (`cached_len` =
+/// `max_len` unless the options say otherwise: rows past it are computed per call), computed in double
 /// precision and stored in float32 (float64 after `.to(torch::kDouble)`; never 16-bit). Outputs
 /// have the input's dtype, computed in at least float32. Both pairings (half-split, as in
 /// GPT-NeoX / HF LLaMA, and interleaved, as in GPT-J / torchtune), partial rotary, offsets and
@@ -99,9 +100,9 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   /// The options this module was built with.
   RotaryEmbeddingOptions options;
 
-  /// The cosine cache, `[max_len, rotary_dim / 2]`, registered as the buffer `cos`.
+  /// The cosine cache, `[cached_len, rotary_dim / 2]`, registered as the buffer `cos`.
   torch::Tensor cos;
-  /// The sine cache, `[max_len, rotary_dim / 2]`, registered as the buffer `sin`.
+  /// The sine cache, `[cached_len, rotary_dim / 2]`, registered as the buffer `sin`.
   torch::Tensor sin;
 
  private:
@@ -114,6 +115,10 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
 
   /// Checks that heads `x` have the module's head_dim.
   void check_heads(const torch::Tensor& x) const;
+  /// With fewer cached rows than max_len (and no extrapolation): checks that the call's integer
+  /// positions lie below max_len (the operator computes every row past the caches).
+  void check_within_max_len(const torch::Tensor& x, int64_t offset,
+                            const torch::Tensor& positions) const;
   /// The caches and frequencies a call of `x` at these positions reads (dynamic / longrope: its
   /// own frequencies past the switch length), after checking x's head width.
   struct CallTables {

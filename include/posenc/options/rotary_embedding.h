@@ -84,8 +84,18 @@ struct RotaryEmbeddingOptions {
 
   /// Width `Dh` of each attention head of the queries and keys.
   TORCH_ARG(int64_t, head_dim);
-  /// Number of positions the cos/sin caches hold: positions `0 .. max_len - 1`.
+  /// Number of positions the module rotates: positions `0 .. max_len - 1` (past them: an error, or
+  /// computed on the fly with `beyond_max_len`). The first `cached_len` of them are cached.
   TORCH_ARG(int64_t, max_len);
+  /// Number of positions whose cos/sin rows are cached (the buffers `cos`/`sin`), `1 <= cached_len
+  /// <= max_len`; the rows of positions `cached_len .. max_len - 1` are computed for exactly the
+  /// positions of each call that reaches them, from the float64 frequencies (angles in float64,
+  /// rounded once: the values the cache would hold), on the CPU and on devices alike. Default:
+  /// `max_len`, or where `max_len * rotary_dim / 2` exceeds posenc's limit of 2^28 cached
+  /// elements (contexts of millions of positions, e.g. Llama 4 Scout's 10,485,760), as many rows
+  /// as that limit allows. A smaller cache saves memory (a 10M-position context needs none of its
+  /// rows cached) at the cost of computing the rows of calls past it (docs/performance.md).
+  TORCH_ARG(c10::optional<int64_t>, cached_len) = c10::nullopt;
   /// Base of the frequencies base^(-2i / rotary_dim). Must be finite and >= 5.2e-290 (every angle
   /// a finite number). Default: 10000 (LLaMA 3 uses 500000).
   TORCH_ARG(double, base) = 10000.0;
@@ -137,6 +147,9 @@ struct RotaryEmbeddingOptions {
   int64_t rotated_width() const {
     return rotary_dim_.value_or(head_dim_);
   }
+  /// The number of cached rows: `cached_len` if set, else `max_len` within posenc's limit of 2^28
+  /// cached elements (see `cached_len`).
+  int64_t cached_rows() const;
 };
 
 namespace functional {

@@ -1,5 +1,6 @@
 # TorchScript: the methods of an exported RotaryEmbedding: the buffers `cos` and `sin`
-# ([max_len, R/2]), rows past them (BeyondMaxLen::kExtrapolate) computed in float64 from the
+# ([cached_len, R/2]), rows past them (up to max_len, and past it with BeyondMaxLen::kExtrapolate;
+# the callers check positions against max_len) computed in float64 from the
 # attributes `inv_freq` (float64 [R/2]) and `attention_factor` that
 # posenc::detail::rope_frequencies defines, and the rotation of the first R = rotary_dim channels
 # of [B, L, H, Dh] or [B, H, L, Dh] queries and keys (rotation.py). Used with common.py, offset.py
@@ -26,12 +27,13 @@ class RotaryMethods:
     # attribute, which Module.to() does not move: it is moved to the positions' device here.
     def _tables(self, positions: Tensor) -> Tuple[Tensor, Tensor]:
         flat = positions.reshape(-1).to(4)
-        in_table = torch.where(flat < self.max_len, flat, torch.full_like(flat, -1))
+        rows = self.cos.size(0)
+        in_table = torch.where(flat < rows, flat, torch.full_like(flat, -1))
         outside = (in_table < 0).unsqueeze(1)
         c = self.cos.index_select(0, in_table.clamp(min=0)).masked_fill(outside, 1.0)
         s = self.sin.index_select(0, in_table.clamp(min=0)).masked_fill(outside, 0.0)
-        past = flat >= self.max_len
-        if self.extrapolate and bool(past.any()):
+        past = flat >= rows
+        if bool(past.any()):
             computed_c, computed_s = self._computed(flat, self.inv_freq)
             c = torch.where(past.unsqueeze(1), computed_c, c)
             s = torch.where(past.unsqueeze(1), computed_s, s)
@@ -70,7 +72,7 @@ class RotaryMethods:
         self._check_offset(offset, length)
         if length > 0 and self._switches(offset + length):
             c, s = self._computed(torch.arange(offset, offset + length, device=x.device), self._call_inv_freq(offset + length))
-        elif offset + length <= self.max_len:
+        elif offset + length <= self.cos.size(0):
             c = self.cos[offset:offset + length]
             s = self.sin[offset:offset + length]
         else:
