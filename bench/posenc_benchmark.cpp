@@ -290,6 +290,16 @@ void register_rope_qk() {
       {"posenc_qk_dynamic", module_case(posenc::RopeScalingOptions(posenc::RopeType::kDynamic)
                                             .factor(2.0)
                                             .max_position_embeddings(4096))},
+      // Every row of the call computed from the frequencies (cached_len 1): the cost of
+      // positions past a module's cache (e.g. a 10M-position context) against the cached rows.
+      {"posenc_qk_uncached",
+       [=](torch::Dtype dtype) -> Call {
+         posenc::RotaryEmbedding rope(
+             posenc::RotaryEmbeddingOptions(kHeadDim, 8192).base(500000.0).cached_len(1));
+         const auto q = q_of(dtype);
+         const auto k = k_of(dtype);
+         return [rope, q, k]() mutable { benchmark::DoNotOptimize(rope->forward_qk(q, k)); };
+       }},
       {"posenc_two_calls",
        [=](torch::Dtype dtype) -> Call {
          posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(kHeadDim, 8192));
@@ -380,6 +390,68 @@ void register_rope_qk() {
             })
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
+// --- one decoding step: queries and keys of one token ------------------------------------------
+
+// q [B, 1, 32, 128], k [B, 1, 8, 128] at batch 1 and 64, one C++ call per step with every check
+// on: a cached row (position 4000 of an 8192-row cache), the same position computed from the
+// frequencies (cached_len 1), the last position of Llama 4 Scout's 10,485,760 (8192 cached rows),
+// and copy_ of q and k.
+void register_rope_decode() {
+  using Call = std::function<void()>;
+  constexpr int64_t kQHeads = 32;
+  constexpr int64_t kKHeads = 8;
+  constexpr int64_t kHeadDim = 128;
+  constexpr int64_t kContext = 10485760;
+  const auto module_case = [=](int64_t max_len, int64_t cached_len, int64_t offset) {
+    return [=](int64_t batch, torch::Dtype dtype) -> Call {
+      posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(kHeadDim, max_len)
+                                       .base(500000.0)
+                                       .cached_len(cached_len));
+      auto q = torch::randn({batch, 1, kQHeads, kHeadDim}).to(dtype);
+      auto k = torch::randn({batch, 1, kKHeads, kHeadDim}).to(dtype);
+      return [rope, q, k, offset]() mutable { rope->forward_qk_(q, k, offset); };
+    };
+  };
+  const std::vector<std::pair<std::string, std::function<Call(int64_t, torch::Dtype)>>> cases = {
+      {"posenc_qk_inplace_cached", module_case(8192, 8192, 4000)},
+      {"posenc_qk_inplace_computed", module_case(8192, 1, 4000)},
+      {"posenc_qk_inplace_10M_last", module_case(kContext, 8192, kContext - 1)},
+      {"roofline_copy",
+       [=](int64_t batch, torch::Dtype dtype) -> Call {
+         const auto q = torch::randn({batch, 1, kQHeads, kHeadDim}).to(dtype);
+         const auto k = torch::randn({batch, 1, kKHeads, kHeadDim}).to(dtype);
+         auto q_out = torch::zeros_like(q);
+         auto k_out = torch::zeros_like(k);
+         return [q, k, q_out, k_out]() mutable {
+           q_out.copy_(q);
+           k_out.copy_(k);
+         };
+       }},
+  };
+  for (const auto& c : cases) {
+    for (const int64_t batch : {int64_t{1}, int64_t{64}}) {
+      for (const auto& dtype : kDtypes) {
+        const std::string name = "rope_decode/" + c.first + "/" + std::to_string(batch) +
+                                 "x1x32q8kx128/" + dtype.second + "/threads:1";
+        const auto make = c.second;
+        const torch::Dtype type = dtype.first;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [=](benchmark::State& state) {
+                                       at::set_num_threads(1);
+                                       torch::NoGradGuard no_grad;
+                                       torch::manual_seed(0);
+                                       const Call call = make(batch, type);
+                                       for (auto _ : state) {
+                                         call();
+                                       }
+                                     })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }
@@ -479,6 +551,7 @@ int main(int argc, char** argv) {
   register_token();
   register_rope();
   register_rope_qk();
+  register_rope_decode();
   register_attention_bias();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) {

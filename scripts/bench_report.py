@@ -128,6 +128,7 @@ def main():
     lines += ["", "## Queries and keys in one call: q [8, 2048, 32, 128], k [8, 2048, 8, 128] (LLaMA-3-8B)", "",
               "| dtype | threads | HF eager `apply_rotary_pos_emb` (C++ formulation) | posenc q+k | posenc q+k in place | in place on fused qkv views | two single calls | `copy_` | speed-up vs HF | in place / copy | with THP: HF eager / posenc q+k / copy |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
+    uncached_rows = []
     for dtype in ["float32", "bfloat16"]:
         for threads in [1, 2]:
             key = f"8x2048x32q8kx128/{dtype}/threads:{threads}"
@@ -143,11 +144,19 @@ def main():
             if t["posenc_qk_inplace"] and t["roofline_copy"]:
                 targets.append((f"q+k in place {key}: within 1.3x of copy_", t["posenc_qk_inplace"] / t["roofline_copy"] <= 1.3,
                                 ratio(t["posenc_qk_inplace"], t["roofline_copy"])))
+            uncached = times.get(f"rope_qk/posenc_qk_uncached/{key}")
+            if uncached and t["posenc_qk"]:  # rows computed per call (past cached_len) vs cached rows
+                uncached_rows.append(f"| {dtype} | {threads} | {fmt(t['posenc_qk'])} | {fmt(uncached)} | "
+                                     f"{ratio(uncached, t['posenc_qk'], f'q+k every row computed (cached_len 1) / cached {key}')} |")
             for variant in ["llama3", "yarn", "longrope", "dynamic"]:
                 v = times.get(f"rope_qk/posenc_qk_{variant}/{key}")
                 if v and t["posenc_qk"]:
                     ratio(v, t["posenc_qk"], f"q+k {variant} / default {key}")
                     targets.append((f"q+k {variant} {key}: the cost of default (within 1.1x)", v / t["posenc_qk"] <= 1.1, ratio(v, t["posenc_qk"])))
+    if uncached_rows:
+        lines += ["", "Positions past a module's cached rows (`cached_len`, e.g. a 10M-position context): every row of the "
+                  "call computed from the float64 frequencies (`cached_len` 1) against the cached rows, same shapes:", "",
+                  "| dtype | threads | cached | computed | computed / cached |", "|---|---|---|---|---|"] + uncached_rows
     hf_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_rope_qk/")]
     if hf_rows:
         lines += ["", "Against transformers' own `apply_rotary_pos_emb` (Python, heads first, same process):", "",

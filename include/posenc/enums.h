@@ -84,6 +84,10 @@ enum class RopeType {
   /// int(partial_rotary_factor * R // 2) pairs turn with base^(-2i / R) / factor, the others not
   /// at all (frequency 0).
   kProportional,
+  /// NTK-aware scaling with a fixed `alpha` (Tencent Hunyuan: configs that say "dynamic" with an
+  /// `alpha`, which transformers' Hunyuan models read as this type): the base becomes
+  /// base * alpha^(R / (R - 2)) for every call, whatever its length; no attention factor.
+  kNtkAlpha,
 };
 
 /// Which positions TokenAndPositionEmbedding adds.

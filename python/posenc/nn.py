@@ -390,7 +390,8 @@ class TokenAndPositionEmbedding(_Module):
 
 
 
-def read_hf_rope_config(config: Any, *, strict: bool = False) -> Dict[str, Any]:
+def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[int] = None,
+                        layer_type: Optional[str] = None) -> Dict[str, Any]:
     """Reads the rotary embedding of a Hugging Face config with posenc's C++ reader
     (``posenc::io::read_hf_rope_config``, the one ``posenc rope --hf-config`` and ``posenc export
     --hf-config`` use: transformers' rules, model-type defaults and pairings, both config forms).
@@ -398,7 +399,10 @@ def read_hf_rope_config(config: Any, *, strict: bool = False) -> Dict[str, Any]:
     ``config``: a path to a ``config.json``, its contents as a ``dict``, or a
     ``transformers.PretrainedConfig`` (read through ``to_json_string(use_diff=False)``). Returns
     ``{"module": the keyword arguments of RotaryEmbedding, "num_attention_heads": ...,
-    "num_key_value_heads": ..., "audit": [{"key", "status", "value", "reason"}, ...]}``. Keys that
+    "num_key_value_heads": ..., "audit": [{"key", "status", "value", "reason"}, ...],
+    "layer_types": the config's, "layer_type": the one read}``. ``layer`` (0-based) or
+    ``layer_type`` choose the rope parameters of one layer where the config has one set per layer
+    type (Gemma 3/3n/4, OLMo 3, ModernBERT; Gemma 4's ``per_layer_config`` too). Keys that
     change the rotation but are not applied give a ``UserWarning`` naming them, or with ``strict``
     a ``ValueError``; malformed configs are a ``ValueError`` naming the field."""
     if isinstance(config, (str, os.PathLike)):
@@ -415,7 +419,7 @@ def read_hf_rope_config(config: Any, *, strict: bool = False) -> Dict[str, Any]:
     from . import _load_io_library
     _load_io_library()
     try:
-        read = json.loads(_ops.read_hf_rope_config(text, strict, source))
+        read = json.loads(_ops.read_hf_rope_config(text, strict, source, layer, layer_type or ""))
     except RuntimeError as error:
         raise ValueError(str(error).split("\nException raised from")[0]) from None
     for message in read.pop("warnings"):
@@ -511,13 +515,16 @@ class RotaryEmbedding(_DerivedTables):
                                           self.mrope_section, self.mrope_interleaved)
 
     @classmethod
-    def from_hf_config(cls, config: Any, *, strict: bool = False, **kwargs: Any) -> "RotaryEmbedding":
+    def from_hf_config(cls, config: Any, *, layer: Optional[int] = None, layer_type: Optional[str] = None,
+                       strict: bool = False, **kwargs: Any) -> "RotaryEmbedding":
         """The rotary embedding of a Hugging Face config (a path, a ``dict`` or a
-        ``transformers.PretrainedConfig``), read by ``read_hf_rope_config``; ``kwargs`` (e.g.
+        ``transformers.PretrainedConfig``), read by ``read_hf_rope_config`` (of ``layer`` or
+        ``layer_type`` where the config has per-layer rope parameters); ``kwargs`` (e.g.
         ``heads_first=True``, ``beyond_max_len="extrapolate"``, ``max_len``, ``cached_len``) replace
         what the config gives. Equal to ``posenc export --module rotary --hf-config`` and to the C++
         ``RotaryEmbedding(read_hf_rope_config_file(path).options)``."""
-        return cls(**{**read_hf_rope_config(config, strict=strict)["module"], **kwargs})
+        read = read_hf_rope_config(config, strict=strict, layer=layer, layer_type=layer_type)
+        return cls(**{**read["module"], **kwargs})
 
     def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None,
                      frequencies: Optional[Tensor] = None,

@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/hf_read_options.h"
 #include "cli/validators.h"
 
 #include "cli/output.h"
@@ -37,6 +38,7 @@ struct ExportArgs {
   std::string spacing = "paper";
   std::string pairing; // "": half_split, or with --hf-config the pairing the config implies
   std::string hf_config;
+  std::shared_ptr<io::HfConfigReadOptions> read = std::make_shared<io::HfConfigReadOptions>();
   std::string format = "torchscript";
   std::string output;
 };
@@ -73,7 +75,7 @@ void run_export(const ExportArgs& args) {
     // Everything but the layout and the policy past max_len comes from the config (the pairing
     // too, unless --pairing is given);
     // --max-len, if given, replaces max_position_embeddings as the caches' length.
-    RotaryEmbeddingOptions options = io::read_hf_rope_config_file(args.hf_config).options;
+    RotaryEmbeddingOptions options = io::read_hf_rope_config_file(args.hf_config, *args.read).options;
     if (args.max_len > 0) {
       options.max_len(args.max_len);
     }
@@ -137,6 +139,7 @@ void add_export_command(CLI::App& app) {
                   "A Hugging Face config.json: head width, rope_theta, partial rotary and "
                   "rope_scaling / rope_parameters from it (rotary)")
       ->check(CLI::ExistingFile);
+  add_hf_layer_options(cmd, args->read);
   cmd->add_option("--d-model", args->d_model, "Encoding width (sinusoidal)")->check(at_least(1));
   cmd->add_option("--head-dim", args->head_dim, "Head width (rotary)")->check(at_least(1));
   cmd->add_option_function<int64_t>(
@@ -174,6 +177,11 @@ void add_export_command(CLI::App& app) {
     const bool from_config = !args->hf_config.empty();
     if (from_config && args->module != "rotary") {
       throw CLI::ValidationError("--hf-config", "applies to --module rotary only");
+    }
+    for (const char* name : {"--layer", "--layer-type"}) {
+      if (!from_config && cmd->count(name) > 0) {
+        throw CLI::ValidationError(name, "applies to --hf-config only");
+      }
     }
     if (!from_config && args->max_len == 0) {
       throw CLI::RequiredError("--max-len");

@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/hf_read_options.h"
 #include "cli/validators.h"
 
 #include <posenc/functional/rotary_embedding.h>
@@ -25,6 +26,7 @@ struct RopeArgs {
   std::string format = "text";
   bool audit = false;
   bool strict = false;
+  std::shared_ptr<io::HfConfigReadOptions> read = std::make_shared<io::HfConfigReadOptions>();
 };
 
 // A double as the shortest text that reads back as the same value (11158840, not 1.11588e+07).
@@ -66,7 +68,7 @@ void print_audit(const RopeArgs& args, const io::HfRopeConfig& config) {
 
 void run_rope(const RopeArgs& args) {
   namespace F = posenc::functional;
-  io::HfConfigReadOptions read;
+  io::HfConfigReadOptions read = *args.read;
   read.strict = args.strict;
   const io::HfRopeConfig config = io::read_hf_rope_config_file(args.hf_config, read);
   if (args.audit) {
@@ -139,6 +141,7 @@ void add_rope_command(CLI::App& app) {
   cmd->add_flag("--strict", args->strict,
                 "Refuse a config whose keys change the rotation in ways posenc does not apply "
                 "(unknown rope parameters, a model's own rules), instead of warning");
+  add_hf_layer_options(cmd, args->read);
   cmd->callback([args] { run_rope(*args); });
 }
 

@@ -160,6 +160,14 @@ RopeFrequencies proportional_type(const RopeSpec& spec, c10::optional<int64_t>) 
   return result;
 }
 
+// Hunyuan's NTK-alpha: the default frequencies of base * alpha^(R / (R - 2)), for every length
+// (transformers' compute_ntk_alpha_rope_parameters).
+RopeFrequencies ntk_alpha_type(const RopeSpec& spec, c10::optional<int64_t>) {
+  const double dim = static_cast<double>(spec.rotary_dim);
+  return {default_frequencies(spec.base * std::pow(*spec.scaling.alpha(), dim / (dim - 2.0)),
+                              spec.rotary_dim)};
+}
+
 // --- the checks of each type ------------------------------------------------------------------
 
 void check_dynamic(const char* who, const RopeSpec& spec) {
@@ -216,6 +224,19 @@ void check_proportional(const char* who, const RopeSpec& spec) {
               ": proportional RoPE turns int(partial_rotary_factor * R // 2) of the R / 2 pairs, "
               "so partial_rotary_factor must lie in [0, 1], but got ",
               partial);
+}
+
+void check_ntk_alpha(const char* who, const RopeSpec& spec) {
+  const c10::optional<double> alpha = spec.scaling.alpha();
+  TORCH_CHECK(alpha.has_value(), who,
+              ": rope type 'ntk_alpha' needs alpha; set RopeScalingOptions::alpha (HF: "
+              "rope_parameters.alpha, e.g. 1000 for Hunyuan-A13B)");
+  TORCH_CHECK(positive_number(*alpha), who, ": ntk_alpha's alpha must be a finite number > 0, but got ",
+              *alpha);
+  TORCH_CHECK(spec.rotary_dim >= 4, who,
+              ": ntk_alpha raises alpha to the power R / (R - 2), so it needs a rotated width R >= "
+              "4, but got ",
+              spec.rotary_dim);
 }
 
 // --- the parameters (one reader for the operator and the config reader) ----------------------
@@ -288,6 +309,8 @@ const std::vector<Parameter>& parameters() {
       {"partial_rotary_factor", Kind::kNumber,
        [](RopeScalingOptions& s, const json& v) { s.partial_rotary_factor(v.get<double>()); },
        [](const RopeScalingOptions& s) { return json(s.partial_rotary_factor()); }},
+      {"alpha", Kind::kNumber, [](RopeScalingOptions& s, const json& v) { s.alpha(v.get<double>()); },
+       [](const RopeScalingOptions& s) { return optional_json(s.alpha()); }},
   };
   return table;
 }
@@ -342,7 +365,7 @@ void check_kind(const json& value, Kind kind, const std::string& context, const 
 
 const std::vector<RopeTypeEntry>& rope_type_table() {
   static const std::vector<RopeTypeEntry> table = [] {
-    std::vector<RopeTypeEntry> entries(7);
+    std::vector<RopeTypeEntry> entries(8);
     entries[0].type = RopeType::kDefault;
     entries[0].name = "default";
     entries[0].frequencies = default_type;
@@ -399,6 +422,14 @@ const std::vector<RopeTypeEntry>& rope_type_table() {
     entries[6].rotates_whole_head = true;
     entries[6].check = check_proportional;
     entries[6].frequencies = proportional_type;
+
+    entries[7].type = RopeType::kNtkAlpha;
+    entries[7].name = "ntk_alpha";
+    entries[7].parameters = {"alpha"};
+    entries[7].required = {"alpha"};
+    entries[7].required_hint = " (Hunyuan-A13B: alpha 1000)";
+    entries[7].check = check_ntk_alpha;
+    entries[7].frequencies = ntk_alpha_type;
     return entries;
   }();
   return table;
@@ -470,6 +501,9 @@ std::string describe_rope_scaling(const RopeSpec& spec, double variant_attention
   }
   if (entry.rotates_whole_head) {
     stream << ", partial_rotary_factor=" << scaling.partial_rotary_factor();
+  }
+  if (entry.type == RopeType::kNtkAlpha) {
+    stream << ", alpha=" << *scaling.alpha();
   }
   if (entry.has_attention_factor) {
     stream << ", attention_factor=" << variant_attention_factor;

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -134,6 +135,14 @@ bool pairs_interleaved_reported(const std::string& model_type) {
   static const std::vector<const char*> types = {
       "deepseek_v2", "deepseek_v4", "ernie4_5_vl_moe", "glm_ocr",
       "llama4",      "llama4_text", "moonshine",       "moonshine_streaming"};
+  return contains(types, model_type);
+}
+
+// Model types whose rotary class in transformers 5.23.0 reads rope type "dynamic" with a
+// truthy `alpha` as NTK-alpha (compute_ntk_alpha_rope_parameters).
+bool reads_dynamic_as_ntk_alpha(const std::string& model_type) {
+  static const std::vector<const char*> types = {"hunyuan_v1_dense", "hunyuan_v1_moe",
+                                                 "hunyuan_vl"};
   return contains(types, model_type);
 }
 
@@ -396,9 +405,33 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // Vision-language models (Qwen2-VL, LLaVA, ...) keep the language model's fields in text_config.
   const bool nested = field(document, "num_attention_heads").is_null() &&
                       field(document, "text_config").is_object();
-  const json& config = nested ? field(document, "text_config") : document;
+  const json& base_config = nested ? field(document, "text_config") : document;
   const char* top = nested ? "text_config." : "";
   const std::string prefix = top;
+  // per_layer_config (Gemma 4: {"5": {"head_dim": 512}}): a layer's own values of the config's
+  // fields, which replace them for that layer (transformers' per-layer config).
+  const json& per_layer_config = field(base_config, "per_layer_config");
+  TORCH_CHECK(per_layer_config.is_null() || per_layer_config.is_object(), source, ": ", top,
+              "per_layer_config must be an object (layer index -> fields), but is a ",
+              type_name(per_layer_config));
+  const bool has_overrides = per_layer_config.is_object() && !per_layer_config.empty();
+  TORCH_CHECK(!has_overrides || read.layer || read.layer_type.empty(), source, ": ", top,
+              "per_layer_config gives some layers fields of their own, so a layer type does not "
+              "say which; choose the layer by its index (layer)");
+  json layer_config;
+  const json* layer_override = nullptr;
+  if (has_overrides && read.layer) {
+    const auto found = per_layer_config.find(std::to_string(*read.layer));
+    if (found != per_layer_config.end()) {
+      TORCH_CHECK(found->is_object(), source, ": ", top, "per_layer_config.", *read.layer,
+                  " must be an object of fields, but is a ", type_name(*found));
+      layer_config = base_config;
+      layer_config.erase("per_layer_config");
+      layer_config.update(*found);
+      layer_override = &*found;
+    }
+  }
+  const json& config = layer_override != nullptr ? layer_config : base_config;
   if (nested) {
     audit.add("text_config", Status::kUsed, "{...}",
               "the language model's fields (the top level has no num_attention_heads)");
@@ -426,16 +459,93 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   TORCH_CHECK(rope.is_null() || rope.is_object(), source, ": ", top,
               v5 ? "rope_parameters" : "rope_scaling", " must be an object, but is a ",
               type_name(rope));
-  const json& parameters = rope.is_null() ? empty_object : rope;
-  const std::string where_string = std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.");
+  const json& all_parameters = rope.is_null() ? empty_object : rope;
+  // Per-layer-type rope parameters (transformers 5: {"full_attention": {...},
+  // "sliding_attention": {...}}; Gemma 3/3n/4, OLMo 3, ModernBERT): the set of the layer type
+  // asked for, by layer (its entry of `layer_types`) or by name; never a silent pick.
+  const bool per_layer = v5 && !all_parameters.empty() &&
+                         std::all_of(all_parameters.begin(), all_parameters.end(),
+                                     [](const json& value) { return value.is_object(); });
+  HfRopeConfig result;
+  const json& layer_types = field(config, "layer_types");
+  if (layer_types.is_array()) {
+    for (const json& type : layer_types) {
+      TORCH_CHECK(type.is_string(), source, ": ", top,
+                  "layer_types must be a list of strings, but holds a ", type_name(type));
+      result.layer_types.push_back(type.get<std::string>());
+    }
+  }
+  std::string layer_type = read.layer_type;
+  if (read.layer) {
+    const int64_t layers = static_cast<int64_t>(result.layer_types.size());
+    TORCH_CHECK(layers > 0 || !per_layer, source, ": ", top,
+                "layer_types is needed to find the type of layer ", *read.layer,
+                ", but the config has none; choose the layer type by name instead");
+    TORCH_CHECK(layers == 0 || (*read.layer >= 0 && *read.layer < layers), source,
+                ": layer ", *read.layer, " is not a layer of this model (", top, "layer_types has ",
+                layers, " layers: 0 .. ", layers - 1, ")");
+    const std::string of_layer =
+        layers > 0 ? result.layer_types[static_cast<size_t>(*read.layer)] : std::string();
+    TORCH_CHECK(layer_type.empty() || of_layer.empty() || layer_type == of_layer, source,
+                ": layer ", *read.layer, " is a ", of_layer, " layer, but layer type ", layer_type,
+                " was asked for; give one of the two");
+    if (layer_type.empty()) {
+      layer_type = of_layer;
+    }
+  }
+  if (per_layer) {
+    std::string types;
+    for (const auto& item : all_parameters.items()) {
+      types += (types.empty() ? "" : ", ") + item.key();
+    }
+    TORCH_CHECK(!layer_type.empty(), source, ": ", top,
+                "rope_parameters holds one set per layer type (", types,
+                "); choose a layer (C++: HfConfigReadOptions::layer; posenc rope/export --layer N; "
+                "Python: layer=N) or a layer type (layer_type)");
+    TORCH_CHECK(all_parameters.contains(layer_type), source, ": ", top,
+                "rope_parameters has no set for layer type '", layer_type, "' (it has ", types,
+                ")");
+  }
+  result.layer_type = layer_type;
+  const json& parameters = per_layer ? all_parameters[layer_type] : all_parameters;
+  const std::string where_string = std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.") +
+                                   (per_layer ? layer_type + "." : std::string());
   const char* where = where_string.c_str();
-  const std::string read_form = prefix + (v5 ? "rope_parameters" : "rope_scaling");
+  const std::string read_form = prefix + (v5 ? "rope_parameters" : "rope_scaling") +
+                                (per_layer ? "." + layer_type : std::string());
   if (rope.is_null()) {
     audit.add(prefix + "rope_parameters", Status::kDefault, R"({"rope_type": "default"})",
               "neither rope_parameters nor rope_scaling is given: the default rope");
   } else {
     audit.add(read_form, Status::kUsed, "{...}",
-              v5 ? "transformers 5's rope parameters" : "transformers 4's rope scaling");
+              per_layer ? "the rope parameters of this layer type"
+              : v5      ? "transformers 5's rope parameters"
+                        : "transformers 4's rope scaling");
+  }
+  if (per_layer) {
+    for (const auto& item : all_parameters.items()) {
+      if (item.key() != layer_type) {
+        audit.add(prefix + "rope_parameters." + item.key(), Status::kIgnored, "{...}",
+                  "the rope parameters of another layer type (read: " + layer_type + ")");
+      }
+    }
+  }
+  if (has_overrides && !read.layer) {
+    // (the layers it names may rotate otherwise: a rule not applied)
+    audit.add_rule(prefix + "per_layer_config", "{...}",
+                   "some layers have fields of their own (e.g. head_dim); read a layer's rotary "
+                   "embedding with layer = its index");
+  } else if (has_overrides) {
+    audit.add(prefix + "per_layer_config", layer_override != nullptr ? Status::kUsed : Status::kIgnored,
+              layer_override != nullptr ? layer_override->dump() : "{...}",
+              layer_override != nullptr ? "layer " + std::to_string(*read.layer) + "'s own fields"
+                                        : "no fields of layer " + std::to_string(*read.layer));
+  }
+  if (!result.layer_types.empty()) {
+    audit.add(prefix + "layer_types", read.layer ? Status::kUsed : Status::kIgnored,
+              "[" + std::to_string(result.layer_types.size()) + " layers]",
+              read.layer ? "layer " + std::to_string(*read.layer) + " is a " + layer_type + " layer"
+                         : std::string("no layer was asked for"));
   }
   if (!v5 && !field(config, "rope_parameters").is_null()) {
     audit.add(prefix + "rope_parameters", Status::kIgnored, shown(field(config, "rope_parameters")),
@@ -444,11 +554,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   }
   for (const auto& item : parameters.items()) {
     TORCH_CHECK(!item.value().is_object(), source, ": ", where, item.key(),
-                " is an object: per-layer rope parameters (one set per layer type) are not "
-                "supported; pass the config of one layer type");
+                " is an object, but a rope parameter must be a number, a flag or a list of numbers "
+                "(one set per layer type is rope_parameters: {\"<layer type>\": {...}}, in "
+                "transformers 5's form)");
   }
 
-  HfRopeConfig result;
   const c10::optional<int64_t> heads = integer(source, config, "num_attention_heads", top);
   const c10::optional<int64_t> head_dim_field = integer(source, config, "head_dim", top);
   const c10::optional<int64_t> hidden = integer(source, config, "hidden_size", top);
@@ -507,8 +617,17 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
             "max_len, the positions the caches hold");
 
   // The rope type and its parameters (detail/rope_types.cpp: the one reader of rope parameters).
-  const detail::RopeBlock block =
+  detail::RopeBlock block =
       detail::read_rope_block(parameters, source, where, detail::RopeBlockKind::kConfig);
+  // Hunyuan's checkpoints say "dynamic" with a fixed alpha, which their model code reads as
+  // NTK-alpha (base * alpha^(R / (R - 2)) at every length) instead of transformers' dynamic.
+  const json& alpha = field(parameters, "alpha");
+  const bool ntk_alpha_rule = reads_dynamic_as_ntk_alpha(model_type) &&
+                              block.scaling.type() == RopeType::kDynamic && alpha.is_number() &&
+                              alpha.get<double>() != 0.0;
+  if (ntk_alpha_rule) {
+    block.scaling.type(RopeType::kNtkAlpha);
+  }
   const detail::RopeTypeEntry& entry = detail::rope_type_entry(block.scaling.type());
   const std::string type_reason = std::string("rope type '") + entry.name + "' does not read it";
   RopeScalingOptions scaling = block.scaling;
@@ -665,6 +784,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     if (interleaved_pairs) {
       audit.add(name, Status::kUsed, shown(model_type_field),
                 "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing");
+    } else if (ntk_alpha_rule) {
+      audit.add(name, Status::kUsed, shown(model_type_field),
+                "the model's code reads rope type 'dynamic' with an alpha as 'ntk_alpha' (a fixed "
+                "base * alpha^(R / (R - 2)))");
     } else if (pairs_interleaved_reported(model_type)) {
       audit.add_rule(name, shown(model_type_field),
                      "the model's code turns channels (2i, 2i + 1) together, with rules of its "

@@ -42,9 +42,12 @@ class CollectWarnings : public c10::WarningHandler {
 // The options as the keyword arguments of posenc.nn.RotaryEmbedding (its names and values), the
 // head counts, and the audit.
 std::string read_hf_rope_config_op(const std::string& config, bool strict,
-                                   const std::string& source) {
+                                   const std::string& source, c10::optional<int64_t> layer,
+                                   const std::string& layer_type) {
   HfConfigReadOptions read;
   read.strict = strict;
+  read.layer = layer;
+  read.layer_type = layer_type;
   CollectWarnings warnings;
   const HfRopeConfig result = [&] {
 #if TORCH_VERSION_MAJOR >= 2
@@ -87,20 +90,25 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
               {"num_attention_heads", result.num_attention_heads},
               {"num_key_value_heads", result.num_key_value_heads},
               {"audit", std::move(audit)},
+              {"layer_types", result.layer_types},
+              {"layer_type", result.layer_type},
               {"warnings", warnings.messages}}
       .dump();
 }
 
 } // namespace
 
-// read_hf_rope_config(config, strict, source) -> JSON text: {"module": the keyword arguments of
-// posenc.nn.RotaryEmbedding, "num_attention_heads", "num_key_value_heads", "audit": [{"key",
-// "status", "value", "reason"}, ...], "warnings": the reader's warnings, not printed}. `config` is a config.json's text; `strict` refuses keys that
+// read_hf_rope_config(config, strict, source, layer, layer_type) -> JSON text: {"module": the
+// keyword arguments of posenc.nn.RotaryEmbedding, "num_attention_heads", "num_key_value_heads",
+// "audit": [{"key", "status", "value", "reason"}, ...], "layer_types", "layer_type", "warnings":
+// the reader's warnings, not printed}. `layer` / `layer_type`: HfConfigReadOptions'. `config` is a config.json's text; `strict` refuses keys that
 // change the rotation and are not applied (else a warning); `source` names the config in
 // messages. Errors and warnings are read_hf_rope_config's.
 TORCH_LIBRARY_FRAGMENT(posenc, m) {
-  m.def("read_hf_rope_config(str config, bool strict=False, str source=\"config.json\") -> str",
-        &read_hf_rope_config_op);
+  m.def(
+      "read_hf_rope_config(str config, bool strict=False, str source=\"config.json\", "
+      "int? layer=None, str layer_type=\"\") -> str",
+      &read_hf_rope_config_op);
 }
 
 } // namespace io

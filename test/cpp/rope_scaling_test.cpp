@@ -295,6 +295,36 @@ TEST(RopeScaling, ProportionalTurnsAShareOfThePairs) {
                       "partial_rotary_factor must lie in [0, 1], but got 1.5");
 }
 
+// Hunyuan's NTK-alpha: the plain frequencies of base * alpha^(R / (R - 2)), at every call length
+// (no switch, no attention factor); and the config reader's Hunyuan rule.
+TEST(RopeScaling, NtkAlphaStretchesTheBaseAtEveryLength) {
+  RotaryEmbedding rope(options_with(RopeScalingOptions(RopeType::kNtkAlpha).alpha(1000.0), 64, 16));
+  const std::vector<LD> expected = plain(10000.0L * std::pow(1000.0L, 16.0L / 14.0L), 16);
+  expect_frequencies(rope->inv_freq(), expected);
+  expect_frequencies(rope->inv_freq(1000000), expected);
+  EXPECT_DOUBLE_EQ(rope->attention_factor(), 1.0);
+  EXPECT_EQ(printed(*rope),
+            "posenc::RotaryEmbedding(head_dim=16, max_len=64, rotary_dim=16, base=10000, "
+            "pairing=half_split, heads_first=false, rope_type=ntk_alpha, alpha=1000)");
+  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(RopeScalingOptions(RopeType::kNtkAlpha))),
+                      "RotaryEmbedding: rope type 'ntk_alpha' needs alpha");
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(options_with(RopeScalingOptions(RopeType::kNtkAlpha).alpha(-2.0))),
+      "RotaryEmbedding: ntk_alpha's alpha must be a finite number > 0, but got -2");
+  const std::string hunyuan =
+      R"({"model_type": "hunyuan_v1_dense", "hidden_size": 64, "num_attention_heads": 4,
+          "head_dim": 16, "max_position_embeddings": 64,
+          "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0, "beta_fast": 32},
+          "rope_theta": 10000.0})";
+  const auto read = posenc::io::read_hf_rope_config(hunyuan);
+  EXPECT_EQ(read.options.scaling().type(), RopeType::kNtkAlpha);
+  EXPECT_TRUE(torch::equal(RotaryEmbedding(read.options)->inv_freq(), rope->inv_freq()));
+  // Other model types keep transformers' dynamic NTK, which does not read alpha.
+  std::string llama = hunyuan;
+  llama.replace(llama.find("hunyuan_v1_dense"), 16, "llama");
+  EXPECT_EQ(posenc::io::read_hf_rope_config(llama).options.scaling().type(), RopeType::kDynamic);
+}
+
 TEST(RopeScaling, BadParametersAreClearErrors) {
   using O = RopeScalingOptions;
   EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(O(RopeType::kLinear))),
@@ -540,7 +570,9 @@ TEST(HfConfig, MalformedConfigsAreClearErrors) {
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
       "rope_parameters": {"full_attention": {"rope_type": "default"}}})"),
-                      "per-layer rope parameters");
+                      "config.json: rope_parameters holds one set per layer type (full_attention); "
+                      "choose a layer (C++: HfConfigReadOptions::layer; posenc rope/export "
+                      "--layer N; Python: layer=N) or a layer type (layer_type)");
   EXPECT_POSENC_ERROR(read_hf_rope_config("{" + heads +
                                           R"("max_position_embeddings": 8,
       "partial_rotary_factor": 0.33})"),
@@ -660,6 +692,67 @@ TEST(ContextParallel, ShardsCoverTheSequenceAndRotateLikeIt) {
 }
 
 } // namespace
+
+// transformers 5's per-layer-type rope parameters (Gemma 3, OLMo 3, ModernBERT) and Gemma 4's
+// per_layer_config: read for the layer (or layer type) asked for, never picked silently.
+TEST(HfConfig, PerLayerRopeParameters) {
+  using posenc::io::HfConfigReadOptions;
+  using posenc::io::read_hf_rope_config;
+  const std::string config = R"({"model_type": "gemma3_text", "hidden_size": 64,
+      "num_attention_heads": 4, "head_dim": 16, "max_position_embeddings": 32,
+      "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+      "per_layer_config": {"2": {"head_dim": 32}},
+      "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                          "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                             "rope_theta": 1000000.0}}})";
+  HfConfigReadOptions read;
+  read.layer = 0;
+  const auto sliding = read_hf_rope_config(config, "config.json", read);
+  EXPECT_EQ(sliding.layer_type, "sliding_attention");
+  EXPECT_EQ(sliding.layer_types.size(), 3u);
+  EXPECT_EQ(sliding.options.base(), 10000.0);
+  EXPECT_EQ(sliding.options.head_dim(), 16);
+  EXPECT_EQ(sliding.options.scaling().type(), RopeType::kDefault);
+  read.layer = 2;
+  const auto full = read_hf_rope_config(config, "config.json", read);
+  EXPECT_EQ(full.layer_type, "full_attention");
+  EXPECT_EQ(full.options.base(), 1000000.0);
+  EXPECT_EQ(full.options.head_dim(), 32); // per_layer_config
+  EXPECT_EQ(full.options.scaling().type(), RopeType::kLinear);
+  const auto status_of = [](const posenc::io::HfRopeConfig& read_config, const std::string& key) {
+    for (const auto& entry : read_config.audit) {
+      if (entry.key == key) {
+        return std::string(posenc::io::to_string(entry.status));
+      }
+    }
+    return std::string("absent");
+  };
+  EXPECT_EQ(status_of(full, "rope_parameters.full_attention"), "used");
+  EXPECT_EQ(status_of(full, "rope_parameters.sliding_attention"), "ignored");
+  EXPECT_EQ(status_of(full, "per_layer_config"), "used");
+  EXPECT_EQ(status_of(full, "rope_parameters.full_attention.factor"), "used");
+  read.layer = 3;
+  EXPECT_POSENC_ERROR(read_hf_rope_config(config, "config.json", read),
+                      "config.json: layer 3 is not a layer of this model (layer_types has 3 "
+                      "layers: 0 .. 2)");
+  read.layer = 0;
+  read.layer_type = "full_attention";
+  EXPECT_POSENC_ERROR(read_hf_rope_config(config, "config.json", read),
+                      "config.json: layer 0 is a sliding_attention layer, but layer type "
+                      "full_attention was asked for; give one of the two");
+  read.layer.reset();
+  EXPECT_POSENC_ERROR(read_hf_rope_config(config, "config.json", read),
+                      "per_layer_config gives some layers fields of their own, so a layer type "
+                      "does not say which; choose the layer by its index (layer)");
+  // Without per_layer_config, a layer type is enough; an unknown one is named.
+  std::string plain = config;
+  plain.erase(plain.find(R"("per_layer_config")"), std::string(R"("per_layer_config": {"2": {"head_dim": 32}},)").size());
+  EXPECT_EQ(read_hf_rope_config(plain, "config.json", read).options.base(), 1000000.0);
+  read.layer_type = "chunked_attention";
+  EXPECT_POSENC_ERROR(read_hf_rope_config(plain, "config.json", read),
+                      "rope_parameters has no set for layer type 'chunked_attention' (it has "
+                      "full_attention, sliding_attention)");
+}
 
 TEST(HfConfig, MultimodalRope) {
   // Qwen2-VL (transformers 4 form: type "mrope") and Qwen3-VL (text_config, interleaved).

@@ -40,7 +40,7 @@ INSTALLED_SUITES = ["test_ops.py", "test_rotary.py", "test_attention_bias.py", "
 def wheel(tmp_path_factory):
     pytest.importorskip("scikit_build_core", reason="the wheel needs scikit-build-core in this Python (scripts/setup.sh pip)")
     root = tmp_path_factory.mktemp("wheel")
-    env = {k: v for k, v in os.environ.items() if k != "POSENC_LIBRARY"}
+    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "POSENC_IO_LIBRARY")}
     env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
@@ -55,14 +55,14 @@ def wheel(tmp_path_factory):
 
 def test_pip_install_gives_import_posenc(wheel, tmp_path):
     target = tmp_path / "site"
-    env = {k: v for k, v in os.environ.items() if k != "POSENC_LIBRARY"}
+    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "POSENC_IO_LIBRARY")}
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
          "--target", str(target), str(wheel["path"])],
         capture_output=True, text=True, env=env)
     assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
     library = target / "posenc" / "lib" / "libposenc.so"
-    assert library.is_file()
+    assert library.is_file() and (target / "posenc" / "lib" / "libposenc_io.so").is_file()
     # The CPU route: no CUDA compiler ran, and the library needs no CUDA library.
     assert not list(wheel["build"].rglob("*.cu.o"))
     needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
@@ -77,6 +77,9 @@ assert os.path.dirname(posenc.library_path) == os.path.join(os.path.dirname(pose
 pe = posenc.nn.PositionalEncoding(16, 32)
 x = torch.randn(2, 5, 16)
 assert torch.equal(pe(x), x + torch.ops.posenc.sinusoidal_table(32, 16)[:5])
+rope = posenc.nn.RotaryEmbedding.from_hf_config({"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 32})
+assert os.path.dirname(posenc.io_library_path) == os.path.dirname(posenc.library_path), posenc.io_library_path
+assert rope.head_dim == 16 and rope.max_len == 32
 print("ok", posenc.__version__)
 """
     env["PYTHONPATH"] = str(target)

@@ -473,3 +473,116 @@ def test_every_model_types_default_base_and_share_are_transformers(posenc_cli, t
     with ThreadPoolExecutor(4) as pool:
         mismatches = [result for result in pool.map(read, cases) if result is not None]
     assert not mismatches, mismatches
+
+
+HUNYUAN_ROPE = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 10000.0, "beta_fast": 32, "beta_slow": 1,
+                "mscale": 1.0, "mscale_all_dim": 1.0}  # Hunyuan-A13B's block, as its config.json holds it
+
+
+@pytest.mark.parametrize("model_type, rotary_name", [("hunyuan_v1_dense", "HunYuanDenseV1RotaryEmbedding"),
+                                                     ("hunyuan_v1_moe", "HunYuanMoEV1RotaryEmbedding")])
+def test_hunyuan_reads_dynamic_with_alpha_as_ntk_alpha(posenc_package, posenc_cli, tmp_path, model_type, rotary_name):
+    """Hunyuan's checkpoints say "dynamic" with a fixed alpha; their rotary class reads it as
+    NTK-alpha (base * alpha^(R / (R - 2)) at every length). posenc reads it the same way from the
+    model type (rope type ntk_alpha), through the CLI export and Python, against the model's own
+    rotary class and apply_rotary_pos_emb at positions near and past max_position_embeddings."""
+    import importlib
+    modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    rotary_class = getattr(modeling, rotary_name)
+    config = {"model_type": model_type, "hidden_size": HEAD_DIM * HEADS, "num_attention_heads": HEADS, "num_key_value_heads": 2,
+              "head_dim": HEAD_DIM, "max_position_embeddings": MAX_POS, "rope_parameters": HUNYUAN_ROPE}
+    hf = transformers.AutoConfig.for_model(**json.loads(json.dumps(config)))
+    theirs = rotary_class(hf)
+    assert theirs.rope_type == "ntk_alpha"
+    with float64_everywhere():
+        inv_freq64, factor = rotary_class.compute_ntk_alpha_rope_parameters(hf)
+    exported = export(posenc_cli, tmp_path, config, "--max-len", str(2 * MAX_POS))
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(hf, heads_first=True, max_len=2 * MAX_POS)
+    assert module.rope_type == "ntk_alpha" and module.switch_length is None
+    torch.testing.assert_close(exported.inv_freq, inv_freq64, rtol=1e-14, atol=0)
+    torch.testing.assert_close(module.inv_freq, inv_freq64, rtol=1e-14, atol=0)
+    assert exported.switch_len == -1 and factor == 1.0  # fixed frequencies: no switch by length
+    torch.manual_seed(0)
+    length = 16
+    q = torch.randn(2, HEADS, length, HEAD_DIM)
+    k = torch.randn(2, 2, length, HEAD_DIM)
+    for offset in (MAX_POS - length, 2 * MAX_POS - length):  # near the context, and past it
+        positions = torch.arange(offset, offset + length)
+        cos, sin = theirs(q, positions[None])
+        hf_qk = modeling.apply_rotary_pos_emb(q, k, cos, sin)
+        reference = rotate_reference(q, k, positions, inv_freq64, factor)
+        assert_not_worse_than_transformers((exported(q, offset), exported(k, offset)), hf_qk, reference)
+        assert_not_worse_than_transformers(module.forward_qk(q, k, offset), hf_qk, reference)
+    # The audit says why; another model type keeps transformers' dynamic (alpha not read).
+    read = posenc_package.nn.read_hf_rope_config(config)
+    assert {e["key"]: e["status"] for e in read["audit"]}["rope_parameters.alpha"] == "used"
+    assert "ntk_alpha" in {e["key"]: e["reason"] for e in read["audit"]}["model_type"]
+    llama = posenc_package.nn.read_hf_rope_config({**config, "model_type": "llama"})
+    assert llama["module"]["rope_scaling"]["rope_type"] == "dynamic"
+    assert {e["key"]: e["status"] for e in llama["audit"]}["rope_parameters.alpha"] == "ignored"
+
+
+# Model types whose config.json holds one set of rope parameters per layer type (transformers 5),
+# each with a small config of the type; the rotary class takes the layer type in its forward.
+PER_LAYER_TYPES = {
+    "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding", {}),
+    "gemma3n_text": ("gemma3n", "Gemma3nRotaryEmbedding", {}),
+    "olmo3": ("olmo3", "Olmo3RotaryEmbedding", {}),
+    "modernbert": ("modernbert", "ModernBertRotaryEmbedding", {}),
+    # Gemma 4: proportional RoPE on full layers, whose head_dim comes from per_layer_config
+    "gemma4_text": ("gemma4", "Gemma4TextRotaryEmbedding", {}),
+}
+
+
+@pytest.mark.parametrize("model_type", list(PER_LAYER_TYPES))
+def test_per_layer_rope_parameters_follow_each_layer(posenc_package, posenc_cli, tmp_path, model_type):
+    """Per-layer-type rope_parameters: the rotary embedding of each layer (posenc export/rope
+    --layer N, Python from_hf_config(layer=N)) against the model's own rotary class for that
+    layer's type and apply_rotary_pos_emb, at positions near the end of the context."""
+    import importlib
+    import inspect
+    package, rotary_name, extra = PER_LAYER_TYPES[model_type]
+    modeling = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
+    hf = transformers.AutoConfig.for_model(model_type, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                                           head_dim=32, num_hidden_layers=6, max_position_embeddings=512,
+                                           intermediate_size=64, **extra)
+    path = tmp_path / "config.json"
+    hf.to_json_file(str(path))
+    rotary = getattr(modeling, rotary_name)(hf)
+    layer_types = hf.layer_types
+    assert len(set(layer_types)) == 2, layer_types
+    # Without a layer: refused, naming the layer types.
+    result = subprocess.run([posenc_cli, "rope", "--hf-config", str(path)], capture_output=True, text=True)
+    assert result.returncode != 0 and "one set per layer type" in result.stderr, result.stderr
+    for layer in (layer_types.index("sliding_attention"), layer_types.index("full_attention")):
+        layer_type = layer_types[layer]
+        saved = json.loads(path.read_text())
+        per_layer = saved.get("per_layer_config") or {}
+        head_dim = per_layer.get(str(layer), {}).get("head_dim", saved["head_dim"])
+        exported = export(posenc_cli, tmp_path, saved, "--layer", str(layer))
+        module = posenc_package.nn.RotaryEmbedding.from_hf_config(hf, layer=layer, heads_first=True)
+        assert module.head_dim == head_dim
+        torch.manual_seed(layer)
+        length = 8
+        q = torch.randn(1, 4, length, head_dim)
+        k = torch.randn(1, 2, length, head_dim)
+        offset = 512 - length
+        positions = torch.arange(offset, offset + length)
+        cos, sin = rotary(q, positions[None], layer_type)
+        apply = modeling.apply_rotary_pos_emb
+        if list(inspect.signature(apply).parameters)[:3] == ["x", "cos", "sin"]:  # Gemma 3n / 4: one tensor at a time
+            hf_qk = apply(q, cos, sin), apply(k, cos, sin)
+        else:
+            hf_qk = apply(q, k, cos, sin)
+        rope_config = hf.per_layer_config[layer_type] if per_layer else hf  # (Gemma 4: the layer type's view)
+        with float64_everywhere():
+            inv_freq64, factor = (type(rotary).compute_default_rope_parameters(rope_config, "cpu", layer_type=layer_type)
+                                  if rotary.rope_type[layer_type] == "default" else
+                                  ROPE_INIT_FUNCTIONS[rotary.rope_type[layer_type]](rope_config, "cpu", layer_type=layer_type))
+        reference = rotate_reference(q, k, positions, inv_freq64, factor)
+        assert_not_worse_than_transformers((exported(q, offset), exported(k, offset)), hf_qk, reference)
+        assert_not_worse_than_transformers(module.forward_qk(q, k, offset), hf_qk, reference)
+        read = posenc_package.nn.read_hf_rope_config(hf, layer=layer)
+        assert read["layer_type"] == layer_type and read["layer_types"] == layer_types
+        by_type = posenc_package.nn.read_hf_rope_config(hf, layer_type=layer_type) if not per_layer else read
+        assert by_type["module"] == read["module"]

@@ -8,6 +8,8 @@
 
 #include <posenc/options/rotary_embedding.h>
 
+#include <c10/util/Optional.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +52,13 @@ struct HfConfigReadOptions {
   /// model's own rules such as `rope_local_base_freq` or `qk_rope_head_dim`) are a c10::Error
   /// instead of a warning (TORCH_WARN).
   bool strict = false;
+  /// The layer whose rotary embedding is read (0-based; its type from the config's
+  /// `layer_types`): needed where `rope_parameters` holds one set per layer type (Gemma 3/3n/4,
+  /// OLMo 3, ModernBERT). Unset: the config must have one set for all layers.
+  c10::optional<int64_t> layer;
+  /// The layer type whose rope parameters are read ("full_attention", "sliding_attention"), as an
+  /// alternative to `layer` (both: they must agree). Empty: from `layer`.
+  std::string layer_type;
 };
 
 /// What a model's `config.json` says about its attention heads and rotary embedding.
@@ -66,13 +75,18 @@ struct HfRopeConfig {
   /// and why. Keys that change the rotation and are not applied are also warned about (or refused
   /// with HfConfigReadOptions::strict).
   std::vector<HfConfigKey> audit;
+  /// The config's `layer_types` (the attention type of each layer; empty when absent).
+  std::vector<std::string> layer_types;
+  /// The layer type whose rope parameters were read (HfConfigReadOptions::layer or layer_type);
+  /// empty when none was asked for.
+  std::string layer_type;
 };
 
 /// Reads the rotary embedding of a `config.json` given as text. Both forms are understood:
 /// transformers 4's `rope_theta` + `rope_scaling: {"type" | "rope_type": ..., ...}` and
 /// transformers 5's `rope_parameters: {"rope_type": ..., "rope_theta": ..., ...}`; a
 /// vision-language config's `text_config` is read when the top level has no attention heads.
-/// rope types: default, linear, dynamic, yarn, longrope, llama3, proportional (posenc's table of
+/// rope types: default, linear, dynamic, yarn, longrope, llama3, proportional, ntk_alpha (posenc's table of
 /// rope types; for proportional the rotated width is the whole head and partial_rotary_factor
 /// the share of its pairs that turn), with transformers' parameter names and defaults (yarn:
 /// beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a factor:
@@ -85,10 +99,15 @@ struct HfRopeConfig {
 /// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields. The pairing is
 /// halves (i, i + D/2) except for the model types whose code turns (2i, 2i + 1) together and that
 /// are tested against it: cohere, cohere2, cohere2_moe, ernie4_5, ernie4_5_moe, glm, glm4, helium.
+/// Hunyuan (hunyuan_v1_dense, hunyuan_v1_moe, hunyuan_vl): rope type "dynamic" with an `alpha` is
+/// read as their code reads it, the fixed NTK-alpha type (RopeType::kNtkAlpha).
+///
+/// Per-layer-type rope parameters (transformers 5's `rope_parameters: {"full_attention": {...},
+/// "sliding_attention": {...}}`) are read for the layer or layer type `read` names.
 ///
 /// Throws a `c10::Error` that names the field for malformed JSON, missing or ill-typed fields,
-/// unknown rope types and per-layer rope parameters. Keys it cannot apply that change the
-/// rotation (an unknown rope parameter; a model's own rule: `rope_local_base_freq`,
+/// unknown rope types, and per-layer-type rope parameters without a layer or layer type. Keys it
+/// cannot apply that change the rotation (an unknown rope parameter; a model's own rule: `rope_local_base_freq`,
 /// `qk_rope_head_dim`, `rotary_pct`, `no_rope_layers`, ...) give one warning naming them, or with
 /// `read.strict` an error; `HfRopeConfig::audit` lists every key that bears on positions.
 HfRopeConfig read_hf_rope_config(const std::string& json_text,

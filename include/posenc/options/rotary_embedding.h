@@ -68,6 +68,8 @@ struct RopeScalingOptions {
   /// `rope_parameters.partial_rotary_factor`); the others get frequency 0. The rotated width
   /// stays the whole head. Ignored by the other types. Default: 1.
   TORCH_ARG(double, partial_rotary_factor) = 1.0;
+  /// ntk_alpha's fixed NTK factor: base * alpha^(R / (R - 2)) (Hunyuan). Required by ntk_alpha.
+  TORCH_ARG(c10::optional<double>, alpha) = c10::nullopt;
 };
 
 /// Options for the `RotaryEmbedding` module.
