@@ -252,6 +252,16 @@ void register_rope() {
 
 // --- queries and keys of one attention call ----------------------------------------------------
 
+// The roofline of a q+k call: copy_ of q and k into buffers of their shapes.
+std::function<void()> copy_qk(const torch::Tensor& q, const torch::Tensor& k) {
+  auto q_out = torch::zeros_like(q);
+  auto k_out = torch::zeros_like(k);
+  return [q, k, q_out, k_out]() mutable {
+    q_out.copy_(q);
+    k_out.copy_(k);
+  };
+}
+
 void register_rope_qk() {
   constexpr int64_t kBatch = 8;
   constexpr int64_t kLength = 2048;
@@ -355,17 +365,7 @@ void register_rope_qk() {
            benchmark::DoNotOptimize(k * cos + rotate_half(k) * sin);
          };
        }},
-      {"roofline_copy",
-       [=](torch::Dtype dtype) -> Call {
-         const auto q = q_of(dtype);
-         const auto k = k_of(dtype);
-         auto q_out = torch::zeros_like(q);
-         auto k_out = torch::zeros_like(k);
-         return [q, k, q_out, k_out]() mutable {
-           q_out.copy_(q);
-           k_out.copy_(k);
-         };
-       }},
+      {"roofline_copy", [=](torch::Dtype dtype) { return copy_qk(q_of(dtype), k_of(dtype)); }},
   };
   for (const auto& c : cases) {
     for (const auto& dtype : kDtypes) {
@@ -422,15 +422,9 @@ void register_rope_decode() {
       {"posenc_qk_inplace_computed", module_case(8192, 1, 4000)},
       {"posenc_qk_inplace_10M_last", module_case(kContext, 8192, kContext - 1)},
       {"roofline_copy",
-       [=](int64_t batch, torch::Dtype dtype) -> Call {
-         const auto q = torch::randn({batch, 1, kQHeads, kHeadDim}).to(dtype);
-         const auto k = torch::randn({batch, 1, kKHeads, kHeadDim}).to(dtype);
-         auto q_out = torch::zeros_like(q);
-         auto k_out = torch::zeros_like(k);
-         return [q, k, q_out, k_out]() mutable {
-           q_out.copy_(q);
-           k_out.copy_(k);
-         };
+       [=](int64_t batch, torch::Dtype dtype) {
+         return copy_qk(torch::randn({batch, 1, kQHeads, kHeadDim}).to(dtype),
+                        torch::randn({batch, 1, kKHeads, kHeadDim}).to(dtype));
        }},
   };
   for (const auto& c : cases) {

@@ -2,7 +2,8 @@
 
 ``import posenc`` loads posenc's operators into ``torch.ops.posenc`` (the library built with the
 package, ``posenc/lib/libposenc.so``, or the one named by the environment variable
-``POSENC_LIBRARY``) and gives
+``POSENC_LIBRARY``), and the config reader ``posenc/lib/libposenc_io.so`` where it is found
+(``POSENC_IO_LIBRARY``), and gives
 
 * ``posenc.ops``: the operators (``posenc.ops.sinusoidal_table(5000, 512)`` etc.), usable under
   ``torch.compile(fullgraph=True)`` and ``torch.export``;
@@ -37,28 +38,27 @@ def _find_library():
 
 library_path = _find_library()
 torch.ops.load_library(library_path)
-#: libposenc_io (the config.json reader, ``posenc::read_hf_rope_config``), loaded on first use by
-#: ``posenc.nn.read_hf_rope_config``: beside libposenc.so (the package, a build's ``src/io/``), or
-#: the one named by the environment variable ``POSENC_IO_LIBRARY``.
-io_library_path = None
 
 
-def _load_io_library():
-    global io_library_path
-    if io_library_path is not None:
-        return
+def _find_io_library():
     override = os.environ.get("POSENC_IO_LIBRARY")
+    if override:
+        return os.path.abspath(override)
     here = os.path.dirname(library_path)
-    candidates = [override] if override else [os.path.join(here, "libposenc_io.so"),
-                                               os.path.join(here, "io", "libposenc_io.so")]
-    for candidate in candidates:
-        if os.path.exists(candidate):
-            torch.ops.load_library(candidate)
-            io_library_path = os.path.abspath(candidate)
-            return
-    raise ImportError(f"posenc: the config reader library is missing (looked for {', '.join(candidates)}); "
-                      "install the package with 'pip install --no-build-isolation .' or set POSENC_IO_LIBRARY "
-                      "to the libposenc_io.so built with libposenc.so")
+    for candidate in (os.path.join(here, "libposenc_io.so"), os.path.join(here, "io", "libposenc_io.so")):
+        if os.path.exists(candidate):  # (the package's lib/, or a build tree's src/io/)
+            return os.path.abspath(candidate)
+    return None
+
+
+#: libposenc_io, the config.json reader (``torch.ops.posenc.read_hf_rope_config``, used by
+#: ``posenc.nn.read_hf_rope_config``): beside libposenc.so (the package, a build's ``src/io/``), or
+#: the one named by the environment variable ``POSENC_IO_LIBRARY``; None where there is none (the
+#: config reader then says so).
+io_library_path = _find_io_library()
+if io_library_path is not None:
+    torch.ops.load_library(io_library_path)
+
 #: torch's version in this process (the library was built against it).
 torch_version = torch.__version__
 #: The operators, ``torch.ops.posenc``.

@@ -416,10 +416,14 @@ def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[in
     else:
         raise TypeError("read_hf_rope_config: config must be a path, a dict or a transformers.PretrainedConfig, "
                         f"but got {type(config).__name__}")
-    from . import _load_io_library
-    _load_io_library()
     try:
-        read = json.loads(_ops.read_hf_rope_config(text, strict, source, layer, layer_type or ""))
+        reader = _ops.read_hf_rope_config
+    except (AttributeError, RuntimeError):  # (posenc/__init__.py loads it where it is found)
+        raise ImportError("read_hf_rope_config: posenc's config reader (libposenc_io.so) is not loaded: it was not "
+                          "found beside libposenc.so; install the package with 'pip install --no-build-isolation .' "
+                          "or set POSENC_IO_LIBRARY to the libposenc_io.so built with libposenc.so") from None
+    try:
+        read = json.loads(reader(text, strict, source, layer, layer_type or ""))
     except RuntimeError as error:
         raise ValueError(str(error).split("\nException raised from")[0]) from None
     for message in read.pop("warnings"):
@@ -443,8 +447,8 @@ class RotaryEmbedding(_DerivedTables):
     keep the rotation they got). ``mrope_section`` (Qwen2-VL; ``mrope_interleaved``: Qwen3-VL)
     rotates by multimodal positions ``[3, B, L]`` given to ``forward_positions``.
     ``beyond_max_len="extrapolate"`` computes positions past ``max_len`` from the frequencies.
-    ``cached_len`` (default: ``max_len`` within posenc's limit of 2^28 cached elements) is the
-    number of cached rows; rows of positions from ``cached_len`` to ``max_len - 1`` are computed
+    ``cached_len`` (default: ``max_len``; needed where ``max_len``'s caches would exceed posenc's
+    limit of 2^28 elements, e.g. 10M-position contexts) is the number of cached rows; rows of positions from ``cached_len`` to ``max_len - 1`` are computed
     for each call that reaches them (float64 angles, rounded once: the values a cache would hold).
     """
 
@@ -465,14 +469,19 @@ class RotaryEmbedding(_DerivedTables):
             raise ValueError(f"{who}: rotary_dim must be in [2, head_dim = {head_dim}], but got {self.rotary_dim}")
         if max_len < 1:
             raise ValueError(f"{who}: max_len must be >= 1, but got {max_len}; pass the number of positions the module rotates")
-        half = max(self.rotary_dim // 2, 1)
-        if cached_len is not None:
-            if not 1 <= cached_len <= max_len:
-                raise ValueError(f"{who}: cached_len must be in [1, max_len = {max_len}], but got {cached_len}; "
-                                 "leave it unset to cache every position that posenc's table limit allows")
-            _check_table(who, "the cos/sin caches of cached_len * rotary_dim / 2", cached_len, half, "cached_len")
         #: Positions whose cos/sin rows are cached (the C++ options' cached_rows()).
-        self.cached_len = cached_len if cached_len is not None else min(max_len, _MAX_TABLE_ELEMENTS // half)
+        self.cached_len = max_len if cached_len is None else cached_len
+        if not 1 <= self.cached_len <= max_len:
+            raise ValueError(f"{who}: cached_len must be in [1, max_len = {max_len}], but got {self.cached_len}; "
+                             "leave it unset to cache every position")
+        length = "max_len" if cached_len is None else "cached_len"
+        half = self.rotary_dim // 2  # (a width over the limit: the operator's message)
+        if half <= _MAX_TABLE_ELEMENTS and self.cached_len > _MAX_TABLE_ELEMENTS // half:
+            raise ValueError(f"{who}: the cos/sin caches hold {length} * rotary_dim / 2 = {self.cached_len} * "
+                             f"{half} elements, which is over posenc's limit of 2^28 elements (1 GiB in "
+                             "float32); " + ("set cached_len (e.g. 8192; positions past it are computed on each call) "
+                                             "or lower max_len" if cached_len is None else
+                                             "lower cached_len (positions past it are computed on each call)"))
         self.pairing = _choice(who, "pairing", pairing, ("half_split", "interleaved"))
         self.heads_first = heads_first
         self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))

@@ -25,7 +25,7 @@ namespace {
 struct ExportArgs {
   std::string module = "sinusoidal";
   int64_t max_len = 0;
-  c10::optional<int64_t> cached_len; // default: the module's (max_len within the table limit)
+  c10::optional<int64_t> cached_len; // default: max_len
   int64_t d_model = 0;
   int64_t head_dim = 0;
   c10::optional<int64_t> rotary_dim; // default: head_dim
@@ -132,8 +132,9 @@ void add_export_command(CLI::App& app) {
       ->check(at_least(1));
   cmd->add_option_function<int64_t>(
          "--cached-len", [args](const int64_t& value) { args->cached_len = value; },
-         "Positions whose cos/sin rows are cached (rotary; default: max-len within posenc's "
-         "2^28-element table limit); rows past them are computed on each call")
+         "Positions whose cos/sin rows are cached (rotary; default: max-len, which contexts "
+         "past posenc's 2^28-element table limit cannot use); rows past them are computed on "
+         "each call")
       ->check(at_least(1));
   cmd->add_option("--hf-config", args->hf_config,
                   "A Hugging Face config.json: head width, rope_theta, partial rotary and "

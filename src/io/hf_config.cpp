@@ -541,7 +541,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               layer_override != nullptr ? "layer " + std::to_string(*read.layer) + "'s own fields"
                                         : "no fields of layer " + std::to_string(*read.layer));
   }
-  if (!result.layer_types.empty()) {
+  if (!result.layer_types.empty() && (per_layer || read.layer)) { // (else it bears on no rotation)
     audit.add(prefix + "layer_types", read.layer ? Status::kUsed : Status::kIgnored,
               "[" + std::to_string(result.layer_types.size()) + " layers]",
               read.layer ? "layer " + std::to_string(*read.layer) + " is a " + layer_type + " layer"

@@ -25,11 +25,7 @@ RotaryEmbeddingOptions::RotaryEmbeddingOptions(int64_t head_dim, int64_t max_len
     : head_dim_(head_dim), max_len_(max_len) {}
 
 int64_t RotaryEmbeddingOptions::cached_rows() const {
-  if (cached_len_) {
-    return *cached_len_;
-  }
-  const int64_t half = std::max<int64_t>(rotated_width() / 2, 1);
-  return std::min(max_len_, detail::kMaxTableElements / half);
+  return cached_len_.value_or(max_len_);
 }
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_)
@@ -46,17 +42,21 @@ void RotaryEmbeddingImpl::reset() {
               ") must be <= head_dim (", options.head_dim(), ")");
   TORCH_CHECK(options.max_len() >= 1, kName, ": max_len must be >= 1, but got ",
               options.max_len(), "; pass the number of positions the module rotates");
-  if (options.cached_len()) {
-    const int64_t cached = *options.cached_len();
-    TORCH_CHECK(cached >= 1 && cached <= options.max_len(), kName,
-                ": cached_len must be in [1, max_len = ", options.max_len(), "], but got ", cached,
-                "; leave it unset to cache every position that posenc's table limit allows");
-    TORCH_CHECK(rotary_dim < 2 || cached <= detail::kMaxTableElements / (rotary_dim / 2), kName,
-                ": the cos/sin caches hold cached_len * rotary_dim / 2 = ", cached, " * ",
-                rotary_dim / 2,
-                " elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); lower "
-                "cached_len (positions past it are computed on each call) or leave it unset");
-  }
+  // (the width and base first: a cache of a width over the limit is reported as such)
+  detail::check_rotary_arguments(kName, 1, rotary_dim, options.base());
+  const int64_t cached = options.cached_rows();
+  const char* length = options.cached_len() ? "cached_len" : "max_len";
+  TORCH_CHECK(cached >= 1 && cached <= options.max_len(), kName,
+              ": cached_len must be in [1, max_len = ", options.max_len(), "], but got ", cached,
+              "; leave it unset to cache every position");
+  TORCH_CHECK(rotary_dim < 2 || cached <= detail::kMaxTableElements / (rotary_dim / 2), kName,
+              ": the cos/sin caches hold ", length, " * rotary_dim / 2 = ", cached, " * ",
+              rotary_dim / 2,
+              " elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); ",
+              options.cached_len()
+                  ? "lower cached_len (positions past it are computed on each call)"
+                  : "set cached_len (e.g. 8192; positions past it are computed on each call) or "
+                    "lower max_len");
   detail::check_rotary_arguments(kName, options.cached_rows(), rotary_dim, options.base());
   if (!options.mrope_section().empty()) {
     detail::mrope_axes(kName, options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);

@@ -363,10 +363,15 @@ TEST_F(Rotary, CachedLenIsChecked) {
       "cached_len");
   EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 0)),
                       "RotaryEmbedding: max_len must be >= 1, but got 0");
-  // The default: max_len, within the table limit.
+  // The default: max_len; contexts whose caches would exceed the limit must say how many rows to
+  // cache.
   EXPECT_EQ(RotaryEmbeddingOptions(128, 4096).cached_rows(), 4096);
-  EXPECT_EQ(RotaryEmbeddingOptions(128, 10485760).cached_rows(), 4194304); // 2^28 / 64
-  EXPECT_EQ(RotaryEmbeddingOptions(128, 10485760).rotary_dim(32).cached_rows(), 10485760);
+  EXPECT_EQ(RotaryEmbeddingOptions(128, 10485760).cached_len(8192).cached_rows(), 8192);
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(RotaryEmbeddingOptions(128, 10485760)),
+      "RotaryEmbedding: the cos/sin caches hold max_len * rotary_dim / 2 = 10485760 * 64 "
+      "elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); set cached_len "
+      "(e.g. 8192; positions past it are computed on each call) or lower max_len");
 }
 
 // Llama 4 Scout's context, 10,485,760 positions, with 8192 cached rows: the last positions are

@@ -612,7 +612,8 @@ def check_state_follows(reference, module, target):
 
 def test_every_module_is_covered(posenc):
     covered = {case.values[0] for case in MODULE_CASES}
-    assert covered == set(posenc.nn.__all__), f"posenc.nn modules without a fake-device test: {sorted(set(posenc.nn.__all__) - covered)}"
+    modules = {name for name in posenc.nn.__all__ if isinstance(getattr(posenc.nn, name), type)}
+    assert covered == modules, f"posenc.nn modules without a fake-device test: {sorted(modules - covered)}"
 
 
 @pytest.mark.parametrize("kind, move", [("cuda", "to"), ("cuda", "cuda"), ("meta", "to")])

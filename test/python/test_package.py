@@ -60,7 +60,8 @@ def test_import_loads_the_operators(posenc):
     assert posenc.ops.sinusoidal_table(4, 6).shape == (4, 6)
     for name in posenc.nn.__all__:
         module = getattr(posenc.nn, name)
-        assert issubclass(module, torch.nn.Module) and module.__doc__
+        # (the modules, and read_hf_rope_config, the config reader they are built from)
+        assert (issubclass(module, torch.nn.Module) if isinstance(module, type) else callable(module)) and module.__doc__
 
 
 @pytest.mark.parametrize("options, flags", [
@@ -288,11 +289,14 @@ def test_rows_past_cached_len_are_the_cpp_module(posenc, posenc_cli, tmp_path):
         module.forward_positions(x, torch.tensor([0, 1, 2, 3, 5000, 5]))
     with pytest.raises(ValueError, match=r"cached_len must be in \[1, max_len = 100\], but got 101"):
         posenc.nn.RotaryEmbedding(8, 100, cached_len=101)
-    with pytest.raises(ValueError, match="over posenc's limit of 2\\^28 elements"):
+    with pytest.raises(ValueError, match="over posenc's limit of 2\\^28 elements .*; lower cached_len"):
         posenc.nn.RotaryEmbedding(128, 1 << 30, cached_len=1 << 23)
-    # Llama 4 Scout's 10,485,760 positions with 8192 cached rows (the default would be 2^28 / 64):
-    # the last positions against RoPE evaluated in float64 (float32 caches: 2^-24 per entry).
+    # Llama 4 Scout's 10,485,760 positions need cached_len (their caches would hold 671M elements);
+    # with 8192 cached rows the last positions against RoPE evaluated in float64 (float32 caches:
+    # 2^-24 per entry).
     context = 10485760
+    with pytest.raises(ValueError, match="over posenc's limit of 2\\^28 elements .*; set cached_len"):
+        posenc.nn.RotaryEmbedding(128, context)
     assert posenc.nn.RotaryEmbedding(128, context, rotary_dim=2, cached_len=1).cached_len == 1
     rope = posenc.nn.RotaryEmbedding(128, context, base=500000.0, cached_len=8192)
     y = torch.randn(1, 3, 2, 128)
@@ -335,7 +339,7 @@ def test_read_hf_rope_config(posenc, tmp_path):
 def test_rotary_embedding_errors(posenc):
     with pytest.raises(ValueError, match="unknown rope_parameters key 'factr'; posenc reads rope_type, rope_theta, mrope_section, mrope_interleaved and factor"):
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear", "factr": 2.0})
-    with pytest.raises(ValueError, match="unknown rope_parameters.rope_type 'ntk-by-parts'; posenc knows default, .* and proportional"):
+    with pytest.raises(ValueError, match="unknown rope_parameters.rope_type 'ntk-by-parts'; posenc knows default, .*, proportional and ntk_alpha"):
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "ntk-by-parts"})
     with pytest.raises(ValueError, match="rope_parameters.factor must be a number, but is a string"):
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear", "factor": "2"})

@@ -173,17 +173,21 @@ def test_rotated_queries_and_keys_match_transformers_near_the_end(posenc_cli, tm
     config = config_dict(name, form, partial=partial)
     exported = export(posenc_cli, tmp_path, config)
     hf = hf_config(config)
-    module = LlamaRotaryEmbedding(hf)
+    q, k, offset, hf_qk, reference = near_the_end(hf)
+    assert_not_worse_than_transformers((exported(q, offset), exported(k, offset)), hf_qk, reference)
+
+
+def near_the_end(hf, length=16):
+    """Random q [2, HEADS, L, D] and k [2, 2, L, D] at the last `length` positions of the context,
+    rotated by LlamaRotaryEmbedding + apply_rotary_pos_emb and by the float64 reference."""
     torch.manual_seed(0)
-    length = 16
     q = torch.randn(2, HEADS, length, HEAD_DIM)
     k = torch.randn(2, 2, length, HEAD_DIM)
     offset = MAX_POS - length
     positions = torch.arange(offset, offset + length)
     inv_freq64, factor = hf_frequencies_float64(hf, seq_len=offset + length)
-    q_ref, k_ref = rotate_reference(q, k, positions, inv_freq64, factor)
-    q_hf, k_hf = hf_rotate(module, q, k, positions)
-    assert_not_worse_than_transformers((exported(q, offset), exported(k, offset)), (q_hf, k_hf), (q_ref, k_ref))
+    return (q, k, offset, hf_rotate(LlamaRotaryEmbedding(hf), q, k, positions),
+            rotate_reference(q, k, positions, inv_freq64, factor))
 
 
 def assert_not_worse_than_transformers(ours_qk, hf_qk, reference_qk):
@@ -209,15 +213,8 @@ def test_python_module_from_a_transformers_config_matches_transformers(posenc_pa
     transformers holds it (to_json_string), read by posenc's reader, rotating as transformers."""
     hf = hf_config(config_dict(name, "v5", partial=None if name == "default" else 0.5))
     module = posenc_package.nn.RotaryEmbedding.from_hf_config(hf, heads_first=True)
-    torch.manual_seed(0)
-    length = 16
-    q = torch.randn(2, HEADS, length, HEAD_DIM)
-    k = torch.randn(2, 2, length, HEAD_DIM)
-    offset = MAX_POS - length
-    positions = torch.arange(offset, offset + length)
-    inv_freq64, factor = hf_frequencies_float64(hf, seq_len=offset + length)
-    assert_not_worse_than_transformers(module.forward_qk(q, k, offset), hf_rotate(LlamaRotaryEmbedding(hf), q, k, positions),
-                                       rotate_reference(q, k, positions, inv_freq64, factor))
+    q, k, offset, hf_qk, reference = near_the_end(hf)
+    assert_not_worse_than_transformers(module.forward_qk(q, k, offset), hf_qk, reference)
 
 
 @pytest.mark.parametrize("name", ["dynamic", "longrope"])

@@ -93,10 +93,10 @@ struct RotaryEmbeddingOptions {
   /// <= max_len`; the rows of positions `cached_len .. max_len - 1` are computed for exactly the
   /// positions of each call that reaches them, from the float64 frequencies (angles in float64,
   /// rounded once: the values the cache would hold), on the CPU and on devices alike. Default:
-  /// `max_len`, or where `max_len * rotary_dim / 2` exceeds posenc's limit of 2^28 cached
-  /// elements (contexts of millions of positions, e.g. Llama 4 Scout's 10,485,760), as many rows
-  /// as that limit allows. A smaller cache saves memory (a 10M-position context needs none of its
-  /// rows cached) at the cost of computing the rows of calls past it (docs/performance.md).
+  /// `max_len`. Contexts whose caches would exceed posenc's limit of 2^28 elements (millions of
+  /// positions, e.g. Llama 4 Scout's 10,485,760) need it: `cached_len(8192)` holds 4 MiB of
+  /// tables for head_dim 128 and computes the rows of calls past it (docs/rope.md gives the
+  /// cost per call).
   TORCH_ARG(c10::optional<int64_t>, cached_len) = c10::nullopt;
   /// Base of the frequencies base^(-2i / rotary_dim). Must be finite and >= 5.2e-290 (every angle
   /// a finite number). Default: 10000 (LLaMA 3 uses 500000).
@@ -149,8 +149,7 @@ struct RotaryEmbeddingOptions {
   int64_t rotated_width() const {
     return rotary_dim_.value_or(head_dim_);
   }
-  /// The number of cached rows: `cached_len` if set, else `max_len` within posenc's limit of 2^28
-  /// cached elements (see `cached_len`).
+  /// The number of cached rows: `cached_len` if set, else `max_len`.
   int64_t cached_rows() const;
 };
 
