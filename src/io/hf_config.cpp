@@ -146,6 +146,35 @@ bool reads_dynamic_as_ntk_alpha(const std::string& model_type) {
   return contains(types, model_type);
 }
 
+// Model types whose text model turns by M-RoPE with rules of its code in transformers 5.23.0: the
+// sections it takes when the config gives none (`rope_parameters.get("mrope_section", [...])`), and
+// whether the sections interleave (Qwen3-VL's recomposition_frequencies) or stay contiguous
+// (Qwen2-VL's split), which the code decides whatever mrope_interleaved says.
+struct MropeRule {
+  std::vector<const char*> types;
+  std::vector<int64_t> section;
+  bool interleaved;
+};
+const MropeRule* mrope_rule(const std::string& model_type) {
+  static const std::vector<MropeRule> rules = {
+      {{"qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_5_omni",
+        "qwen2_5_omni_text", "qwen2_5_omni_thinker"},
+       {16, 24, 24},
+       false},
+      {{"qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_omni_moe",
+        "qwen3_omni_moe_text", "qwen3_omni_moe_thinker"},
+       {24, 20, 20},
+       true},
+      {{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, {11, 11, 10}, true},
+  };
+  for (const MropeRule& rule : rules) {
+    if (contains(rule.types, model_type)) {
+      return &rule;
+    }
+  }
+  return nullptr;
+}
+
 // transformers' own defaults of a model type for a config.json that does not give them (its
 // configuration class's `default_theta`, the `partial_rotary_factor` its __init__ sets by default,
 // its `head_dim` default), where they are not 10000, 1 and hidden_size / num_attention_heads:
@@ -402,11 +431,19 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               ": expected a JSON object (a model's config.json), but "
               "got a ",
               type_name(document));
-  // Vision-language models (Qwen2-VL, LLaVA, ...) keep the language model's fields in text_config.
-  const bool nested = field(document, "num_attention_heads").is_null() &&
-                      field(document, "text_config").is_object();
-  const json& base_config = nested ? field(document, "text_config") : document;
-  const char* top = nested ? "text_config." : "";
+  // Vision-language models (Qwen2-VL, LLaVA, ...) keep the language model's fields in text_config,
+  // omni models (Qwen2.5-Omni, Qwen3-Omni) in thinker_config.text_config (their talker and
+  // token2wav models have rotary embeddings of their own, which this does not read).
+  const bool top_has_heads = !field(document, "num_attention_heads").is_null();
+  const json& thinker = field(document, "thinker_config");
+  const bool in_text = !top_has_heads && field(document, "text_config").is_object();
+  const bool in_thinker = !top_has_heads && !in_text && thinker.is_object() &&
+                          field(thinker, "text_config").is_object();
+  const bool nested = in_text || in_thinker;
+  const json& base_config = in_text      ? field(document, "text_config")
+                            : in_thinker ? field(thinker, "text_config")
+                                         : document;
+  const char* top = in_text ? "text_config." : in_thinker ? "thinker_config.text_config." : "";
   const std::string prefix = top;
   // per_layer_config (Gemma 4: {"5": {"head_dim": 512}}): a layer's own values of the config's
   // fields, which replace them for that layer (transformers' per-layer config).
@@ -433,8 +470,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   }
   const json& config = layer_override != nullptr ? layer_config : base_config;
   if (nested) {
-    audit.add("text_config", Status::kUsed, "{...}",
-              "the language model's fields (the top level has no num_attention_heads)");
+    audit.add(in_text ? "text_config" : "thinker_config.text_config", Status::kUsed, "{...}",
+              in_text ? "the language model's fields (the top level has no num_attention_heads)"
+                      : "the thinker's language model (the top level has no num_attention_heads "
+                        "and no text_config)");
   }
   // The model type (text_config's, else the top level's): its own defaults (model_defaults).
   const json& own_type = field(config, "model_type");
@@ -442,6 +481,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   const std::string model_type =
       model_type_field.is_string() ? model_type_field.get<std::string>() : std::string();
   const ModelDefaults defaults = model_defaults(model_type);
+  const MropeRule* mrope = mrope_rule(model_type);
 
   // rope_parameters (transformers 5) or rope_scaling (transformers 4); either may be null. A config
   // that holds both is read as transformers 5.23 reads it: `rope_scaling or rope_parameters`
@@ -689,6 +729,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     } else if (key == "rope_theta" || key == "partial_rotary_factor") {
       audit.add(name, Status::kUsed, shown(item.value()),
                 key == "rope_theta" ? "the base" : "the share of each head that rotates");
+    } else if (key == "mrope_interleaved" && mrope != nullptr &&
+               !(item.value().is_boolean() && item.value().get<bool>() == mrope->interleaved)) {
+      audit.add(name, Status::kIgnored, shown(item.value()),
+                model_type + "'s code " +
+                    (mrope->interleaved ? "always interleaves the sections"
+                                        : "never interleaves the sections"));
     } else if (key == "mrope_section" || key == "mrope_interleaved") {
       audit.add(name, Status::kUsed, shown(item.value()), "multimodal RoPE");
     } else if (key == "max_position_embeddings") {
@@ -836,6 +882,20 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   const json& interleaved = field(parameters, "mrope_interleaved");
   TORCH_CHECK(interleaved.is_null() || interleaved.is_boolean(), source, ": ", where,
               "mrope_interleaved must be true or false, but is a ", type_name(interleaved));
+  bool mrope_interleaved = !interleaved.is_null() && interleaved.get<bool>();
+  if (mrope != nullptr) { // the model's code decides (mrope_rule)
+    if (mrope_section.empty()) {
+      mrope_section = mrope->section;
+      audit.add(where_string + "mrope_section", Status::kDefault,
+                json(mrope->section).dump(),
+                "absent: " + model_type + "'s code takes these sections");
+    }
+    if (interleaved.is_null() && mrope->interleaved) {
+      audit.add(where_string + "mrope_interleaved", Status::kDefault, "true",
+                "absent: " + model_type + "'s code always interleaves the sections");
+    }
+    mrope_interleaved = mrope->interleaved;
+  }
 
   result.options =
       RotaryEmbeddingOptions(head_dim, *max_positions)
@@ -843,7 +903,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
           .rotary_dim(rotary_dim)
           .scaling(scaling)
           .mrope_section(mrope_section)
-          .mrope_interleaved(!interleaved.is_null() && interleaved.get<bool>())
+          .mrope_interleaved(mrope_interleaved)
           .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit);
   result.audit = audit.take();
   return result;

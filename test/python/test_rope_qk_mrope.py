@@ -150,16 +150,9 @@ def hf_mrope(name, config, q, k, position_ids, float64=False):
     return apply(q, k, cos, sin)
 
 
-@pytest.mark.parametrize("form", ["v4", "v5"])
-@pytest.mark.parametrize("name", list(MROPE_MODELS))
-def test_multimodal_rope_matches_transformers(posenc_ops, posenc_cli, tmp_path, name, form):
-    config = mrope_config(name, form)
-    exported = export(posenc_cli, tmp_path, config)  # heads first, like HF
-    _, _, _, parameters, head_dim = MROPE_MODELS[name]
-    torch.manual_seed(3)
-    batch, length = 2, 12
-    # Qwen2-VL's get_rope_index: text tokens share one position on all axes, image tokens have
-    # (t, h, w) grid positions; here a text run, an image grid near the end of the range, text.
+def grid_positions(batch, length=12):
+    """Qwen2-VL's get_rope_index: text tokens share one position on all axes, image tokens have
+    (t, h, w) grid positions; here a text run, an image grid near the end of the range, text."""
     position_ids = torch.empty(3, batch, length, dtype=torch.long)
     for b in range(batch):
         start = 4000 + 20 * b
@@ -169,6 +162,80 @@ def test_multimodal_rope_matches_transformers(posenc_ops, posenc_cli, tmp_path, 
         position_ids[1, b, 3:9] = start + 3 + grid[0]
         position_ids[2, b, 3:9] = start + 3 + grid[1]
         position_ids[:, b, 9:] = torch.arange(start + 6, start + 9)
+    return position_ids
+
+
+@pytest.mark.parametrize("name, model_type, parameters, head_dim", [
+    # no mrope_interleaved: Qwen3-VL's code interleaves the sections anyway
+    ("qwen3_vl", "qwen3_vl_text", {"rope_type": "default", "mrope_section": [12, 10, 10]}, 64),
+    # mrope_interleaved: true, which Qwen2-VL's code does not read (its sections stay contiguous)
+    ("qwen2_vl", "qwen2_vl_text", {"rope_type": "default", "mrope_section": [8, 12, 12], "mrope_interleaved": True}, 64),
+    # no mrope_section: the code's own sections
+    ("qwen2_vl", "qwen2_vl_text", {"rope_type": "default"}, 128),
+    ("qwen3_vl", "qwen3_vl_text", {"rope_type": "default"}, 128),
+])
+def test_multimodal_rules_of_the_models_code(posenc_cli, tmp_path, name, model_type, parameters, head_dim):
+    """M-RoPE settings that the model's code, not its config, decides (posenc's reader applies
+    them from model_type): against the model's own rotary class and apply function."""
+    config = {"hidden_size": head_dim * 4, "head_dim": head_dim, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 4096, "rope_parameters": {**parameters, "rope_theta": 1000000.0}}
+    exported = export(posenc_cli, tmp_path, {"model_type": model_type, **config})
+    torch.manual_seed(5)
+    position_ids = grid_positions(2)
+    q = torch.randn(2, 4, 12, head_dim)
+    k = torch.randn(2, 2, 12, head_dim)
+    q_hf, k_hf = hf_mrope(name, config, q, k, position_ids)
+    q_ref, k_ref = hf_mrope(name, config, q, k, position_ids, float64=True)
+    q_ours, k_ours = exported.forward_qk_positions(q, k, position_ids)
+    assert_no_worse_than_hf(q_ours, q_hf, q_ref)
+    assert_no_worse_than_hf(k_ours, k_hf, k_ref)
+
+
+@pytest.mark.parametrize("model_type, rotary_name", [("qwen2_5_omni", "Qwen2_5OmniRotaryEmbedding"),
+                                                     ("qwen3_omni_moe", "Qwen3OmniMoeThinkerTextRotaryEmbedding")])
+def test_omni_models_are_read_from_the_thinkers_text_config(posenc_cli, tmp_path, model_type, rotary_name):
+    """Qwen2.5-Omni / Qwen3-Omni: the language model's RoPE is in thinker_config.text_config (with the
+    M-RoPE sections its code takes); transformers' own config of the type, its rotary class and
+    apply_rotary_pos_emb with image-grid positions."""
+    import importlib
+    modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    text = {"hidden_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+            "num_hidden_layers": 1, "intermediate_size": 64}
+    hf = transformers.AutoConfig.for_model(model_type, thinker_config={"text_config": text})
+    path = tmp_path / "config.json"
+    hf.to_json_file(str(path))
+    out = tmp_path / "rope.pt"
+    result = subprocess.run([posenc_cli, "export", "--module", "rotary", "--hf-config", str(path), "--heads-first", "-o", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    exported = torch.jit.load(str(out))
+    text_config = hf.thinker_config.text_config
+    torch.manual_seed(7)
+    position_ids = grid_positions(2)
+    head_dim = 128
+    q = torch.randn(2, 4, 12, head_dim)
+    k = torch.randn(2, 2, 12, head_dim)
+    rotary = getattr(modeling, rotary_name)(text_config)
+    cos, sin = rotary(q, position_ids)
+    q_hf, k_hf = modeling.apply_rotary_pos_emb(q, k, cos, sin)
+    with float64_everywhere():
+        rotary64 = getattr(modeling, rotary_name)(text_config)
+        cos, sin = rotary64(q.double(), position_ids)
+    q_ref, k_ref = modeling.apply_rotary_pos_emb(q.double(), k.double(), cos, sin)
+    q_ours, k_ours = exported.forward_qk_positions(q, k, position_ids)
+    assert_no_worse_than_hf(q_ours, q_hf, q_ref)
+    assert_no_worse_than_hf(k_ours, k_hf, k_ref)
+
+
+@pytest.mark.parametrize("form", ["v4", "v5"])
+@pytest.mark.parametrize("name", list(MROPE_MODELS))
+def test_multimodal_rope_matches_transformers(posenc_ops, posenc_cli, tmp_path, name, form):
+    config = mrope_config(name, form)
+    exported = export(posenc_cli, tmp_path, config)  # heads first, like HF
+    _, _, _, parameters, head_dim = MROPE_MODELS[name]
+    torch.manual_seed(3)
+    batch, length = 2, 12
+    position_ids = grid_positions(batch, length)
     q = torch.randn(batch, 4, length, head_dim)
     k = torch.randn(batch, 2, length, head_dim)
     q_hf, k_hf = hf_mrope(name, config, q, k, position_ids)

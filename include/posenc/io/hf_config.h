@@ -85,7 +85,8 @@ struct HfRopeConfig {
 /// Reads the rotary embedding of a `config.json` given as text. Both forms are understood:
 /// transformers 4's `rope_theta` + `rope_scaling: {"type" | "rope_type": ..., ...}` and
 /// transformers 5's `rope_parameters: {"rope_type": ..., "rope_theta": ..., ...}`; a
-/// vision-language config's `text_config` is read when the top level has no attention heads.
+/// vision-language config's `text_config` (an omni model's `thinker_config.text_config`) is read
+/// when the top level has no attention heads.
 /// rope types: default, linear, dynamic, yarn, longrope, llama3, proportional, ntk_alpha (posenc's table of
 /// rope types; for proportional the rotated width is the whole head and partial_rotary_factor
 /// the share of its pairs that turn), with transformers' parameter names and defaults (yarn:
