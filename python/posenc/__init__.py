@@ -57,7 +57,14 @@ def _find_io_library():
 #: config reader then says so).
 io_library_path = _find_io_library()
 if io_library_path is not None:
-    torch.ops.load_library(io_library_path)
+    try:
+        torch.ops.load_library(io_library_path)
+    except OSError as error:  # (the operators work without it; read_hf_rope_config then says why)
+        import warnings
+
+        warnings.warn(f"posenc: the config reader {io_library_path} could not be loaded ({error}); "
+                      "posenc.nn.read_hf_rope_config is unavailable", RuntimeWarning)
+        io_library_path = None
 
 #: torch's version in this process (the library was built against it).
 torch_version = torch.__version__

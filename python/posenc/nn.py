@@ -427,12 +427,12 @@ def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[in
     except RuntimeError as error:
         raise ValueError(str(error).split("\nException raised from")[0]) from None
     for message in read.pop("warnings"):
-        warnings.warn(message, UserWarning, stacklevel=2)
+        warnings.warn(message, UserWarning, stacklevel=3)
     return read
 
 
 class RotaryEmbedding(_DerivedTables):
-    """Rotary position embedding (``posenc::RotaryEmbedding``): caches ``cos``/``sin`` ``[max_len,
+    """Rotary position embedding (``posenc::RotaryEmbedding``): caches ``cos``/``sin`` ``[cached_len,
     rotary_dim / 2]``; ``forward(x, offset=0)`` rotates queries or keys ``[B, L, H, head_dim]``
     (``[B, H, L, head_dim]`` with ``heads_first``), the first ``rotary_dim`` channels of each head.
 
@@ -583,7 +583,7 @@ class RotaryEmbedding(_DerivedTables):
         if positions is None:
             length = x.shape[2 if self.heads_first else 1]
             if offset >= 0 and length >= 1 and offset > self.max_len - length:
-                raise ValueError(f"RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table, i.e. "
+                raise RuntimeError(f"RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table, i.e. "
                                  f"offset + L <= max_len ({self.max_len}), but got L = {length} and offset = {offset} "
                                  f"(offset + L = {offset + length}); build the module with a larger max_len{hint}, "
                                  "or split the sequence")
@@ -595,7 +595,7 @@ class RotaryEmbedding(_DerivedTables):
             else:
                 largest = int(positions.max())
                 if largest >= self.max_len:
-                    raise ValueError(f"RotaryEmbedding: positions must be < max_len ({self.max_len}), but got "
+                    raise RuntimeError(f"RotaryEmbedding: positions must be < max_len ({self.max_len}), but got "
                                      f"{largest}; build the module with max_len >= {largest + 1}{hint}")
 
     def _tables_for(self, x: Tensor, offset: int, positions: Optional[Tensor]):

@@ -625,6 +625,10 @@ RopeBlock read_rope_block(const json& block, const std::string& source, const st
     if (item.value().is_null()) {
       continue; // transformers reads null as absent
     }
+    // (a Hunyuan block pasted as it is would otherwise turn as dynamic NTK, alpha unread)
+    TORCH_CHECK(!strict || key != "alpha" || entry->type == RopeType::kNtkAlpha, context,
+                "alpha is read by rope type 'ntk_alpha' only, but rope_type is '", entry->name,
+                "'; Hunyuan's \"dynamic\" with an alpha is rope_type 'ntk_alpha'");
     check_kind(item.value(), parameter->kind, context, key);
     parameter->set(result.scaling, item.value());
   }

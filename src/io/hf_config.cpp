@@ -116,6 +116,12 @@ const std::vector<ModelRule>& model_rules() {
       {"rope_pct",
        "the share of rotated channels (older StableLM); posenc reads partial_rotary_factor"},
       {"rotary_emb_base", "an older name of the base (GPT-NeoX); posenc reads rope_theta"},
+      {"global_rope_theta",
+       "ModernBERT's base of its global-attention layers (transformers 4's form); posenc reads "
+       "rope_theta or per-layer-type rope_parameters"},
+      {"local_rope_theta",
+       "ModernBERT's base of its sliding-window layers (transformers 4's form); posenc reads "
+       "rope_theta or per-layer-type rope_parameters"},
   };
   return rules;
 }
@@ -142,7 +148,7 @@ bool pairs_interleaved_reported(const std::string& model_type) {
 // truthy `alpha` as NTK-alpha (compute_ntk_alpha_rope_parameters).
 bool reads_dynamic_as_ntk_alpha(const std::string& model_type) {
   static const std::vector<const char*> types = {"hunyuan_v1_dense", "hunyuan_v1_moe",
-                                                 "hunyuan_vl"};
+                                                 "hunyuan_vl", "hunyuan_vl_text"};
   return contains(types, model_type);
 }
 
@@ -458,17 +464,45 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   json layer_config;
   const json* layer_override = nullptr;
   if (has_overrides && read.layer) {
-    const auto found = per_layer_config.find(std::to_string(*read.layer));
-    if (found != per_layer_config.end()) {
-      TORCH_CHECK(found->is_object(), source, ": ", top, "per_layer_config.", *read.layer,
-                  " must be an object of fields, but is a ", type_name(*found));
-      layer_config = base_config;
-      layer_config.erase("per_layer_config");
-      layer_config.update(*found);
-      layer_override = &*found;
+    // (keys are layer indices as transformers writes them: "5", or zero-padded "05")
+    for (const auto& item : per_layer_config.items()) {
+      const std::string& key = item.key();
+      TORCH_CHECK(!key.empty() && key.size() < 10 &&
+                      std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }),
+                  source, ": ", top, "per_layer_config's keys must be layer indices, but one is '",
+                  key, "'");
+      if (std::stoll(key) == *read.layer) {
+        TORCH_CHECK(item.value().is_object(), source, ": ", top, "per_layer_config.", key,
+                    " must be an object of fields, but is a ", type_name(item.value()));
+        layer_override = &item.value();
+      }
     }
   }
-  const json& config = layer_override != nullptr ? layer_config : base_config;
+  // Gemma 4's configuration class gives its full-attention layers a head_dim of their own,
+  // global_head_dim (default 512), where per_layer_config does not say it.
+  const json& own_model_type = field(base_config, "model_type");
+  const json& early_type = own_model_type.is_string() ? own_model_type : field(document, "model_type");
+  const bool gemma4 = early_type.is_string() && (early_type.get<std::string>() == "gemma4" ||
+                                                 early_type.get<std::string>() == "gemma4_text");
+  const json& early_layer_types = field(base_config, "layer_types");
+  const bool full_layer =
+      read.layer_type == "full_attention" ||
+      (read.layer && early_layer_types.is_array() && *read.layer >= 0 &&
+       *read.layer < static_cast<int64_t>(early_layer_types.size()) &&
+       early_layer_types[static_cast<size_t>(*read.layer)] == "full_attention");
+  const bool global_head_dim = gemma4 && !has_overrides && full_layer;
+  if (layer_override != nullptr || global_head_dim) {
+    layer_config = base_config;
+    layer_config.erase("per_layer_config");
+    if (layer_override != nullptr) {
+      layer_config.update(*layer_override);
+    } else {
+      const json& global = field(base_config, "global_head_dim");
+      layer_config["head_dim"] = global.is_null() ? json(512) : global;
+    }
+  }
+  const json& config =
+      layer_override != nullptr || global_head_dim ? layer_config : base_config;
   if (nested) {
     audit.add(in_text ? "text_config" : "thinker_config.text_config", Status::kUsed, "{...}",
               in_text ? "the language model's fields (the top level has no num_attention_heads)"
@@ -546,6 +580,20 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "rope_parameters has no set for layer type '", layer_type, "' (it has ", types,
                 ")");
   }
+  if (!per_layer && (read.layer || !layer_type.empty())) {
+    // One set for all layers: the layer type must be one of the model's, and the config must not
+    // give layer types different rotations in transformers 4's form (which posenc does not read).
+    TORCH_CHECK(layer_type.empty() || result.layer_types.empty() ||
+                    std::find(result.layer_types.begin(), result.layer_types.end(), layer_type) !=
+                        result.layer_types.end(),
+                source, ": layer type '", layer_type, "' is not in ", top, "layer_types");
+    for (const char* key : {"rope_local_base_freq", "global_rope_theta", "local_rope_theta"}) {
+      TORCH_CHECK(field(config, key).is_null(), source, ": ", top, key,
+                  " gives this model's layer types different rotary bases in transformers 4's "
+                  "form, which posenc does not read per layer; save the config with transformers "
+                  "5 (per-layer-type rope_parameters) to read one layer's");
+    }
+  }
   result.layer_type = layer_type;
   const json& parameters = per_layer ? all_parameters[layer_type] : all_parameters;
   const std::string where_string = std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.") +
@@ -570,6 +618,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       }
     }
   }
+  if (global_head_dim) {
+    const json& global = field(base_config, "global_head_dim");
+    audit.add(prefix + "global_head_dim", global.is_null() ? Status::kDefault : Status::kUsed,
+              global.is_null() ? "512" : shown(global),
+              "the head width of Gemma 4's full-attention layers (its configuration class)");
+  }
   if (has_overrides && !read.layer) {
     // (the layers it names may rotate otherwise: a rule not applied)
     audit.add_rule(prefix + "per_layer_config", "{...}",
@@ -577,7 +631,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                    "embedding with layer = its index");
   } else if (has_overrides) {
     audit.add(prefix + "per_layer_config", layer_override != nullptr ? Status::kUsed : Status::kIgnored,
-              layer_override != nullptr ? layer_override->dump() : "{...}",
+              layer_override != nullptr ? shown(*layer_override) : "{...}",
               layer_override != nullptr ? "layer " + std::to_string(*read.layer) + "'s own fields"
                                         : "no fields of layer " + std::to_string(*read.layer));
   }
@@ -585,7 +639,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "layer_types", read.layer ? Status::kUsed : Status::kIgnored,
               "[" + std::to_string(result.layer_types.size()) + " layers]",
               read.layer ? "layer " + std::to_string(*read.layer) + " is a " + layer_type + " layer"
-                         : std::string("no layer was asked for"));
+              : layer_type.empty() ? std::string("no layer was asked for")
+                                   : "layer type " + layer_type + " was asked for by name");
   }
   if (!v5 && !field(config, "rope_parameters").is_null()) {
     audit.add(prefix + "rope_parameters", Status::kIgnored, shown(field(config, "rope_parameters")),
@@ -877,8 +932,6 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       mrope_section.push_back(static_cast<int64_t>(size));
     }
   }
-  TORCH_CHECK(!block.mrope_alias || !mrope_section.empty(), source, ": ", where,
-              "rope type 'mrope' needs mrope_section");
   const json& interleaved = field(parameters, "mrope_interleaved");
   TORCH_CHECK(interleaved.is_null() || interleaved.is_boolean(), source, ": ", where,
               "mrope_interleaved must be true or false, but is a ", type_name(interleaved));
@@ -896,6 +949,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     }
     mrope_interleaved = mrope->interleaved;
   }
+  // (after the model's own sections: transformers accepts "mrope" without them there)
+  TORCH_CHECK(!block.mrope_alias || !mrope_section.empty(), source, ": ", where,
+              "rope type 'mrope' needs mrope_section");
 
   result.options =
       RotaryEmbeddingOptions(head_dim, *max_positions)

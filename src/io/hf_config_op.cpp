@@ -1,7 +1,7 @@
 // The operator posenc::read_hf_rope_config: posenc::io::read_hf_rope_config for Python
 // (`posenc.nn.read_hf_rope_config`, `posenc.nn.RotaryEmbedding.from_hf_config`), so that the
 // Python package reads a config.json with the same code as C++ and the command line. Registered
-// by libposenc_io, which the Python package loads when a config is read.
+// by libposenc_io, which `import posenc` loads beside libposenc.
 
 #include <posenc/io/hf_config.h>
 
@@ -53,7 +53,7 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
 #if TORCH_VERSION_MAJOR >= 2
     const c10::WarningUtils::WarningHandlerGuard guard(&warnings);
 #else
-    const c10::WarningHandlerGuard guard(&warnings);
+    const c10::Warning::WarningHandlerGuard guard(&warnings);
 #endif
     return read_hf_rope_config(config, source, read);
   }();

@@ -319,6 +319,12 @@ TEST(RopeScaling, NtkAlphaStretchesTheBaseAtEveryLength) {
   const auto read = posenc::io::read_hf_rope_config(hunyuan);
   EXPECT_EQ(read.options.scaling().type(), RopeType::kNtkAlpha);
   EXPECT_TRUE(torch::equal(RotaryEmbedding(read.options)->inv_freq(), rope->inv_freq()));
+  // Hunyuan-VL's text config (model_type hunyuan_vl_text, in text_config) too.
+  const std::string vl = R"({"model_type": "hunyuan_vl", "text_config": {"model_type":
+      "hunyuan_vl_text", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+      "max_position_embeddings": 64, "rope_theta": 10000.0,
+      "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}})";
+  EXPECT_EQ(posenc::io::read_hf_rope_config(vl).options.scaling().type(), RopeType::kNtkAlpha);
   // Other model types keep transformers' dynamic NTK, which does not read alpha.
   std::string llama = hunyuan;
   llama.replace(llama.find("hunyuan_v1_dense"), 16, "llama");
@@ -752,6 +758,40 @@ TEST(HfConfig, PerLayerRopeParameters) {
   EXPECT_POSENC_ERROR(read_hf_rope_config(plain, "config.json", read),
                       "rope_parameters has no set for layer type 'chunked_attention' (it has "
                       "full_attention, sliding_attention)");
+}
+
+// Gemma 4 without per_layer_config: its configuration class gives full-attention layers
+// global_head_dim (default 512); transformers 4's per-layer bases are refused for one layer.
+TEST(HfConfig, LayerRulesOfGemma4AndOlderForms) {
+  using posenc::io::HfConfigReadOptions;
+  using posenc::io::read_hf_rope_config;
+  const std::string gemma4 = R"({"model_type": "gemma4_text", "hidden_size": 64,
+      "num_attention_heads": 4, "head_dim": 16, "max_position_embeddings": 32,
+      "layer_types": ["sliding_attention", "full_attention"],
+      "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                          "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0,
+                                             "partial_rotary_factor": 0.25}}})";
+  HfConfigReadOptions read;
+  read.layer = 1;
+  EXPECT_EQ(read_hf_rope_config(gemma4, "config.json", read).options.head_dim(), 512);
+  std::string given = gemma4;
+  given.insert(1, R"("global_head_dim": 64, )");
+  EXPECT_EQ(read_hf_rope_config(given, "config.json", read).options.head_dim(), 64);
+  read.layer = 0;
+  EXPECT_EQ(read_hf_rope_config(given, "config.json", read).options.head_dim(), 16);
+  // per_layer_config keys as transformers writes them for 10 or more layers: zero-padded.
+  std::string padded = gemma4;
+  padded.insert(1, R"("per_layer_config": {"01": {"head_dim": 48}}, )");
+  read.layer = 1;
+  EXPECT_EQ(read_hf_rope_config(padded, "config.json", read).options.head_dim(), 48);
+  const std::string gemma3_v4 = R"({"model_type": "gemma3_text", "hidden_size": 64,
+      "num_attention_heads": 4, "head_dim": 16, "max_position_embeddings": 32,
+      "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+      "rope_scaling": {"rope_type": "linear", "factor": 8.0}})";
+  read.layer = 0;
+  EXPECT_POSENC_ERROR(read_hf_rope_config(gemma3_v4, "config.json", read),
+                      "config.json: rope_local_base_freq gives this model's layer types different "
+                      "rotary bases in transformers 4's form");
 }
 
 TEST(HfConfig, MultimodalRope) {

@@ -351,6 +351,33 @@ TEST_F(Rotary, RowsPastTheCachedOnesAreComputedUpToMaxLen) {
   std::remove(path.c_str());
 }
 
+// cached_len with the length-dependent and multimodal variants: the same results as a full cache.
+TEST_F(Rotary, CachedLenKeepsDynamicAndMultimodalRotations) {
+  const auto dynamic = posenc::RopeScalingOptions(posenc::RopeType::kDynamic)
+                           .factor(2.0)
+                           .max_position_embeddings(32);
+  RotaryEmbedding partial(RotaryEmbeddingOptions(8, 64).scaling(dynamic).cached_len(8));
+  RotaryEmbedding full(RotaryEmbeddingOptions(8, 64).scaling(dynamic));
+  const auto x = torch::randn({2, 6, 2, 8});
+  for (const int64_t offset : {int64_t{0}, int64_t{20}, int64_t{30}, int64_t{58}}) {
+    // (within the switch length, across it, past it)
+    EXPECT_TRUE(torch::equal(partial(x, offset), full(x, offset))) << offset;
+  }
+  const auto positions = torch::tensor({{0, 7, 8, 31, 40, 63}, {1, 2, 3, 4, 5, 6}});
+  EXPECT_TRUE(
+      torch::equal(partial->forward_positions(x, positions), full->forward_positions(x, positions)));
+  RotaryEmbedding mrope_partial(
+      RotaryEmbeddingOptions(8, 64).mrope_section({1, 1, 2}).cached_len(4));
+  RotaryEmbedding mrope_full(RotaryEmbeddingOptions(8, 64).mrope_section({1, 1, 2}));
+  const auto grid = torch::tensor({{{0, 1, 9, 9, 9, 40}, {2, 3, 4, 5, 6, 63}},
+                                   {{0, 1, 9, 10, 9, 40}, {2, 3, 4, 5, 6, 63}},
+                                   {{0, 1, 9, 9, 10, 41}, {2, 3, 4, 5, 6, 62}}});
+  EXPECT_TRUE(
+      torch::equal(mrope_partial->forward_positions(x, grid), mrope_full->forward_positions(x, grid)));
+  EXPECT_POSENC_ERROR(mrope_partial->forward_positions(x, grid.clone().fill_(64)),
+                      "RotaryEmbedding: positions must be < max_len (64), but got 64");
+}
+
 TEST_F(Rotary, CachedLenIsChecked) {
   EXPECT_POSENC_ERROR(RotaryEmbedding(RotaryEmbeddingOptions(8, 100).cached_len(0)),
                       "RotaryEmbedding: cached_len must be in [1, max_len = 100], but got 0");

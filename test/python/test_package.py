@@ -283,9 +283,9 @@ def test_rows_past_cached_len_are_the_cpp_module(posenc, posenc_cli, tmp_path):
     q, k = module.forward_qk(x, x[:, :, :1].contiguous(), 4990)
     q_full, k_full = full.forward_qk(x, x[:, :, :1].contiguous(), 4990)
     assert torch.equal(q, q_full) and torch.equal(k, k_full)
-    with pytest.raises(ValueError, match=r"offset \+ L <= max_len \(5000\), but got L = 6 and offset = 4995"):
+    with pytest.raises(RuntimeError, match=r"offset \+ L <= max_len \(5000\), but got L = 6 and offset = 4995"):
         module(x, 4995)
-    with pytest.raises(ValueError, match=r"positions must be < max_len \(5000\), but got 5000"):
+    with pytest.raises(RuntimeError, match=r"positions must be < max_len \(5000\), but got 5000"):
         module.forward_positions(x, torch.tensor([0, 1, 2, 3, 5000, 5]))
     with pytest.raises(ValueError, match=r"cached_len must be in \[1, max_len = 100\], but got 101"):
         posenc.nn.RotaryEmbedding(8, 100, cached_len=101)
@@ -334,6 +334,17 @@ def test_read_hf_rope_config(posenc, tmp_path):
         posenc.nn.read_hf_rope_config(42)
     module = posenc.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, cached_len=16)
     assert (module.heads_first, module.cached_len, module.pairing) == (True, 16, "interleaved")
+
+
+def test_alpha_belongs_to_ntk_alpha(posenc):
+    """A Hunyuan block pasted as it is ("dynamic" with an alpha) is refused, naming ntk_alpha, which
+    reads it (config.json's Hunyuan types are read that way by the config reader)."""
+    with pytest.raises(ValueError, match="alpha is read by rope type 'ntk_alpha' only, but rope_type is 'dynamic'"):
+        posenc.nn.RotaryEmbedding(16, 64, rope_scaling={"type": "dynamic", "alpha": 1000.0, "factor": 1.0})
+    module = posenc.nn.RotaryEmbedding(16, 64, rope_scaling={"rope_type": "ntk_alpha", "alpha": 1000.0})
+    base = 10000.0 * 1000.0 ** (16 / 14)
+    expected = 1.0 / base ** (torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    torch.testing.assert_close(module.inv_freq, expected, rtol=4e-16, atol=0)
 
 
 def test_rotary_embedding_errors(posenc):

@@ -541,7 +541,7 @@ def test_per_layer_rope_parameters_follow_each_layer(posenc_package, posenc_cli,
     package, rotary_name, extra = PER_LAYER_TYPES[model_type]
     modeling = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
     hf = transformers.AutoConfig.for_model(model_type, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
-                                           head_dim=32, num_hidden_layers=6, max_position_embeddings=512,
+                                           head_dim=32, num_hidden_layers=12, max_position_embeddings=512,
                                            intermediate_size=64, **extra)
     path = tmp_path / "config.json"
     hf.to_json_file(str(path))
@@ -555,7 +555,9 @@ def test_per_layer_rope_parameters_follow_each_layer(posenc_package, posenc_cli,
         layer_type = layer_types[layer]
         saved = json.loads(path.read_text())
         per_layer = saved.get("per_layer_config") or {}
-        head_dim = per_layer.get(str(layer), {}).get("head_dim", saved["head_dim"])
+        # (keys as transformers writes them: zero-padded with 10 or more layers, "05")
+        head_dim = next((fields["head_dim"] for key, fields in per_layer.items() if int(key) == layer and "head_dim" in fields),
+                        saved["head_dim"])
         exported = export(posenc_cli, tmp_path, saved, "--layer", str(layer))
         module = posenc_package.nn.RotaryEmbedding.from_hf_config(hf, layer=layer, heads_first=True)
         assert module.head_dim == head_dim
