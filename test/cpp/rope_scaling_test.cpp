@@ -306,7 +306,7 @@ TEST(RopeScaling, NtkAlphaStretchesTheBaseAtEveryLength) {
   EXPECT_EQ(printed(*rope),
             "posenc::RotaryEmbedding(head_dim=16, max_len=64, rotary_dim=16, base=10000, "
             "pairing=half_split, heads_first=false, rope_type=ntk_alpha, alpha=1000)");
-  EXPECT_POSENC_ERROR(RotaryEmbedding(options_with(RopeScalingOptions(RopeType::kNtkAlpha))),
+  EXPECT_POSENC_ERROR((void)RotaryEmbedding(options_with(RopeScalingOptions(RopeType::kNtkAlpha))),
                       "RotaryEmbedding: rope type 'ntk_alpha' needs alpha");
   EXPECT_POSENC_ERROR(
       RotaryEmbedding(options_with(RopeScalingOptions(RopeType::kNtkAlpha).alpha(-2.0))),
