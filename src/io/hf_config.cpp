@@ -126,30 +126,58 @@ const std::vector<ModelRule>& model_rules() {
   return rules;
 }
 
-// Model types whose code in transformers 5.23.0 turns channels (2i, 2i + 1) together (an
-// interleaved rotate_half, or complex multiplication), which no config key says (found by reading
-// each modeling file's rotate_half and apply_rotary functions). For the first list the reader sets
-// the interleaved pairing: each is tested against its model's own rotary class and
-// apply_rotary_pos_emb (test_rope_hf.py). The second has further rules of its own (MLA, per-axis
-// multimodal frequencies, an encoder-decoder config, ...) and is only reported.
-bool pairs_interleaved_applied(const std::string& model_type) {
-  static const std::vector<const char*> types = {
-      "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium"};
-  return contains(types, model_type);
+// What the model code of a model type in transformers 5.23.0 does to the rotation beyond what its
+// config.json says (found by reading each modeling file's rotary class, rotate_half and
+// apply_rotary_pos_emb), one entry per rule: the reader applies kInterleavedPairs and kNtkAlpha,
+// and reports kNotApplied (a warning; an error when strict). test_rope_model_types.py compares
+// every model type with a rotary embedding against its own code, and docs/rope_models.md lists
+// them. Adding a model type is one entry here and its row there.
+enum class CodeRule {
+  /// Channels (2i, 2i + 1) turn together (an interleaved rotate_half, complex multiplication).
+  kInterleavedPairs,
+  /// Rope type "dynamic" with a non-zero `alpha` is NTK-alpha (compute_ntk_alpha_rope_parameters).
+  kNtkAlpha,
+  /// A rule posenc does not apply; `what` says which.
+  kNotApplied,
+};
+struct ModelTypeRule {
+  std::vector<const char*> types;
+  CodeRule rule;
+  const char* what;
+};
+const std::vector<ModelTypeRule>& model_type_rules() {
+  static const std::vector<ModelTypeRule> rules = {
+      {{"blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
+        "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "glm", "glm4", "glm4v",
+        "glm4v_text", "glm_ocr", "glm_ocr_text", "helium", "openai_privacy_filter"},
+       CodeRule::kInterleavedPairs,
+       "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing"},
+      {{"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl", "hunyuan_vl_text"},
+       CodeRule::kNtkAlpha,
+       "the model's code reads rope type 'dynamic' with an alpha as 'ntk_alpha' (a fixed base * "
+       "alpha^(R / (R - 2)))"},
+      {{"deepseek_v2", "deepseek_v4", "llama4", "llama4_text", "moonshine", "moonshine_streaming"},
+       CodeRule::kNotApplied,
+       "the model's code turns channels (2i, 2i + 1) together, with rules of its own that posenc "
+       "does not apply; posenc's options from a config pair (i, i + D/2)"},
+      {{"ernie4_5_vl_moe", "ernie4_5_vl_moe_text"},
+       CodeRule::kNotApplied,
+       "the model's code turns channels (2i, 2i + 1) together and gives the pairs the frequencies "
+       "in an order of its own (its M-RoPE recomposition interleaves the h and w sections and "
+       "moves t last), text positions included; posenc keeps the frequencies in order"},
+      {{"nanochat"},
+       CodeRule::kNotApplied,
+       "the model's code turns by -theta (its rotate_half is cat(x2, -x1)); posenc turns by theta"},
+  };
+  return rules;
 }
-bool pairs_interleaved_reported(const std::string& model_type) {
-  static const std::vector<const char*> types = {
-      "deepseek_v2", "deepseek_v4", "ernie4_5_vl_moe", "glm_ocr",
-      "llama4",      "llama4_text", "moonshine",       "moonshine_streaming"};
-  return contains(types, model_type);
-}
-
-// Model types whose rotary class in transformers 5.23.0 reads rope type "dynamic" with a
-// truthy `alpha` as NTK-alpha (compute_ntk_alpha_rope_parameters).
-bool reads_dynamic_as_ntk_alpha(const std::string& model_type) {
-  static const std::vector<const char*> types = {"hunyuan_v1_dense", "hunyuan_v1_moe",
-                                                 "hunyuan_vl", "hunyuan_vl_text"};
-  return contains(types, model_type);
+const ModelTypeRule* model_type_rule(const std::string& model_type) {
+  for (const ModelTypeRule& rule : model_type_rules()) {
+    if (contains(rule.types, model_type)) {
+      return &rule;
+    }
+  }
+  return nullptr;
 }
 
 // Model types whose text model turns by M-RoPE with rules of its code in transformers 5.23.0: the
@@ -172,6 +200,7 @@ const MropeRule* mrope_rule(const std::string& model_type) {
        {24, 20, 20},
        true},
       {{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, {11, 11, 10}, true},
+      {{"glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text"}, {8, 12, 12}, false},
   };
   for (const MropeRule& rule : rules) {
     if (contains(rule.types, model_type)) {
@@ -467,10 +496,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     // (keys are layer indices as transformers writes them: "5", or zero-padded "05")
     for (const auto& item : per_layer_config.items()) {
       const std::string& key = item.key();
-      TORCH_CHECK(!key.empty() && key.size() < 10 &&
-                      std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }),
-                  source, ": ", top, "per_layer_config's keys must be layer indices, but one is '",
-                  key, "'");
+      TORCH_CHECK(
+          !key.empty() && key.size() < 10 &&
+              std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }),
+          source, ": ", top, "per_layer_config's keys must be layer indices, but one is '", key,
+          "'");
       if (std::stoll(key) == *read.layer) {
         TORCH_CHECK(item.value().is_object(), source, ": ", top, "per_layer_config.", key,
                     " must be an object of fields, but is a ", type_name(item.value()));
@@ -481,15 +511,15 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // Gemma 4's configuration class gives its full-attention layers a head_dim of their own,
   // global_head_dim (default 512), where per_layer_config does not say it.
   const json& own_model_type = field(base_config, "model_type");
-  const json& early_type = own_model_type.is_string() ? own_model_type : field(document, "model_type");
+  const json& early_type =
+      own_model_type.is_string() ? own_model_type : field(document, "model_type");
   const bool gemma4 = early_type.is_string() && (early_type.get<std::string>() == "gemma4" ||
                                                  early_type.get<std::string>() == "gemma4_text");
   const json& early_layer_types = field(base_config, "layer_types");
-  const bool full_layer =
-      read.layer_type == "full_attention" ||
-      (read.layer && early_layer_types.is_array() && *read.layer >= 0 &&
-       *read.layer < static_cast<int64_t>(early_layer_types.size()) &&
-       early_layer_types[static_cast<size_t>(*read.layer)] == "full_attention");
+  const bool full_layer = read.layer_type == "full_attention" ||
+                          (read.layer && early_layer_types.is_array() && *read.layer >= 0 &&
+                           *read.layer < static_cast<int64_t>(early_layer_types.size()) &&
+                           early_layer_types[static_cast<size_t>(*read.layer)] == "full_attention");
   const bool global_head_dim = gemma4 && !has_overrides && full_layer;
   if (layer_override != nullptr || global_head_dim) {
     layer_config = base_config;
@@ -501,8 +531,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       layer_config["head_dim"] = global.is_null() ? json(512) : global;
     }
   }
-  const json& config =
-      layer_override != nullptr || global_head_dim ? layer_config : base_config;
+  const json& config = layer_override != nullptr || global_head_dim ? layer_config : base_config;
   if (nested) {
     audit.add(in_text ? "text_config" : "thinker_config.text_config", Status::kUsed, "{...}",
               in_text ? "the language model's fields (the top level has no num_attention_heads)"
@@ -555,9 +584,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     TORCH_CHECK(layers > 0 || !per_layer, source, ": ", top,
                 "layer_types is needed to find the type of layer ", *read.layer,
                 ", but the config has none; choose the layer type by name instead");
-    TORCH_CHECK(layers == 0 || (*read.layer >= 0 && *read.layer < layers), source,
-                ": layer ", *read.layer, " is not a layer of this model (", top, "layer_types has ",
-                layers, " layers: 0 .. ", layers - 1, ")");
+    TORCH_CHECK(layers == 0 || (*read.layer >= 0 && *read.layer < layers), source, ": layer ",
+                *read.layer, " is not a layer of this model (", top, "layer_types has ", layers,
+                " layers: 0 .. ", layers - 1, ")");
     const std::string of_layer =
         layers > 0 ? result.layer_types[static_cast<size_t>(*read.layer)] : std::string();
     TORCH_CHECK(layer_type.empty() || of_layer.empty() || layer_type == of_layer, source,
@@ -630,7 +659,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                    "some layers have fields of their own (e.g. head_dim); read a layer's rotary "
                    "embedding with layer = its index");
   } else if (has_overrides) {
-    audit.add(prefix + "per_layer_config", layer_override != nullptr ? Status::kUsed : Status::kIgnored,
+    audit.add(prefix + "per_layer_config",
+              layer_override != nullptr ? Status::kUsed : Status::kIgnored,
               layer_override != nullptr ? shown(*layer_override) : "{...}",
               layer_override != nullptr ? "layer " + std::to_string(*read.layer) + "'s own fields"
                                         : "no fields of layer " + std::to_string(*read.layer));
@@ -717,7 +747,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // Hunyuan's checkpoints say "dynamic" with a fixed alpha, which their model code reads as
   // NTK-alpha (base * alpha^(R / (R - 2)) at every length) instead of transformers' dynamic.
   const json& alpha = field(parameters, "alpha");
-  const bool ntk_alpha_rule = reads_dynamic_as_ntk_alpha(model_type) &&
+  const ModelTypeRule* code_rule = model_type_rule(model_type);
+  const bool ntk_alpha_rule = code_rule != nullptr && code_rule->rule == CodeRule::kNtkAlpha &&
                               block.scaling.type() == RopeType::kDynamic && alpha.is_number() &&
                               alpha.get<double>() != 0.0;
   if (ntk_alpha_rule) {
@@ -878,25 +909,21 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "original_max_position_embeddings", Status::kIgnored,
               shown(field(config, "original_max_position_embeddings")), type_reason);
   }
-  // model_type (the one model_defaults read): its pairing.
-  const bool interleaved_pairs = pairs_interleaved_applied(model_type);
+  // model_type (the one model_defaults read): the rules of its code.
+  const bool interleaved_pairs =
+      code_rule != nullptr && code_rule->rule == CodeRule::kInterleavedPairs;
   if (!model_type.empty()) {
     const std::string name = std::string(own_type.is_string() ? top : "") + "model_type";
-    if (interleaved_pairs) {
-      audit.add(name, Status::kUsed, shown(model_type_field),
-                "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing");
-    } else if (ntk_alpha_rule) {
-      audit.add(name, Status::kUsed, shown(model_type_field),
-                "the model's code reads rope type 'dynamic' with an alpha as 'ntk_alpha' (a fixed "
-                "base * alpha^(R / (R - 2)))");
-    } else if (pairs_interleaved_reported(model_type)) {
-      audit.add_rule(name, shown(model_type_field),
-                     "the model's code turns channels (2i, 2i + 1) together, with rules of its "
-                     "own that posenc does not apply; posenc's options from a config pair (i, i + "
-                     "D/2)");
-    } else {
+    if (code_rule == nullptr) {
       audit.add(name, Status::kUsed, shown(model_type_field),
                 "no rule of its own that posenc knows of");
+    } else if (code_rule->rule == CodeRule::kNotApplied) {
+      audit.add_rule(name, shown(model_type_field), code_rule->what);
+    } else if (code_rule->rule == CodeRule::kInterleavedPairs || ntk_alpha_rule) {
+      audit.add(name, Status::kUsed, shown(model_type_field), code_rule->what);
+    } else {
+      audit.add(name, Status::kUsed, shown(model_type_field),
+                "its rule (" + std::string(code_rule->what) + ") does not bear on this config");
     }
   }
   for (const ModelRule& rule : model_rules()) {
@@ -939,8 +966,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   if (mrope != nullptr) { // the model's code decides (mrope_rule)
     if (mrope_section.empty()) {
       mrope_section = mrope->section;
-      audit.add(where_string + "mrope_section", Status::kDefault,
-                json(mrope->section).dump(),
+      audit.add(where_string + "mrope_section", Status::kDefault, json(mrope->section).dump(),
                 "absent: " + model_type + "'s code takes these sections");
     }
     if (interleaved.is_null() && mrope->interleaved) {

@@ -1,0 +1,109 @@
+"""Every model type of transformers (pinned in scripts/setup.sh) whose modeling file builds a
+rotary embedding, read by posenc from its default config and compared with its own rotary class
+and apply function (model_types.py): none may rotate differently without a warning, the share that
+is equal must not fall, and docs/rope_models.md must say what the comparison finds. Plus the model
+types whose own default config does not run in their code (GLM-4.1V's), with a config like their
+checkpoints'.
+
+Tolerance (as in test_rope_hf.py): transformers computes its angles in float32 (an error of about
+p * 2^-24 rad at position p), posenc in float64, rounded once; posenc's result must be no further
+from a float64 evaluation of the model's own code than transformers' float32 result, plus one
+float32 ulp of the output.
+"""
+
+import importlib
+import os
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="transformers is installed in the pip test environment only (scripts/setup.sh)")
+
+import model_types  # noqa: E402
+from test_rope_hf import float64_everywhere, max_error, posenc_package  # noqa: E402,F401
+from test_rope_qk_mrope import grid_positions  # noqa: E402
+
+DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "rope_models.md")
+BEGIN, END = "<!-- model types: begin -->\n", "<!-- model types: end -->\n"
+
+
+@pytest.fixture(scope="module")
+def results(posenc_package):
+    return model_types.compare_all(posenc_package)
+
+
+def test_no_model_type_rotates_differently_without_a_warning(results):
+    silent = {model_type: detail for model_type, (status, detail) in results.items() if status == "different"}
+    assert not silent, silent
+    equal = [model_type for model_type, (status, _) in results.items() if status.startswith("equal")]
+    compared = [model_type for model_type, (status, _) in results.items() if status not in ("not a text rotary", "not compared")]
+    # 192 of 227 at this writing (the rest warned or refused, each saying why); about 60% before the table
+    assert len(equal) >= 190 and len(equal) >= 0.8 * len(compared), (len(equal), len(compared))
+    for model_type, (status, detail) in results.items():
+        assert status in model_types.ORDER, (model_type, status)
+        if status in ("warned", "refused", "not compared", "equal, warned"):
+            assert detail, model_type  # each says why
+
+
+def test_warned_model_types_are_errors_when_strict(results, posenc_package):
+    warned = [model_type for model_type, (status, _) in results.items() if status == "warned"]
+    assert len(warned) >= 10, warned
+    for model_type in warned:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = transformers.AutoConfig.for_model(model_type)
+            layer_types = getattr(config.get_text_config(), "layer_types", None)
+            with pytest.raises(ValueError, match="posenc does not apply"):
+                # (a per-layer config is read for its first layer)
+                posenc_package.nn.read_hf_rope_config(config, strict=True, layer=0 if layer_types else None)
+
+
+def test_docs_list_every_model_type_with_its_status(results):
+    with open(DOCS, encoding="utf-8") as file:
+        text = file.read()
+    assert BEGIN in text and END in text, f"{DOCS} lost its markers"
+    table = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+    expected = model_types.markdown(results)
+    assert table == expected, ("docs/rope_models.md is out of date: rewrite the table between its markers with "
+                               "'python test/python/model_types.py --markdown'")
+
+
+@pytest.mark.parametrize("model_type, pairing", [("glm4v_text", "interleaved"), ("glm4v_moe_text", "half_split")])
+def test_glm4v_rotates_as_its_code(posenc_package, model_type, pairing):
+    """GLM-4.1V / GLM-4.5V: contiguous M-RoPE sections, [8, 12, 12] unless the config gives them,
+    on half the head (their checkpoints' partial_rotary_factor 0.5; the default config of the type
+    gives none, and its own code then fails), GLM-4.1V pairing (2i, 2i + 1) (rotate_half_llm),
+    GLM-4.5V halves. Image-grid positions near the end of the context, against each one's rotary
+    class and apply_rotary_pos_emb."""
+    name = model_type.removesuffix("_text")
+    modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(
+            model_type, hidden_size=512, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+            max_position_embeddings=4096, partial_rotary_factor=0.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True)
+    assert module.pairing == pairing and module.rotary_dim == 64 and module.mrope_section == [8, 12, 12]
+    rotary_class = next(getattr(modeling, n) for n in dir(modeling) if n.endswith("TextRotaryEmbedding"))
+    torch.manual_seed(11)
+    positions = grid_positions(2)
+    q, k = torch.randn(2, 4, 12, 128), torch.randn(2, 2, 12, 128)
+
+    def theirs(q, k):
+        cos, sin = rotary_class(config=config)(q, positions)
+        return modeling.apply_rotary_pos_emb(q, k, cos, sin)
+
+    q_hf, k_hf = theirs(q, k)
+    with float64_everywhere():
+        q_ref, k_ref = theirs(q.double(), k.double())
+    for ours, hf, reference in ((module.forward_positions(q, positions), q_hf, q_ref),
+                                (module.forward_positions(k, positions), k_hf, k_ref)):
+        ulp = 2 ** -23 * reference.abs().max().item()
+        assert max_error(ours, reference) <= max_error(hf, reference) + ulp
+    # the pairing and sections are the code's: the other pairing or other sections differ
+    other = "half_split" if pairing == "interleaved" else "interleaved"
+    for change in ({"pairing": other}, {"mrope_section": [16, 8, 8]}):
+        changed = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, **change)
+        assert max_error(changed.forward_positions(q, positions), q_ref) > 0.1, change
