@@ -16,7 +16,6 @@ posenc's error is no larger than HF's (plus one float32 ulp of the output), and 
 differ by no more than the sum of both errors.
 """
 
-import contextlib
 import json
 import math
 import os
@@ -30,6 +29,8 @@ transformers = pytest.importorskip("transformers", reason="transformers is insta
 from transformers import LlamaConfig  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
+
+from model_types import float64_everywhere  # noqa: E402,F401  (transformers' float32 read as float64)
 
 HEAD_DIM = 64
 HEADS = 4
@@ -87,19 +88,6 @@ def hf_frequencies(config, seq_len=None):
     if rope_type == "default":
         return LlamaRotaryEmbedding.compute_default_rope_parameters(config)
     return ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
-
-
-@contextlib.contextmanager
-def float64_everywhere():
-    """Runs transformers' frequency functions in float64: their float32 dtypes (torch.float,
-    torch.float32, Tensor.float()) mean float64 while this is active."""
-    saved = torch.float, torch.float32, torch.Tensor.float
-    torch.float = torch.float32 = torch.float64
-    torch.Tensor.float = torch.Tensor.double
-    try:
-        yield
-    finally:
-        torch.float, torch.float32, torch.Tensor.float = saved
 
 
 def hf_frequencies_float64(config, seq_len=None):
