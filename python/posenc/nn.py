@@ -30,6 +30,7 @@ __all__ = [
     "TokenAndPositionEmbedding",
     "RotaryEmbedding",
     "read_hf_rope_config",
+    "mrope_position_ids",
     "Timesteps",
     "TimestepEmbedder",
     "AxialRotaryEmbedding",
@@ -429,6 +430,102 @@ def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[in
     for message in read.pop("warnings"):
         warnings.warn(message, UserWarning, stacklevel=3)
     return read
+
+
+def mrope_position_ids(token_types: Tensor, image_grid_thw: Optional[Tensor] = None,
+                       video_grid_thw: Optional[Tensor] = None, attention_mask: Optional[Tensor] = None, *,
+                       spatial_merge_size: int = 2, video_time_intervals: Optional[Sequence[float]] = None,
+                       frames_apart: bool = False) -> Tuple[Tensor, Tensor]:
+    """The ``[3, B, L]`` (temporal, height, width) positions of multimodal RoPE for a batch of
+    text, image and video tokens, as Qwen2-VL, Qwen2.5-VL and Qwen3-VL / Qwen3.5 number them
+    (transformers' ``get_rope_index``), and each row's ``rope_deltas`` ``[B, 1]`` (its largest
+    position + 1 - its token count: decoding continues at ``token index + delta`` on all axes).
+
+    ``token_types`` ``[B, L]``: 0 text, 1 image, 2 video (transformers' ``mm_token_type_ids``).
+    Text tokens count up by one on all three axes. A run of image or video tokens takes the next
+    grids of ``image_grid_thw`` / ``video_grid_thw`` (``[N, 3]``: temporal, height and width
+    patches, before merging) until it is filled: a grid of ``t * (h / m) * (w / m)`` tokens, with
+    ``m = spatial_merge_size``, is numbered ``start + floor(frame * interval)``, ``start + row``,
+    ``start + column``, and the next token starts at ``start + max(h, w) / m``.
+    ``video_time_intervals``: each video's temporal spacing (Qwen2.5-VL: ``tokens_per_second *
+    second_per_grid_ts``; default 1). ``frames_apart``: each frame of a video is a grid of its own
+    (Qwen3-VL and Qwen3.5, whose frames are separated by timestamp tokens).
+    ``attention_mask`` ``[B, L]``: tokens where it is 0 are left out of the numbering and get
+    position 0, as transformers gives them."""
+    who = "mrope_position_ids"
+    if token_types.dim() != 2:
+        raise ValueError(f"{who}: token_types must be [B, L], but got shape {tuple(token_types.shape)}")
+    if spatial_merge_size < 1:
+        raise ValueError(f"{who}: spatial_merge_size must be >= 1, but got {spatial_merge_size}")
+    if attention_mask is not None and attention_mask.shape != token_types.shape:
+        raise ValueError(f"{who}: attention_mask must have token_types' shape {tuple(token_types.shape)}, "
+                         f"but got {tuple(attention_mask.shape)}")
+    grids = {}
+    for kind, name, given in ((1, "image_grid_thw", image_grid_thw), (2, "video_grid_thw", video_grid_thw)):
+        rows = [] if given is None else given.tolist()
+        if given is not None and (given.dim() != 2 or given.shape[1] != 3):
+            raise ValueError(f"{who}: {name} must be [N, 3] (t, h, w), but got shape {tuple(given.shape)}")
+        for t, h, w in rows:
+            if t < 1 or h < spatial_merge_size or w < spatial_merge_size or h % spatial_merge_size or w % spatial_merge_size:
+                raise ValueError(f"{who}: each grid of {name} must have t >= 1 and h, w multiples of "
+                                 f"spatial_merge_size = {spatial_merge_size}, but one is {[t, h, w]}")
+        intervals = [1.0] * len(rows)
+        if kind == 2 and video_time_intervals is not None:
+            intervals = [float(value) for value in video_time_intervals]
+            if len(intervals) != len(rows):
+                raise ValueError(f"{who}: video_time_intervals must give one interval per video ({len(rows)}), "
+                                 f"but gives {len(intervals)}")
+        if kind == 2 and frames_apart:  # one grid per frame
+            rows, intervals = ([[1, h, w] for t, h, w in rows for _ in range(t)],
+                               [i for (t, _, _), i in zip(rows, intervals) for _ in range(t)])
+        grids[kind] = (name, list(zip(rows, intervals)))
+    used = {1: 0, 2: 0}
+    batch, length = token_types.shape
+    positions = torch.zeros(3, batch, length, dtype=torch.long)
+    deltas = torch.zeros(batch, 1, dtype=torch.long)
+    for b in range(batch):
+        keep = (torch.ones(length, dtype=torch.bool) if attention_mask is None
+                else attention_mask[b].to("cpu", torch.bool))
+        types = token_types[b].to("cpu")[keep].tolist()
+        pieces, start, i = [], 0, 0
+        while i < len(types):
+            kind = types[i]
+            end = i
+            while end < len(types) and types[end] == kind:
+                end += 1
+            if kind == 0:
+                pieces.append(torch.arange(start, start + end - i).expand(3, -1))
+                start += end - i
+            elif kind in grids:
+                name, available = grids[kind]
+                filled = 0
+                while filled < end - i:
+                    if used[kind] == len(available):
+                        raise ValueError(f"{who}: row {b} has more {'image' if kind == 1 else 'video'} tokens than "
+                                         f"{name} has grids for ({len(available)} grids)")
+                    (t, h, w), interval = available[used[kind]]
+                    used[kind] += 1
+                    h, w = h // spatial_merge_size, w // spatial_merge_size
+                    axes = torch.meshgrid((torch.arange(t) * interval).long() + start, torch.arange(h) + start,
+                                          torch.arange(w) + start, indexing="ij")
+                    pieces.append(torch.stack(axes).reshape(3, -1))
+                    filled += t * h * w
+                    start += max(h, w)
+                if filled != end - i:
+                    raise ValueError(f"{who}: row {b}'s run of {end - i} {'image' if kind == 1 else 'video'} tokens at "
+                                     f"{i}..{end - 1} does not match its grids in {name}, which hold {filled} tokens "
+                                     f"(t * h/{spatial_merge_size} * w/{spatial_merge_size} each)")
+            else:
+                raise ValueError(f"{who}: token_types must hold 0 (text), 1 (image) or 2 (video), but row {b} holds {kind}")
+            i = end
+        if pieces:
+            row = torch.cat(pieces, dim=1)
+            positions[:, b, keep] = row
+            deltas[b, 0] = int(row.max()) + 1 - len(types)
+    for kind, (name, available) in grids.items():
+        if used[kind] != len(available):
+            raise ValueError(f"{who}: {name} has {len(available)} grids, but the tokens use {used[kind]}")
+    return positions.to(token_types.device), deltas.to(token_types.device)
 
 
 class RotaryEmbedding(_DerivedTables):

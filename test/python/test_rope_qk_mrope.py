@@ -29,7 +29,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb 
 
 from test_rope_hf import (  # noqa: E402
     HEAD_DIM, HEADS, MAX_POS, VARIANTS, config_dict, export, float64_everywhere, hf_config,
-    hf_frequencies_float64, hf_rotate, max_error, rotate_reference)
+    hf_frequencies_float64, hf_rotate, max_error, posenc_package, rotate_reference)
 
 
 def assert_no_worse_than_hf(ours, theirs, reference):
@@ -332,3 +332,80 @@ def test_multimodal_qk_through_torch_export(posenc_ops):
     assert any("multimodal_rotary_tables" in t for t in targets) and any("apply_rotary_qk" in t for t in targets)
     for ours, eager in zip(exported.module()(q, k, position_ids), model(q, k, position_ids)):
         assert torch.equal(ours, eager)
+
+
+# --- the position ids of multimodal inputs (get_rope_index) -----------------------------------------
+
+def multimodal_batch(frames_apart=False):
+    """Two rows: left padding, text, an image (grid 1 x 4 x 6), text, a video (3 x 4 x 4), text;
+    and text, a video (2 x 6 x 4), text, an image (2 x 8 x 4), text, right padding. Merge size 2.
+    `frames_apart`: two text tokens (Qwen3-VL's timestamp) before each frame of a video."""
+    image_a, image_b = [1, 4, 6], [2, 8, 4]
+    video_a, video_b = [3, 4, 4], [2, 6, 4]
+    tokens = lambda grid: grid[0] * grid[1] // 2 * grid[2] // 2  # noqa: E731
+
+    def video(grid):
+        if not frames_apart:
+            return [2] * tokens(grid)
+        return ([0] * 2 + [2] * tokens([1, *grid[1:]])) * grid[0]
+
+    rows = [[0] * 4 + [1] * tokens(image_a) + [0] * 2 + video(video_a) + [0] * 5,
+            [0] * 2 + video(video_b) + [0] * 3 + [1] * tokens(image_b) + [0] * 1]
+    length = max(len(row) for row in rows) + 3
+    rows = [[-1] * (length - len(rows[0])) + rows[0], rows[1] + [-1] * (length - len(rows[1]))]
+    types = torch.tensor(rows)
+    mask = (types >= 0).long()
+    return (types.clamp(min=0), torch.tensor([image_a, image_b]), torch.tensor([video_a, video_b]), mask)
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_multimodal_position_ids_are_transformers_get_rope_index(posenc_package, name):
+    """posenc.nn.mrope_position_ids against the model's own get_rope_index (called on a stand-in
+    for the model that holds its config): equal, padding and deltas included. Qwen2.5-VL's videos
+    are spaced by tokens_per_second * second_per_grid_ts (0.5 and 1.25 s: fractional intervals,
+    floored); Qwen3-VL's frames are grids of their own."""
+    import importlib
+    import types as pytypes
+    posenc_nn = posenc_package.nn
+    modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    model_class = next(getattr(modeling, n) for n in dir(modeling)
+                       if n.endswith("Model") and hasattr(getattr(modeling, n), "get_rope_index"))
+    config = transformers.AutoConfig.for_model(name)
+    config.vision_config.spatial_merge_size = 2
+    stand_in = pytypes.SimpleNamespace(config=config)
+    stand_in.get_vision_position_ids = pytypes.MethodType(model_class.get_vision_position_ids, stand_in)
+    types, images, videos, mask = multimodal_batch(frames_apart=name == "qwen3_vl")
+    input_ids = torch.arange(types.numel()).reshape(types.shape)
+    extra, ours_extra = {}, {}
+    if name == "qwen2_5_vl":
+        seconds = torch.tensor([0.5, 1.25])
+        extra["second_per_grid_ts"] = seconds
+        ours_extra["video_time_intervals"] = (config.vision_config.tokens_per_second * seconds).tolist()
+    if name == "qwen3_vl":
+        ours_extra["frames_apart"] = True
+    expected, expected_deltas = model_class.get_rope_index(stand_in, input_ids, types, images, videos.clone(),
+                                                           attention_mask=mask, **extra)
+    ours, deltas = posenc_nn.mrope_position_ids(types, images, videos, mask, spatial_merge_size=2, **ours_extra)
+    assert torch.equal(ours, expected)
+    assert torch.equal(deltas, expected_deltas.reshape(-1, 1).long())
+    if name == "qwen2_5_vl":  # the spacing is in effect: frames 0.5 s apart are 12 positions apart here
+        assert not torch.equal(ours, posenc_nn.mrope_position_ids(types, images, videos, mask)[0])
+
+
+def test_multimodal_position_ids_say_what_does_not_match(posenc_package):
+    posenc_nn = posenc_package.nn
+    types, images, videos, mask = multimodal_batch()
+    with pytest.raises(ValueError, match="does not match its grids"):
+        posenc_nn.mrope_position_ids(types, images, videos, mask, spatial_merge_size=1)
+    with pytest.raises(ValueError, match="more image tokens than image_grid_thw has grids"):
+        posenc_nn.mrope_position_ids(types, images[:1], videos, mask)
+    with pytest.raises(ValueError, match="image_grid_thw has 3 grids, but the tokens use 2"):
+        posenc_nn.mrope_position_ids(types, torch.cat([images, images[:1]]), videos, mask)
+    with pytest.raises(ValueError, match="one interval per video"):
+        posenc_nn.mrope_position_ids(types, images, videos, mask, video_time_intervals=[1.0])
+    with pytest.raises(ValueError, match=r"0 \(text\), 1 \(image\) or 2 \(video\)"):
+        posenc_nn.mrope_position_ids(types * 3, images, videos, mask)
+    # text only: positions 0.. on all axes, delta 0 (transformers' text-only numbering)
+    text = torch.zeros(2, 5, dtype=torch.long)
+    positions, deltas = posenc_nn.mrope_position_ids(text)
+    assert torch.equal(positions, torch.arange(5).expand(3, 2, 5)) and torch.equal(deltas, torch.zeros(2, 1, dtype=torch.long))
