@@ -557,7 +557,8 @@ class RotaryEmbedding(_DerivedTables):
                  heads_first: bool = False, beyond_max_len: str = "error",
                  rope_scaling: Optional[dict] = None, freq_factors: Optional[List[float]] = None,
                  attention_factor_in_cos_sin: bool = True, mrope_section: Optional[List[int]] = None,
-                 mrope_interleaved: bool = False, cached_len: Optional[int] = None) -> None:
+                 mrope_interleaved: bool = False, cached_len: Optional[int] = None,
+                 deinterleave: bool = False) -> None:
         super().__init__()
         who = "RotaryEmbedding"
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
@@ -580,6 +581,11 @@ class RotaryEmbedding(_DerivedTables):
                                              "or lower max_len" if cached_len is None else
                                              "lower cached_len (positions past it are computed on each call)"))
         self.pairing = _choice(who, "pairing", pairing, ("half_split", "interleaved"))
+        if deinterleave and self.pairing != "half_split":
+            raise ValueError(f"{who}: deinterleave regroups pairs (2i, 2i + 1) into halves (i, i + R/2), the layout of "
+                             f"pairing 'half_split', but pairing is '{self.pairing}'; pass pairing='half_split' with "
+                             "deinterleave, or drop deinterleave for pairs (2i, 2i + 1) kept in place")
+        self.deinterleave = deinterleave
         self.heads_first = heads_first
         self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         scaling = dict(rope_scaling or {})
@@ -731,10 +737,20 @@ class RotaryEmbedding(_DerivedTables):
             return rows_cos.view(tokens, half), rows_sin.view(tokens, half), None, order
         return cos, sin, inv_freq, positions
 
+    def _regrouped(self, x: Tensor) -> Tensor:
+        """With ``deinterleave``: x with its rotated channels regrouped from pairs (2i, 2i + 1) into
+        halves (a new tensor; the C++ module's regrouped); else x."""
+        width = self.rotary_dim
+        if not self.deinterleave or x.dim() < 1 or x.shape[-1] < width:
+            return x  # (other inputs get the operator's messages)
+        part = x[..., :width]
+        halves = part.reshape(part.shape[:-1] + (width // 2, 2)).transpose(-1, -2).reshape(part.shape)
+        return halves if width == x.shape[-1] else torch.cat([halves, x[..., width:]], -1)
+
     def _rotate(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
         cos, sin, inv_freq, positions = self._tables_for(x, offset, positions)
-        return _ops.apply_rotary(x, cos, sin, offset, positions, self.pairing == "interleaved", self.heads_first,
-                                 False, inv_freq, self._rows_factor)
+        return _ops.apply_rotary(self._regrouped(x), cos, sin, offset, positions, self.pairing == "interleaved",
+                                 self.heads_first, False, inv_freq, self._rows_factor)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         return self._rotate(x, offset, None)
@@ -748,13 +764,14 @@ class RotaryEmbedding(_DerivedTables):
     def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         """Queries and keys (any head counts: GQA/MQA) in one call."""
         cos, sin, inv_freq, positions = self._tables_for(q, offset, None)
-        return _ops.apply_rotary_qk(q, k, cos, sin, offset, positions, self.pairing == "interleaved",
-                                    self.heads_first, False, inv_freq, self._rows_factor)
+        return _ops.apply_rotary_qk(self._regrouped(q), self._regrouped(k), cos, sin, offset, positions,
+                                    self.pairing == "interleaved", self.heads_first, False, inv_freq, self._rows_factor)
 
     def extra_repr(self) -> str:
         cached = f", cached_len={self.cached_len}" if self.cached_len != self.max_len else ""
         return (f"head_dim={self.head_dim}, max_len={self.max_len}{cached}, rotary_dim={self.rotary_dim}, "
-                f"base={self.base}, pairing={self.pairing}, heads_first={self.heads_first}, rope_type={self.rope_type}")
+                f"base={self.base}, pairing={self.pairing}{', deinterleave=True' if self.deinterleave else ''}, "
+                f"heads_first={self.heads_first}, rope_type={self.rope_type}")
 
 
 class Timesteps(_Module):

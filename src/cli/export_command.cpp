@@ -37,6 +37,7 @@ struct ExportArgs {
   std::string layout = "interleaved";
   std::string spacing = "paper";
   std::string pairing; // "": half_split, or with --hf-config the pairing the config implies
+  bool deinterleave = false;
   std::string hf_config;
   std::shared_ptr<io::HfConfigReadOptions> read = std::make_shared<io::HfConfigReadOptions>();
   std::string format = "torchscript";
@@ -55,18 +56,18 @@ void save(const Module& module, const std::string& path, const std::string& form
     const char* separator = "";
     for (const auto& item : state_dict(*module)) {
       report << separator << item.key() << " " << item.value().sizes() << " "
-                << item.value().scalar_type();
+             << item.value().scalar_type();
       separator = ", ";
     }
     report << "); load it with safetensors.torch.load_file (Python) or "
-                 "posenc::load_safetensors (C++)\n";
+              "posenc::load_safetensors (C++)\n";
     return;
   }
   std::ostringstream bytes;
   to_torchscript(module).save(bytes);
   io::write_file_safely(path, bytes.str(), "posenc export");
   report_stream(path) << "wrote " << path << ": TorchScript " << *module
-            << "; load it with torch.jit.load (Python) or torch::jit::load (C++)\n";
+                      << "; load it with torch.jit.load (Python) or torch::jit::load (C++)\n";
 }
 
 void run_export(const ExportArgs& args) {
@@ -75,14 +76,19 @@ void run_export(const ExportArgs& args) {
     // Everything but the layout and the policy past max_len comes from the config (the pairing
     // too, unless --pairing is given);
     // --max-len, if given, replaces max_position_embeddings as the caches' length.
-    RotaryEmbeddingOptions options = io::read_hf_rope_config_file(args.hf_config, *args.read).options;
+    RotaryEmbeddingOptions options =
+        io::read_hf_rope_config_file(args.hf_config, *args.read).options;
     if (args.max_len > 0) {
       options.max_len(args.max_len);
     }
     options.heads_first(args.heads_first).beyond_max_len(beyond).cached_len(args.cached_len);
     if (!args.pairing.empty()) { // else the model type's (read_hf_rope_config)
-      options.pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
-                                                    : RotaryPairing::kHalfSplit);
+      options
+          .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
+                                                 : RotaryPairing::kHalfSplit)
+          .deinterleave(args.deinterleave);
+    } else if (args.deinterleave) {
+      options.deinterleave(true);
     }
     save(RotaryEmbedding(options), args.output, args.format);
     return;
@@ -92,6 +98,7 @@ void run_export(const ExportArgs& args) {
     options.base(args.base)
         .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
                                                : RotaryPairing::kHalfSplit)
+        .deinterleave(args.deinterleave)
         .heads_first(args.heads_first)
         .beyond_max_len(beyond)
         .cached_len(args.cached_len);
@@ -162,6 +169,10 @@ void add_export_command(CLI::App& app) {
                   "Channel pairing (rotary): half_split (the default) or interleaved; with "
                   "--hf-config, the one the model type implies unless given")
       ->check(CLI::IsMember({"half_split", "interleaved"}));
+  cmd->add_flag("--deinterleave", args->deinterleave,
+                "Pairs (2i, 2i + 1) regrouped into halves before turning (rotary, with "
+                "half_split: DeepSeek-V3's rope_interleave); with --hf-config, the model type's "
+                "unless --pairing is given");
   cmd->add_flag("--seq-first", args->seq_first,
                 "Inputs are [L, B, D] instead of [B, L, D] (sinusoidal)");
   cmd->add_flag("--heads-first", args->heads_first,
@@ -194,8 +205,8 @@ void add_export_command(CLI::App& app) {
     }
     // Each module's own options: required where it needs them, refused where it has none.
     const bool rotary = args->module == "rotary";
-    for (const char* name :
-         {"--head-dim", "--rotary-dim", "--pairing", "--heads-first", "--cached-len"}) {
+    for (const char* name : {"--head-dim", "--rotary-dim", "--pairing", "--deinterleave",
+                             "--heads-first", "--cached-len"}) {
       if (!rotary && cmd->count(name) > 0) {
         throw CLI::ValidationError(name, "applies to --module rotary only");
       }

@@ -100,6 +100,10 @@ void run_rope(const RopeArgs& args) {
                 << (options.mrope_interleaved() ? ", mrope_interleaved=true" : "")
                 << " (positions [3, B, L])\n";
     }
+    if (options.deinterleave()) {
+      std::cout << "pairs (2i, 2i + 1) regrouped into halves before turning (deinterleave: "
+                   "DeepSeek-V3's rope_interleave)\n";
+    }
     if (args.seq_len > 0) {
       std::cout << "frequencies of a call ending at position " << args.seq_len - 1 << "\n";
     }

@@ -172,8 +172,7 @@ torch::jit::Module to_torchscript(const PositionalEncodingImpl& module) {
   auto exported = sequence_module("PositionalEncoding", options.d_model(), options.max_len(),
                                   options.batch_first(), options.scale(), extrapolate);
   exported.register_buffer("pe", module.pe.detach().clone());
-  const detail::ColumnPlan plan =
-      detail::column_plan(detail::sinusoid_spec(options));
+  const detail::ColumnPlan plan = detail::column_plan(detail::sinusoid_spec(options));
   // Plain tensor attributes, not buffers: the state dict keeps only `pe`, like the Python module's.
   // (Module.to() does not move attributes, so the code moves them to the input's device.)
   exported.register_attribute("column_frequency", c10::TensorType::get(),
@@ -196,14 +195,23 @@ torch::jit::Module to_torchscript(const LearnedPositionalEmbeddingImpl& module) 
   return exported;
 }
 
+namespace {
+// The attributes rotation.py reads: `interleaved` (pairs (2i, 2i + 1)) and `deinterleave` (pairs
+// (2i, 2i + 1) read, halves written: RotaryEmbeddingOptions::deinterleave).
+void register_pairing(torch::jit::Module& exported, RotaryPairing pairing, bool deinterleave) {
+  exported.register_attribute("interleaved", c10::BoolType::get(),
+                              pairing == RotaryPairing::kInterleaved);
+  exported.register_attribute("deinterleave", c10::BoolType::get(), deinterleave);
+}
+} // namespace
+
 torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   const auto& options = module.options;
   const int64_t rotary_dim = options.rotated_width();
   torch::jit::Module exported("__torch__.posenc.RotaryEmbedding");
   exported.register_attribute("max_len", c10::IntType::get(), options.max_len());
   exported.register_attribute("rotary_dim", c10::IntType::get(), rotary_dim);
-  exported.register_attribute("interleaved", c10::BoolType::get(),
-                              options.pairing() == RotaryPairing::kInterleaved);
+  register_pairing(exported, options.pairing(), options.deinterleave());
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   exported.register_attribute("extrapolate", c10::BoolType::get(),
                               options.beyond_max_len() == BeyondMaxLen::kExtrapolate);
@@ -226,9 +234,9 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   const bool longrope =
       detail::rope_type_entry(spec.scaling.type()).switches == detail::RopeSwitch::kLongFactors;
   const at::Tensor long_inv_freq =
-      longrope ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1).inv_freq,
-                            at::kDouble)
-               : at::empty({0}, at::kDouble);
+      longrope
+          ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1).inv_freq, at::kDouble)
+          : at::empty({0}, at::kDouble);
   exported.register_attribute("long_inv_freq", c10::TensorType::get(), long_inv_freq);
   exported.register_attribute("ntk_base", c10::FloatType::get(), spec.base);
   exported.register_attribute("ntk_factor", c10::FloatType::get(),
@@ -290,11 +298,9 @@ torch::jit::Module to_torchscript(const RelativePositionBiasImpl& module) {
   // shares the bucket of the nearer end, so the exported code clamps and looks up.
   std::vector<int64_t> buckets;
   buckets.reserve(static_cast<size_t>(2 * options.max_distance() + 1));
-  for (int64_t position = -options.max_distance(); position <= options.max_distance();
-       ++position) {
-    buckets.push_back(detail::relative_position_bucket(position, options.bidirectional(),
-                                                       options.num_buckets(),
-                                                       options.max_distance()));
+  for (int64_t position = -options.max_distance(); position <= options.max_distance(); ++position) {
+    buckets.push_back(detail::relative_position_bucket(
+        position, options.bidirectional(), options.num_buckets(), options.max_distance()));
   }
   exported.register_attribute("bucket_of", c10::TensorType::get(), at::tensor(buckets, at::kLong));
   define(exported, "RelativePositionBias", {kCommon, kT5Bias});
@@ -374,8 +380,7 @@ torch::jit::Module to_torchscript(const AxialRotaryEmbeddingImpl& module) {
   register_axial_tables(exported, AxialRotaryEmbeddingImpl::kName, options.axes_dim(),
                         options.theta());
   exported.register_attribute("theta", c10::FloatType::get(), options.theta());
-  exported.register_attribute("interleaved", c10::BoolType::get(),
-                              options.pairing() == RotaryPairing::kInterleaved);
+  register_pairing(exported, options.pairing(), /*deinterleave=*/false);
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   define(exported, AxialRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kAxialRotary});
   exported.eval();
@@ -399,8 +404,7 @@ torch::jit::Module to_torchscript(const VisionRotaryEmbeddingImpl& module) {
                               std::string(grid_indexing_name(options.grid_indexing())));
   exported.register_attribute("num_prefix_tokens", c10::IntType::get(),
                               options.num_prefix_tokens());
-  exported.register_attribute("interleaved", c10::BoolType::get(),
-                              options.pairing() == RotaryPairing::kInterleaved);
+  register_pairing(exported, options.pairing(), /*deinterleave=*/false);
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   define(exported, VisionRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kVisionRotary});
   exported.eval();

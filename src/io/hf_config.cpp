@@ -103,12 +103,9 @@ const std::vector<ModelRule>& model_rules() {
       {"no_rope_layers", "layers without rotary (SmolLM3, Llama 4); posenc rotates in every layer"},
       {"nope_layer_interval", "Llama 4's layers without rotary; posenc rotates in every layer"},
       {"attn_temperature_tuning", "Llama 4 scales queries by position; posenc does not"},
-      {"qk_rope_head_dim",
-       "MLA models (DeepSeek-V2/V3) rotate only these channels of a head; posenc rotates "
-       "int(head_dim * partial_rotary_factor)"},
       {"rope_interleave",
-       "DeepSeek's pairing of channels (2i, 2i + 1); posenc's options keep halves unless the "
-       "pairing is set"},
+       "DeepSeek's regrouping of channels (2i, 2i + 1) into halves, which posenc applies for the "
+       "model types whose code reads it (docs/rope_models.md), not for this one"},
       {"rotary_dim", "the rotated width of GPT-J-style models; posenc reads partial_rotary_factor"},
       {"rotary_pct",
        "GPT-NeoX's share of rotated channels (transformers' config turns it into "
@@ -137,6 +134,11 @@ enum class CodeRule {
   kInterleavedPairs,
   /// Rope type "dynamic" with a non-zero `alpha` is NTK-alpha (compute_ntk_alpha_rope_parameters).
   kNtkAlpha,
+  /// Channels (2i, 2i + 1) regrouped into halves before turning (DeepSeek-V3's
+  /// apply_rotary_pos_emb_interleave): RotaryEmbeddingOptions::deinterleave.
+  kDeinterleave,
+  /// kDeinterleave where the config's `rope_interleave` (default true) says so.
+  kDeinterleaveIfRopeInterleave,
   /// A rule posenc does not apply; `what` says which.
   kNotApplied,
 };
@@ -152,6 +154,15 @@ const std::vector<ModelTypeRule>& model_type_rules() {
         "glm4v_text", "glm_ocr", "glm_ocr_text", "helium", "openai_privacy_filter"},
        CodeRule::kInterleavedPairs,
        "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing"},
+      {{"axk2", "bailing_hybrid", "deepseek_v32", "dots3_note", "dots3_note_text", "glm_moe_dsa",
+        "longcat_flash", "mistral_large4", "mistral_large4_text"},
+       CodeRule::kDeinterleave,
+       "the model's code regroups the rotated channels from pairs (2i, 2i + 1) into halves before "
+       "turning them (apply_rotary_pos_emb_interleave): deinterleave"},
+      {{"axk1", "deepseek_v3", "glm4_moe_lite", "mistral4", "youtu"},
+       CodeRule::kDeinterleaveIfRopeInterleave,
+       "the model's code regroups the rotated channels from pairs (2i, 2i + 1) into halves before "
+       "turning them (apply_rotary_pos_emb_interleave) where rope_interleave is true"},
       {{"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl", "hunyuan_vl_text"},
        CodeRule::kNtkAlpha,
        "the model's code reads rope type 'dynamic' with an alpha as 'ntk_alpha' (a fixed base * "
@@ -693,13 +704,19 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   TORCH_CHECK(head_dim_field || hidden, source, ": ", top,
               "head_dim or hidden_size is needed to know the width of a head, but neither is "
               "given");
+  // MLA (DeepSeek-V2/V3 and their kin): only qk_rope_head_dim channels of each head turn, held in
+  // a part of the head of their own (q_pe, k_pe): the module's heads are those parts.
+  const c10::optional<int64_t> mla_width = integer(source, config, "qk_rope_head_dim", top);
   // (absent: the model type's own default, else hidden_size / num_attention_heads, as transformers)
-  const int64_t head_dim = head_dim_field ? *head_dim_field
+  const int64_t head_dim = mla_width        ? *mla_width
+                           : head_dim_field ? *head_dim_field
                            : defaults.head_dim > 0
                                ? defaults.head_dim
                                : (defaults.twice_hidden_per_head ? 2 : 1) * *hidden / *heads;
   TORCH_CHECK(head_dim >= 2, source, ": the head width must be >= 2, but is ", head_dim,
-              head_dim_field ? " (head_dim)" : " (hidden_size / num_attention_heads)");
+              mla_width        ? " (qk_rope_head_dim)"
+              : head_dim_field ? " (head_dim)"
+                               : " (hidden_size / num_attention_heads)");
   result.num_attention_heads = *heads;
   result.num_key_value_heads = integer(source, config, "num_key_value_heads", top).value_or(*heads);
   audit.add(prefix + "num_attention_heads", Status::kUsed, std::to_string(*heads), "query heads");
@@ -710,7 +727,15 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "num_key_value_heads", Status::kUsed,
               std::to_string(result.num_key_value_heads), "key/value heads");
   }
-  if (head_dim_field) {
+  if (mla_width) {
+    audit.add(prefix + "qk_rope_head_dim", Status::kUsed, std::to_string(head_dim),
+              "MLA: only these channels of a head turn, held apart from the others (q_pe, k_pe): "
+              "the module's heads are those parts");
+    if (head_dim_field) {
+      audit.add(prefix + "head_dim", Status::kIgnored, std::to_string(*head_dim_field),
+                "qk_rope_head_dim gives the head width (of the rotated parts)");
+    }
+  } else if (head_dim_field) {
     audit.add(prefix + "head_dim", Status::kUsed, std::to_string(head_dim), "the head width");
     if (hidden) {
       audit.add(prefix + "hidden_size", Status::kIgnored, std::to_string(*hidden),
@@ -794,7 +819,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               ": partial_rotary_factor must lie in (0, 1], but is ", partial);
   // A type that rotates the whole head (proportional) turns only a share of its pairs instead.
   scaling.partial_rotary_factor(entry.rotates_whole_head ? partial : 1.0);
-  const auto rotary_dim = entry.rotates_whole_head
+  // (MLA: all of the rotated part, which transformers' rotary class finds as head_dim * partial)
+  const auto rotary_dim = entry.rotates_whole_head || mla_width
                               ? head_dim
                               : static_cast<int64_t>(static_cast<double>(head_dim) * partial);
   TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, source,
@@ -919,19 +945,40 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "no rule of its own that posenc knows of");
     } else if (code_rule->rule == CodeRule::kNotApplied) {
       audit.add_rule(name, shown(model_type_field), code_rule->what);
-    } else if (code_rule->rule == CodeRule::kInterleavedPairs || ntk_alpha_rule) {
+    } else if (code_rule->rule == CodeRule::kInterleavedPairs || ntk_alpha_rule ||
+               code_rule->rule == CodeRule::kDeinterleave ||
+               code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave) {
       audit.add(name, Status::kUsed, shown(model_type_field), code_rule->what);
     } else {
       audit.add(name, Status::kUsed, shown(model_type_field),
                 "its rule (" + std::string(code_rule->what) + ") does not bear on this config");
     }
   }
+  // DeepSeek-V3's regrouping of pairs (2i, 2i + 1) into halves.
+  const bool interleave_by_key =
+      code_rule != nullptr && code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave;
+  bool deinterleave = code_rule != nullptr && code_rule->rule == CodeRule::kDeinterleave;
+  if (interleave_by_key) {
+    const json& value = field(config, "rope_interleave");
+    TORCH_CHECK(value.is_null() || value.is_boolean(), source, ": ", top,
+                "rope_interleave must be true or false, but is a ", type_name(value));
+    deinterleave = value.is_null() || value.get<bool>();
+    audit.add(prefix + "rope_interleave", value.is_null() ? Status::kDefault : Status::kUsed,
+              deinterleave ? "true" : "false",
+              std::string(value.is_null() ? "absent: true, " + model_type + "'s default; " : "") +
+                  (deinterleave ? "pairs (2i, 2i + 1) regrouped into halves: deinterleave"
+                                : "pairs (i, i + D/2), as the config's channels are"));
+  } else if (deinterleave && !field(config, "rope_interleave").is_null()) {
+    audit.add(prefix + "rope_interleave", Status::kIgnored, shown(field(config, "rope_interleave")),
+              model_type + "'s code regroups the pairs whatever it says");
+  }
   for (const ModelRule& rule : model_rules()) {
     const json& value = field(config, rule.key);
     const std::string key = rule.key;
     const bool read_here =
         (defaults.neox_keys && (key == "rotary_pct" || key == "rotary_emb_base")) ||
-        (defaults.rotary_dim_key && key == "rotary_dim");
+        (defaults.rotary_dim_key && key == "rotary_dim") || key == "qk_rope_head_dim" ||
+        ((interleave_by_key || deinterleave) && key == "rope_interleave");
     if (!value.is_null() && !read_here) {
       audit.add_rule(prefix + rule.key, shown(value), rule.reason);
     }
@@ -986,7 +1033,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
           .scaling(scaling)
           .mrope_section(mrope_section)
           .mrope_interleaved(mrope_interleaved)
-          .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit);
+          .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit)
+          .deinterleave(deinterleave);
   result.audit = audit.take();
   return result;
 }

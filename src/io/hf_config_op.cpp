@@ -8,9 +8,9 @@
 #include "detail/rope_types.h"
 
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 #include <torch/library.h>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 
 #include <sstream>
 #include <string>
@@ -72,6 +72,9 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
   if (!options.freq_factors().empty()) {
     module["freq_factors"] = options.freq_factors();
   }
+  if (options.deinterleave()) {
+    module["deinterleave"] = true;
+  }
   if (!options.mrope_section().empty()) {
     module["mrope_section"] = options.mrope_section();
     module["mrope_interleaved"] = options.mrope_interleaved();
@@ -101,9 +104,9 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
 // read_hf_rope_config(config, strict, source, layer, layer_type) -> JSON text: {"module": the
 // keyword arguments of posenc.nn.RotaryEmbedding, "num_attention_heads", "num_key_value_heads",
 // "audit": [{"key", "status", "value", "reason"}, ...], "layer_types", "layer_type", "warnings":
-// the reader's warnings, not printed}. `layer` / `layer_type`: HfConfigReadOptions'. `config` is a config.json's text; `strict` refuses keys that
-// change the rotation and are not applied (else a warning); `source` names the config in
-// messages. Errors and warnings are read_hf_rope_config's.
+// the reader's warnings, not printed}. `layer` / `layer_type`: HfConfigReadOptions'. `config` is a
+// config.json's text; `strict` refuses keys that change the rotation and are not applied (else a
+// warning); `source` names the config in messages. Errors and warnings are read_hf_rope_config's.
 TORCH_LIBRARY_FRAGMENT(posenc, m) {
   m.def(
       "read_hf_rope_config(str config, bool strict=False, str source=\"config.json\", "

@@ -8,6 +8,7 @@
 #include "detail/rotary.h"
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
@@ -40,8 +41,14 @@ void RotaryEmbeddingImpl::reset() {
   const int64_t rotary_dim = options.rotated_width();
   TORCH_CHECK(rotary_dim <= options.head_dim(), kName, ": rotary_dim (", rotary_dim,
               ") must be <= head_dim (", options.head_dim(), ")");
-  TORCH_CHECK(options.max_len() >= 1, kName, ": max_len must be >= 1, but got ",
-              options.max_len(), "; pass the number of positions the module rotates");
+  TORCH_CHECK(!options.deinterleave() || options.pairing() == RotaryPairing::kHalfSplit, kName,
+              ": deinterleave regroups pairs (2i, 2i + 1) into halves (i, i + R/2), the "
+              "layout of pairing kHalfSplit, but pairing is ",
+              options.pairing(),
+              "; pass pairing(kHalfSplit) with deinterleave, or drop "
+              "deinterleave for pairs (2i, 2i + 1) kept in place");
+  TORCH_CHECK(options.max_len() >= 1, kName, ": max_len must be >= 1, but got ", options.max_len(),
+              "; pass the number of positions the module rotates");
   // (the width and base first: a cache of a width over the limit is reported as such)
   detail::check_rotary_arguments(kName, 1, rotary_dim, options.base());
   const int64_t cached = options.cached_rows();
@@ -106,9 +113,12 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   if (options.cached_rows() != options.max_len()) {
     stream << ", cached_len=" << options.cached_rows();
   }
-  stream << ", rotary_dim=" << options.rotated_width()
-         << ", base=" << options.base() << ", pairing=" << options.pairing()
-         << ", heads_first=" << options.heads_first();
+  stream << ", rotary_dim=" << options.rotated_width() << ", base=" << options.base()
+         << ", pairing=" << options.pairing();
+  if (options.deinterleave()) {
+    stream << ", deinterleave=true";
+  }
+  stream << ", heads_first=" << options.heads_first();
   if (options.beyond_max_len() != BeyondMaxLen::kError) {
     stream << ", beyond_max_len=" << options.beyond_max_len();
   }
@@ -163,7 +173,7 @@ torch::Tensor RotaryEmbeddingImpl::inv_freq(int64_t seq_len) const {
 }
 
 c10::optional<int64_t> RotaryEmbeddingImpl::call_end(int64_t offset, int64_t length,
-                                                    const torch::Tensor& positions) const {
+                                                     const torch::Tensor& positions) const {
   if (!positions.defined()) {
     // offset + length, if it is a valid call's end (the operator reports the others).
     if (offset < 0 || length < 1 || offset > std::numeric_limits<int64_t>::max() - length) {
@@ -264,12 +274,11 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
     // caches"). Other calls take the cached path.
     const int64_t length = x.size(options.heads_first() ? 2 : 1);
     const c10::optional<int64_t> end = call_end(offset, length, positions);
-    if (end && *end > *switch_length_ &&
-        (extrapolate || continuous || *end <= options.max_len())) {
+    if (end && *end > *switch_length_ && (extrapolate || continuous || *end <= options.max_len())) {
       tables.inv_freq =
           long_inv_freq_.defined()
               ? long_inv_freq_
-              : detail::upload(  // (no copy from host memory: see detail::upload)
+              : detail::upload( // (no copy from host memory: see detail::upload)
                     at::tensor(
                         detail::rope_frequencies(detail::rope_spec(options), end, kName).inv_freq,
                         at::TensorOptions().dtype(at::kDouble)),
@@ -280,8 +289,7 @@ RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
   }
   if (positions.defined() && positions.dim() == 3) {
     // Multimodal: each token's own cos/sin rows, and positions indexing them.
-    TORCH_CHECK(!options.mrope_section().empty(), kName,
-                ": positions ", positions.sizes(),
+    TORCH_CHECK(!options.mrope_section().empty(), kName, ": positions ", positions.sizes(),
                 " are multimodal [3, B, L] positions, but the module has no mrope_section; build "
                 "it with mrope_section (e.g. {16, 24, 24} for Qwen2-VL) or pass [B, L] positions");
     const auto rows = functional::detail::multimodal_rotary_tables(
@@ -304,25 +312,56 @@ const char* beyond_hint(const RotaryEmbeddingOptions& options) {
 }
 } // namespace
 
+torch::Tensor RotaryEmbeddingImpl::regrouped(const torch::Tensor& x) const {
+  const int64_t rotary_dim = options.rotated_width();
+  if (!options.deinterleave() || !x.defined() || x.dim() < 1 || x.size(-1) < rotary_dim) {
+    return x; // (other inputs get the operator's messages)
+  }
+  const torch::Tensor part = x.narrow(-1, 0, rotary_dim);
+  std::vector<int64_t> pairs(part.sizes().begin(), part.sizes().end());
+  pairs.back() = rotary_dim / 2;
+  pairs.push_back(2);
+  // (a copy: the transposed pairs are not contiguous)
+  const torch::Tensor halves = part.reshape(pairs).transpose(-1, -2).reshape(part.sizes());
+  if (rotary_dim == x.size(-1)) {
+    return halves;
+  }
+  return at::cat({halves, x.narrow(-1, rotary_dim, x.size(-1) - rotary_dim)}, -1);
+}
+
 torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                               const torch::Tensor& positions) {
   const detail::CallerScope caller(kName, beyond_hint(options));
   const CallTables tables = call_tables(x, offset, positions);
-  return functional::detail::rotary_embedding(x, tables.cos, tables.sin, offset, tables.positions,
-                                              options.pairing(), options.heads_first(),
-                                              tables.inv_freq, attention_factor_);
+  return functional::detail::rotary_embedding(
+      regrouped(x), tables.cos, tables.sin, offset, tables.positions, options.pairing(),
+      options.heads_first(), tables.inv_freq, attention_factor_);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_at(
-    const torch::Tensor& q, const torch::Tensor& k, int64_t offset,
-    const torch::Tensor& positions, bool in_place) {
+    const torch::Tensor& q, const torch::Tensor& k, int64_t offset, const torch::Tensor& positions,
+    bool in_place) {
   const detail::CallerScope caller(kName, beyond_hint(options));
   check_heads(k);
   const CallTables tables = call_tables(q, offset, positions);
-  return functional::detail::rotary_embedding_qk(q, k, tables.cos, tables.sin, offset,
-                                                 tables.positions,
-                                                 options.pairing(), options.heads_first(),
-                                                 tables.inv_freq, attention_factor_, in_place);
+  if (options.deinterleave()) {
+    // Regrouped copies, rotated; an in-place call writes them back only once both succeeded.
+    auto rotated = functional::detail::rotary_embedding_qk(
+        regrouped(q), regrouped(k), tables.cos, tables.sin, offset, tables.positions,
+        options.pairing(), options.heads_first(), tables.inv_freq, attention_factor_,
+        /*in_place=*/false);
+    if (!in_place) {
+      return rotated;
+    }
+    torch::Tensor q_ = q; // (handles to the caller's tensors)
+    torch::Tensor k_ = k;
+    q_.copy_(std::get<0>(rotated));
+    k_.copy_(std::get<1>(rotated));
+    return {q, k};
+  }
+  return functional::detail::rotary_embedding_qk(
+      q, k, tables.cos, tables.sin, offset, tables.positions, options.pairing(),
+      options.heads_first(), tables.inv_freq, attention_factor_, in_place);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk(const torch::Tensor& q,

@@ -31,11 +31,8 @@ using posenc_test::printed;
 // RoPE written from its definition in long double: for each pair (a, b) of rotated channels and
 // theta = position * base^(-2i/R), (a, b) -> (a cos - b sin, a sin + b cos). x: [B, L, H, Dh].
 template <typename Position>
-torch::Tensor reference_rope(const torch::Tensor& x,
-                             const std::vector<Position>& positions,
-                             int64_t rotary_dim,
-                             bool interleaved,
-                             long double base = 10000.0L) {
+torch::Tensor reference_rope(const torch::Tensor& x, const std::vector<Position>& positions,
+                             int64_t rotary_dim, bool interleaved, long double base = 10000.0L) {
   const auto in = x.to(torch::kDouble).contiguous();
   auto out = in.clone();
   const int64_t B = x.size(0), L = x.size(1), H = x.size(2), D = x.size(3), half = rotary_dim / 2;
@@ -49,8 +46,8 @@ torch::Tensor reference_rope(const torch::Tensor& x,
         for (int64_t i = 0; i < half; ++i) {
           const int64_t ia = interleaved ? 2 * i : i;
           const int64_t ib = interleaved ? 2 * i + 1 : i + half;
-          const long double theta = p *
-                                    std::pow(base, -static_cast<long double>(2 * i) / rotary_dim);
+          const long double theta =
+              p * std::pow(base, -static_cast<long double>(2 * i) / rotary_dim);
           const long double a = src[row + ia], bb = src[row + ib];
           dst[row + ia] = static_cast<double>(a * std::cos(theta) - bb * std::sin(theta));
           dst[row + ib] = static_cast<double>(a * std::sin(theta) + bb * std::cos(theta));
@@ -173,8 +170,8 @@ TEST_F(Rotary, FractionalPositionsAreComputedFromTheFrequencies) {
     const auto x = torch::randn({1, 5, 2, 16});
     const auto y = rope->forward_positions(x, torch::tensor(values, torch::kDouble));
     // float32 cos/sin (2^-25 each) times |x| <~ 5, plus the float32 rounding of the result.
-    EXPECT_LE(max_abs_difference(y, reference_rope(x, values, 12,
-                                                   pairing == RotaryPairing::kInterleaved)),
+    EXPECT_LE(max_abs_difference(
+                  y, reference_rope(x, values, 12, pairing == RotaryPairing::kInterleaved)),
               1e-6)
         << pairing;
   }
@@ -187,13 +184,14 @@ TEST_F(Rotary, FractionalPositionsAreComputedFromTheFrequencies) {
         << dtype;
   }
   // The operator needs the frequencies to compute them, and rejects NaN/Inf and negatives.
-  EXPECT_POSENC_ERROR(posenc::ops::apply_rotary(x, rope->cos, rope->sin, 0,
-                                                torch::full({4}, 0.5)),
-                      "posenc::apply_rotary: floating-point positions (Float) are computed from "
-                      "the encoding's definition, which this call lacks (a learned table has none): pass inv_freq");
+  EXPECT_POSENC_ERROR(
+      posenc::ops::apply_rotary(x, rope->cos, rope->sin, 0, torch::full({4}, 0.5)),
+      "posenc::apply_rotary: floating-point positions (Float) are computed from "
+      "the encoding's definition, which this call lacks (a learned table has none): pass inv_freq");
   for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
-    EXPECT_POSENC_ERROR(rope->forward_positions(x, torch::tensor({0.0, 1.0, bad, 2.0})),
-                        "RotaryEmbedding: floating-point positions must be finite and in [0, 2^63)");
+    EXPECT_POSENC_ERROR(
+        rope->forward_positions(x, torch::tensor({0.0, 1.0, bad, 2.0})),
+        "RotaryEmbedding: floating-point positions must be finite and in [0, 2^63)");
   }
   // The gradient is the inverse rotation at the same fractional positions.
   const auto input = torch::randn({1, 3, 1, 8}, torch::dtype(torch::kDouble).requires_grad(true));
@@ -201,9 +199,9 @@ TEST_F(Rotary, FractionalPositionsAreComputedFromTheFrequencies) {
   const auto fractional = torch::tensor({0.5, 10.25, 40.5}, torch::kDouble);
   const auto upstream = torch::randn({1, 3, 1, 8}, torch::kDouble);
   rope->forward_positions(input, fractional).backward(upstream);
-  EXPECT_LE(max_abs_difference(input.grad(),
-                               reference_rope(upstream, std::vector<double>{-0.5, -10.25, -40.5},
-                                              8, false)),
+  EXPECT_LE(max_abs_difference(
+                input.grad(),
+                reference_rope(upstream, std::vector<double>{-0.5, -10.25, -40.5}, 8, false)),
             1e-13);
 }
 
@@ -213,9 +211,7 @@ TEST_F(Rotary, FunctionalMatchesModule) {
   const auto tables = F::rotary_tables(40, 6);
   EXPECT_TRUE(torch::equal(tables.first, rope->cos));
   const auto x = torch::randn({1, 3, 2, 12});
-  EXPECT_TRUE(torch::equal(F::rotary_embedding(x,
-                                               tables.first,
-                                               tables.second,
+  EXPECT_TRUE(torch::equal(F::rotary_embedding(x, tables.first, tables.second,
                                                F::RotaryEmbeddingFuncOptions().offset(5).pairing(
                                                    RotaryPairing::kInterleaved)),
                            rope(x, 5)));
@@ -269,8 +265,8 @@ TEST_F(Rotary, PrintingSaveLoadAndExport) {
                            rope->forward_positions(x, positions)));
   // Fractional positions: the export computes cos/sin with PyTorch's float64 sin/cos, posenc with
   // the C library's; rounded to float32 they may differ by one ulp (2^-24), times |x| <~ 5.
-  const auto fractional = torch::tensor({{0.5, 2.25, 63.5, 100.75, 7.0}, {0.0, 1.0, 2.0, 3.0, 4.0}},
-                                        torch::kDouble);
+  const auto fractional =
+      torch::tensor({{0.5, 2.25, 63.5, 100.75, 7.0}, {0.0, 1.0, 2.0, 3.0, 4.0}}, torch::kDouble);
   EXPECT_LE(max_abs_difference(exported.run_method("forward_positions", x, fractional).toTensor(),
                                rope->forward_positions(x, fractional)),
             5e-7);
@@ -304,8 +300,8 @@ TEST_F(Rotary, RowsPastTheCachedOnesAreComputedUpToMaxLen) {
     EXPECT_TRUE(torch::equal(k_in_place, std::get<1>(expected))) << offset;
   }
   const auto positions = torch::tensor({{0, 15, 16, 4999, -1, 3}, {7, 8, 9, 10, 11, 4000}});
-  EXPECT_TRUE(
-      torch::equal(partial->forward_positions(x, positions), full->forward_positions(x, positions)));
+  EXPECT_TRUE(torch::equal(partial->forward_positions(x, positions),
+                           full->forward_positions(x, positions)));
   // float64 caches (after .to): the computed rows follow the dtype.
   partial->to(torch::kDouble);
   full->to(torch::kDouble);
@@ -364,16 +360,16 @@ TEST_F(Rotary, CachedLenKeepsDynamicAndMultimodalRotations) {
     EXPECT_TRUE(torch::equal(partial(x, offset), full(x, offset))) << offset;
   }
   const auto positions = torch::tensor({{0, 7, 8, 31, 40, 63}, {1, 2, 3, 4, 5, 6}});
-  EXPECT_TRUE(
-      torch::equal(partial->forward_positions(x, positions), full->forward_positions(x, positions)));
+  EXPECT_TRUE(torch::equal(partial->forward_positions(x, positions),
+                           full->forward_positions(x, positions)));
   RotaryEmbedding mrope_partial(
       RotaryEmbeddingOptions(8, 64).mrope_section({1, 1, 2}).cached_len(4));
   RotaryEmbedding mrope_full(RotaryEmbeddingOptions(8, 64).mrope_section({1, 1, 2}));
   const auto grid = torch::tensor({{{0, 1, 9, 9, 9, 40}, {2, 3, 4, 5, 6, 63}},
                                    {{0, 1, 9, 10, 9, 40}, {2, 3, 4, 5, 6, 63}},
                                    {{0, 1, 9, 9, 10, 41}, {2, 3, 4, 5, 6, 62}}});
-  EXPECT_TRUE(
-      torch::equal(mrope_partial->forward_positions(x, grid), mrope_full->forward_positions(x, grid)));
+  EXPECT_TRUE(torch::equal(mrope_partial->forward_positions(x, grid),
+                           mrope_full->forward_positions(x, grid)));
   EXPECT_POSENC_ERROR(mrope_partial->forward_positions(x, grid.clone().fill_(64)),
                       "RotaryEmbedding: positions must be < max_len (64), but got 64");
 }
@@ -411,9 +407,9 @@ TEST_F(Rotary, TenMillionPositionContextWithoutATenMillionRowCache) {
   rope->to(torch::kDouble);
   const auto x = torch::randn({1, 3, 2, 128}, torch::kDouble);
   const std::vector<int64_t> last{context - 3, context - 2, context - 1};
-  EXPECT_LE(max_abs_difference(rope(x, context - 3),
-                               reference_rope(x, last, 128, false, 500000.0L)),
-            1e-7);
+  EXPECT_LE(
+      max_abs_difference(rope(x, context - 3), reference_rope(x, last, 128, false, 500000.0L)),
+      1e-7);
   const auto positions = torch::tensor({int64_t{0}, int64_t{8191}, context - 1}, torch::kLong);
   const std::vector<int64_t> chosen{0, 8191, context - 1};
   EXPECT_LE(max_abs_difference(rope->forward_positions(x, positions),
@@ -421,4 +417,50 @@ TEST_F(Rotary, TenMillionPositionContextWithoutATenMillionRowCache) {
             1e-7);
   EXPECT_POSENC_ERROR(rope(x, context - 2),
                       "RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table");
+}
+
+// deinterleave (DeepSeek-V3's rope_interleave): pairs (2i, 2i + 1) are rotated and written as
+// halves (i, i + R/2): out[i] = a cos - b sin, out[i + R/2] = a sin + b cos with a = x[2i],
+// b = x[2i + 1]; the channels past the rotated width pass through. Against the long double
+// definition, in every kind of call (q+k, in place on views of a fused tensor, positions, the
+// TorchScript export); an in-place call that fails leaves q and k as they were.
+TEST_F(Rotary, DeinterleaveRotatesPairsIntoHalves) {
+  RotaryEmbedding rope(RotaryEmbeddingOptions(12, 64).rotary_dim(8).base(500.0).deinterleave(true));
+  EXPECT_EQ(printed(*rope),
+            "posenc::RotaryEmbedding(head_dim=12, max_len=64, rotary_dim=8, base=500, "
+            "pairing=half_split, deinterleave=true, heads_first=false)");
+  const auto x = torch::randn({2, 5, 3, 12});
+  // the definition: interleaved pairs rotated in place, then the rotated channels regrouped
+  const auto pairs = reference_rope(x, range(9, 5), 8, /*interleaved=*/true, 500.0L);
+  const auto expected =
+      torch::cat({pairs.narrow(3, 0, 8).index({"...", torch::indexing::Slice(0, 8, 2)}),
+                  pairs.narrow(3, 0, 8).index({"...", torch::indexing::Slice(1, 8, 2)}),
+                  pairs.narrow(3, 8, 4)},
+                 3);
+  EXPECT_LE(max_abs_difference(rope(x, 9), expected), 1e-6);
+  EXPECT_TRUE(torch::equal(rope->forward_positions(x, torch::arange(9, 14)), rope(x, 9)));
+  auto [q, k] = rope->forward_qk(x, x.narrow(2, 0, 1), 9);
+  EXPECT_TRUE(torch::equal(q, rope(x, 9)));
+  EXPECT_TRUE(torch::equal(k, rope(x.narrow(2, 0, 1), 9)));
+  // in place, on views of one fused tensor
+  auto fused = torch::cat({x, x.narrow(2, 0, 1)}, 2).contiguous();
+  auto q_view = fused.narrow(2, 0, 3);
+  auto k_view = fused.narrow(2, 3, 1);
+  rope->forward_qk_(q_view, k_view, 9);
+  EXPECT_TRUE(torch::equal(fused.narrow(2, 0, 3), q));
+  EXPECT_TRUE(torch::equal(fused.narrow(2, 3, 1), k));
+  auto q_kept = x.clone();
+  auto k_kept = x.narrow(2, 0, 1).clone();
+  EXPECT_POSENC_ERROR(rope->forward_qk_(q_kept, k_kept, 62), "max_len");
+  EXPECT_TRUE(torch::equal(q_kept, x));
+  EXPECT_TRUE(torch::equal(k_kept, x.narrow(2, 0, 1)));
+  // the TorchScript export rotates alike
+  auto exported = posenc::to_torchscript(rope);
+  EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{9}}).toTensor(), rope(x, 9)), 1e-6);
+  // the output layout needs half_split; the module is refused before anything is built
+  EXPECT_POSENC_ERROR(
+      RotaryEmbedding(
+          RotaryEmbeddingOptions(12, 64).pairing(RotaryPairing::kInterleaved).deinterleave(true)),
+      "deinterleave regroups pairs (2i, 2i + 1) into halves (i, i + R/2), the "
+      "layout of pairing kHalfSplit, but pairing is interleaved");
 }

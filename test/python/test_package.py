@@ -173,6 +173,8 @@ def test_learned_embedding_state_dict_and_outputs(posenc, posenc_ops):
     {"head_dim": 64, "rope_theta": 10000.0,
      "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
     {"head_dim": 32, "rope_theta": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    # MLA: the rope parts (qk_rope_head_dim) are the heads, their pairs regrouped into halves
+    {"model_type": "deepseek_v3", "head_dim": 32, "qk_rope_head_dim": 32, "rope_theta": 10000.0},
 ])
 def test_rotary_embedding_is_the_cpp_module(posenc, posenc_cli, tmp_path, config):
     """The C++ module from a Hugging Face config (posenc export --hf-config) against posenc.nn
@@ -184,7 +186,8 @@ def test_rotary_embedding_is_the_cpp_module(posenc, posenc_cli, tmp_path, config
     scripted = export(posenc_cli, tmp_path, "rope", "--module", "rotary", "--hf-config", path)
     rotary_dim = int(config["head_dim"] * config.get("partial_rotary_factor", 1.0))
     module = posenc.nn.RotaryEmbedding(config["head_dim"], max_len, base=config["rope_theta"], rotary_dim=rotary_dim,
-                                       rope_scaling=config.get("rope_scaling"))
+                                       rope_scaling=config.get("rope_scaling"),
+                                       deinterleave=config.get("model_type") == "deepseek_v3")
     same_state(module, scripted)
     # ... and read from the config by posenc's C++ reader, as a path and as a dict.
     for source in (path, hf):

@@ -297,10 +297,10 @@ def audit(posenc_cli, path, *extra):
 
 
 # model type -> the keys of transformers' own default config that posenc must report as not applied
-# (the rule each stands for is in the model's code: MLA's rotated width and pairing, layers
+# (the rule each stands for is in the model's code: layers
 # without rotary, query temperature, Llama 4's pairs (2i, 2i + 1) beside its other rules)
 NOT_APPLIED = {
-    "deepseek_v3": ["qk_rope_head_dim", "rope_interleave"],
+    "deepseek_v3": [],  # MLA's width and regrouping are applied (test_rope_model_types.py)
     "llama4_text": ["model_type", "no_rope_layers", "attn_temperature_tuning"],
     "smollm3": ["no_rope_layers"],
     "cohere": [],  # its pairing is applied (test_model_types_that_pair_neighbours_...)

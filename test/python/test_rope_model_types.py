@@ -38,8 +38,8 @@ def test_no_model_type_rotates_differently_without_a_warning(results):
     assert not silent, silent
     equal = [model_type for model_type, (status, _) in results.items() if status.startswith("equal")]
     compared = [model_type for model_type, (status, _) in results.items() if status not in ("not a text rotary", "not compared")]
-    # 192 of 227 at this writing (the rest warned or refused, each saying why); about 60% before the table
-    assert len(equal) >= 190 and len(equal) >= 0.8 * len(compared), (len(equal), len(compared))
+    # 206 of 221 at this writing (the rest warned or refused, each saying why); about 60% before the table
+    assert len(equal) >= 200 and len(equal) >= 0.9 * len(compared), (len(equal), len(compared))
     for model_type, (status, detail) in results.items():
         assert status in model_types.ORDER, (model_type, status)
         if status in ("warned", "refused", "not compared", "equal, warned"):
@@ -48,7 +48,7 @@ def test_no_model_type_rotates_differently_without_a_warning(results):
 
 def test_warned_model_types_are_errors_when_strict(results, posenc_package):
     warned = [model_type for model_type, (status, _) in results.items() if status == "warned"]
-    assert len(warned) >= 10, warned
+    assert len(warned) >= 5, warned
     for model_type in warned:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -107,3 +107,56 @@ def test_glm4v_rotates_as_its_code(posenc_package, model_type, pairing):
     for change in ({"pairing": other}, {"mrope_section": [16, 8, 8]}):
         changed = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, **change)
         assert max_error(changed.forward_positions(q, positions), q_ref) > 0.1, change
+
+
+@pytest.mark.parametrize("rope_interleave", [True, False])
+def test_mla_rotates_its_rope_part_as_deepseek_v3(posenc_package, posenc_cli, tmp_path, rope_interleave):
+    """DeepSeek-V3 (MLA): only the qk_rope_head_dim channels of a head turn, held apart (q_pe,
+    k_pe); with rope_interleave their pairs (2i, 2i + 1) are regrouped into halves first
+    (apply_rotary_pos_emb_interleave), else they turn as halves. YaRN as its checkpoints have it.
+    posenc's module from the config (Python, and the CLI's TorchScript export) against the model's
+    own rotary class and the apply function its attention calls, near and past the original
+    context."""
+    import subprocess
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as modeling
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(
+            "deepseek_v3", hidden_size=512, num_attention_heads=4, num_key_value_heads=4, qk_rope_head_dim=32,
+            qk_nope_head_dim=64, v_head_dim=64, max_position_embeddings=8192, rope_interleave=rope_interleave,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 2048, "beta_fast": 32, "beta_slow": 1,
+                             "mscale": 1.0, "mscale_all_dim": 1.0})
+    path = tmp_path / "config.json"
+    config.to_json_file(str(path))
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(str(path), heads_first=True)
+    assert (module.head_dim, module.rotary_dim, module.deinterleave) == (32, 32, rope_interleave)
+    out = tmp_path / "rope.pt"
+    result = subprocess.run([posenc_cli, "export", "--module", "rotary", "--hf-config", str(path), "--heads-first",
+                             "-o", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
+    exported = torch.jit.load(str(out))
+    apply = modeling.apply_rotary_pos_emb_interleave if rope_interleave else modeling.apply_rotary_pos_emb
+    torch.manual_seed(13)
+    q_pe, k_pe = torch.randn(2, 4, 16, 32), torch.randn(2, 1, 16, 32)  # (MLA's k_pe: one head)
+    for offset in (2048 - 8, 8192 - 16):
+        positions = torch.arange(offset, offset + 16)[None].expand(2, 16)
+
+        def theirs(q, k):
+            cos, sin = modeling.DeepseekV3RotaryEmbedding(config=config)(q, positions)
+            return apply(q, k, cos, sin)
+
+        q_hf, k_hf = theirs(q_pe, k_pe)
+        with float64_everywhere():
+            q_ref, k_ref = theirs(q_pe.double(), k_pe.double())
+        for name, (q_ours, k_ours) in (("posenc.nn", module.forward_qk(q_pe, k_pe, offset)),
+                                       ("export", exported.forward_qk(q_pe, k_pe, offset))):
+            for ours, hf, reference in ((q_ours, q_hf, q_ref), (k_ours, k_hf, k_ref)):
+                ulp = 2 ** -23 * reference.abs().max().item()
+                assert max_error(ours, reference) <= max_error(hf, reference) + ulp, (name, offset)
+    # the regrouping is what makes the difference: without it (or with pairs kept in place) it differs
+    for change in ({"deinterleave": not rope_interleave}, {"deinterleave": False, "pairing": "interleaved"}):
+        other = posenc_package.nn.RotaryEmbedding.from_hf_config(str(path), heads_first=True, **change)
+        assert max_error(other.forward(q_pe, 8192 - 16), q_ref) > 0.1, change
+    with pytest.raises(ValueError, match="deinterleave regroups pairs"):
+        posenc_package.nn.RotaryEmbedding(32, 64, deinterleave=True, pairing="interleaved")

@@ -19,9 +19,9 @@ namespace posenc {
 /// on relative positions.
 ///
 /// The caches are the buffers `cos` and `sin`, `[cached_len, rotary_dim / 2]` (`cached_len` =
-/// `max_len` unless the options say otherwise: rows past it are computed per call), computed in double
-/// precision and stored in float32 (float64 after `.to(torch::kDouble)`; never 16-bit). Outputs
-/// have the input's dtype, computed in at least float32. Both pairings (half-split, as in
+/// `max_len` unless the options say otherwise: rows past it are computed per call), computed in
+/// double precision and stored in float32 (float64 after `.to(torch::kDouble)`; never 16-bit).
+/// Outputs have the input's dtype, computed in at least float32. Both pairings (half-split, as in
 /// GPT-NeoX / HF LLaMA, and interleaved, as in GPT-J / torchtune), partial rotary, offsets and
 /// explicit positions for KV-cache decoding, and both head layouts are supported.
 ///
@@ -57,9 +57,9 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   // `heads_first`) for positions `offset .. offset + L - 1`; the result has the shape and dtype of
   // `x`. forward_positions(x, positions): explicit positions, `[B, L]` or `[L]` (-1 = padding: not
   // rotated), integer or floating-point (fractional positions, e.g. position interpolation: their
-  // cos/sin computed from the frequencies in float64 for any value, never from the caches); with `mrope_section`, also `[3, B, L]` multimodal positions (temporal, height,
-  // width of each token, as Qwen2-VL's get_rope_index computes them). (Both from
-  // detail::EncodingModule.)
+  // cos/sin computed from the frequencies in float64 for any value, never from the caches); with
+  // `mrope_section`, also `[3, B, L]` multimodal positions (temporal, height, width of each token,
+  // as Qwen2-VL's get_rope_index computes them). (Both from detail::EncodingModule.)
 
   /// Rotates the queries and keys of one attention call in one pass (GQA / MQA: `k` may have
   /// fewer heads than `q`; both `[B, L, H, head_dim]`, or `[B, H, L, head_dim]` with
@@ -115,6 +115,9 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
 
   /// Checks that heads `x` have the module's head_dim.
   void check_heads(const torch::Tensor& x) const;
+  /// With `deinterleave`: x with its rotated channels regrouped from pairs (2i, 2i + 1) into
+  /// halves (a new tensor); else x.
+  torch::Tensor regrouped(const torch::Tensor& x) const;
   /// With fewer cached rows than max_len (and no extrapolation): checks that the call's integer
   /// positions lie below max_len (the operator computes every row past the caches).
   void check_within_max_len(const torch::Tensor& x, int64_t offset,
@@ -124,7 +127,7 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   struct CallTables {
     torch::Tensor cos;
     torch::Tensor sin;
-    torch::Tensor inv_freq; // undefined: positions must lie in the caches
+    torch::Tensor inv_freq;  // undefined: positions must lie in the caches
     torch::Tensor positions; // the call's, or (multimodal) indices of per-token rows
   };
   CallTables call_tables(const torch::Tensor& x, int64_t offset,

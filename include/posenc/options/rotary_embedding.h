@@ -108,6 +108,14 @@ struct RotaryEmbeddingOptions {
   /// Which channels are paired: kHalfSplit (GPT-NeoX, HF LLaMA) or kInterleaved (GPT-J,
   /// torchtune). Default: kHalfSplit.
   TORCH_ARG(RotaryPairing, pairing) = RotaryPairing::kHalfSplit;
+  /// DeepSeek-V3's `rope_interleave` (MLA models: DeepSeek-V3/V3.2, Kimi K2, GLM-4.7-Flash,
+  /// Mistral Large 3, LongCat-Flash, ...): the rotated channels arrive paired (2i, 2i + 1) and
+  /// leave as halves (i, i + R/2), i.e. they are regrouped into halves and then turned with
+  /// kHalfSplit (transformers' `apply_rotary_pos_emb_interleave`). Attention scores equal
+  /// kInterleaved's; the rotated tensors' channel order differs. Needs `pairing` kHalfSplit (the
+  /// output's). Calls cost one copy of the rotated channels more (in-place calls rotate copies
+  /// and write them back). Default: false.
+  TORCH_ARG(bool, deinterleave) = false;
   /// `false`: queries/keys are `[B, L, H, Dh]`; `true`: `[B, H, L, Dh]`. Default: `false`.
   TORCH_ARG(bool, heads_first) = false;
   /// Positions at or past `max_len`: an error (default) or cos/sin computed on the fly.

@@ -1,8 +1,9 @@
 # TorchScript: the rotation of queries and keys by cos/sin rows, shared by the exported rotary
 # modules (RotaryEmbedding, AxialRotaryEmbedding, VisionRotaryEmbedding): the arithmetic of
 # posenc's apply_rotary kernels, with the attributes `interleaved` (pairs (2i, 2i + 1), else
-# (i, i + R/2)) and `heads_first` ([B, H, L, Dh], else [B, L, H, Dh]). See common.py for how these
-# files are used.
+# (i, i + R/2)), `deinterleave` (pairs (2i, 2i + 1) read and written as halves (i, i + R/2):
+# RotaryEmbeddingOptions::deinterleave) and `heads_first` ([B, H, L, Dh], else [B, L, H, Dh]). See
+# common.py for how these files are used.
 
 import torch
 from torch import Tensor
@@ -28,7 +29,7 @@ class RotationMethods:
         half = c.size(-1)
         rotated = 2 * half
         part = x[..., :rotated]
-        if self.interleaved:
+        if self.interleaved or self.deinterleave:
             shape = part.shape[:-1]
             shape.append(half)
             shape.append(2)
