@@ -401,7 +401,8 @@ def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[in
     ``transformers.PretrainedConfig`` (read through ``to_json_string(use_diff=False)``). Returns
     ``{"module": the keyword arguments of RotaryEmbedding, "num_attention_heads": ...,
     "num_key_value_heads": ..., "audit": [{"key", "status", "value", "reason"}, ...],
-    "layer_types": the config's, "layer_type": the one read}``. ``layer`` (0-based) or
+    "layer_types": the config's, "layer_type": the one read, "rotary_layers": which layers rotate
+    (``no_rope_layers``; empty: all), "rotates": whether ``layer`` does}``. ``layer`` (0-based) or
     ``layer_type`` choose the rope parameters of one layer where the config has one set per layer
     type (Gemma 3/3n/4, OLMo 3, ModernBERT; Gemma 4's ``per_layer_config`` too). Keys that
     change the rotation but are not applied give a ``UserWarning`` naming them, or with ``strict``
@@ -447,9 +448,11 @@ def mrope_position_ids(token_types: Tensor, image_grid_thw: Optional[Tensor] = N
     patches, before merging) until it is filled: a grid of ``t * (h / m) * (w / m)`` tokens, with
     ``m = spatial_merge_size``, is numbered ``start + floor(frame * interval)``, ``start + row``,
     ``start + column``, and the next token starts at ``start + max(h, w) / m``.
-    ``video_time_intervals``: each video's temporal spacing (Qwen2.5-VL: ``tokens_per_second *
-    second_per_grid_ts``; default 1). ``frames_apart``: each frame of a video is a grid of its own
-    (Qwen3-VL and Qwen3.5, whose frames are separated by timestamp tokens).
+    ``video_time_intervals``: each video's temporal spacing (default 1, Qwen2-VL's). Qwen2.5-VL:
+    ``tokens_per_second * second_per_grid_ts``, and ``tokens_per_second`` for each video where
+    ``second_per_grid_ts`` is not given. ``frames_apart``: each frame of a video is a grid of its
+    own (Qwen3-VL and Qwen3.5, whose frames are separated by timestamp tokens); the intervals then
+    have no effect.
     ``attention_mask`` ``[B, L]``: tokens where it is 0 are left out of the numbering and get
     position 0, as transformers gives them."""
     who = "mrope_position_ids"
@@ -636,7 +639,14 @@ class RotaryEmbedding(_DerivedTables):
         what the config gives. Equal to ``posenc export --module rotary --hf-config`` and to the C++
         ``RotaryEmbedding(read_hf_rope_config_file(path).options)``."""
         read = read_hf_rope_config(config, strict=strict, layer=layer, layer_type=layer_type)
-        return cls(**{**read["module"], **kwargs})
+        if not read["rotates"]:
+            raise ValueError(f"RotaryEmbedding.from_hf_config: layer {layer} has no rotary (no_rope_layers): its attention "
+                             "takes no positions; choose a layer that rotates (read_hf_rope_config(...)['rotary_layers'] "
+                             "says which)")
+        module = dict(read["module"])
+        if "pairing" in kwargs:  # a pairing asked for replaces the config's regrouping too (as the CLI's --pairing)
+            module.pop("deinterleave", None)
+        return cls(**{**module, **kwargs})
 
     def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None,
                      frequencies: Optional[Tensor] = None,

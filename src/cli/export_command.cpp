@@ -76,8 +76,11 @@ void run_export(const ExportArgs& args) {
     // Everything but the layout and the policy past max_len comes from the config (the pairing
     // too, unless --pairing is given);
     // --max-len, if given, replaces max_position_embeddings as the caches' length.
-    RotaryEmbeddingOptions options =
-        io::read_hf_rope_config_file(args.hf_config, *args.read).options;
+    const io::HfRopeConfig config = io::read_hf_rope_config_file(args.hf_config, *args.read);
+    TORCH_CHECK(config.rotates, args.hf_config, ": layer ", args.read->layer.value_or(-1),
+                " has no rotary (no_rope_layers): its attention takes no positions, so there is "
+                "no rotary embedding to export; choose a layer that rotates");
+    RotaryEmbeddingOptions options = config.options;
     if (args.max_len > 0) {
       options.max_len(args.max_len);
     }
@@ -202,6 +205,11 @@ void add_export_command(CLI::App& app) {
       if (from_config && cmd->count(name) > 0) {
         throw CLI::ValidationError(name, "comes from --hf-config; do not pass both");
       }
+    }
+    if (args->deinterleave && args->pairing == "interleaved") {
+      throw CLI::ValidationError("--deinterleave",
+                                 "regroups pairs (2i, 2i + 1) into halves, the layout of "
+                                 "--pairing half_split; drop --pairing interleaved");
     }
     // Each module's own options: required where it needs them, refused where it has none.
     const bool rotary = args->module == "rotary";

@@ -75,6 +75,15 @@ void run_rope(const RopeArgs& args) {
     print_audit(args, config);
     return;
   }
+  if (!config.rotates) { // (a layer without rotary: nothing to list)
+    if (args.format == "csv") {
+      std::cout << "pair,inv_freq,wavelength\n";
+    } else {
+      std::cout << args.hf_config << ": layer " << read.layer.value_or(-1)
+                << " has no rotary (no_rope_layers): its attention takes no positions\n";
+    }
+    return;
+  }
   const RotaryEmbeddingOptions& options = config.options;
   const RopeScalingOptions& scaling = options.scaling();
   auto table_options = F::RotaryTablesFuncOptions().base(options.base()).scaling(scaling);
@@ -99,6 +108,12 @@ void run_rope(const RopeArgs& args) {
       std::cout << "multimodal: mrope_section=" << c10::IntArrayRef(options.mrope_section())
                 << (options.mrope_interleaved() ? ", mrope_interleaved=true" : "")
                 << " (positions [3, B, L])\n";
+    }
+    if (!config.rotary_layers.empty() && !read.layer) {
+      std::cout << "rotary in "
+                << std::count(config.rotary_layers.begin(), config.rotary_layers.end(), true)
+                << " of " << config.rotary_layers.size()
+                << " layers (no_rope_layers; --layer N says which)\n";
     }
     if (options.deinterleave()) {
       std::cout << "pairs (2i, 2i + 1) regrouped into halves before turning (deinterleave: "

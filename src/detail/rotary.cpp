@@ -25,10 +25,11 @@ void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim
   TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, who,
               ": the rotated width must be even and >= 2, but got ", rotary_dim,
               "; rotary embeddings turn channels in pairs");
-  TORCH_CHECK(rotary_dim / 2 <= kMaxTableElements, who,
-              ": the rotated width (rotary_dim, or head_dim) must be <= 2^29 (posenc's limit of 2^28 "
-              "frequency pairs), but got ",
-              rotary_dim);
+  TORCH_CHECK(
+      rotary_dim / 2 <= kMaxTableElements, who,
+      ": the rotated width (rotary_dim, or head_dim) must be <= 2^29 (posenc's limit of 2^28 "
+      "frequency pairs), but got ",
+      rotary_dim);
   TORCH_CHECK(max_len < 1 || max_len <= kMaxTableElements / (rotary_dim / 2), who,
               ": the cos/sin caches hold max_len * rotary_dim / 2 = ", max_len, " * ",
               rotary_dim / 2,
@@ -72,8 +73,7 @@ at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequenci
   const double factor = *spec.scaling.factor();
   const double dim = static_cast<double>(spec.rotary_dim);
   const at::Tensor s = end.clamp_min(switch_at) * factor / switch_at - (factor - 1.0);
-  const at::Tensor exponents =
-      at::arange(half, frequencies.options()) * (-2.0 / (dim - 2.0));
+  const at::Tensor exponents = at::arange(half, frequencies.options()) * (-2.0 / (dim - 2.0));
   return frequencies * at::pow(s, exponents);
 }
 
@@ -106,7 +106,7 @@ RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions
 // The spec of the table-less functional forms: max_position_embeddings must be given where the
 // variant reads it.
 RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
-                                const functional::RotaryTablesFuncOptions& options) {
+                                 const functional::RotaryTablesFuncOptions& options) {
   check_rotary_arguments(who, 1, rotary_dim, options.base());
   // dynamic reads max_position_embeddings; the types that read the original length default it to
   // max_position_embeddings, and yarn/longrope their factor to max / original.
@@ -202,12 +202,11 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
   } else {
     const at::Tensor cpu_positions = positions.to(at::kCPU, at::kLong).contiguous();
     const int64_t* values = cpu_positions.data_ptr<int64_t>();
-    rows = rotary_rows_in(cpu_positions.numel(), frequencies, dtype,
-                          [values](int64_t r) -> c10::optional<double> {
-                            return values[r] < 0
-                                       ? c10::nullopt
-                                       : c10::optional<double>(static_cast<double>(values[r]));
-                          });
+    rows = rotary_rows_in(
+        cpu_positions.numel(), frequencies, dtype, [values](int64_t r) -> c10::optional<double> {
+          return values[r] < 0 ? c10::nullopt
+                               : c10::optional<double>(static_cast<double>(values[r]));
+        });
   }
   return {rows.first.to(positions.device()), rows.second.to(positions.device())};
 }
@@ -215,13 +214,20 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
 std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& section,
                                 bool interleaved, int64_t half) {
   // (each within [0, half] before they are summed: a sum of huge sizes would wrap around)
+  // Contiguous blocks must cover the frequencies exactly. Interleaved sections (Qwen3-VL's
+  // recomposition) pick height for i % 3 == 1, i < 3 * section[1], and width for i % 3 == 2,
+  // i < 3 * section[2], among the rotary_dim / 2 frequencies, whatever their sum, as transformers
+  // has it (Qwen4-Exp's [11, 11, 10] of 128; Qwen3-Omni's talker's [24, 20, 20] of 32).
   const auto in_range = [&](int64_t size) { return size >= 0 && size <= half; };
-  const bool sizes_valid = section.size() == 3 && in_range(section[0]) && in_range(section[1]) &&
-                           in_range(section[2]) && section[0] + section[1] + section[2] == half;
+  const bool sizes_in_range =
+      section.size() == 3 && in_range(section[0]) && in_range(section[1]) && in_range(section[2]);
+  const bool sizes_valid =
+      sizes_in_range && (interleaved || section[0] + section[1] + section[2] == half);
   TORCH_CHECK(sizes_valid, who,
               ": mrope_section must hold three non-negative numbers of frequencies (temporal, "
-              "height, width) that sum to rotary_dim / 2 = ",
-              half, ", but got ", c10::IntArrayRef(section),
+              "height, width) that ",
+              interleaved ? "are each at most" : "sum to", " rotary_dim / 2 = ", half, ", but got ",
+              c10::IntArrayRef(section),
               "; Qwen2-VL uses [16, 24, 24] and Qwen3-VL [24, 20, 20] for 128-wide heads");
   std::vector<int64_t> axes(static_cast<size_t>(half), 0);
   for (int64_t i = 0; i < half; ++i) {

@@ -88,6 +88,11 @@ bool contains(const std::vector<const char*>& keys, const std::string& key) {
   return false;
 }
 
+// The audit's reason for a partial_rotary_factor beside qk_rope_head_dim.
+constexpr const char* kMlaPartial =
+    "qk_rope_head_dim is the rotated width (transformers' rotary class reaches it as head_dim * "
+    "partial_rotary_factor)";
+
 // Keys of a config.json through which transformers' model code changes the rotation beyond the
 // generic rope parameters, and that posenc's reader does not apply (yet): each is reported as
 // ignored, with a warning (an error when strict).
@@ -100,9 +105,9 @@ const std::vector<ModelRule>& model_rules() {
       {"rope_local_base_freq",
        "Gemma 3's base of its sliding-window layers; posenc reads one base (rope_theta, the "
        "full-attention layers')"},
-      {"no_rope_layers", "layers without rotary (SmolLM3, Llama 4); posenc rotates in every layer"},
-      {"nope_layer_interval", "Llama 4's layers without rotary; posenc rotates in every layer"},
-      {"attn_temperature_tuning", "Llama 4 scales queries by position; posenc does not"},
+      {"attn_temperature_tuning",
+       "Llama 4 scales the queries of its layers without rotary by position (log(floor((p + 1) / "
+       "floor_scale) + 1) * attn_scale + 1); posenc does not"},
       {"rope_interleave",
        "DeepSeek's regrouping of channels (2i, 2i + 1) into halves, which posenc applies for the "
        "model types whose code reads it (docs/rope_models.md), not for this one"},
@@ -149,9 +154,27 @@ struct ModelTypeRule {
 };
 const std::vector<ModelTypeRule>& model_type_rules() {
   static const std::vector<ModelTypeRule> rules = {
-      {{"blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
-        "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "glm", "glm4", "glm4v",
-        "glm4v_text", "glm_ocr", "glm_ocr_text", "helium", "openai_privacy_filter"},
+      {{"blt",
+        "blt_global_transformer",
+        "blt_local_decoder",
+        "blt_local_encoder",
+        "blt_patcher",
+        "cohere",
+        "cohere2",
+        "cohere2_moe",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "glm",
+        "glm4",
+        "glm4v",
+        "glm4v_text",
+        "glm_ocr",
+        "glm_ocr_text",
+        "helium",
+        "openai_privacy_filter",
+        "deepseek_v2",
+        "llama4",
+        "llama4_text"},
        CodeRule::kInterleavedPairs,
        "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing"},
       {{"axk2", "bailing_hybrid", "deepseek_v32", "dots3_note", "dots3_note_text", "glm_moe_dsa",
@@ -159,7 +182,7 @@ const std::vector<ModelTypeRule>& model_type_rules() {
        CodeRule::kDeinterleave,
        "the model's code regroups the rotated channels from pairs (2i, 2i + 1) into halves before "
        "turning them (apply_rotary_pos_emb_interleave): deinterleave"},
-      {{"axk1", "deepseek_v3", "glm4_moe_lite", "mistral4", "youtu"},
+      {{"axk1", "deepseek_v3", "glm4_moe_lite", "kimi_k2", "mistral4", "youtu"},
        CodeRule::kDeinterleaveIfRopeInterleave,
        "the model's code regroups the rotated channels from pairs (2i, 2i + 1) into halves before "
        "turning them (apply_rotary_pos_emb_interleave) where rope_interleave is true"},
@@ -167,7 +190,7 @@ const std::vector<ModelTypeRule>& model_type_rules() {
        CodeRule::kNtkAlpha,
        "the model's code reads rope type 'dynamic' with an alpha as 'ntk_alpha' (a fixed base * "
        "alpha^(R / (R - 2)))"},
-      {{"deepseek_v2", "deepseek_v4", "llama4", "llama4_text", "moonshine", "moonshine_streaming"},
+      {{"deepseek_v4", "moonshine", "moonshine_streaming"},
        CodeRule::kNotApplied,
        "the model's code turns channels (2i, 2i + 1) together, with rules of its own that posenc "
        "does not apply; posenc's options from a config pair (i, i + D/2)"},
@@ -191,6 +214,13 @@ const ModelTypeRule* model_type_rule(const std::string& model_type) {
   return nullptr;
 }
 
+// MLA model types (qk_rope_head_dim) whose code turns the rope parts as halves (i, i + D/2), with
+// no rule of model_type_rules(); the others' rope parts are read with a warning.
+bool mla_halves(const std::string& model_type) {
+  static const std::vector<const char*> types = {"hy_v4", "minicpm3"};
+  return contains(types, model_type);
+}
+
 // Model types whose text model turns by M-RoPE with rules of its code in transformers 5.23.0: the
 // sections it takes when the config gives none (`rope_parameters.get("mrope_section", [...])`), and
 // whether the sections interleave (Qwen3-VL's recomposition_frequencies) or stay contiguous
@@ -203,15 +233,23 @@ struct MropeRule {
 const MropeRule* mrope_rule(const std::string& model_type) {
   static const std::vector<MropeRule> rules = {
       {{"qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_5_omni",
-        "qwen2_5_omni_text", "qwen2_5_omni_thinker"},
+        "qwen2_5_omni_text", "qwen2_5_omni_thinker", "qwen2_5_omni_talker"},
        {16, 24, 24},
        false},
       {{"qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_omni_moe",
-        "qwen3_omni_moe_text", "qwen3_omni_moe_thinker"},
+        "qwen3_omni_moe_text", "qwen3_omni_moe_thinker", "qwen3_omni_moe_talker_text"},
        {24, 20, 20},
        true},
       {{"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, {11, 11, 10}, true},
-      {{"glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text"}, {8, 12, 12}, false},
+      {{"glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "glm_ocr", "glm_ocr_text",
+        "glm_image", "glm_image_text"},
+       {8, 12, 12},
+       false},
+      {{"paddleocr_vl", "paddleocr_vl_text"}, {16, 24, 24}, false},
+      {{"cosmos3_edge", "cosmos3_edge_text", "cohere_compass", "cohere_compass_text"},
+       {24, 20, 20},
+       true},
+      {{"qwen4_exp", "qwen4_exp_text"}, {11, 11, 10}, true},
   };
   for (const MropeRule& rule : rules) {
     if (contains(rule.types, model_type)) {
@@ -334,6 +372,7 @@ ModelDefaults model_defaults(const std::string& model_type) {
       {"cwm", 128},
       {"deepseek_v2", 64},
       {"deepseek_v3", 64},
+      {"kimi_k2", 64},
       {"deepseek_v32", 64},
       {"dia_decoder", 128},
       {"dia_encoder", 128},
@@ -713,6 +752,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                            : defaults.head_dim > 0
                                ? defaults.head_dim
                                : (defaults.twice_hidden_per_head ? 2 : 1) * *hidden / *heads;
+  TORCH_CHECK(!mla_width || *mla_width != 0, source, ": ", top,
+              "qk_rope_head_dim is 0: this model's attention has no rotary, so there is no rotary "
+              "embedding to read");
   TORCH_CHECK(head_dim >= 2, source, ": the head width must be >= 2, but is ", head_dim,
               mla_width        ? " (qk_rope_head_dim)"
               : head_dim_field ? " (head_dim)"
@@ -727,10 +769,15 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "num_key_value_heads", Status::kUsed,
               std::to_string(result.num_key_value_heads), "key/value heads");
   }
-  if (mla_width) {
+  if (mla_width && (model_type_rule(model_type) != nullptr || mla_halves(model_type))) {
     audit.add(prefix + "qk_rope_head_dim", Status::kUsed, std::to_string(head_dim),
               "MLA: only these channels of a head turn, held apart from the others (q_pe, k_pe): "
               "the module's heads are those parts");
+  } else if (mla_width) {
+    audit.add_rule(prefix + "qk_rope_head_dim", std::to_string(head_dim),
+                   "MLA: the rope parts (q_pe, k_pe) are read as the heads, but posenc does not "
+                   "know whether this model type's code regroups their pairs (2i, 2i + 1) "
+                   "(DeepSeek-V3's rope_interleave) or pairs them otherwise");
     if (head_dim_field) {
       audit.add(prefix + "head_dim", Status::kIgnored, std::to_string(*head_dim_field),
                 "qk_rope_head_dim gives the head width (of the rotated parts)");
@@ -838,6 +885,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       const bool both = key == "type" && parameters.contains("rope_type");
       audit.add(name, both ? Status::kIgnored : Status::kUsed, shown(item.value()),
                 both ? "rope_type wins" : "the rope type");
+    } else if (key == "partial_rotary_factor" && mla_width) {
+      audit.add(name, Status::kIgnored, shown(item.value()), kMlaPartial);
     } else if (key == "rope_theta" || key == "partial_rotary_factor") {
       audit.add(name, Status::kUsed, shown(item.value()),
                 key == "rope_theta" ? "the base" : "the share of each head that rotates");
@@ -902,8 +951,13 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   } else if (!legacy_base) {
     audit.add(prefix + "rope_theta", Status::kDefault, text(defaults.theta), "absent: " + whose);
   }
-  if (top_partial || block_partial) {
+  if (mla_width && top_partial) {
+    audit.add(prefix + "partial_rotary_factor", Status::kIgnored,
+              shown(field(config, "partial_rotary_factor")), kMlaPartial);
+  } else if (top_partial || block_partial) {
     beside("partial_rotary_factor", block_partial, "", "the share of each head that rotates");
+  } else if (mla_width) {
+    // (absent: nothing to say; the rope parts rotate whole)
   } else if (!legacy_partial) {
     audit.add(prefix + "partial_rotary_factor", Status::kDefault, text(defaults.partial),
               "absent: " + whose);
@@ -954,6 +1008,75 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "its rule (" + std::string(code_rule->what) + ") does not bear on this config");
     }
   }
+  // Layers without rotary (SmolLM3, Llama 4, Mistral Large 3): no_rope_layers[i] = 1 where layer
+  // i rotates (transformers' convention), else (absent or empty) one layer in
+  // no_rope_layer_interval without, as their configuration classes make it (default 4 for these
+  // model types).
+  const json& no_rope = field(config, "no_rope_layers");
+  const json& interval_field = field(config, "no_rope_layer_interval");
+  const bool interval_types = model_type == "smollm3" || model_type == "llama4" ||
+                              model_type == "llama4_text" || model_type == "mistral_large4" ||
+                              model_type == "mistral_large4_text";
+  TORCH_CHECK(no_rope.is_null() || no_rope.is_array(), source, ": ", top,
+              "no_rope_layers must be a list of 0 or 1 per layer (1: the layer rotates), but is a ",
+              type_name(no_rope));
+  if (no_rope.is_array() && !no_rope.empty()) {
+    for (const json& entry : no_rope) {
+      TORCH_CHECK(entry.is_boolean() || (entry.is_number_integer() &&
+                                         (entry.get<int64_t>() == 0 || entry.get<int64_t>() == 1)),
+                  source, ": ", top,
+                  "no_rope_layers must hold 0 or 1 per layer (1: the layer rotates), but holds ",
+                  entry.dump());
+      result.rotary_layers.push_back(entry.is_boolean() ? entry.get<bool>()
+                                                        : entry.get<int64_t>() == 1);
+    }
+    if (!interval_field.is_null()) {
+      audit.add(prefix + "no_rope_layer_interval", Status::kIgnored, shown(interval_field),
+                "no_rope_layers wins: it lists the layers");
+    }
+  } else if (!interval_field.is_null() || interval_types) {
+    const c10::optional<int64_t> interval = integer(source, config, "no_rope_layer_interval", top);
+    const c10::optional<int64_t> layers = integer(source, config, "num_hidden_layers", top);
+    TORCH_CHECK(!interval || *interval >= 1, source, ": ", top,
+                "no_rope_layer_interval must be >= 1, but is ", *interval);
+    if (layers) {
+      const int64_t every = interval.value_or(4);
+      for (int64_t i = 0; i < *layers; ++i) {
+        result.rotary_layers.push_back((i + 1) % every != 0);
+      }
+      audit.add(prefix + "no_rope_layer_interval", interval ? Status::kUsed : Status::kDefault,
+                std::to_string(every),
+                std::string(interval ? "" : "absent: " + model_type + "'s default; ") +
+                    "layers i with (i + 1) % " + std::to_string(every) +
+                    " == 0 have no rotary (no_rope_layers absent)");
+    } else {
+      TORCH_CHECK(!interval, source, ": ", top,
+                  "no_rope_layer_interval needs num_hidden_layers to know which layers have no "
+                  "rotary, but it is missing");
+    }
+  }
+  if (!result.rotary_layers.empty()) {
+    const auto rotating =
+        std::count(result.rotary_layers.begin(), result.rotary_layers.end(), true);
+    if (no_rope.is_array() && !no_rope.empty()) {
+      audit.add(prefix + "no_rope_layers", Status::kUsed, "[...]",
+                std::to_string(rotating) + " of " + std::to_string(result.rotary_layers.size()) +
+                    " layers rotate (1); the others take no positions (HfRopeConfig::"
+                    "rotary_layers)");
+    }
+    if (read.layer) {
+      const int64_t count = static_cast<int64_t>(result.rotary_layers.size());
+      TORCH_CHECK(*read.layer >= 0 && *read.layer < count, source, ": layer ", *read.layer,
+                  " is not a layer of this model (", top, "no_rope_layers has ", count,
+                  " layers: 0 .. ", count - 1, ")");
+      result.rotates = result.rotary_layers[static_cast<size_t>(*read.layer)];
+      audit.add(prefix + "no_rope_layers[" + std::to_string(*read.layer) + "]", Status::kUsed,
+                result.rotates ? "1" : "0",
+                result.rotates ? "layer " + std::to_string(*read.layer) + " rotates"
+                               : "layer " + std::to_string(*read.layer) +
+                                     " has no rotary: its attention takes no positions");
+    }
+  }
   // DeepSeek-V3's regrouping of pairs (2i, 2i + 1) into halves.
   const bool interleave_by_key =
       code_rule != nullptr && code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave;
@@ -979,6 +1102,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
         (defaults.neox_keys && (key == "rotary_pct" || key == "rotary_emb_base")) ||
         (defaults.rotary_dim_key && key == "rotary_dim") || key == "qk_rope_head_dim" ||
         ((interleave_by_key || deinterleave) && key == "rope_interleave");
+    if (!read_here && key == "rope_interleave" && value.is_boolean() && !value.get<bool>()) {
+      audit.add(prefix + rule.key, Status::kIgnored, "false",
+                "false: no regrouping of the pairs, as posenc's options have it");
+      continue;
+    }
     if (!value.is_null() && !read_here) {
       audit.add_rule(prefix + rule.key, shown(value), rule.reason);
     }

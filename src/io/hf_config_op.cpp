@@ -95,6 +95,8 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
               {"audit", std::move(audit)},
               {"layer_types", result.layer_types},
               {"layer_type", result.layer_type},
+              {"rotary_layers", result.rotary_layers},
+              {"rotates", result.rotates},
               {"warnings", warnings.messages}}
       .dump();
 }
@@ -103,7 +105,8 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
 
 // read_hf_rope_config(config, strict, source, layer, layer_type) -> JSON text: {"module": the
 // keyword arguments of posenc.nn.RotaryEmbedding, "num_attention_heads", "num_key_value_heads",
-// "audit": [{"key", "status", "value", "reason"}, ...], "layer_types", "layer_type", "warnings":
+// "audit": [{"key", "status", "value", "reason"}, ...], "layer_types", "layer_type",
+// "rotary_layers" (which layers rotate; empty: all), "rotates" (the layer asked for), "warnings":
 // the reader's warnings, not printed}. `layer` / `layer_type`: HfConfigReadOptions'. `config` is a
 // config.json's text; `strict` refuses keys that change the rotation and are not applied (else a
 // warning); `source` names the config in messages. Errors and warnings are read_hf_rope_config's.

@@ -344,20 +344,24 @@ std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_at(
   const detail::CallerScope caller(kName, beyond_hint(options));
   check_heads(k);
   const CallTables tables = call_tables(q, offset, positions);
+  if (options.deinterleave() && in_place) {
+    // Pairs (2i, 2i + 1) turned where they lie (the operator checks q and k before writing
+    // either), then regrouped into halves: the arithmetic of turning regrouped copies.
+    functional::detail::rotary_embedding_qk(q, k, tables.cos, tables.sin, offset, tables.positions,
+                                            RotaryPairing::kInterleaved, options.heads_first(),
+                                            tables.inv_freq, attention_factor_, /*in_place=*/true);
+    const int64_t rotary_dim = options.rotated_width();
+    for (const torch::Tensor* t : {&q, &k}) {
+      torch::Tensor part = t->narrow(-1, 0, rotary_dim);
+      part.copy_(regrouped(part));
+    }
+    return {q, k};
+  }
   if (options.deinterleave()) {
-    // Regrouped copies, rotated; an in-place call writes them back only once both succeeded.
-    auto rotated = functional::detail::rotary_embedding_qk(
+    return functional::detail::rotary_embedding_qk(
         regrouped(q), regrouped(k), tables.cos, tables.sin, offset, tables.positions,
         options.pairing(), options.heads_first(), tables.inv_freq, attention_factor_,
         /*in_place=*/false);
-    if (!in_place) {
-      return rotated;
-    }
-    torch::Tensor q_ = q; // (handles to the caller's tensors)
-    torch::Tensor k_ = k;
-    q_.copy_(std::get<0>(rotated));
-    k_.copy_(std::get<1>(rotated));
-    return {q, k};
   }
   return functional::detail::rotary_embedding_qk(
       q, k, tables.cos, tables.sin, offset, tables.positions, options.pairing(),

@@ -423,7 +423,8 @@ TEST_F(Rotary, TenMillionPositionContextWithoutATenMillionRowCache) {
 // halves (i, i + R/2): out[i] = a cos - b sin, out[i + R/2] = a sin + b cos with a = x[2i],
 // b = x[2i + 1]; the channels past the rotated width pass through. Against the long double
 // definition, in every kind of call (q+k, in place on views of a fused tensor, positions, the
-// TorchScript export); an in-place call that fails leaves q and k as they were.
+// TorchScript export); an in-place call that fails (a bad offset, a leaf that requires grad)
+// leaves q and k as they were.
 TEST_F(Rotary, DeinterleaveRotatesPairsIntoHalves) {
   RotaryEmbedding rope(RotaryEmbeddingOptions(12, 64).rotary_dim(8).base(500.0).deinterleave(true));
   EXPECT_EQ(printed(*rope),
@@ -454,6 +455,9 @@ TEST_F(Rotary, DeinterleaveRotatesPairsIntoHalves) {
   EXPECT_POSENC_ERROR(rope->forward_qk_(q_kept, k_kept, 62), "max_len");
   EXPECT_TRUE(torch::equal(q_kept, x));
   EXPECT_TRUE(torch::equal(k_kept, x.narrow(2, 0, 1)));
+  auto k_leaf = x.narrow(2, 0, 1).clone().requires_grad_(true); // (in place on a leaf: refused)
+  EXPECT_THROW(rope->forward_qk_(q_kept, k_leaf, 9), c10::Error);
+  EXPECT_TRUE(torch::equal(q_kept, x));
   // the TorchScript export rotates alike
   auto exported = posenc::to_torchscript(rope);
   EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{9}}).toTensor(), rope(x, 9)), 1e-6);

@@ -443,6 +443,20 @@ TEST_F(RotaryQk, MultimodalErrors) {
   EXPECT_POSENC_ERROR(
       F::multimodal_rotary_tables(tables.first, tables.second, positions, {2, 2, 2}),
       "that sum to rotary_dim / 2 = 4, but got [2, 2, 2]");
+  // Interleaved sections need not cover the frequencies (Qwen3-VL's recomposition; Qwen4-Exp's
+  // [11, 11, 10] of 128): the rest follow the temporal axis. Contiguous blocks must cover them.
+  EXPECT_POSENC_ERROR(
+      F::multimodal_rotary_tables(tables.first, tables.second, positions, {1, 1, 1}),
+      "that sum to rotary_dim / 2 = 4, but got [1, 1, 1]");
+  const auto axes =
+      torch::stack({torch::zeros({1, 4}, torch::kLong), torch::full({1, 4}, 5, torch::kLong),
+                    torch::full({1, 4}, 9, torch::kLong)});
+  const auto fewer =
+      F::multimodal_rotary_tables(tables.first, tables.second, axes, {1, 1, 1}, true).first;
+  // frequency 0: temporal (position 0), 1: height (5), 2: width (9), 3: temporal again
+  EXPECT_TRUE(torch::equal(fewer.reshape({4, 4})[0],
+                           torch::stack({tables.first[0][0], tables.first[5][1], tables.first[9][2],
+                                         tables.first[0][3]})));
   EXPECT_POSENC_ERROR(
       F::multimodal_rotary_tables(tables.first, tables.second, positions[0], {2, 1, 1}),
       "multimodal positions must be [3, B, L] or [3, L]");

@@ -10,7 +10,8 @@ docs/rope_models.md must say what this finds) and by ``python test/python/model_
 
 Statuses:
 - ``equal``: equal to the model's own code (no further from a float64 evaluation of that code than
-  its float32, plus one float32 ulp), with no warning;
+  its float32, plus one float32 ulp), at text positions and, for M-RoPE, at an image grid's, with
+  no warning;
 - ``equal, warned``: equal here, and posenc warns of a key it does not apply (a rule that bears on
   other sizes or layers: MLA's ``qk_rope_head_dim``, layers without rotary, ...);
 - ``warned``: different, and posenc's reader warns naming the rule it does not apply (an error with
@@ -62,8 +63,30 @@ def _rotary_classes(modeling):
     names = [name for name in dir(modeling) if name.endswith("RotaryEmbedding")
              and inspect.isclass(getattr(modeling, name)) and getattr(modeling, name).__module__ == modeling.__name__]
     grid = ("Vision", "Audio", "Encoder", "Vit", "2D", "Visual", "Image", "Patch")
-    text = [name for name in names if not any(word in name for word in grid)]
+    text = [name for name in names if "Text" in name or not any(word in name for word in grid)]
     return [getattr(modeling, name) for name in sorted(text, key=lambda name: ("Text" not in name, name))], names
+
+
+def _rotary_class_of(modeling, text, classes):
+    """The rotary class that the model class of `text`'s configuration builds (its
+    `self.rotary_emb = ...RotaryEmbedding(`), else the first text rotary class of the module."""
+    import re
+    wanted = type(text).__name__
+    for name in dir(modeling):
+        model = getattr(modeling, name)
+        if not (inspect.isclass(model) and model.__module__ == modeling.__name__):
+            continue
+        annotation = model.__dict__.get("__annotations__", {}).get("config")
+        if getattr(annotation, "__name__", annotation) != wanted:
+            continue
+        try:
+            source = inspect.getsource(model.__init__)
+        except (OSError, TypeError):
+            continue
+        built = re.search(r"rotary_emb\s*=\s*(\w+RotaryEmbedding)\(", source)
+        if built and inspect.isclass(getattr(modeling, built.group(1), None)):
+            return getattr(modeling, built.group(1))
+    return classes[0]
 
 
 def model_types():
@@ -149,13 +172,18 @@ def compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_t
     generator = torch.Generator().manual_seed(0)
     q = torch.randn(1, HEADS, LENGTH, head_dim, generator=generator)
     k = torch.randn(1, HEADS, LENGTH, head_dim, generator=generator)
-    positions = torch.arange(offset, offset + LENGTH)[None]
+    calls = [(offset, torch.arange(offset, offset + LENGTH)[None])]
+    if getattr(rotary, "mrope_section", None) is not None:  # M-RoPE: an image grid too
+        calls.append((None, grid_positions(max(0, context - 2 * LENGTH))))
+    references = []
     try:
         with torch.no_grad():
-            q_hf, k_hf = _hf_rotate(rotary, apply, q, k, positions, layer_type)
-            with float64_everywhere():
-                rotary64 = rotary_class(config=text)
-                q_ref, k_ref = _hf_rotate(rotary64, apply, q.double(), k.double(), positions, layer_type)
+            for _, positions in calls:
+                hf = _hf_rotate(rotary, apply, q, k, positions, layer_type)
+                with float64_everywhere():
+                    rotary64 = rotary_class(config=text)
+                    reference = _hf_rotate(rotary64, apply, q.double(), k.double(), positions, layer_type)
+                references.append((hf, reference))
     except Exception as error:
         return "not compared", f"its code does not run on [B, H, L, D] queries here ({_first_line(error)[:80]})"
     with warnings.catch_warnings(record=True) as caught:
@@ -164,18 +192,41 @@ def compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_t
             read = posenc.nn.read_hf_rope_config(config, layer=layer, layer_type=None if layer is not None else layer_type)
         except (ValueError, RuntimeError) as error:
             return "refused", _first_line(error)
-    module = posenc.nn.RotaryEmbedding(**{**read["module"], "heads_first": True})
-    notice = _notice(read, [str(w.message) for w in caught if issubclass(w.category, UserWarning)])
     try:
-        q_ours, k_ours = module.forward_qk(q, k, offset)
-    except (RuntimeError, ValueError) as error:
-        return ("warned" if notice else "different"), notice or _first_line(error)
-    ulp = 2 ** -23 * max(q_ref.abs().max().item(), k_ref.abs().max().item(), 1.0)
-    ours = max((q_ours.double() - q_ref).abs().max().item(), (k_ours.double() - k_ref).abs().max().item())
-    theirs = max((q_hf.double() - q_ref).abs().max().item(), (k_hf.double() - k_ref).abs().max().item())
-    if ours <= theirs + 2 * ulp:
+        module = posenc.nn.RotaryEmbedding(**{**read["module"], "heads_first": True})
+    except (ValueError, RuntimeError) as error:
+        return "refused", _first_line(error)
+    notice = _notice(read, [str(w.message) for w in caught if issubclass(w.category, UserWarning)])
+    worst = None
+    for (offset, positions), ((q_hf, k_hf), (q_ref, k_ref)) in zip(calls, references):
+        try:
+            if offset is not None:
+                q_ours, k_ours = module.forward_qk(q, k, offset)
+            else:
+                q_ours, k_ours = module.forward_positions(q, positions), module.forward_positions(k, positions)
+        except (RuntimeError, ValueError) as error:
+            return ("warned" if notice else "different"), notice or _first_line(error)
+        ulp = 2 ** -23 * max(q_ref.abs().max().item(), k_ref.abs().max().item(), 1.0)
+        ours = max((q_ours.double() - q_ref).abs().max().item(), (k_ours.double() - k_ref).abs().max().item())
+        theirs = max((q_hf.double() - q_ref).abs().max().item(), (k_hf.double() - k_ref).abs().max().item())
+        if ours > theirs + ulp:
+            worst = f"posenc's error {ours:.2g}, transformers' {theirs:.2g}" + ("" if offset is not None else " (image grid)")
+            break
+    if worst is None:
         return ("equal, warned" if notice else "equal"), notice
-    return ("warned", notice) if notice else ("different", f"posenc's error {ours:.2g}, transformers' {theirs:.2g}")
+    return ("warned", notice) if notice else ("different", worst)
+
+
+def grid_positions(start):
+    """[3, 1, LENGTH] M-RoPE positions from `start`: text, a 2 x 3 image grid, text."""
+    positions = torch.empty(3, 1, LENGTH, dtype=torch.long)
+    positions[:, 0, :1] = start
+    rows, columns = torch.meshgrid(torch.arange(2), torch.arange(3), indexing="ij")
+    positions[0, 0, 1:7] = start + 1
+    positions[1, 0, 1:7] = start + 1 + rows.reshape(-1)
+    positions[2, 0, 1:7] = start + 1 + columns.reshape(-1)
+    positions[:, 0, 7:] = start + 4
+    return positions
 
 
 def _notice(read, messages):
@@ -216,7 +267,7 @@ def compare(posenc, model_type):
     apply = _apply(modeling, text)
     if apply is None:
         return "not compared", "no apply function of its own (its attention applies the rotation inline)"
-    rotary_class = classes[0]
+    rotary_class = _rotary_class_of(modeling, text, classes)
     takes_layer_type = "layer_type" in inspect.signature(rotary_class.forward).parameters
     layer_types = list(getattr(text, "layer_types", None) or []) if takes_layer_type else []
     per_layer = bool(text.to_dict().get("per_layer_config"))

@@ -201,6 +201,25 @@ def test_rotary_embedding_is_the_cpp_module(posenc, posenc_cli, tmp_path, config
         assert module.attention_factor > 1.0  # 0.1 ln(4) + 1
 
 
+def test_deinterleave_with_partial_rotary_is_the_cpp_module(posenc, posenc_cli, tmp_path):
+    """deinterleave on the first 8 of 16 channels (the rest pass through): posenc.nn and the C++
+    module's TorchScript export agree bit for bit, and differ from the pairs kept in place only
+    by the order of the rotated channels."""
+    scripted = export(posenc_cli, tmp_path, "mla", "--module", "rotary", "--max-len", 64, "--head-dim", 16,
+                      "--rotary-dim", 8, "--deinterleave")
+    module = posenc.nn.RotaryEmbedding(16, 64, rotary_dim=8, deinterleave=True)
+    same_state(module, scripted)
+    assert "deinterleave=True" in repr(module)
+    x = torch.randn(2, 10, 3, 16)
+    assert torch.equal(module(x, 40), scripted(x, 40))
+    q, k = module.forward_qk(x, x[:, :, :1].contiguous(), 40)
+    assert torch.equal(q, scripted(x, 40)) and torch.equal(k, scripted(x[:, :, :1].contiguous(), 40))
+    kept = posenc.nn.RotaryEmbedding(16, 64, rotary_dim=8, pairing="interleaved")(x, 40)
+    regrouped = torch.cat([kept[..., 0:8:2], kept[..., 1:8:2], kept[..., 8:]], -1)
+    assert torch.equal(module(x, 40), regrouped)
+    assert torch.equal(module(x, 40)[..., 8:], x[..., 8:])
+
+
 def _hf_rope(posenc, posenc_cli, tmp_path, config, **module_options):
     """The C++ module exported from a Hugging Face config, and posenc.nn's from the same fields."""
     path = tmp_path / "config.json"

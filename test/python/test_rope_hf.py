@@ -301,8 +301,8 @@ def audit(posenc_cli, path, *extra):
 # without rotary, query temperature, Llama 4's pairs (2i, 2i + 1) beside its other rules)
 NOT_APPLIED = {
     "deepseek_v3": [],  # MLA's width and regrouping are applied (test_rope_model_types.py)
-    "llama4_text": ["model_type", "no_rope_layers", "attn_temperature_tuning"],
-    "smollm3": ["no_rope_layers"],
+    "llama4_text": ["attn_temperature_tuning"],  # (its pairs (2i, 2i + 1) and layers without rotary are applied)
+    "smollm3": [],  # its layers without rotary are listed (HfRopeConfig::rotary_layers)
     "cohere": [],  # its pairing is applied (test_model_types_that_pair_neighbours_...)
     "glm4": [],
     "llama": [],

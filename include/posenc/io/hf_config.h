@@ -63,10 +63,17 @@ struct HfConfigReadOptions {
 
 /// What a model's `config.json` says about its attention heads and rotary embedding.
 struct HfRopeConfig {
-  /// head_dim (`head_dim`, else hidden_size / num_attention_heads), max_len =
-  /// max_position_embeddings, base = rope_theta, rotary_dim = int(head_dim *
-  /// partial_rotary_factor), and the scaling of `rope_parameters` / `rope_scaling`.
+  /// head_dim (`head_dim`, else hidden_size / num_attention_heads; MLA: `qk_rope_head_dim`),
+  /// max_len = max_position_embeddings, base = rope_theta, rotary_dim = int(head_dim *
+  /// partial_rotary_factor), and the scaling of `rope_parameters` / `rope_scaling`: the rotary
+  /// embedding of the layers that rotate.
   RotaryEmbeddingOptions options{2, 1};
+  /// Which layers rotate (`no_rope_layers`, 1 = rotary as in transformers, or one layer in
+  /// `no_rope_layer_interval` without; SmolLM3, Llama 4, Mistral Large 3); empty: every layer.
+  std::vector<bool> rotary_layers;
+  /// false: the layer asked for (HfConfigReadOptions::layer) has no rotary; its attention takes
+  /// no positions, and `options` are those of the layers that rotate.
+  bool rotates = true;
   /// The config's `num_attention_heads`.
   int64_t num_attention_heads = 0;
   /// The config's `num_key_value_heads` (= num_attention_heads when absent).
@@ -87,10 +94,10 @@ struct HfRopeConfig {
 /// transformers 5's `rope_parameters: {"rope_type": ..., "rope_theta": ..., ...}`; a
 /// vision-language config's `text_config` (an omni model's `thinker_config.text_config`) is read
 /// when the top level has no attention heads.
-/// rope types: default, linear, dynamic, yarn, longrope, llama3, proportional, ntk_alpha (posenc's table of
-/// rope types; for proportional the rotated width is the whole head and partial_rotary_factor
-/// the share of its pairs that turn), with transformers' parameter names and defaults (yarn:
-/// beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a factor:
+/// rope types: default, linear, dynamic, yarn, longrope, llama3, proportional, ntk_alpha (posenc's
+/// table of rope types; for proportional the rotated width is the whole head and
+/// partial_rotary_factor the share of its pairs that turn), with transformers' parameter names and
+/// defaults (yarn: beta_fast 32, beta_slow 1, truncate true; longrope/yarn without a factor:
 /// max_position_embeddings / original_max_position_embeddings). Settings given twice are read
 /// with transformers 5.23's precedence: a non-empty `rope_scaling` wins over `rope_parameters`;
 /// `rope_type` over `type`; `rope_theta` and `partial_rotary_factor` inside the block over those
@@ -99,18 +106,24 @@ struct HfRopeConfig {
 /// `mrope_section` (Qwen2-VL, Qwen2.5-VL; transformers 4's type "mrope" is the default
 /// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields. The pairing is
 /// halves (i, i + D/2) except for the model types whose code turns (2i, 2i + 1) together and that
-/// are tested against it: cohere, cohere2, cohere2_moe, ernie4_5, ernie4_5_moe, glm, glm4, helium.
-/// Hunyuan (hunyuan_v1_dense, hunyuan_v1_moe, hunyuan_vl): rope type "dynamic" with an `alpha` is
-/// read as their code reads it, the fixed NTK-alpha type (RopeType::kNtkAlpha).
+/// are tested against it (BLT, Cohere, ERNIE 4.5, GLM, GLM-4.1V, Helium, ...), and MLA models
+/// (`qk_rope_head_dim`) rotate their rope parts, regrouped from pairs (2i, 2i + 1) into halves
+/// where their code does it (RotaryEmbeddingOptions::deinterleave). Hunyuan (hunyuan_v1_dense,
+/// hunyuan_v1_moe, hunyuan_vl): rope type "dynamic" with an `alpha` is read as their code reads
+/// it, the fixed NTK-alpha type (RopeType::kNtkAlpha). docs/rope_models.md lists every model type
+/// of transformers 5.23.0 with a rotary embedding and what the reader does with it.
 ///
 /// Per-layer-type rope parameters (transformers 5's `rope_parameters: {"full_attention": {...},
-/// "sliding_attention": {...}}`) are read for the layer or layer type `read` names.
+/// "sliding_attention": {...}}`) are read for the layer or layer type `read` names. Layers
+/// without rotary (`no_rope_layers`) are listed in `rotary_layers`; a layer asked for that does
+/// not rotate gives `rotates` false.
 ///
 /// Throws a `c10::Error` that names the field for malformed JSON, missing or ill-typed fields,
 /// unknown rope types, and per-layer-type rope parameters without a layer or layer type. Keys it
-/// cannot apply that change the rotation (an unknown rope parameter; a model's own rule: `rope_local_base_freq`,
-/// `qk_rope_head_dim`, `rotary_pct`, `no_rope_layers`, ...) give one warning naming them, or with
-/// `read.strict` an error; `HfRopeConfig::audit` lists every key that bears on positions.
+/// cannot apply that change the rotation (an unknown rope parameter; a model's own rule:
+/// `rope_local_base_freq`, `attn_temperature_tuning`, `rotary_pct`, ...) give one warning naming
+/// them, or with `read.strict` an error; `HfRopeConfig::audit` lists every key that bears on
+/// positions.
 HfRopeConfig read_hf_rope_config(const std::string& json_text,
                                  const std::string& source = "config.json",
                                  const HfConfigReadOptions& read = {});
