@@ -22,9 +22,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <iterator>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -33,9 +33,7 @@
 
 namespace {
 
-double pick_double(FuzzedDataProvider& in,
-                   std::initializer_list<double> specials,
-                   double lo,
+double pick_double(FuzzedDataProvider& in, std::initializer_list<double> specials, double lo,
                    double hi) {
   if (in.ConsumeBool()) {
     std::vector<double> values(specials);
@@ -71,14 +69,8 @@ int64_t pick_offset(FuzzedDataProvider& in, int64_t hi) {
 }
 
 torch::Dtype pick_dtype(FuzzedDataProvider& in) {
-  const torch::Dtype dtypes[] = {torch::kFloat,
-                                 torch::kFloat,
-                                 torch::kDouble,
-                                 torch::kHalf,
-                                 torch::kBFloat16,
-                                 torch::kLong,
-                                 torch::kBool,
-                                 torch::kInt};
+  const torch::Dtype dtypes[] = {torch::kFloat,    torch::kFloat, torch::kDouble, torch::kHalf,
+                                 torch::kBFloat16, torch::kLong,  torch::kBool,   torch::kInt};
   return dtypes[in.ConsumeIntegralInRange<int>(0, 7)];
 }
 
@@ -110,9 +102,7 @@ torch::Tensor pick_input(FuzzedDataProvider& in, int64_t width, int64_t rank_def
 }
 
 // Explicit positions for an input of leading dimensions (a, b) (or a rank mismatch).
-torch::Tensor pick_positions(FuzzedDataProvider& in,
-                             const torch::Tensor& x,
-                             int64_t length_dim,
+torch::Tensor pick_positions(FuzzedDataProvider& in, const torch::Tensor& x, int64_t length_dim,
                              int64_t max_len) {
   std::vector<int64_t> sizes;
   switch (in.ConsumeIntegralInRange<int>(0, 3)) {
@@ -173,12 +163,8 @@ double epsilon(torch::Dtype dtype) {
 // be x * scale + pe[offset : offset + L] computed independently in float64 (ATen ops on the
 // module's own table) and rounded to x's dtype, to within a few units in the last place of the
 // operands (posenc adds in float32 for reduced-precision inputs, then rounds once).
-void check_values(const torch::Tensor& y,
-                  const torch::Tensor& x,
-                  const torch::Tensor& table,
-                  int64_t offset,
-                  bool batch_first,
-                  double scale) {
+void check_values(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& table,
+                  int64_t offset, bool batch_first, double scale) {
   const int64_t length = x.size(batch_first ? 1 : 0);
   if (x.is_meta() || offset > table.size(1) - length) {
     return; // no values, or positions extrapolated past the table
@@ -209,9 +195,7 @@ void check_values(const torch::Tensor& y,
 
 // The TorchScript export of an eval-mode module must compute the same values as the module (or
 // fail: TorchScript's own errors are not c10::Errors, and are accepted here).
-void check_export(const posenc::PositionalEncoding& pe,
-                  const torch::Tensor& x,
-                  int64_t offset,
+void check_export(const posenc::PositionalEncoding& pe, const torch::Tensor& x, int64_t offset,
                   const posenc::PositionalEncodingOptions& options) {
   torch::Tensor exported;
   try {
@@ -224,8 +208,8 @@ void check_export(const posenc::PositionalEncoding& pe,
 }
 
 // Where the module rejected an offset, its TorchScript export must reject it too, with an error
-// about the offset (offset + L can overflow int64 in the exported code as well, and a wrapped-around
-// sum would slice an empty table and fail, if at all, later and elsewhere).
+// about the offset (offset + L can overflow int64 in the exported code as well, and a
+// wrapped-around sum would slice an empty table and fail, if at all, later and elsewhere).
 template <typename Module>
 void check_export_rejects(Module& module, const torch::Tensor& x, int64_t offset,
                           const c10::Error& error) {
@@ -302,8 +286,7 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
   options
       .base(pick_double(in,
                         {10000.0, 0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")},
-                        1e-3,
-                        1e6))
+                        1e-3, 1e6))
       .dropout(pick_double(in, {0.0, 0.5, 1.0, -0.1, 1.5, std::nan("")}, 0, 1))
       .batch_first(in.ConsumeBool())
       .layout(in.ConsumeBool() ? posenc::ChannelLayout::kInterleaved
@@ -325,7 +308,7 @@ void fuzz_sinusoidal(FuzzedDataProvider& in) {
   const bool with_grad = in.ConsumeIntegralInRange<int>(0, 3) == 0 && !x.is_meta() &&
                          at::isFloatingType(x.scalar_type());
   if (with_grad) {
-    x.requires_grad_(true);  // a leaf: in-place forwards must refuse it with a c10::Error
+    x.requires_grad_(true); // a leaf: in-place forwards must refuse it with a c10::Error
   }
   torch::Tensor y;
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
@@ -481,6 +464,18 @@ void fuzz_rope_scaling(FuzzedDataProvider& in) {
 // config.json text: read or rejected; what is read builds a module (small ones) or frequencies.
 void fuzz_hf_config_text(const std::string& text) {
   const posenc::io::HfRopeConfig config = posenc::io::read_hf_rope_config(text);
+  if (!config.rotary_layers.empty()) { // each layer read alone: rotates as the list says
+    posenc::io::HfConfigReadOptions read;
+    read.layer = static_cast<int64_t>(config.rotary_layers.size()) - 1;
+    try {
+      const posenc::io::HfRopeConfig last =
+          posenc::io::read_hf_rope_config(text, "config.json", read);
+      if (last.rotates != config.rotary_layers.back()) {
+        std::abort();
+      }
+    } catch (const c10::Error&) { // (per-layer settings the last layer contradicts)
+    }
+  }
   const posenc::RotaryEmbeddingOptions& options = config.options;
   if (options.max_len() <= 256 && options.head_dim() <= 256) {
     posenc::RotaryEmbedding rope(options);
@@ -507,11 +502,27 @@ void fuzz_hf_config(FuzzedDataProvider& in) {
 std::string json_value(FuzzedDataProvider& in, int depth);
 
 std::string json_number(FuzzedDataProvider& in) {
-  static const char* const specials[] = {"0", "1", "-1", "2", "0.5", "1e-300", "1e308", "-1e308",
-                                         "9223372036854775807", "9223372036854775808",
-                                         "-9223372036854775808", "4611686018427387904",
-                                         "9007199254740993", "1e16", "131072", "500000.0", "32",
-                                         "0.0", "-0.0", "3.5", "128"};
+  static const char* const specials[] = {"0",
+                                         "1",
+                                         "-1",
+                                         "2",
+                                         "0.5",
+                                         "1e-300",
+                                         "1e308",
+                                         "-1e308",
+                                         "9223372036854775807",
+                                         "9223372036854775808",
+                                         "-9223372036854775808",
+                                         "4611686018427387904",
+                                         "9007199254740993",
+                                         "1e16",
+                                         "131072",
+                                         "500000.0",
+                                         "32",
+                                         "0.0",
+                                         "-0.0",
+                                         "3.5",
+                                         "128"};
   if (in.ConsumeBool()) {
     return specials[in.ConsumeIntegralInRange<size_t>(0, std::size(specials) - 1)];
   }
@@ -526,8 +537,12 @@ std::string json_number(FuzzedDataProvider& in) {
 }
 
 std::string json_string(FuzzedDataProvider& in) {
-  static const char* const names[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3",
-                                      "proportional", "mrope", "su", "", "YARN", "ntk"};
+  static const char* const names[] = {
+      "default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "mrope", "su",
+      "", "YARN", "ntk",
+      // model types with rules of their own (model_type_rules, mrope_rule, layers without rotary)
+      "deepseek_v3", "deepseek_v32", "smollm3", "llama4_text", "glm4v_text", "qwen3_vl_text",
+      "hunyuan_v1_dense", "nanochat", "full_attention", "sliding_attention"};
   if (in.ConsumeIntegralInRange<int>(0, 3) != 0) {
     return std::string("\"") + names[in.ConsumeIntegralInRange<size_t>(0, std::size(names) - 1)] +
            "\"";
@@ -542,15 +557,44 @@ std::string json_string(FuzzedDataProvider& in) {
 }
 
 std::string json_object(FuzzedDataProvider& in, int depth, bool rope_block) {
-  static const char* const config_keys[] = {
-      "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
-      "max_position_embeddings", "rope_theta", "partial_rotary_factor", "rope_scaling",
-      "rope_parameters", "text_config", "original_max_position_embeddings", "model_type"};
-  static const char* const rope_keys[] = {
-      "rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
-      "mscale", "mscale_all_dim", "truncate", "attention_factor", "short_factor", "long_factor",
-      "low_freq_factor", "high_freq_factor", "partial_rotary_factor", "rope_theta",
-      "mrope_section", "mrope_interleaved", "max_position_embeddings", "full_attention"};
+  static const char* const config_keys[] = {"num_attention_heads",
+                                            "num_key_value_heads",
+                                            "head_dim",
+                                            "hidden_size",
+                                            "max_position_embeddings",
+                                            "rope_theta",
+                                            "partial_rotary_factor",
+                                            "rope_scaling",
+                                            "rope_parameters",
+                                            "text_config",
+                                            "original_max_position_embeddings",
+                                            "model_type",
+                                            "qk_rope_head_dim",
+                                            "rope_interleave",
+                                            "no_rope_layers",
+                                            "no_rope_layer_interval",
+                                            "num_hidden_layers",
+                                            "layer_types"};
+  static const char* const rope_keys[] = {"rope_type",
+                                          "type",
+                                          "factor",
+                                          "original_max_position_embeddings",
+                                          "beta_fast",
+                                          "beta_slow",
+                                          "mscale",
+                                          "mscale_all_dim",
+                                          "truncate",
+                                          "attention_factor",
+                                          "short_factor",
+                                          "long_factor",
+                                          "low_freq_factor",
+                                          "high_freq_factor",
+                                          "partial_rotary_factor",
+                                          "rope_theta",
+                                          "mrope_section",
+                                          "mrope_interleaved",
+                                          "max_position_embeddings",
+                                          "full_attention"};
   std::string text = "{";
   const int count = in.ConsumeIntegralInRange<int>(0, rope_block ? 8 : 10);
   for (int i = 0; i < count && in.remaining_bytes() > 0; ++i) {
@@ -559,14 +603,14 @@ std::string json_object(FuzzedDataProvider& in, int depth, bool rope_block) {
       key = json_string(in);
     } else {
       key = std::string("\"") +
-            (rope_block ? rope_keys[in.ConsumeIntegralInRange<size_t>(0, std::size(rope_keys) - 1)]
-                        : config_keys[in.ConsumeIntegralInRange<size_t>(
-                              0, std::size(config_keys) - 1)]) +
+            (rope_block
+                 ? rope_keys[in.ConsumeIntegralInRange<size_t>(0, std::size(rope_keys) - 1)]
+                 : config_keys[in.ConsumeIntegralInRange<size_t>(0, std::size(config_keys) - 1)]) +
             "\"";
     }
-    const bool nested_block = !rope_block && (key == "\"rope_scaling\"" ||
-                                              key == "\"rope_parameters\"" ||
-                                              key == "\"text_config\"");
+    const bool nested_block =
+        !rope_block &&
+        (key == "\"rope_scaling\"" || key == "\"rope_parameters\"" || key == "\"text_config\"");
     std::string value;
     if (nested_block && depth < 3 && in.ConsumeIntegralInRange<int>(0, 4) != 0) {
       value = json_object(in, depth + 1, key != "\"text_config\"");
@@ -590,9 +634,9 @@ std::string json_value(FuzzedDataProvider& in, int depth) {
       std::string text = "[";
       const int count = in.ConsumeIntegralInRange<int>(0, 70);
       for (int i = 0; i < count; ++i) {
-        text += (i == 0 ? "" : ",") +
-                (in.ConsumeIntegralInRange<int>(0, 15) == 0 ? json_value(in, depth + 1)
-                                                            : json_number(in));
+        text += (i == 0 ? "" : ",") + (in.ConsumeIntegralInRange<int>(0, 15) == 0
+                                           ? json_value(in, depth + 1)
+                                           : json_number(in));
       }
       return text + "]";
     }
@@ -651,7 +695,8 @@ void fuzz_positions(FuzzedDataProvider& in) {
   if (in.ConsumeBool()) {
     std::vector<int64_t> cu(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 6)));
     for (int64_t& entry : cu) {
-      entry = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? extreme() : in.ConsumeIntegralInRange<int64_t>(0, 12);
+      entry = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? extreme()
+                                                        : in.ConsumeIntegralInRange<int64_t>(0, 12);
     }
     std::sort(cu.begin(), cu.end());
     if (!cu.empty() && in.ConsumeBool()) {
@@ -674,7 +719,8 @@ void fuzz_positions(FuzzedDataProvider& in) {
     // each sequence counts up by one from its start
     for (size_t s = 0; s + 1 < cu.size() && total <= 4096; ++s) {
       for (int64_t t = cu[s]; t < cu[s + 1]; ++t) {
-        const int64_t expected = (start ? (*start)[static_cast<int64_t>(s)].item<int64_t>() : 0) + (t - cu[s]);
+        const int64_t expected =
+            (start ? (*start)[static_cast<int64_t>(s)].item<int64_t>() : 0) + (t - cu[s]);
         if (positions[t].item<int64_t>() != expected) {
           abort();
         }
@@ -688,8 +734,8 @@ void fuzz_positions(FuzzedDataProvider& in) {
     const at::Tensor positions =
         posenc::ops::context_parallel_positions(seq_len, world_size, rank, zigzag);
     if (positions.dim() != 1 || positions.numel() * world_size != seq_len ||
-        (positions.numel() > 0 && (positions.min().item<int64_t>() < 0 ||
-                                   positions.max().item<int64_t>() >= seq_len))) {
+        (positions.numel() > 0 &&
+         (positions.min().item<int64_t>() < 0 || positions.max().item<int64_t>() >= seq_len))) {
       abort();
     }
   }
@@ -750,8 +796,8 @@ void fuzz_qk_multimodal(FuzzedDataProvider& in) {
 }
 
 void fuzz_token(FuzzedDataProvider& in) {
-  posenc::TokenAndPositionEmbeddingOptions options(
-      pick_size(in, 40), pick_size(in, 32), pick_size(in, 32));
+  posenc::TokenAndPositionEmbeddingOptions options(pick_size(in, 40), pick_size(in, 32),
+                                                   pick_size(in, 32));
   options
       .positions(in.ConsumeBool() ? posenc::PositionKind::kSinusoidal
                                   : posenc::PositionKind::kLearned)
@@ -766,8 +812,7 @@ void fuzz_token(FuzzedDataProvider& in) {
   in.ConsumeBool() ? embed->train() : embed->eval();
   const int64_t vocab = options.vocab_size();
   auto ids = torch::randint(
-      -2,
-      std::max<int64_t>(vocab + 2, 1),
+      -2, std::max<int64_t>(vocab + 2, 1),
       {in.ConsumeIntegralInRange<int64_t>(0, 4), in.ConsumeIntegralInRange<int64_t>(0, 6)},
       torch::kLong);
   if (in.ConsumeIntegralInRange<int>(0, 4) == 0) {
@@ -789,8 +834,9 @@ c10::optional<torch::Tensor> pick_columns(FuzzedDataProvider& in, int64_t width)
   switch (in.ConsumeIntegralInRange<int>(0, 5)) {
     case 0:
     case 1:
-      return width >= 1 ? c10::optional<torch::Tensor>(posenc::functional::sinusoidal_columns(width))
-                        : c10::nullopt;
+      return width >= 1
+                 ? c10::optional<torch::Tensor>(posenc::functional::sinusoidal_columns(width))
+                 : c10::nullopt;
     case 2:
       return torch::randn({2, width + in.ConsumeIntegralInRange<int64_t>(0, 1)}, torch::kDouble);
     case 3:
@@ -918,15 +964,17 @@ void fuzz_ops(FuzzedDataProvider& in) {
     switch (which) {
       case 0:
         mixed = mixed_devices({x, table, positions, columns});
-        check_result(
-            posenc::ops::add_position_table(x, table, offset, batch_first, positions, scale, columns),
-            x);
+        check_result(posenc::ops::add_position_table(x, table, offset, batch_first, positions,
+                                                     scale, columns),
+                     x);
         break;
       case 1: {
         bool forbidden = false;
         auto target = in.ConsumeIntegralInRange<int>(0, 3) == 0
-                          ? view_of(in, in.ConsumeBool() ? c10::optional<torch::Tensor>(table)
-                                                         : in.ConsumeBool() ? positions : columns,
+                          ? view_of(in,
+                                    in.ConsumeBool()   ? c10::optional<torch::Tensor>(table)
+                                    : in.ConsumeBool() ? positions
+                                                       : columns,
                                     x)
                           : torch::Tensor();
         forbidden = target.defined();
@@ -964,19 +1012,18 @@ void fuzz_ops(FuzzedDataProvider& in) {
       }
       case 3:
         mixed = mixed_devices({x, positions});
-        check_result(posenc::ops::add_positional_encoding(
-                         x, offset, pick_double(in, {10000.0, 0.0}, 1, 1e5), batch_first,
-                         positions, scale),
-                     x);
+        check_result(
+            posenc::ops::add_positional_encoding(x, offset, pick_double(in, {10000.0, 0.0}, 1, 1e5),
+                                                 batch_first, positions, scale),
+            x);
         break;
       case 4: {
-        const auto cos = maybe_meta(
-            in,
-            torch::randn(
-                {in.ConsumeIntegralInRange<int64_t>(0, 20), in.ConsumeIntegralInRange<int64_t>(0, 5)}),
-            mixed);
-        const auto sin = in.ConsumeBool() ? torch::randn(cos.sizes(), cos.options())
-                                          : torch::randn({2, 2});
+        const auto cos = maybe_meta(in,
+                                    torch::randn({in.ConsumeIntegralInRange<int64_t>(0, 20),
+                                                  in.ConsumeIntegralInRange<int64_t>(0, 5)}),
+                                    mixed);
+        const auto sin =
+            in.ConsumeBool() ? torch::randn(cos.sizes(), cos.options()) : torch::randn({2, 2});
         auto inv_freq =
             in.ConsumeBool() && cos.dim() == 2 && cos.size(1) >= 1
                 ? c10::optional<torch::Tensor>(posenc::functional::rotary_inv_freq(2 * cos.size(1)))
@@ -999,9 +1046,10 @@ void fuzz_ops(FuzzedDataProvider& in) {
         // In place: the target may alias cos, sin or positions, or be forbidden by autograd.
         bool forbidden = false;
         auto target = in.ConsumeIntegralInRange<int>(0, 3) == 0
-                          ? view_of(in, in.ConsumeBool() ? c10::optional<torch::Tensor>(cos)
-                                                         : in.ConsumeBool() ? c10::optional<torch::Tensor>(sin)
-                                                                            : positions,
+                          ? view_of(in,
+                                    in.ConsumeBool()   ? c10::optional<torch::Tensor>(cos)
+                                    : in.ConsumeBool() ? c10::optional<torch::Tensor>(sin)
+                                                       : positions,
                                     q)
                           : torch::Tensor();
         forbidden = target.defined();
@@ -1043,14 +1091,15 @@ void fuzz_ops(FuzzedDataProvider& in) {
 // that fails must leave the module exactly as it was; one that succeeds, a finite table.
 void load_into_module(const std::string& bytes, const std::vector<int64_t>& shape, bool strict) {
   static const std::string path = "/tmp/posenc_fuzzer_" + std::to_string(::getpid()) + ".pt";
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   posenc::PositionalEncoding pe(shape[2], shape[1]);
   const auto before = pe->pe.clone();
   try {
     posenc::load_state_dict(*pe, path, posenc::LoadStateDictOptions().strict(strict));
   } catch (const c10::Error&) {
     if (!torch::equal(pe->pe, before)) {
-      abort();  // a failed load changed the module
+      abort(); // a failed load changed the module
     }
     return;
   }
@@ -1092,7 +1141,7 @@ void fuzz_reader(FuzzedDataProvider& in) {
     (void)entry.second.sum(); // the rebuilt tensor's memory must be readable in full
     if (entry.second.dim() == 3 && entry.second.size(0) == 1 && entry.second.numel() > 0 &&
         entry.second.numel() <= 4096) {
-      shape = entry.second.sizes().vec();  // a table a module could take
+      shape = entry.second.sizes().vec(); // a table a module could take
     }
   }
   if (choice >= 4) {
@@ -1193,7 +1242,8 @@ void fuzz_attention_bias(FuzzedDataProvider& in) {
           in.ConsumeBool() ? c10::optional<int64_t>(in.ConsumeIntegralInRange<int64_t>(-2, 72))
                            : c10::nullopt;
       const torch::Tensor slopes = posenc::functional::alibi_slopes(heads, max_bias, first, count);
-      if (slopes.dim() != 1 || !(slopes > 0).all().item<bool>() || !slopes.isfinite().all().item<bool>()) {
+      if (slopes.dim() != 1 || !(slopes > 0).all().item<bool>() ||
+          !slopes.isfinite().all().item<bool>()) {
         abort(); // slopes are positive finite numbers
       }
       break;
@@ -1270,7 +1320,8 @@ void fuzz_attention_bias(FuzzedDataProvider& in) {
           in.ConsumeBool() ? c10::optional<int64_t>(pick_offset(in, 30)) : c10::nullopt;
       const torch::Tensor table = posenc::functional::relative_sinusoidal_table(
           length, width, keys, pick_double(in, {10000.0, 0.0, -1.0, NAN}, 0.5, 1e6));
-      if (table.size(0) != length + keys.value_or(length) - 1 || !table.isfinite().all().item<bool>()) {
+      if (table.size(0) != length + keys.value_or(length) - 1 ||
+          !table.isfinite().all().item<bool>()) {
         abort();
       }
       std::vector<int64_t> shape;
@@ -1290,7 +1341,8 @@ void fuzz_attention_bias(FuzzedDataProvider& in) {
       posenc::RelPositionalEncoding pos(posenc::RelPositionalEncodingOptions(width)
                                             .max_len(in.ConsumeIntegralInRange<int64_t>(1, 20))
                                             .legacy(in.ConsumeBool()));
-      posenc::RelPositionMultiheadAttention attn(width, in.ConsumeIntegralInRange<int64_t>(1, 4) == 3 ? 4 : 2);
+      posenc::RelPositionMultiheadAttention attn(
+          width, in.ConsumeIntegralInRange<int64_t>(1, 4) == 3 ? 4 : 2);
       const torch::Tensor x = pick_input(in, width);
       const int64_t offset = pick_offset(in, 20);
       const torch::Tensor before = pos->pe.clone();
@@ -1336,41 +1388,48 @@ void fuzz_vision(FuzzedDataProvider& in) {
       const torch::Tensor posemb = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 6));
       std::vector<int64_t> old_size;
       if (in.ConsumeBool()) {
-        old_size = {in.ConsumeIntegralInRange<int64_t>(-1, 5), in.ConsumeIntegralInRange<int64_t>(-1, 5)};
+        old_size = {in.ConsumeIntegralInRange<int64_t>(-1, 5),
+                    in.ConsumeIntegralInRange<int64_t>(-1, 5)};
       }
       std::vector<int64_t> new_size(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 3)));
       for (auto& size : new_size) {
         size = in.ConsumeIntegralInRange<int64_t>(-1, 6);
       }
       const torch::Tensor out = F::crop_position_table(
-          posemb, posenc::CropPositionTableOptions(new_size).old_size(old_size).num_prefix_tokens(prefix));
-      if (out.size(-2) != prefix + new_size.front() * new_size.back() || out.dim() != posemb.dim() ||
+          posemb,
+          posenc::CropPositionTableOptions(new_size).old_size(old_size).num_prefix_tokens(prefix));
+      if (out.size(-2) != prefix + new_size.front() * new_size.back() ||
+          out.dim() != posemb.dim() ||
           !torch::equal(out.narrow(-2, 0, prefix), posemb.narrow(-2, 0, prefix))) {
         abort();
       }
       break;
     }
     case 7: {
-      const posenc::GridIndexing indexings[] = {posenc::GridIndexing::kIJ, posenc::GridIndexing::kXY};
+      const posenc::GridIndexing indexings[] = {posenc::GridIndexing::kIJ,
+                                                posenc::GridIndexing::kXY};
       std::vector<int64_t> ref;
       if (in.ConsumeBool()) {
-        ref = {in.ConsumeIntegralInRange<int64_t>(-1, 6), in.ConsumeIntegralInRange<int64_t>(-1, 6)};
+        ref = {in.ConsumeIntegralInRange<int64_t>(-1, 6),
+               in.ConsumeIntegralInRange<int64_t>(-1, 6)};
       }
-      const auto options = posenc::VisionRotaryEmbeddingOptions(in.ConsumeIntegralInRange<int64_t>(-4, 24))
-                               .temperature(pick_double(in, {10000.0, 0.0, -1.0, NAN}, 1, 1e5))
-                               .ref_feat_shape(ref)
-                               .grid_offset(pick_double(in, {0.0, 0.5, INFINITY, NAN}, -2, 2))
-                               .grid_indexing(indexings[in.ConsumeIntegralInRange<int>(0, 1)])
-                               .pairing(in.ConsumeBool() ? posenc::RotaryPairing::kInterleaved
-                                                         : posenc::RotaryPairing::kHalfSplit)
-                               .num_prefix_tokens(in.ConsumeIntegralInRange<int64_t>(-1, 2))
-                               .heads_first(in.ConsumeBool());
+      const auto options =
+          posenc::VisionRotaryEmbeddingOptions(in.ConsumeIntegralInRange<int64_t>(-4, 24))
+              .temperature(pick_double(in, {10000.0, 0.0, -1.0, NAN}, 1, 1e5))
+              .ref_feat_shape(ref)
+              .grid_offset(pick_double(in, {0.0, 0.5, INFINITY, NAN}, -2, 2))
+              .grid_indexing(indexings[in.ConsumeIntegralInRange<int>(0, 1)])
+              .pairing(in.ConsumeBool() ? posenc::RotaryPairing::kInterleaved
+                                        : posenc::RotaryPairing::kHalfSplit)
+              .num_prefix_tokens(in.ConsumeIntegralInRange<int64_t>(-1, 2))
+              .heads_first(in.ConsumeBool());
       std::vector<int64_t> grid(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 3)));
       for (auto& size : grid) {
         size = in.ConsumeIntegralInRange<int64_t>(-1, 4);
       }
       posenc::VisionRotaryEmbedding rope(options);
-      torch::Tensor x = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 24), /*rank_default=*/4);
+      torch::Tensor x =
+          pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 24), /*rank_default=*/4);
       if (grid.size() == 2 && grid[0] >= 0 && grid[1] >= 0 && options.num_prefix_tokens() >= 0 &&
           x.dim() == 4 && in.ConsumeBool()) {
         // the token count of the grid, along the layout's token dimension
@@ -1389,7 +1448,8 @@ void fuzz_vision(FuzzedDataProvider& in) {
       const torch::Tensor posemb = pick_input(in, in.ConsumeIntegralInRange<int64_t>(0, 6));
       std::vector<int64_t> old_size;
       if (in.ConsumeBool()) {
-        old_size = {in.ConsumeIntegralInRange<int64_t>(-1, 5), in.ConsumeIntegralInRange<int64_t>(-1, 5)};
+        old_size = {in.ConsumeIntegralInRange<int64_t>(-1, 5),
+                    in.ConsumeIntegralInRange<int64_t>(-1, 5)};
       }
       std::vector<int64_t> new_size(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 3)));
       for (auto& size : new_size) {
@@ -1405,7 +1465,8 @@ void fuzz_vision(FuzzedDataProvider& in) {
                       .interpolation(modes[in.ConsumeIntegralInRange<int>(0, 2)])
                       .antialias(in.ConsumeBool())
                       .align_corners(in.ConsumeBool()));
-      if (out.size(-2) != prefix + new_size.front() * new_size.back() || out.dim() != posemb.dim()) {
+      if (out.size(-2) != prefix + new_size.front() * new_size.back() ||
+          out.dim() != posemb.dim()) {
         abort();
       }
       break;
@@ -1415,7 +1476,8 @@ void fuzz_vision(FuzzedDataProvider& in) {
       torch::Tensor t = torch::rand({in.ConsumeIntegralInRange<int64_t>(0, 6)})
                             .mul(pick_double(in, {1000.0, 1e300, 0.0}, -10, 10))
                             .to(pick_dtype(in));
-      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && t.numel() > 0 && at::isFloatingType(t.scalar_type())) {
+      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && t.numel() > 0 &&
+          at::isFloatingType(t.scalar_type())) {
         t[0] = std::numeric_limits<double>::quiet_NaN();
       }
       const torch::Tensor emb = F::timestep_embedding(
@@ -1454,7 +1516,8 @@ void fuzz_vision(FuzzedDataProvider& in) {
       const torch::Tensor table = F::sincos_2d_grid_table(
           {height, width}, dim, pick_double(in, {10000.0, 0.0, -1.0, NAN, 1e300}, 0.5, 1e5),
           in.ConsumeBool(), in.ConsumeBool());
-      if (table.size(0) != height * width || table.size(1) != dim || !table.isfinite().all().item<bool>()) {
+      if (table.size(0) != height * width || table.size(1) != dim ||
+          !table.isfinite().all().item<bool>()) {
         abort();
       }
       break;
@@ -1471,7 +1534,8 @@ void fuzz_vision(FuzzedDataProvider& in) {
       torch::Tensor ids = torch::randn({tokens, in.ConsumeIntegralInRange<int64_t>(0, 4)})
                               .mul(pick_double(in, {100.0, 1e300, 0.0}, -10, 10))
                               .to(pick_dtype(in));
-      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && ids.numel() > 0 && at::isFloatingType(ids.scalar_type())) {
+      if (in.ConsumeIntegralInRange<int>(0, 7) == 0 && ids.numel() > 0 &&
+          at::isFloatingType(ids.scalar_type())) {
         ids.view(-1)[0] = std::numeric_limits<double>::infinity();
       }
       posenc::AxialRotaryEmbedding rope(
@@ -1486,7 +1550,8 @@ void fuzz_vision(FuzzedDataProvider& in) {
           abort();
         }
       } else {
-        const torch::Tensor x = pick_input(in, 2 * half + in.ConsumeIntegralInRange<int64_t>(0, 2), 4);
+        const torch::Tensor x =
+            pick_input(in, 2 * half + in.ConsumeIntegralInRange<int64_t>(0, 2), 4);
         const torch::Tensor y = rope(x, ids);
         if (y.sizes() != x.sizes()) {
           abort();

@@ -640,9 +640,10 @@ class RotaryEmbedding(_DerivedTables):
         ``RotaryEmbedding(read_hf_rope_config_file(path).options)``."""
         read = read_hf_rope_config(config, strict=strict, layer=layer, layer_type=layer_type)
         if not read["rotates"]:
-            raise ValueError(f"RotaryEmbedding.from_hf_config: layer {layer} has no rotary (no_rope_layers): its attention "
-                             "takes no positions; choose a layer that rotates (read_hf_rope_config(...)['rotary_layers'] "
-                             "says which)")
+            which = f"layer {layer}" if layer is not None else f"layer type {read['layer_type']}"
+            raise ValueError(f"RotaryEmbedding.from_hf_config: {which} has no rotary (no_rope_layers, or its rope "
+                             "parameters are null): its attention takes no positions; choose a layer that rotates "
+                             "(read_hf_rope_config(...)['rotary_layers'] says which)")
         module = dict(read["module"])
         if "pairing" in kwargs:  # a pairing asked for replaces the config's regrouping too (as the CLI's --pairing)
             module.pop("deinterleave", None)

@@ -77,9 +77,12 @@ void run_export(const ExportArgs& args) {
     // too, unless --pairing is given);
     // --max-len, if given, replaces max_position_embeddings as the caches' length.
     const io::HfRopeConfig config = io::read_hf_rope_config_file(args.hf_config, *args.read);
-    TORCH_CHECK(config.rotates, args.hf_config, ": layer ", args.read->layer.value_or(-1),
-                " has no rotary (no_rope_layers): its attention takes no positions, so there is "
-                "no rotary embedding to export; choose a layer that rotates");
+    TORCH_CHECK(config.rotates, args.hf_config, ": ",
+                args.read->layer ? "layer " + std::to_string(*args.read->layer)
+                                 : "layer type " + config.layer_type,
+                " has no rotary (no_rope_layers, or its rope parameters are null): its attention "
+                "takes no positions, so there is no rotary embedding to export; choose a layer "
+                "that rotates");
     RotaryEmbeddingOptions options = config.options;
     if (args.max_len > 0) {
       options.max_len(args.max_len);

@@ -79,8 +79,10 @@ void run_rope(const RopeArgs& args) {
     if (args.format == "csv") {
       std::cout << "pair,inv_freq,wavelength\n";
     } else {
-      std::cout << args.hf_config << ": layer " << read.layer.value_or(-1)
-                << " has no rotary (no_rope_layers): its attention takes no positions\n";
+      std::cout << args.hf_config << ": "
+                << (read.layer ? "layer " + std::to_string(*read.layer)
+                               : "layer type " + config.layer_type)
+                << " has no rotary: its attention takes no positions\n";
     }
     return;
   }

@@ -616,9 +616,13 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // Per-layer-type rope parameters (transformers 5: {"full_attention": {...},
   // "sliding_attention": {...}}; Gemma 3/3n/4, OLMo 3, ModernBERT): the set of the layer type
   // asked for, by layer (its entry of `layer_types`) or by name; never a silent pick.
-  const bool per_layer = v5 && !all_parameters.empty() &&
-                         std::all_of(all_parameters.begin(), all_parameters.end(),
-                                     [](const json& value) { return value.is_object(); });
+  // (a layer type whose set is null has no rotary: Beam's full-attention layers)
+  const bool per_layer =
+      v5 && !all_parameters.empty() &&
+      std::all_of(all_parameters.begin(), all_parameters.end(),
+                  [](const json& value) { return value.is_object() || value.is_null(); }) &&
+      std::any_of(all_parameters.begin(), all_parameters.end(),
+                  [](const json& value) { return value.is_object(); });
   HfRopeConfig result;
   const json& layer_types = field(config, "layer_types");
   if (layer_types.is_array()) {
@@ -674,12 +678,24 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     }
   }
   result.layer_type = layer_type;
-  const json& parameters = per_layer ? all_parameters[layer_type] : all_parameters;
+  // A layer type without rotary (its set is null): the options are those of the layers that
+  // rotate (the first set), and `rotates` is false.
+  std::string set_read = layer_type;
+  if (per_layer && all_parameters[layer_type].is_null()) {
+    result.rotates = false;
+    for (const auto& item : all_parameters.items()) {
+      if (item.value().is_object()) {
+        set_read = item.key();
+        break;
+      }
+    }
+  }
+  const json& parameters = per_layer ? all_parameters[set_read] : all_parameters;
   const std::string where_string = std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.") +
-                                   (per_layer ? layer_type + "." : std::string());
+                                   (per_layer ? set_read + "." : std::string());
   const char* where = where_string.c_str();
   const std::string read_form = prefix + (v5 ? "rope_parameters" : "rope_scaling") +
-                                (per_layer ? "." + layer_type : std::string());
+                                (per_layer ? "." + set_read : std::string());
   if (rope.is_null()) {
     audit.add(prefix + "rope_parameters", Status::kDefault, R"({"rope_type": "default"})",
               "neither rope_parameters nor rope_scaling is given: the default rope");
@@ -691,8 +707,15 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   }
   if (per_layer) {
     for (const auto& item : all_parameters.items()) {
-      if (item.key() != layer_type) {
-        audit.add(prefix + "rope_parameters." + item.key(), Status::kIgnored, "{...}",
+      if (item.key() == layer_type && item.value().is_null()) {
+        audit.add(prefix + "rope_parameters." + item.key(), Status::kUsed, "null",
+                  "layers of type " + layer_type +
+                      " have no rotary: their attention takes no positions (the options are "
+                      "those of " +
+                      set_read + " layers)");
+      } else if (item.key() != set_read) {
+        audit.add(prefix + "rope_parameters." + item.key(), Status::kIgnored,
+                  item.value().is_null() ? "null" : "{...}",
                   "the rope parameters of another layer type (read: " + layer_type + ")");
       }
     }

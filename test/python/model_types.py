@@ -270,6 +270,15 @@ def compare(posenc, model_type):
     rotary_class = _rotary_class_of(modeling, text, classes)
     takes_layer_type = "layer_type" in inspect.signature(rotary_class.forward).parameters
     layer_types = list(getattr(text, "layer_types", None) or []) if takes_layer_type else []
+    try:  # (layer types without attention, e.g. LFM3's "conv", have no frequencies of their own)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            built = rotary_class(config=text)
+        rotary_types = [t for t in set(layer_types) if hasattr(built, f"{t}_inv_freq")]
+        if rotary_types:
+            layer_types = [t for t in layer_types if t in rotary_types]
+    except Exception:  # (compare_layer reports a class that cannot be built)
+        pass
     per_layer = bool(text.to_dict().get("per_layer_config"))
     results = []
     for layer_type in sorted(set(layer_types)) or [None]:

@@ -163,11 +163,12 @@ def test_mla_rotates_its_rope_part_as_deepseek_v3(posenc_package, posenc_cli, tm
 
 
 def test_layers_without_rotary_are_the_models_own(posenc_package, posenc_cli, tmp_path):
-    """SmolLM3 (no_rope_layers, 1 = the layer rotates) and Llama 4 (one layer in
-    no_rope_layer_interval without, when no_rope_layers is absent): the reader lists the layers
-    that rotate as transformers' config and attention classes have them, without a warning;
-    a layer without rotary is refused by from_hf_config and the CLI export, and `posenc rope`
-    says so; a layer that rotates equals the model's own rotary class."""
+    """SmolLM3 (no_rope_layers, 1 = the layer rotates), Llama 4 (one layer in
+    no_rope_layer_interval without, when no_rope_layers is absent) and Beam (a layer type whose
+    rope parameters are null): the reader lists the layers that rotate as transformers' config and
+    attention classes have them, without a warning; a layer without rotary is refused by
+    from_hf_config and the CLI export, and `posenc rope` says so; a layer that rotates equals the
+    model's own rotary class."""
     import subprocess
     from transformers.models.smollm3 import modeling_smollm3 as modeling
     with warnings.catch_warnings():
@@ -217,3 +218,12 @@ def test_layers_without_rotary_are_the_models_own(posenc_package, posenc_cli, tm
             posenc_package.nn.read_hf_rope_config({**text, **bad})
     with pytest.raises(ValueError, match="is not a layer of this model"):
         posenc_package.nn.read_hf_rope_config({**text, "no_rope_layers": [1, 1, 0]}, layer=5)
+    # Beam: per-layer-type rope parameters whose full-attention set is null (those layers have none)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        beam = transformers.AutoConfig.for_model("beam")
+    assert beam.rope_parameters["full_attention"] is None
+    full = posenc_package.nn.read_hf_rope_config(beam, layer_type="full_attention")
+    assert full["rotates"] is False and posenc_package.nn.read_hf_rope_config(beam, layer_type="sliding_attention")["rotates"]
+    with pytest.raises(ValueError, match="layer type full_attention has no rotary"):
+        posenc_package.nn.RotaryEmbedding.from_hf_config(beam, layer_type="full_attention")
