@@ -306,6 +306,31 @@ def run(ops, device="cuda", model=LLAMA3_8B, shapes=LLAMA3_8B_SHAPES, dtypes=DTY
     return {"benchmarks": rows, "checks": checks, "targets": targets(rows)}
 
 
+def profile(ops, device="cuda", model=LLAMA3_8B, shapes=LLAMA3_8B_SHAPES, dtypes=DTYPES):
+    """Runs each posenc case and copy_ once at the large shapes, each between cudaProfilerStart and
+    cudaProfilerStop after a warm-up call, for Nsight Compute (scripts/gpu_check.sh's profile step:
+    ncu --profile-from-start off). Returns the profiled cases in the order their kernels ran."""
+    profiler = torch.cuda.profiler if torch.device(device).type == "cuda" else None
+    profiled = []
+    for shape in (s for s in shapes if s.large):
+        for dtype_name, dtype in dtypes.items():
+            for cases in case_sets(ops, model, shape, dtype, device, {}):
+                for case in cases:
+                    if not (case.name.startswith("posenc") or case.name == "roofline_copy"):
+                        continue
+                    case.call()
+                    synchronize(device)
+                    if profiler:
+                        profiler.start()
+                    case.call()
+                    synchronize(device)
+                    if profiler:
+                        profiler.stop()
+                    profiled.append(f"{case.family}/{case.name}/{shape.name}/{dtype_name}")
+                del cases
+    return profiled
+
+
 def targets(rows):
     """Each target for each posenc case it applies to, met or missed."""
     by_key = {(r["family"], r["case"], r["shape"], r["dtype"]): r for r in rows}
@@ -375,11 +400,18 @@ def main():
     parser.add_argument("--output", required=True, help="the JSON report")
     parser.add_argument("--markdown", help="the report as Markdown too")
     parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--profile", action="store_true",
+                        help="run each posenc case and copy_ once at the large shapes for a profiler "
+                             "(ncu --profile-from-start off); --output lists them in the order they ran")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("cuda_benchmark: no CUDA device", file=sys.stderr)
         return 2
     torch.ops.load_library(args.library)
+    if args.profile:
+        with open(args.output, "w") as out:
+            json.dump(profile(torch.ops.posenc, "cuda"), out, indent=1)
+        return 0
     report = environment("cuda")
     report.update(run(torch.ops.posenc, "cuda", samples=args.samples))
     with open(args.output, "w") as out:

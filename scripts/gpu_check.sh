@@ -11,6 +11,9 @@
 #                      the GPU unless set; the C++ benchmark too where Google Benchmark is installed)
 #   cuda-tests         the *_CUDA tests alone (ctest -R), the first proof
 #   benchmark          bench/cuda_benchmark.py, with the GPU to itself
+#   profile            Nsight Compute's reading of each posenc kernel and of copy_'s at the prefill
+#                      shape (duration, DRAM and SM throughput as % of peak, registers), where ncu is
+#                      installed
 #   ctest              every test, side by side with
 #   sanitizer-*        compute-sanitizer memcheck, racecheck and initcheck over the *_CUDA tests of
 #                      each test binary that has them
@@ -153,6 +156,7 @@ if [ -n "$nvcc" ]; then
   cuda_home=$(readlink -f "$("$nvcc" --dryrun -c -x cu /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')" || true)
   [ -n "$cuda_home" ] || cuda_home=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
 fi
+ncu=$(find_tool ncu "$cuda_home/bin/ncu" /opt/nvidia/nsight-compute/*/ncu)
 sanitizer=$(find_tool compute-sanitizer "$cuda_home/bin/compute-sanitizer" "$cuda_home/compute-sanitizer/compute-sanitizer")
 # "name, compute capability" of the first GPU (nvidia-smi says "No devices were found" and fails
 # where it has none).
@@ -269,7 +273,7 @@ finish() {
   if [ -n "${OUT:-}" ]; then
     local file
     mkdir -p "$OUT"
-    for file in report.md report.json cuda_benchmark.json benchmark.log configure.log build.log ctest.log sanitizers.log; do
+    for file in report.md report.json cuda_benchmark.json benchmark.log profile.log build.log ctest.log sanitizers.log; do
       [ ! -f "$report_dir/$file" ] || cp "$report_dir/$file" "$OUT/"
     done
   fi
@@ -286,6 +290,7 @@ if [ "$mode" = dry-run ]; then
   echo "  python:               ${python:-none with a CUDA build of torch}"
   echo "  nvcc:                 ${nvcc:-not found} (CUDA toolkit: ${cuda_home:-?})"
   echo "  compute-sanitizer:    ${sanitizer:-not found}"
+  echo "  ncu:                  ${ncu:-not found (the profile step is left out)}"
   echo "  TORCH_CUDA_ARCH_LIST: ${TORCH_CUDA_ARCH_LIST:-from the GPU}"
   echo "  GoogleTest:           $([ ${#gtest[@]} -gt 0 ] && echo "$deps/googletest" || echo "an installed package or /usr/src/googletest")"
   echo "  carried libraries:    $([ -d "$sysroot" ] && echo "$sysroot" || echo "none (.deps/sysroot missing)")"
@@ -317,6 +322,7 @@ else
     echo "carried from .deps/sysroot: CLI11, nlohmann-json, cairo's headers; of its libraries, this machine lacked: ${lacked:-none}" >>"$notes"
   fi
   [ ${#gtest[@]} -eq 0 ] || echo "GoogleTest built from the carried sources in .deps/googletest" >>"$notes"
+  [ -n "$ncu" ] || echo "ncu (Nsight Compute) not found: the profile step was left out" >>"$notes"
   [ -n "$sanitizer" ] || echo "compute-sanitizer not found (PATH, $cuda_home/bin, $cuda_home/compute-sanitizer): the sanitizer steps fail" >>"$notes"
   pinned=$(sed -n 's/^transformers_version=//p' "$root/scripts/setup.sh")
   here=$("$python" -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo "not installed")
@@ -347,6 +353,15 @@ if [ "$built" = yes ]; then
   run cuda-tests ctest --test-dir "$build" -R '_CUDA$' -j "$jobs" --output-on-failure --output-junit "$report_dir/cuda_tests.xml" || true
   run benchmark "${python:-python3}" "$root/bench/cuda_benchmark.py" --library "$build/src/libposenc.so" \
     --output "$report_dir/cuda_benchmark.json" --markdown "$report_dir/cuda_benchmark.md" || true
+  # One call of each posenc case and of copy_ at the prefill shape, read by Nsight Compute at the
+  # clocks the benchmark ran at (--clock-control none); the kernels in the order of
+  # profiled_cases.json. In a dry run, shown whether or not ncu is installed.
+  if [ -n "$ncu" ] || [ "$mode" = dry-run ]; then
+    run profile "${ncu:-ncu}" --profile-from-start off --clock-control none --csv --metrics \
+      gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,dram__bytes_read.sum,dram__bytes_write.sum \
+      "${python:-python3}" "$root/bench/cuda_benchmark.py" --profile --library "$build/src/libposenc.so" \
+      --output "$report_dir/profiled_cases.json" || true
+  fi
   # The whole suite and the sanitizers side by side: both only check, and the GPU can take both.
   # ctest stops its tests in time to write its JUnit file before the budget runs out.
   stop_time=$(date -u -d "+$((deadline - SECONDS - 20)) seconds" '+%H:%M:%S +0000')

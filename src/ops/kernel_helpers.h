@@ -90,17 +90,17 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE c10::BFloat16 store<c10::BFloat16, float>(floa
   TORCH_CHECK(false, message, " (got ", value, ")");
 }
 #if defined(__CUDA_ARCH__)
-#define POSENC_KERNEL_FAIL(message, value)                                              \
-  do {                                                                                  \
-    printf("%s (got %lld)\n", message, static_cast<long long>(value));                  \
-    __assert_fail(message, __FILE__, static_cast<unsigned int>(__LINE__), __func__);    \
+#define POSENC_KERNEL_FAIL(message, value)                                           \
+  do {                                                                               \
+    printf("%s (got %lld)\n", message, static_cast<long long>(value));               \
+    __assert_fail(message, __FILE__, static_cast<unsigned int>(__LINE__), __func__); \
   } while (0)
 #else
 #define POSENC_KERNEL_FAIL(message, value) ::posenc::ops::kernel_check_failed(message, value)
 #endif
 
 /// Messages of the checks in the kernel bodies.
-#define POSENC_POSITION_MESSAGE                                                          \
+#define POSENC_POSITION_MESSAGE                                                              \
   "posenc: a position lies outside the table (positions must be >= -1, -1 marking padding, " \
   "and < the table's rows: build the module with a larger max_len or pass the definition)"
 #define POSENC_TOKEN_MESSAGE \
@@ -114,7 +114,21 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE int64_t checked_position(int64_t p, int64_t ro
   return p;
 }
 
-/// N values of T moved as one aligned 16-byte access (N = 1: one value).
+/// The largest element offset of `t`'s view + 1 (0 when it is empty): how far from its data
+/// pointer a kernel indexes it (host code).
+inline int64_t element_extent(const at::Tensor& t) {
+  if (t.numel() == 0) {
+    return 0;
+  }
+  int64_t extent = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    extent += (t.size(d) - 1) * t.stride(d);
+  }
+  return extent;
+}
+
+/// N values of T moved together: one 16-byte access when sizeof(T) * N is 16, several when wider
+/// (the pointer aligned to sizeof(T) * N), one value when N = 1.
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
   T value[N];
@@ -136,11 +150,14 @@ struct SequenceRows {
             call.offset, call.position_data(), call.per_sequence()};
   }
 
-  C10_HOST_DEVICE int64_t position(int64_t i) const {
+  /// index_t: the index type of the caller's arithmetic (a grid's may be 32-bit).
+  template <typename index_t>
+  C10_HOST_DEVICE int64_t position(index_t i) const {
     if (per_sequence) {
       return positions[i];
     }
-    const int64_t l = batch_first ? i % length : i / batch;
+    const index_t l =
+        batch_first ? i % static_cast<index_t>(length) : i / static_cast<index_t>(batch);
     return positions != nullptr ? positions[l] : offset + l;
   }
 };
@@ -175,6 +192,15 @@ struct RotaryRows {
       return offset + l;
     }
     return per_sequence ? positions[b * length + l] : positions[l];
+  }
+
+  /// The position of token (b, l), for a grid that knows both (index_t: its index type).
+  template <typename index_t>
+  C10_HOST_DEVICE int64_t position_at(index_t b, index_t l) const {
+    if (positions == nullptr) {
+      return offset + l;
+    }
+    return per_sequence ? positions[b * static_cast<index_t>(length) + l] : positions[l];
   }
 
   /// The positions of a checked rotary call's tokens: position(t) of token t = b * L + l,

@@ -173,8 +173,8 @@ TEST(GridEmulation, AddPositionTableEqualsTheCpuKernel) {
   // shared [L] positions, with padding
   for (const torch::Dtype dtype : kDtypes) {
     for (const bool batch_first : {true, false}) {
-      const std::vector<int64_t> shape = batch_first ? std::vector<int64_t>{3, 6, 16}
-                                                     : std::vector<int64_t>{6, 3, 16};
+      const std::vector<int64_t> shape =
+          batch_first ? std::vector<int64_t>{3, 6, 16} : std::vector<int64_t>{6, 3, 16};
       const torch::Tensor x = shifted(shape, dtype, 0);
       const torch::Tensor table = torch::randn({9, 16});
       const torch::Tensor positions = torch::tensor({4, -1, 0, 8, 2, 2}, torch::kLong);
@@ -194,6 +194,12 @@ TEST(GridEmulation, AddPositionTableEqualsTheCpuKernel) {
           Emulate launcher;
           check_add(c, dtype, table_dtype, in_place, launcher);
           EXPECT_EQ(launcher.launches, 1);
+          EXPECT_EQ(launcher.index_bits, 32);
+          if (c.shift != 0) {
+            EXPECT_EQ(launcher.width, 1);
+          } else if (c.shape[2] % 8 == 0) { // a 16-byte access of every dtype
+            EXPECT_EQ(launcher.width, 16 / torch::elementSize(dtype)) << c10::toString(dtype);
+          }
           Emulate small_grid; // grid-stride tails: 3 blocks of 64 threads loop over every pack
           small_grid.geometry = LaunchGeometry{3, 64};
           check_add(c, dtype, table_dtype, in_place, small_grid);
@@ -215,7 +221,7 @@ TEST(GridEmulation, AddPositionTableIndexesPast2To31) {
   const torch::Tensor expected = posenc::ops::add_position_table(x_window, table_window);
   torch::Tensor out_window = torch::full({1, 3, width}, 7.0f);
   const int64_t shift = first_row * width;
-  using Body = posenc::ops::kernels::AddRowsBody<float, float, 4>;
+  using Body = posenc::ops::kernels::AddRowsBody<float, float, int64_t, 4>;
   posenc::ops::SequenceRows where{1, rows, true, 0, nullptr, false};
   const Body body{x_window.data_ptr<float>() - shift,
                   out_window.data_ptr<float>() - shift,
@@ -347,9 +353,35 @@ TEST(GridEmulation, ApplyRotaryQkEqualsTheCpuKernel) {
   }
 }
 
+// The grid body of rotary calls over `tokens` tokens of one head of 2 * half contiguous
+// channels, at the positions `where` (RotaryRows::tokens_of form), from a table of `table_rows`.
+template <typename index_t, int N>
+posenc::ops::kernels::RotaryGridBody<float, float, index_t, N> one_head_body(
+    const float* x, float* out, const float* cos, const float* sin, int64_t tokens, int64_t half,
+    int64_t table_rows, const posenc::ops::RotaryRows& where) {
+  const auto d = static_cast<index_t>(2 * half);
+  const posenc::ops::kernels::HeadRows<float, index_t> q{
+      x, out, static_cast<index_t>(tokens) * d, d, d, static_cast<index_t>(tokens) * d, d, d, 1, d};
+  posenc::ops::kernels::HeadRows<float, index_t> k = q;
+  k.heads = 0;
+  return {q,
+          k,
+          cos,
+          sin,
+          static_cast<index_t>(tokens),
+          static_cast<index_t>(tokens),
+          static_cast<index_t>(half),
+          table_rows,
+          where,
+          false,
+          false,
+          0};
+}
+
 TEST(GridEmulation, ApplyRotaryIndexesPast2To31) {
   // [1, L, 1, 128] rows with L past 2^31 / 64 pairs, offset form: the rows' elements and the
-  // cos/sin rows both lie past element 2^31 (small buffers, pointers shifted back).
+  // cos/sin rows both lie past element 2^31 (small buffers, pointers shifted back), one pair an
+  // item (more than 2^31 items) and four.
   const int64_t half = 64;
   const int64_t head_dim = 2 * half;
   const int64_t first_row = (int64_t{1} << 31) / half + 3;
@@ -358,25 +390,73 @@ TEST(GridEmulation, ApplyRotaryIndexesPast2To31) {
   const torch::Tensor cos_window = torch::randn({3, half});
   const torch::Tensor sin_window = torch::randn({3, half});
   const torch::Tensor expected = posenc::ops::apply_rotary(x_window, cos_window, sin_window);
-  torch::Tensor out_window = torch::full_like(x_window, 7.0f);
-  using Body = posenc::ops::kernels::RotaryBody<float, float>;
   const posenc::ops::RotaryRows where{rows, 1, false, 0, nullptr, false};
-  const Body body{x_window.data_ptr<float>() - first_row * head_dim,
-                  out_window.data_ptr<float>() - first_row * head_dim,
-                  cos_window.data_ptr<float>() - first_row * half,
-                  sin_window.data_ptr<float>() - first_row * half,
-                  rows,
-                  head_dim,
-                  half,
-                  rows,
-                  where,
-                  false,
-                  false,
-                  false};
-  ASSERT_GT(body.work(), int64_t{1} << 31);
-  posenc_test::emulate_window(body, first_row * half, body.work(),
-                              posenc::ops::kernels::launch_geometry(body.work()));
-  EXPECT_TRUE(same_bits(out_window, expected));
+  const auto check = [&](auto width) {
+    constexpr int n = decltype(width)::value;
+    torch::Tensor out_window = torch::full_like(x_window, 7.0f);
+    const auto body = one_head_body<int64_t, n>(x_window.data_ptr<float>() - first_row * head_dim,
+                                                out_window.data_ptr<float>() - first_row * head_dim,
+                                                cos_window.data_ptr<float>() - first_row * half,
+                                                sin_window.data_ptr<float>() - first_row * half,
+                                                rows, half, rows, where);
+    if (n == 1) {
+      ASSERT_GT(body.work(), int64_t{1} << 31);
+    }
+    posenc_test::emulate_window(body, first_row * (half / n), body.work(),
+                                posenc::ops::kernels::launch_geometry(body.work()));
+    EXPECT_TRUE(same_bits(out_window, expected)) << n << " pairs an item";
+  };
+  check(std::integral_constant<int, 1>());
+  check(std::integral_constant<int, 4>());
+}
+
+TEST(GridEmulation, RotaryIndexesIn32BitsOnlyWhereEveryOffsetFits) {
+  using posenc::ops::kernels::fits_int32;
+  EXPECT_TRUE(fits_int32({0, 2147483647}));
+  EXPECT_FALSE(fits_int32({5, int64_t{2147483647} + 1}));
+  // A view's extent counts its strides, not its elements: every other row of a tensor.
+  const torch::Tensor rows = torch::zeros({4, 6}).narrow(1, 0, 2);
+  EXPECT_EQ(posenc::ops::element_extent(rows), 3 * 6 + 2);
+  EXPECT_EQ(posenc::ops::element_extent(torch::zeros({0, 3})), 0);
+  // A call that fits runs the 32-bit body, with the widest access its rows allow.
+  const torch::Tensor x = torch::randn({2, 3, 4, 64});
+  const torch::Tensor cos = torch::randn({8, 32});
+  const torch::Tensor sin = torch::randn({8, 32});
+  const posenc::ops::RotaryCall call = posenc::ops::prepare_rotary_call(
+      "test", x, cos, sin, 1, c10::nullopt, false, c10::nullopt, 1.0);
+  torch::Tensor out = torch::empty_like(x);
+  Emulate execute;
+  posenc::ops::kernels::run_rotary_grid(x, out, call, false, false, execute);
+  EXPECT_EQ(execute.index_bits, 32);
+  EXPECT_EQ(execute.width, 4);
+  EXPECT_TRUE(same_bits(out, posenc::ops::apply_rotary(x, cos, sin, 1)));
+}
+
+TEST(GridEmulation, ApplyRotaryOnMisalignedRowsTakesOnePairAnItem) {
+  for (const torch::Dtype dtype : kDtypes) {
+    for (const bool interleaved : {false, true}) {
+      const torch::Tensor x = shifted({2, 5, 3, 16}, dtype, 1); // a storage offset of 1
+      const torch::Tensor cos = torch::randn({9, 8});
+      const torch::Tensor sin = torch::randn({9, 8});
+      const posenc::ops::RotaryCall call = posenc::ops::prepare_rotary_call(
+          "test", x, cos, sin, 2, c10::nullopt, false, c10::nullopt, 1.0);
+      torch::Tensor out = torch::full_like(x, 7);
+      Emulate execute;
+      posenc::ops::kernels::run_rotary_grid(x, out, call, interleaved, false, execute);
+      EXPECT_EQ(execute.width, 1) << c10::toString(dtype);
+      EXPECT_TRUE(
+          same_bits(out, posenc::ops::apply_rotary(x, cos, sin, 2, c10::nullopt, interleaved)))
+          << c10::toString(dtype) << interleaved;
+      // and the same call on aligned rows: one access of 16 bytes (8 pairs at most) an item
+      const torch::Tensor aligned = x.clone();
+      Emulate wide;
+      torch::Tensor wide_out = torch::full_like(x, 7);
+      posenc::ops::kernels::run_rotary_grid(aligned, wide_out, call, interleaved, false, wide);
+      EXPECT_EQ(wide.width, std::min<int64_t>(8, 16 / torch::elementSize(dtype)))
+          << c10::toString(dtype);
+      EXPECT_TRUE(same_bits(wide_out, out)) << c10::toString(dtype) << interleaved;
+    }
+  }
 }
 
 TEST(GridEmulation, ThreadsRefusePositionsOutsideTheTable) {
@@ -389,18 +469,9 @@ TEST(GridEmulation, ThreadsRefusePositionsOutsideTheTable) {
   for (const int64_t bad : {int64_t{4}, int64_t{-2}, int64_t{1} << 40}) {
     const std::vector<int64_t> positions = {1, bad};
     const posenc::ops::RotaryRows where{2, 1, false, 0, positions.data(), false};
-    const posenc::ops::kernels::RotaryBody<float, float> body{x.data_ptr<float>(),
-                                                              out.data_ptr<float>(),
-                                                              cos.data_ptr<float>(),
-                                                              sin.data_ptr<float>(),
-                                                              2,
-                                                              4,
-                                                              2,
-                                                              4,
-                                                              where,
-                                                              false,
-                                                              false,
-                                                              false};
+    const auto body =
+        one_head_body<int32_t, 1>(x.data_ptr<float>(), out.data_ptr<float>(), cos.data_ptr<float>(),
+                                  sin.data_ptr<float>(), 2, 2, 4, where);
     const std::string message = posenc_test::error_message([&] {
       posenc_test::emulate_grid(body, body.work(), LaunchGeometry{1, 32});
     });
@@ -421,19 +492,38 @@ TEST(GridEmulation, AddAndTokenThreadsRefusePositionsOutsideTheTable) {
     const std::vector<int64_t> positions = {1, bad};
     const posenc::ops::SequenceRows where{1, 2, true, 0, positions.data(), false};
     torch::Tensor out = torch::full_like(x, 7.0f);
-    const posenc::ops::kernels::AddRowsBody<float, float, 1> add{
-        x.data_ptr<float>(), out.data_ptr<float>(), table.data_ptr<float>(), 2, 4, 4, where,
-        1.0f, true};
-    std::string message = posenc_test::error_message(
-        [&] { posenc_test::emulate_grid(add, add.work(), LaunchGeometry{1, 32}); });
+    const posenc::ops::kernels::AddRowsBody<float, float, int64_t, 1> add{x.data_ptr<float>(),
+                                                                          out.data_ptr<float>(),
+                                                                          table.data_ptr<float>(),
+                                                                          2,
+                                                                          4,
+                                                                          4,
+                                                                          where,
+                                                                          1.0f,
+                                                                          true};
+    std::string message = posenc_test::error_message([&] {
+      posenc_test::emulate_grid(add, add.work(), LaunchGeometry{1, 32});
+    });
     EXPECT_NE(message.find("a position lies outside the table"), std::string::npos) << message;
     EXPECT_TRUE(torch::equal(out.select(1, 1), torch::full({1, 4}, 7.0f)));
     out.fill_(7.0f);
-    const posenc::ops::kernels::TokenBody<float, float> token{
-        tokens.data(), weight.data_ptr<float>(), table.data_ptr<float>(), out.data_ptr<float>(),
-        nullptr, 2, 4, 5, 4, where, 1.0f, true, posenc::ops::kernels::DropoutDraws{&key, 0, 0.0}};
-    message = posenc_test::error_message(
-        [&] { posenc_test::emulate_grid(token, token.work(), LaunchGeometry{1, 32}); });
+    const posenc::ops::kernels::TokenBody<float, float, int32_t, 1> token{
+        tokens.data(),
+        weight.data_ptr<float>(),
+        table.data_ptr<float>(),
+        out.data_ptr<float>(),
+        nullptr,
+        2,
+        4,
+        5,
+        4,
+        where,
+        1.0f,
+        true,
+        posenc::ops::kernels::DropoutDraws{&key, 0, 0.0}};
+    message = posenc_test::error_message([&] {
+      posenc_test::emulate_grid(token, token.work(), LaunchGeometry{1, 32});
+    });
     EXPECT_NE(message.find("a position lies outside the table"), std::string::npos) << message;
     EXPECT_TRUE(torch::equal(out.select(1, 1), torch::full({1, 4}, 7.0f)));
   }
@@ -447,10 +537,10 @@ TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
       for (const int positions_form : {0, 1, 2}) {
         const bool batch_first = positions_form != 1; // [L, B] ids with shared positions
         const int64_t batch = 3, length = 7, width = 12, vocab = 11, max_len = 16;
-        const torch::Tensor tokens =
-            torch::randint(0, vocab, batch_first ? std::vector<int64_t>{batch, length}
-                                                 : std::vector<int64_t>{length, batch},
-                           torch::kLong);
+        const torch::Tensor tokens = torch::randint(
+            0, vocab,
+            batch_first ? std::vector<int64_t>{batch, length} : std::vector<int64_t>{length, batch},
+            torch::kLong);
         const torch::Tensor weight = torch::randn({vocab, width}).to(dtype);
         const torch::Tensor table = torch::randn({max_len, width});
         c10::optional<torch::Tensor> positions;
@@ -484,6 +574,9 @@ TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
         execute.geometry = LaunchGeometry{2, 64};
         posenc::ops::kernels::run_token_grid(tokens, weight, out, mask, call, dropout, with_dropout,
                                              &key, execute);
+        // 16-byte accesses where the width (12) is a multiple of them: float32 and float64
+        EXPECT_EQ(execute.width, dtype == torch::kFloat ? 4 : dtype == torch::kDouble ? 2 : 1);
+        EXPECT_EQ(execute.index_bits, 32);
         EXPECT_TRUE(same_bits(out, expected)) << c10::toString(dtype) << with_dropout;
         if (with_dropout) {
           EXPECT_TRUE(torch::equal(mask, expected_mask));
@@ -500,7 +593,7 @@ TEST(GridEmulation, ThreadsRefuseTokenIdsOutsideTheVocabulary) {
     const std::vector<int64_t> tokens = {0, bad};
     torch::Tensor out = torch::full({1, 2, 4}, 7.0f);
     const uint64_t key = 0;
-    const posenc::ops::kernels::TokenBody<float, float> body{
+    const posenc::ops::kernels::TokenBody<float, float, int64_t, 1> body{
         tokens.data(),
         weight.data_ptr<float>(),
         table.data_ptr<float>(),
@@ -548,10 +641,10 @@ torch::Tensor t5_buckets(const torch::Tensor& relative, bool bidirectional, int6
       continue;
     }
     const double large =
-        static_cast<double>(exact) + std::log(distance / static_cast<double>(exact)) /
-                                         std::log(static_cast<double>(max_distance) /
-                                                  static_cast<double>(exact)) *
-                                         static_cast<double>(buckets - exact);
+        static_cast<double>(exact) +
+        std::log(distance / static_cast<double>(exact)) /
+            std::log(static_cast<double>(max_distance) / static_cast<double>(exact)) *
+            static_cast<double>(buckets - exact);
     out.push_back(bucket + static_cast<int64_t>(std::min(large, static_cast<double>(buckets - 1))));
   }
   return torch::tensor(out, torch::kLong);
@@ -566,14 +659,13 @@ TEST(GridEmulation, RelativePositionBucketEqualsTheCpuKernel) {
   for (const bool bidirectional : {true, false}) {
     for (const auto& buckets_and_distance :
          {std::pair<int64_t, int64_t>{32, 128}, std::pair<int64_t, int64_t>{8, 20}}) {
-      const torch::Tensor expected = t5_buckets(relative, bidirectional,
-                                                buckets_and_distance.first,
+      const torch::Tensor expected = t5_buckets(relative, bidirectional, buckets_and_distance.first,
                                                 buckets_and_distance.second);
       // the CPU operator too (it runs the same body: this pins it to the reference as well)
-      EXPECT_TRUE(torch::equal(posenc::ops::relative_position_bucket(relative, bidirectional,
-                                                                     buckets_and_distance.first,
-                                                                     buckets_and_distance.second),
-                               expected));
+      EXPECT_TRUE(torch::equal(
+          posenc::ops::relative_position_bucket(relative, bidirectional, buckets_and_distance.first,
+                                                buckets_and_distance.second),
+          expected));
       torch::Tensor out = torch::full_like(relative, -7);
       const posenc::ops::kernels::BucketBody body{
           relative.data_ptr<int64_t>(), out.data_ptr<int64_t>(), bidirectional,

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 
 namespace posenc_test {
 
@@ -27,12 +28,27 @@ void emulate_grid(const Body& body, int64_t work, const LaunchGeometry& geometry
   }
 }
 
+/// The access width (elements, or pairs of a rotary body, per item) and the index bits of a body:
+/// its kWidth and kIndexBits, or 1 and 64 for a body that has neither.
+template <typename Body, typename = void>
+struct BodyShape {
+  static constexpr int width = 1;
+  static constexpr int index_bits = 64;
+};
+template <typename Body>
+struct BodyShape<Body, std::void_t<decltype(Body::kWidth), decltype(Body::kIndexBits)>> {
+  static constexpr int width = Body::kWidth;
+  static constexpr int index_bits = Body::kIndexBits;
+};
+
 /// The executor the family headers' run_*_grid functions take, like cuda::Launch: the geometry of
 /// the launch (kernels::launch_geometry, unless `geometry` is set), checked against the device
-/// limits, then every thread of it. Counts the launches and the threads that did some work.
+/// limits, then every thread of it. Counts the launches, and keeps the shape of the last body.
 struct Emulate {
   LaunchGeometry geometry{}; // blocks == 0: the launcher's own geometry
   mutable int launches = 0;
+  mutable int width = 0;      // the last body's access width (BodyShape)
+  mutable int index_bits = 0; // and its index type's bits
 
   template <typename Body>
   void operator()(const Body& body, int64_t work) const {
@@ -47,6 +63,8 @@ struct Emulate {
     EXPECT_LE(g.threads, limits.max_threads_per_block);
     EXPECT_EQ(g.threads % limits.warp_size, 0);
     ++launches;
+    width = BodyShape<Body>::width;
+    index_bits = BodyShape<Body>::index_bits;
     emulate_grid(body, work, g);
   }
 };

@@ -18,7 +18,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import cuda_benchmark  # noqa: E402
 
-STEPS = ["configure", "build", "cuda-tests", "benchmark", "ctest", "sanitizer-memcheck-", "sanitizer-racecheck-",
+STEPS = ["configure", "build", "cuda-tests", "benchmark", "profile", "ctest", "sanitizer-memcheck-", "sanitizer-racecheck-",
          "sanitizer-initcheck-", "cuda-tests-ran", "report"]
 
 
@@ -198,6 +198,18 @@ def test_benchmark_cases_run_and_agree_on_cpu(posenc_ops, transformers):
                                                     for s in TINY_SHAPES for d in cuda_benchmark.DTYPES}
     text = cuda_benchmark.markdown(dict(report, device="cpu"))
     assert "### rope_qk" in text and f"of {len(report['checks'])} agree" in text
+
+
+def test_profile_runs_each_posenc_case_and_copy_once_per_large_shape(posenc_ops):
+    """The profile step's program (ncu --profile-from-start off): at each large shape and dtype, each
+    posenc case and copy_ of each family, in the order their kernels run (no HF or eager case)."""
+    profiled = cuda_benchmark.profile(posenc_ops, device="cpu", model=TINY, shapes=TINY_SHAPES)
+    expected = [f"{family}/{case}/prefill_b2x8/{dtype}" for dtype in cuda_benchmark.DTYPES
+                for family, cases in (("rope_qk", ["posenc_qk", "posenc_qk_inplace", "roofline_copy"]),
+                                      ("add_table", ["posenc_add", "posenc_add_inplace", "roofline_copy"]),
+                                      ("token_position", ["posenc_fused", "roofline_copy"]))
+                for case in cases]
+    assert profiled == expected
 
 
 class OneOffOps:

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 /// Unrolls the fixed-count loop that follows (the N elements of a vector access).
 #if defined(__CUDACC__) || defined(__clang__)
@@ -76,6 +77,54 @@ inline int vector_width(int64_t element_size, int64_t width,
     }
   }
   return static_cast<int>(n);
+}
+
+/// Calls `f(std::integral_constant<int, N>())` with N = `width` (1, 2, 4 or 8, as vector_width
+/// gives for T): a body compiled for each vector width a call may take, none wider than one
+/// 16-byte access of T.
+template <typename T, typename F>
+void with_vector_width(int width, F&& f) {
+  constexpr int widest = sizeof(T) >= 16 ? 1 : static_cast<int>(16 / sizeof(T));
+  if constexpr (widest >= 8) {
+    if (width == 8) {
+      return f(std::integral_constant<int, 8>());
+    }
+  }
+  if constexpr (widest >= 4) {
+    if (width == 4) {
+      return f(std::integral_constant<int, 4>());
+    }
+  }
+  if constexpr (widest >= 2) {
+    if (width == 2) {
+      return f(std::integral_constant<int, 2>());
+    }
+  }
+  return f(std::integral_constant<int, 1>());
+}
+
+/// Whether a grid can index with 32-bit arithmetic: every extent (its work, and for each buffer
+/// it reads or writes the largest element offset + 1) at most 2^31 - 1. A GPU divides 32-bit
+/// integers in a few instructions and 64-bit ones in a long emulated sequence, which the item
+/// arithmetic of every thread pays.
+inline bool fits_int32(std::initializer_list<int64_t> extents) {
+  for (const int64_t extent : extents) {
+    if (extent > int64_t{2147483647}) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Calls `f(int32_t{})` when `narrow` (fits_int32), else `f(int64_t{})`: a body compiled for
+/// either index type.
+template <typename F>
+void with_index_type(bool narrow, F&& f) {
+  if (narrow) {
+    f(int32_t{});
+  } else {
+    f(int64_t{});
+  }
 }
 
 /// What thread `thread` of block `block` of `geometry` does: items block * threads + thread,

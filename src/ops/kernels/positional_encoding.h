@@ -13,6 +13,7 @@
 #include <ATen/Dispatch.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace posenc {
@@ -27,44 +28,70 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE acc_t scaled_sum(acc_t x, acc_t t, acc_t scale
 }
 
 /// One CUDA thread's item of add_position_table over `rows` contiguous rows of `width`: the N
-/// elements (N | width, pointers 16-byte aligned when N > 1) starting at element item * N.
-template <typename scalar_t, typename table_t, int N>
+/// elements starting at element item * N, and their N table values (N | width; x, out and the
+/// table aligned to N elements when N > 1), with index_t arithmetic.
+template <typename scalar_t, typename table_t, typename index_t, int N>
 struct AddRowsBody {
   using acc_t = acc_type_t<scalar_t, table_t>;
+  static constexpr int kWidth = N;
+  static constexpr int kIndexBits = 8 * static_cast<int>(sizeof(index_t));
   const scalar_t* x;
   scalar_t* out;
   const table_t* table;
-  int64_t rows;
-  int64_t width;
+  index_t rows;
+  index_t width;
   int64_t table_rows;
   SequenceRows where;
   acc_t scale;
   bool unit;
 
   int64_t work() const {
-    return rows * (width / N);
+    return static_cast<int64_t>(rows) * (width / N);
   }
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t per_row = width / N;
-    const int64_t row = item / per_row;
-    const int64_t column = (item - row * per_row) * N;
+    const index_t per_row = width / N;
+    const index_t index = static_cast<index_t>(item);
+    const index_t row = index / per_row;
+    const index_t column = (index - row * per_row) * N;
     const int64_t p = checked_position(where.position(row), table_rows);
     const Pack<scalar_t, N> in =
         *reinterpret_cast<const Pack<scalar_t, N>*>(x + row * width + column);
+    Pack<table_t, N> t;
+    if (p < 0) { // padding adds 0
+      POSENC_UNROLL
+      for (int k = 0; k < N; ++k) {
+        t.value[k] = table_t(0);
+      }
+    } else {
+      t = *reinterpret_cast<const Pack<table_t, N>*>(table + static_cast<index_t>(p) * width +
+                                                     column);
+    }
     Pack<scalar_t, N> result;
     POSENC_UNROLL
     for (int k = 0; k < N; ++k) {
-      const acc_t t = p < 0 ? acc_t(0) : static_cast<acc_t>(table[p * width + column + k]);
-      result.value[k] = store<scalar_t>(scaled_sum(load<acc_t>(in.value[k]), t, scale, unit));
+      result.value[k] = store<scalar_t>(
+          scaled_sum(load<acc_t>(in.value[k]), static_cast<acc_t>(t.value[k]), scale, unit));
     }
     *reinterpret_cast<Pack<scalar_t, N>*>(out + row * width + column) = result;
   }
 };
 
+/// The widest access (1, 2, 4 or 8 elements, one 16-byte access of scalar_t at most) for rows of
+/// `width`: a divisor of the width, with the element pointers aligned to it and `table` aligned
+/// to that many of its own values (host code).
+inline int row_vector_width(int64_t element_size, int64_t width,
+                            std::initializer_list<const void*> pointers, const at::Tensor& table) {
+  int n = vector_width(element_size, width, pointers);
+  while (n > 1 && reinterpret_cast<uintptr_t>(table.data_ptr()) % (n * table.element_size()) != 0) {
+    n /= 2; // still a divisor of the width, the element pointers still aligned to it
+  }
+  return n;
+}
+
 /// Builds the thread body of a checked add_position_table call (x and out contiguous, out may be
-/// x) for the widest access its width and pointers allow, and runs it with
-/// `execute(body, work)`.
+/// x) for the widest access its width and pointers allow and the narrowest index type its sizes
+/// allow, and runs it with `execute(body, work)`.
 template <typename Execute>
 void run_add_grid(const at::Tensor& x, at::Tensor& out, const TableCall& call,
                   const Execute& execute) {
@@ -74,6 +101,7 @@ void run_add_grid(const at::Tensor& x, at::Tensor& out, const TableCall& call,
     return;
   }
   const at::Tensor table = call.kernel_table();
+  const bool narrow = fits_int32({x.numel(), table.numel()});
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_add_position_table_grid", [&] {
         with_table_data(table, [&](const auto* t) {
@@ -81,32 +109,23 @@ void run_add_grid(const at::Tensor& x, at::Tensor& out, const TableCall& call,
           using acc_t = acc_type_t<scalar_t, table_t>;
           const scalar_t* in = x.data_ptr<scalar_t>();
           scalar_t* result = out.data_ptr<scalar_t>();
-          const auto run = [&](auto width_tag) {
-            constexpr int n = decltype(width_tag)::value;
-            const AddRowsBody<scalar_t, table_t, n> body{in,
-                                                         result,
-                                                         t,
-                                                         rows,
-                                                         width,
-                                                         table.numel() / width,
-                                                         SequenceRows::of(call),
-                                                         static_cast<acc_t>(call.scale),
-                                                         call.scale == 1.0};
-            execute(body, body.work());
-          };
-          switch (vector_width(sizeof(scalar_t), width, {in, result})) {
-            case 8:
-              run(std::integral_constant<int, 8>());
-              break;
-            case 4:
-              run(std::integral_constant<int, 4>());
-              break;
-            case 2:
-              run(std::integral_constant<int, 2>());
-              break;
-            default:
-              run(std::integral_constant<int, 1>());
-          }
+          const int n = row_vector_width(sizeof(scalar_t), width, {in, result}, table);
+          with_vector_width<scalar_t>(n, [&](auto vector) {
+            with_index_type(narrow, [&](auto index) {
+              using index_t = decltype(index);
+              const AddRowsBody<scalar_t, table_t, index_t, decltype(vector)::value> body{
+                  in,
+                  result,
+                  t,
+                  static_cast<index_t>(rows),
+                  static_cast<index_t>(width),
+                  table.numel() / width,
+                  SequenceRows::of(call),
+                  static_cast<acc_t>(call.scale),
+                  call.scale == 1.0};
+              execute(body, body.work());
+            });
+          });
         });
       });
 }

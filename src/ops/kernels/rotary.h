@@ -2,10 +2,12 @@
 
 // The rotary family's kernel bodies, for the CPU and the CUDA kernels alike: the rotation of one
 // pair (the arithmetic both backends run), and what one CUDA thread computes for apply_rotary and
-// apply_rotary_qk (which pair of which row, its position and cos/sin row, padding, the channels
-// past a partial rotation, the inverse rotation). `run_rotary_grid` and `run_rotary_qk_grid` build
-// the thread bodies of a checked call and hand them to an executor: the CUDA launcher
-// (../cuda/rotary_kernel.cu) or the CPU emulation of the grid in the tests.
+// apply_rotary_qk, one body for both (apply_rotary is apply_rotary_qk without keys): which N
+// pairs of which head row, its position and cos/sin row, padding, the channels past a partial
+// rotation, the inverse rotation. `run_rotary_grid` and `run_rotary_qk_grid` build the body of a
+// checked call for the widest loads its pointers and strides allow and the narrowest index type
+// its sizes allow, and hand it to an executor: the CUDA launcher (../cuda/rotary_kernel.cu) or
+// the CPU emulation of the grid in the tests.
 
 #include "ops/backend_entries.h"
 #include "ops/kernel_helpers.h"
@@ -15,186 +17,206 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace posenc {
 namespace ops {
 namespace kernels {
 
-/// Rotates the pair (x[ia], x[ib]) by the angle whose cosine and sine are `c` and `s` (by minus
-/// that angle when `inverse`; -s is exact) into out[ia], out[ib]; out may be x. Each product and
-/// sum rounds on its own (no contraction: -ffp-contract=off, nvcc -fmad=false).
+/// The pair (a, b) turned by the angle whose cosine and sine are `c` and `s` (by minus that angle
+/// when `inverse`; -s is exact), each result rounded once to scalar_t. Each product and sum rounds
+/// on its own (no contraction: -ffp-contract=off, nvcc -fmad=false).
+template <typename scalar_t, typename table_t>
+C10_HOST_DEVICE C10_ALWAYS_INLINE void rotate_values(scalar_t& a, scalar_t& b, table_t c, table_t s,
+                                                     bool inverse) {
+  using acc_t = acc_type_t<scalar_t, table_t>;
+  const acc_t x = load<acc_t>(a);
+  const acc_t y = load<acc_t>(b);
+  const acc_t cc = static_cast<acc_t>(c);
+  const acc_t ss = inverse ? -static_cast<acc_t>(s) : static_cast<acc_t>(s);
+  a = store<scalar_t>(x * cc - y * ss);
+  b = store<scalar_t>(x * ss + y * cc);
+}
+
+/// Rotates the pair (x[ia], x[ib]) into out[ia], out[ib] (rotate_values); out may be x. The CPU
+/// kernels' row loops.
 template <typename scalar_t, typename table_t>
 C10_HOST_DEVICE C10_ALWAYS_INLINE void rotate_pair(const scalar_t* x, scalar_t* out, int64_t ia,
                                                    int64_t ib, table_t c, table_t s, bool inverse) {
-  using acc_t = acc_type_t<scalar_t, table_t>;
-  const acc_t a = load<acc_t>(x[ia]);
-  const acc_t b = load<acc_t>(x[ib]);
-  const acc_t cc = static_cast<acc_t>(c);
-  const acc_t ss = inverse ? -static_cast<acc_t>(s) : static_cast<acc_t>(s);
-  out[ia] = store<scalar_t>(a * cc - b * ss);
-  out[ib] = store<scalar_t>(a * ss + b * cc);
+  scalar_t a = x[ia];
+  scalar_t b = x[ib];
+  rotate_values(a, b, c, s, inverse);
+  out[ia] = a;
+  out[ib] = b;
 }
 
-/// The channels of pair k of a row of `half` pairs: (2k, 2k + 1) interleaved, (k, half + k)
-/// otherwise.
-C10_HOST_DEVICE C10_ALWAYS_INLINE int64_t first_of_pair(int64_t k, bool interleaved) {
-  return interleaved ? 2 * k : k;
-}
-C10_HOST_DEVICE C10_ALWAYS_INLINE int64_t second_of_pair(int64_t k, int64_t half,
-                                                         bool interleaved) {
-  return interleaved ? 2 * k + 1 : k + half;
-}
-
-/// Rotates pair k of the row at x (out) by cos/sin row p of a [rows, half] table (p = -1,
-/// padding: copied, out of place). The pair of a thread, and of each iteration of a CPU row loop.
-template <typename scalar_t, typename table_t>
-C10_HOST_DEVICE C10_ALWAYS_INLINE void rotate_pair_at(const scalar_t* x, scalar_t* out,
-                                                      const table_t* cos, const table_t* sin,
-                                                      int64_t p, int64_t half, int64_t k,
-                                                      bool interleaved, bool inverse) {
-  const int64_t ia = first_of_pair(k, interleaved);
-  const int64_t ib = second_of_pair(k, half, interleaved);
-  if (p < 0) { // padding: not rotated
-    out[ia] = x[ia];
-    out[ib] = x[ib];
-    return;
-  }
-  rotate_pair(x, out, ia, ib, cos[p * half + k], sin[p * half + k], inverse);
-}
-
-/// One CUDA thread's item of apply_rotary over `rows` contiguous rows of `head_dim` channels:
-/// items [0, rows * half) rotate pair (item % half) of row (item / half); items past them (out of
-/// place, partial rotary) copy channel 2 * half + j of a row.
-template <typename scalar_t, typename table_t>
-struct RotaryBody {
-  const scalar_t* x;
-  scalar_t* out;
-  const table_t* cos;
-  const table_t* sin;
-  int64_t rows;
-  int64_t head_dim;
-  int64_t half;
-  int64_t table_rows;
-  RotaryRows where;
-  bool interleaved;
-  bool inverse;
-  bool copy_rest;
-
-  int64_t work() const {
-    return rows * half + (copy_rest ? rows * (head_dim - 2 * half) : 0);
-  }
-
-  C10_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t pairs = rows * half;
-    if (item >= pairs) { // channels past the rotated ones (out of place only)
-      const int64_t rest = head_dim - 2 * half;
-      const int64_t index = item - pairs;
-      const int64_t row = index / rest;
-      const int64_t c = row * head_dim + 2 * half + (index - row * rest);
-      out[c] = x[c];
+/// Rotates the N pairs k0 .. k0 + N - 1 of the row at x into the row at out (out may be x) by
+/// the cos/sin values c[0 .. N), s[0 .. N) (null: padding, copied). The pairs' channels are two
+/// runs of N: (k0 .., half + k0 ..) split in halves, the 2N channels from 2 * k0 interleaved, whose
+/// pairs are neighbours inside each run (N = 1: the run's one channel each). Each run, and each
+/// run of N table values, is one access of N elements (aligned so, when N > 1).
+template <int N, typename scalar_t, typename table_t, typename index_t>
+C10_HOST_DEVICE C10_ALWAYS_INLINE void rotate_run(const scalar_t* x, scalar_t* out,
+                                                  const table_t* c, const table_t* s, index_t half,
+                                                  index_t k0, bool interleaved, bool inverse) {
+  using Run = Pack<scalar_t, N>;
+  using Values = Pack<table_t, N>;
+  const index_t first = interleaved ? 2 * k0 : k0;
+  const index_t second = interleaved ? 2 * k0 + N : half + k0;
+  Run u = *reinterpret_cast<const Run*>(x + first);
+  Run v = *reinterpret_cast<const Run*>(x + second);
+  if (c == nullptr) { // padding: not rotated
+    if (x == out) {
       return;
     }
-    const int64_t row = item / half;
-    const int64_t k = item - row * half;
-    const int64_t p = checked_position(where.position(row), table_rows);
-    rotate_pair_at(x + row * head_dim, out + row * head_dim, cos, sin, p, half, k, interleaved,
-                   inverse);
+  } else {
+    const Values cc = *reinterpret_cast<const Values*>(c);
+    const Values ss = *reinterpret_cast<const Values*>(s);
+    if (N > 1 && interleaved) {
+      POSENC_UNROLL
+      for (int i = 0; i < N / 2; ++i) {
+        rotate_values(u.value[2 * i], u.value[2 * i + 1], cc.value[i], ss.value[i], inverse);
+        rotate_values(v.value[2 * i], v.value[2 * i + 1], cc.value[N / 2 + i], ss.value[N / 2 + i],
+                      inverse);
+      }
+    } else {
+      POSENC_UNROLL
+      for (int i = 0; i < N; ++i) {
+        rotate_values(u.value[i], v.value[i], cc.value[i], ss.value[i], inverse);
+      }
+    }
+  }
+  *reinterpret_cast<Run*>(out + first) = u;
+  *reinterpret_cast<Run*>(out + second) = v;
+}
+
+/// One operand (queries or keys) of the rotary grid, with the body's index type: the data read and
+/// written (the same in place) and where row (b, l, h) lies in each.
+template <typename scalar_t, typename index_t>
+struct HeadRows {
+  const scalar_t* in;
+  scalar_t* out;
+  index_t in_batch, in_length, in_head;
+  index_t out_batch, out_length, out_head;
+  index_t heads;
+  index_t head_dim;
+
+  /// The operand of a checked call (host code; its offsets fit index_t).
+  static HeadRows of(const OperandRows<scalar_t>& rows) {
+    return {rows.in,
+            rows.out,
+            static_cast<index_t>(rows.in_rows.batch),
+            static_cast<index_t>(rows.in_rows.length),
+            static_cast<index_t>(rows.in_rows.head),
+            static_cast<index_t>(rows.out_rows.batch),
+            static_cast<index_t>(rows.out_rows.length),
+            static_cast<index_t>(rows.out_rows.head),
+            static_cast<index_t>(rows.heads),
+            static_cast<index_t>(rows.head_dim)};
   }
 };
 
-/// One CUDA thread's item of apply_rotary_qk: items [0, T * S * half), for T = B * L tokens and
-/// S = Hq + Hk head slots (the query heads, then the key heads), rotate pair (item % half) of
-/// slot (item / half) % S of token item / (half * S); items past them (out of place) copy channel
-/// 2 * half + j of a head, for j < rest_width (the widest operand's rest; narrower ones skip).
-template <typename scalar_t, typename table_t>
-struct RotaryQkBody {
-  OperandRows<scalar_t> q;
-  OperandRows<scalar_t> k;
+/// One CUDA thread's item of apply_rotary_qk (and of apply_rotary, with no key heads). The T
+/// tokens (b * L + l) each have S = Hq + Hk head slots (the query heads, then the key heads),
+/// and each slot `chunks + rest_width` items: item j < chunks rotates the N pairs from j * N
+/// (rotate_run), item chunks + j copies channel 2 * half + j (out of place, partial rotary, for
+/// j below the slot's own rest; narrower operands skip). Consecutive items are consecutive runs
+/// of one row, so a warp's accesses are contiguous. N > 1 needs half % N == 0 and every row start
+/// and table row aligned to N elements (rotary_vector_width).
+template <typename scalar_t, typename table_t, typename index_t, int N>
+struct RotaryGridBody {
+  static constexpr int kWidth = N; // pairs an item rotates
+  static constexpr int kIndexBits = 8 * static_cast<int>(sizeof(index_t));
+  HeadRows<scalar_t, index_t> q;
+  HeadRows<scalar_t, index_t> k;
   const table_t* cos;
   const table_t* sin;
-  int64_t tokens;
-  int64_t length;
-  int64_t half;
+  index_t tokens;
+  index_t length;
+  index_t half;
   int64_t table_rows;
   RotaryRows where; // the tokens' positions (RotaryRows::tokens_of)
   bool interleaved;
   bool inverse;
-  int64_t rest_width;
-
-  int64_t slots() const {
-    return q.heads + k.heads;
-  }
+  index_t rest_width;
 
   int64_t work() const {
-    return tokens * slots() * (half + rest_width);
+    return static_cast<int64_t>(tokens) * (q.heads + k.heads) * (half / N + rest_width);
   }
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t slots = q.heads + k.heads;
-    const int64_t pairs = tokens * slots * half;
-    const bool rotating = item < pairs;
-    const int64_t index = rotating ? item : item - pairs;
-    const int64_t per_slot = rotating ? half : rest_width;
-    const int64_t j = index % per_slot;
-    const int64_t slot = (index / per_slot) % slots;
-    const int64_t t = index / (per_slot * slots);
+    const index_t slots = q.heads + k.heads;
+    const index_t chunks = half / N;
+    const index_t index = static_cast<index_t>(item);
+    const index_t row = index / (chunks + rest_width);
+    const index_t j = index - row * (chunks + rest_width);
+    const index_t t = row / slots;
+    const index_t slot = row - t * slots;
+    const index_t b = t / length;
+    const index_t l = t - b * length;
     const bool is_q = slot < q.heads;
-    const OperandRows<scalar_t>& side = is_q ? q : k;
-    const int64_t h = is_q ? slot : slot - q.heads;
-    const int64_t b = t / length;
-    const int64_t l = t - b * length;
-    const scalar_t* xi = side.in + side.in_rows.row(b, l, h);
-    scalar_t* oi = side.out + side.out_rows.row(b, l, h);
-    if (!rotating) { // out of place: channel 2 * half + j of the head, if it has one
-      const int64_t c = 2 * half + j;
+    const HeadRows<scalar_t, index_t> side = is_q ? q : k; // selected, not addressed
+    const index_t h = is_q ? slot : slot - q.heads;
+    const scalar_t* xi = side.in + (b * side.in_batch + l * side.in_length + h * side.in_head);
+    scalar_t* oi = side.out + (b * side.out_batch + l * side.out_length + h * side.out_head);
+    if (j >= chunks) { // out of place: channel 2 * half + (j - chunks) of the head, if it has one
+      const index_t c = 2 * half + (j - chunks);
       if (c < side.head_dim) {
         oi[c] = xi[c];
       }
       return;
     }
-    const int64_t p = checked_position(where.position(t), table_rows);
-    rotate_pair_at(xi, oi, cos, sin, p, half, j, interleaved, inverse);
+    const int64_t p = checked_position(where.position_at(b, l), table_rows);
+    const index_t k0 = j * N;
+    const index_t at = static_cast<index_t>(p) * half + k0;
+    rotate_run<N>(xi, oi, p < 0 ? nullptr : cos + at, p < 0 ? nullptr : sin + at, half, k0,
+                  interleaved, inverse);
   }
 };
 
-/// Builds the thread body of a checked apply_rotary call (x and out contiguous, out may be x)
-/// and runs it with `execute(body, work)`: the CUDA launcher, or the tests' emulated grid.
-template <typename Execute>
-void run_rotary_grid(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved,
-                     bool inverse, const Execute& execute) {
-  const int64_t rows = call.batch * call.length * call.heads;
-  if (rows == 0) {
-    return;
+/// The widest run (1, 2, 4 or 8 elements, one 16-byte access at most) that every row of the
+/// operands and every cos/sin row allow: half a multiple of it, every data pointer and row stride
+/// of the operands (of dimensions longer than 1) aligned to it, cos and sin aligned to N table
+/// values (host code).
+inline int rotary_vector_width(const std::initializer_list<const RotaryOperand*>& operands,
+                               const at::Tensor& cos, const at::Tensor& sin, int64_t half) {
+  const int64_t element = operands.begin()[0]->in.element_size();
+  int n = element >= 16 ? 1 : static_cast<int>(16 / element);
+  while (n > 1 && half % n != 0) {
+    n /= 2;
   }
-  const at::Tensor cos = call.kernel_cos();
-  const at::Tensor sin = call.kernel_sin();
-  const bool copy_rest = !x.is_same(out) && 2 * call.half < call.head_dim;
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_apply_rotary_grid", [&] {
-        with_table_data(cos, [&](const auto* c) {
-          using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
-          const RotaryBody<scalar_t, table_t> body{x.data_ptr<scalar_t>(),
-                                                   out.data_ptr<scalar_t>(),
-                                                   c,
-                                                   sin.data_ptr<table_t>(),
-                                                   rows,
-                                                   call.head_dim,
-                                                   call.half,
-                                                   cos.numel() / call.half,
-                                                   RotaryRows::of(call),
-                                                   interleaved,
-                                                   inverse,
-                                                   copy_rest};
-          execute(body, body.work());
-        });
-      });
+  const auto aligned = [&](const at::Tensor& t, int64_t bytes) {
+    if (reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes != 0) {
+      return false;
+    }
+    for (int64_t d = 0; d + 1 < t.dim(); ++d) { // the channels are contiguous
+      if (t.size(d) > 1 && t.stride(d) % n != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  while (n > 1) {
+    bool ok = aligned(cos, n * cos.element_size()) && aligned(sin, n * sin.element_size());
+    for (const RotaryOperand* operand : operands) {
+      ok = ok && (operand->heads == 0 ||
+                  (aligned(operand->in, n * element) && aligned(operand->out, n * element)));
+    }
+    if (ok) {
+      return n;
+    }
+    n /= 2;
+  }
+  return 1;
 }
 
-/// Builds the thread body of a checked apply_rotary_qk call and runs it with `execute`.
+/// Builds the thread body of a checked rotary call over the operands q and k (k.heads == 0: none;
+/// out of place, the channels past R/2 pairs of each head are copied) and runs it with
+/// `execute(body, work)`: the CUDA launcher, or the tests' emulated grid.
 template <typename Execute>
-void run_rotary_qk_grid(const RotaryOperand& q, const RotaryOperand& k, const RotaryQkCall& call,
-                        bool interleaved, bool inverse, const Execute& execute) {
+void run_rotary_operands(const RotaryOperand& q, const RotaryOperand& k, const RotaryCall& call,
+                         bool interleaved, bool inverse, const Execute& execute) {
   const int64_t tokens = call.batch * call.length;
   if (tokens == 0 || q.heads + k.heads == 0) {
     return;
@@ -202,26 +224,55 @@ void run_rotary_qk_grid(const RotaryOperand& q, const RotaryOperand& k, const Ro
   const bool in_place = q.in.is_same(q.out);
   const at::Tensor cos = call.kernel_cos();
   const at::Tensor sin = call.kernel_sin();
+  const int64_t rest_width =
+      in_place ? 0 : std::max(q.head_dim, k.heads > 0 ? k.head_dim : 0) - 2 * call.half;
+  const int n = rotary_vector_width({&q, &k}, cos, sin, call.half);
+  const int64_t work = tokens * (q.heads + k.heads) * (call.half / n + rest_width);
+  const bool narrow = fits_int32({work, cos.numel(), element_extent(q.in), element_extent(q.out),
+                                  element_extent(k.in), element_extent(k.out)});
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, q.in.scalar_type(), "posenc_apply_rotary_qk_grid", [&] {
+      at::kHalf, at::kBFloat16, q.in.scalar_type(), "posenc_apply_rotary_grid", [&] {
         with_table_data(cos, [&](const auto* c) {
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
-          const RotaryQkBody<scalar_t, table_t> body{
-              operand_rows<scalar_t>(q, call.heads_first),
-              operand_rows<scalar_t>(k, call.heads_first),
-              c,
-              sin.data_ptr<table_t>(),
-              tokens,
-              call.length,
-              call.half,
-              cos.numel() / call.half,
-              RotaryRows::tokens_of(call),
-              interleaved,
-              inverse,
-              in_place ? 0 : std::max(q.head_dim, k.head_dim) - 2 * call.half};
-          execute(body, body.work());
+          with_vector_width<scalar_t>(n, [&](auto width) {
+            with_index_type(narrow, [&](auto index) {
+              using index_t = decltype(index);
+              using Body = RotaryGridBody<scalar_t, table_t, index_t, decltype(width)::value>;
+              const Body body{
+                  HeadRows<scalar_t, index_t>::of(operand_rows<scalar_t>(q, call.heads_first)),
+                  HeadRows<scalar_t, index_t>::of(operand_rows<scalar_t>(k, call.heads_first)),
+                  c,
+                  sin.data_ptr<table_t>(),
+                  static_cast<index_t>(tokens),
+                  static_cast<index_t>(call.length),
+                  static_cast<index_t>(call.half),
+                  cos.numel() / call.half,
+                  RotaryRows::tokens_of(call),
+                  interleaved,
+                  inverse,
+                  static_cast<index_t>(rest_width)};
+              execute(body, body.work());
+            });
+          });
         });
       });
+}
+
+/// Builds the thread body of a checked apply_rotary call (x and out contiguous, out may be x) and
+/// runs it with `execute`: the queries alone.
+template <typename Execute>
+void run_rotary_grid(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved,
+                     bool inverse, const Execute& execute) {
+  const RotaryOperand operand{x, out, call.heads, call.head_dim};
+  const RotaryOperand none{x, out, 0, call.head_dim};
+  run_rotary_operands(operand, none, call, interleaved, inverse, execute);
+}
+
+/// Builds the thread body of a checked apply_rotary_qk call and runs it with `execute`.
+template <typename Execute>
+void run_rotary_qk_grid(const RotaryOperand& q, const RotaryOperand& k, const RotaryQkCall& call,
+                        bool interleaved, bool inverse, const Execute& execute) {
+  run_rotary_operands(q, k, call, interleaved, inverse, execute);
 }
 
 } // namespace kernels

@@ -80,18 +80,21 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE scalar_t token_value(scalar_t w, acc_type_t<sc
   return store<scalar_t>(kept ? value * inverse_keep : acc_t(0));
 }
 
-/// One CUDA thread's item of token_and_position_embedding over `rows` tokens of `width`: element
-/// item % width of token item / width.
-template <typename scalar_t, typename table_t>
+/// One CUDA thread's item of token_and_position_embedding over `rows` tokens of `width`: the N
+/// elements from element item * N of the output (N | width; the weight, the output and the table
+/// aligned to N elements when N > 1), with index_t arithmetic.
+template <typename scalar_t, typename table_t, typename index_t, int N>
 struct TokenBody {
   using acc_t = acc_type_t<scalar_t, table_t>;
+  static constexpr int kWidth = N;
+  static constexpr int kIndexBits = 8 * static_cast<int>(sizeof(index_t));
   const int64_t* tokens;
   const scalar_t* weight;
   const table_t* table;
   scalar_t* out;
   bool* mask; // null: no dropout
-  int64_t rows;
-  int64_t width;
+  index_t rows;
+  index_t width;
   int64_t vocab;
   int64_t table_rows;
   SequenceRows where;
@@ -100,30 +103,51 @@ struct TokenBody {
   DropoutDraws draws;
 
   int64_t work() const {
-    return rows * width;
+    return static_cast<int64_t>(rows) * (width / N);
   }
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
-    const int64_t row = item / width;
-    const int64_t c = item - row * width;
+    const index_t per_row = width / N;
+    const index_t index = static_cast<index_t>(item);
+    const index_t row = index / per_row;
+    const index_t c0 = (index - row * per_row) * N;
     const int64_t token = tokens[row];
     if (C10_UNLIKELY(token < 0 || token >= vocab)) {
       POSENC_KERNEL_FAIL(POSENC_TOKEN_MESSAGE, token);
     }
     const int64_t p = checked_position(where.position(row), table_rows);
-    const acc_t t = p < 0 ? acc_t(0) : static_cast<acc_t>(table[p * width + c]);
-    const bool drop = mask != nullptr;
-    const bool kept = drop && draws.kept(draws.row_seed(row), c);
-    if (drop) {
-      mask[item] = kept;
+    const Pack<scalar_t, N> w = *reinterpret_cast<const Pack<scalar_t, N>*>(
+        weight + static_cast<index_t>(token) * width + c0);
+    Pack<table_t, N> t;
+    if (p < 0) { // padding adds 0
+      POSENC_UNROLL
+      for (int k = 0; k < N; ++k) {
+        t.value[k] = table_t(0);
+      }
+    } else {
+      t = *reinterpret_cast<const Pack<table_t, N>*>(table + static_cast<index_t>(p) * width + c0);
     }
-    out[item] = token_value<scalar_t, table_t>(weight[token * width + c], t, scale, unit, drop,
-                                               kept, static_cast<acc_t>(draws.inverse_keep));
+    const bool drop = mask != nullptr;
+    const uint32_t seed = drop ? draws.row_seed(row) : 0u;
+    const index_t first = row * width + c0;
+    Pack<scalar_t, N> result;
+    POSENC_UNROLL
+    for (int k = 0; k < N; ++k) {
+      const bool kept = drop && draws.kept(seed, c0 + k);
+      if (drop) {
+        mask[first + k] = kept;
+      }
+      result.value[k] =
+          token_value<scalar_t, table_t>(w.value[k], static_cast<acc_t>(t.value[k]), scale, unit,
+                                         drop, kept, static_cast<acc_t>(draws.inverse_keep));
+    }
+    *reinterpret_cast<Pack<scalar_t, N>*>(out + first) = result;
   }
 };
 
 /// Builds the thread body of a checked token_and_position_embedding call (tokens and weight
-/// contiguous; `mask` written when `drop`, keyed by *key) and runs it with `execute(body, work)`.
+/// contiguous; `mask` written when `drop`, keyed by *key) for the widest access and the narrowest
+/// index type the call allows, and runs it with `execute(body, work)`.
 template <typename Execute>
 void run_token_grid(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
                     at::Tensor& mask, const TableCall& call, double dropout, bool drop,
@@ -133,26 +157,35 @@ void run_token_grid(const at::Tensor& tokens, const at::Tensor& weight, at::Tens
     return;
   }
   const at::Tensor table = call.kernel_table();
+  const bool narrow = fits_int32({out.numel(), weight.numel(), table.numel()});
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, weight.scalar_type(), "posenc_token_and_position_grid", [&] {
         with_table_data(table, [&](const auto* t) {
           using table_t = std::remove_const_t<std::remove_pointer_t<decltype(t)>>;
           using acc_t = acc_type_t<scalar_t, table_t>;
-          const TokenBody<scalar_t, table_t> body{
-              tokens.data_ptr<int64_t>(),
-              weight.data_ptr<scalar_t>(),
-              t,
-              out.data_ptr<scalar_t>(),
-              drop ? mask.data_ptr<bool>() : nullptr,
-              tokens.numel(),
-              width,
-              weight.size(0),
-              table.numel() / width,
-              SequenceRows::of(call),
-              static_cast<acc_t>(call.scale),
-              call.scale == 1.0,
-              dropout_draws(drop ? dropout : 0.0, key)};
-          execute(body, body.work());
+          const int n =
+              row_vector_width(sizeof(scalar_t), width,
+                               {weight.data_ptr<scalar_t>(), out.data_ptr<scalar_t>()}, table);
+          with_vector_width<scalar_t>(n, [&](auto vector) {
+            with_index_type(narrow, [&](auto index) {
+              using index_t = decltype(index);
+              const TokenBody<scalar_t, table_t, index_t, decltype(vector)::value> body{
+                  tokens.data_ptr<int64_t>(),
+                  weight.data_ptr<scalar_t>(),
+                  t,
+                  out.data_ptr<scalar_t>(),
+                  drop ? mask.data_ptr<bool>() : nullptr,
+                  static_cast<index_t>(tokens.numel()),
+                  static_cast<index_t>(width),
+                  weight.size(0),
+                  table.numel() / width,
+                  SequenceRows::of(call),
+                  static_cast<acc_t>(call.scale),
+                  call.scale == 1.0,
+                  dropout_draws(drop ? dropout : 0.0, key)};
+              execute(body, body.work());
+            });
+          });
         });
       });
 }
