@@ -31,6 +31,10 @@
 #   .deps/sysroot      CLI11 and nlohmann-json (headers and CMake packages), cairo (headers, library,
 #                      the libraries it loads, a pkg-config file) and pkgconf: a build with tests
 #                      needs all of them (src/CMakeLists.txt, src/io, test/CMakeLists.txt)
+#   .deps/wheels       the reference libraries at the versions scripts/setup.sh pins (transformers,
+#                      diffusers, timm: pure-Python wheels from PyPI); the check installs those whose
+#                      version the machine lacks into build/gpu_check/site, on PYTHONPATH, so that
+#                      the tests compare with what they are written against
 # Of the carried shared libraries, only those the machine lacks go on LD_LIBRARY_PATH.
 set -euo pipefail
 
@@ -97,7 +101,17 @@ Cflags: -I\${includedir}/cairo
 EOF
   # pkgconf, for a machine without pkg-config (CMake's FindPkgConfig).
   cp /usr/bin/pkgconf "$sysroot/bin/pkg-config"
+  # The pinned reference libraries, without their dependencies (a GPU machine has those).
+  local pip_python=python3 pins=() package
+  [ ! -x "$root/.venv/bin/python" ] || pip_python="$root/.venv/bin/python"
+  for package in transformers diffusers timm; do
+    pins+=("$package==$(sed -n "s/^${package}_version=//p" "$root/scripts/setup.sh")")
+  done
+  rm -rf "$deps/wheels"
+  "$pip_python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$deps/wheels" "${pins[@]}"
   dpkg-query -W googletest libcli11-dev nlohmann-json3-dev libcairo2-dev pkgconf >"$deps/manifest.txt"
+  printf '%s\n' "${pins[@]}" >>"$deps/manifest.txt"
   echo "gpu_check: .deps ready ($(du -sh "$deps" | cut -f1)): carry .deps to the GPU machine and run scripts/gpu_check.sh there"
 }
 
@@ -322,6 +336,22 @@ else
     echo "carried from .deps/sysroot: CLI11, nlohmann-json, cairo's headers; of its libraries, this machine lacked: ${lacked:-none}" >>"$notes"
   fi
   [ ${#gtest[@]} -eq 0 ] || echo "GoogleTest built from the carried sources in .deps/googletest" >>"$notes"
+  # The pinned reference libraries this machine has at another version (or not at all).
+  wheels=()
+  for wheel in "$deps"/wheels/*.whl; do
+    [ -f "$wheel" ] || continue
+    name=${wheel##*/}
+    version=${name#*-}
+    version=${version%%-*}
+    have=$("$python" -c "import importlib.metadata as m; print(m.version('${name%%-*}'))" 2>/dev/null || echo none)
+    [ "$have" = "$version" ] || wheels+=("$wheel")
+  done
+  if [ ${#wheels[@]} -gt 0 ]; then
+    "$python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile \
+      --target "$report_dir/site" "${wheels[@]}"
+    export PYTHONPATH="$report_dir/site${PYTHONPATH:+:$PYTHONPATH}"
+    echo "carried from .deps/wheels (scripts/setup.sh's pins, which this machine had at other versions): $(printf '%s ' "${wheels[@]##*/}")" >>"$notes"
+  fi
   [ -n "$ncu" ] || echo "ncu (Nsight Compute) not found: the profile step was left out" >>"$notes"
   [ -n "$sanitizer" ] || echo "compute-sanitizer not found (PATH, $cuda_home/bin, $cuda_home/compute-sanitizer): the sanitizer steps fail" >>"$notes"
   pinned=$(sed -n 's/^transformers_version=//p' "$root/scripts/setup.sh")

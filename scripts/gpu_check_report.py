@@ -16,35 +16,33 @@ import xml.etree.ElementTree as ElementTree
 CUDA_TEST = re.compile(r"_CUDA$")
 
 
-def test_executable(command):
-    """The test program in a ctest command: the first argument that is an executable file other than
-    CMake's own programs (a command can start with `cmake -E env ...` or an emulator), else the
-    value of a -DTEST_EXECUTABLE=... argument, else the first argument."""
-    for argument in command:
-        if argument.startswith("-DTEST_EXECUTABLE="):
-            return argument.split("=", 1)[1]
-        name = os.path.basename(argument)
-        if os.path.isfile(argument) and os.access(argument, os.X_OK) and name not in ("cmake", "ctest"):
-            return argument
-    return command[0]
-
-
-def binaries_of(listing):
-    """The executables of the *_CUDA tests in ctest's --show-only=json-v1 listing, each once."""
-    binaries = []
-    for test in listing["tests"]:
-        if CUDA_TEST.search(test["name"]) and test.get("command"):
-            binary = test_executable(test["command"])
-            if binary not in binaries:
-                binaries.append(binary)
-    return binaries
+def lists_cuda_tests(gtest_listing):
+    """Whether a GoogleTest program's --gtest_list_tests output names a test *_CUDA ("Suite." lines,
+    then one indented line per test, possibly followed by a "# GetParam() = ..." comment)."""
+    for line in gtest_listing.splitlines():
+        if line.startswith("  ") and line.split() and CUDA_TEST.search(line.split()[0]):
+            return True
+    return False
 
 
 def cuda_binaries(build_dir):
-    """The executables of the ctest tests named *_CUDA (GoogleTest's, discovered by ctest)."""
-    listing = subprocess.run(["ctest", "--test-dir", build_dir, "-N", "--show-only=json-v1"],
-                             capture_output=True, text=True, check=True)
-    return binaries_of(json.loads(listing.stdout))
+    """The GoogleTest programs of the build (executables named *_test) that hold *_CUDA tests, asked
+    directly with --gtest_list_tests. ctest's listing is not read: on the GPU machines (CMake 4.4)
+    it named a CMake wrapper as the program of every discovered test, twice in two forms."""
+    found = []
+    for directory, subdirectories, files in os.walk(build_dir):
+        subdirectories[:] = sorted(d for d in subdirectories if d not in ("CMakeFiles", "_deps"))
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            if not name.endswith("_test") or not os.access(path, os.X_OK):
+                continue
+            try:
+                listing = subprocess.run([path, "--gtest_list_tests"], capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if listing.returncode == 0 and lists_cuda_tests(listing.stdout):
+                found.append(path)
+    return found
 
 
 def cuda_tests(junit_path):

@@ -129,8 +129,11 @@ struct AddCase {
   double scale;
 };
 
+// batch_loop_items: run_add_grid's threshold for reading a table row once for the batch (0:
+// wherever positions are shared).
 void check_add(const AddCase& c, torch::Dtype dtype, torch::Dtype table_dtype, bool in_place,
-               const Emulate& execute) {
+               const Emulate& execute,
+               int64_t batch_loop_items = posenc::ops::kernels::kBatchLoopItems) {
   const int64_t width = c.shape[2];
   const int64_t length = c.shape[c.batch_first ? 1 : 0];
   const int64_t batch = c.shape[c.batch_first ? 0 : 1];
@@ -152,14 +155,15 @@ void check_add(const AddCase& c, torch::Dtype dtype, torch::Dtype table_dtype, b
   torch::Tensor out = shifted(c.shape, dtype, c.shift); // aligned (or not) as x
   if (in_place) {
     out.copy_(x);
-    posenc::ops::kernels::run_add_grid(out, out, call, execute);
+    posenc::ops::kernels::run_add_grid(out, out, call, execute, batch_loop_items);
   } else {
     out.fill_(7);
-    posenc::ops::kernels::run_add_grid(x, out, call, execute);
+    posenc::ops::kernels::run_add_grid(x, out, call, execute, batch_loop_items);
   }
   EXPECT_TRUE(same_bits(out, expected))
       << c10::toString(dtype) << " table " << c10::toString(table_dtype) << " shape "
-      << at::IntArrayRef(c.shape) << " shift " << c.shift << (in_place ? " in place" : "");
+      << at::IntArrayRef(c.shape) << " shift " << c.shift << (in_place ? " in place" : "")
+      << " batch loop from " << batch_loop_items << " items";
 }
 
 TEST(GridEmulation, AddPositionTableEqualsTheCpuKernel) {
@@ -203,10 +207,42 @@ TEST(GridEmulation, AddPositionTableEqualsTheCpuKernel) {
           Emulate small_grid; // grid-stride tails: 3 blocks of 64 threads loop over every pack
           small_grid.geometry = LaunchGeometry{3, 64};
           check_add(c, dtype, table_dtype, in_place, small_grid);
+          // each table row read once for the batch (shared positions), both layouts
+          check_add(c, dtype, table_dtype, in_place, Emulate(), 0);
+          check_add(c, dtype, table_dtype, in_place, small_grid, 0);
         }
       }
     }
   }
+}
+
+TEST(GridEmulation, RowGroupsShareATableRowOnlyWhereThePositionsDo) {
+  using posenc::ops::kernels::row_groups;
+  const torch::Tensor table = torch::randn({20, 8});
+  const auto call = [&](std::vector<int64_t> shape, bool batch_first, bool per_sequence) {
+    const torch::Tensor x = torch::randn(shape);
+    c10::optional<torch::Tensor> positions;
+    if (per_sequence) {
+      positions = torch::zeros({shape[0], shape[1]}, torch::kLong);
+    }
+    return posenc::ops::prepare_table_call("test", x, table, 0, positions, batch_first, 1.0,
+                                           c10::nullopt);
+  };
+  // [B, L, D]: group l holds rows l, L + l, 2L + l, ...; [L, B, D]: rows lB .. lB + B - 1
+  auto g = row_groups(call({3, 5, 8}, true, false), 15, 2, 0);
+  EXPECT_EQ(std::vector<int64_t>({g.groups, g.repeat, g.row(2, 0), g.row(2, 1), g.row(2, 2)}),
+            std::vector<int64_t>({5, 3, 2, 7, 12}));
+  g = row_groups(call({5, 3, 8}, false, false), 15, 2, 0);
+  EXPECT_EQ(std::vector<int64_t>({g.groups, g.repeat, g.row(2, 0), g.row(2, 1), g.row(2, 2)}),
+            std::vector<int64_t>({5, 3, 6, 7, 8}));
+  // one row a group: positions per sequence, or fewer items than the threshold
+  g = row_groups(call({3, 5, 8}, true, true), 15, 2, 0);
+  EXPECT_EQ(std::vector<int64_t>({g.groups, g.repeat, g.row(7, 0)}),
+            std::vector<int64_t>({15, 1, 7}));
+  g = row_groups(call({3, 5, 8}, true, false), 15, 2, 11);
+  EXPECT_EQ(std::vector<int64_t>({g.groups, g.repeat}), std::vector<int64_t>({15, 1}));
+  g = row_groups(call({3, 5, 8}, true, false), 15, 2, 10);
+  EXPECT_EQ(std::vector<int64_t>({g.groups, g.repeat}), std::vector<int64_t>({5, 3}));
 }
 
 TEST(GridEmulation, AddPositionTableIndexesPast2To31) {
@@ -226,7 +262,7 @@ TEST(GridEmulation, AddPositionTableIndexesPast2To31) {
   const Body body{x_window.data_ptr<float>() - shift,
                   out_window.data_ptr<float>() - shift,
                   table_window.data_ptr<float>() - shift,
-                  rows,
+                  {rows, 1, 1, 0},
                   width,
                   rows,
                   where,
@@ -495,7 +531,7 @@ TEST(GridEmulation, AddAndTokenThreadsRefusePositionsOutsideTheTable) {
     const posenc::ops::kernels::AddRowsBody<float, float, int64_t, 1> add{x.data_ptr<float>(),
                                                                           out.data_ptr<float>(),
                                                                           table.data_ptr<float>(),
-                                                                          2,
+                                                                          {2, 1, 1, 0},
                                                                           4,
                                                                           4,
                                                                           where,
@@ -513,7 +549,7 @@ TEST(GridEmulation, AddAndTokenThreadsRefusePositionsOutsideTheTable) {
         table.data_ptr<float>(),
         out.data_ptr<float>(),
         nullptr,
-        2,
+        {2, 1, 1, 0},
         4,
         5,
         4,
@@ -574,6 +610,16 @@ TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
         execute.geometry = LaunchGeometry{2, 64};
         posenc::ops::kernels::run_token_grid(tokens, weight, out, mask, call, dropout, with_dropout,
                                              &key, execute);
+        // each table row read once for the batch where positions are shared: the same output
+        // and mask
+        torch::Tensor grouped_out = torch::full_like(out, 7);
+        torch::Tensor grouped_mask = torch::zeros_like(mask);
+        posenc::ops::kernels::run_token_grid(tokens, weight, grouped_out, grouped_mask, call,
+                                             dropout, with_dropout, &key, execute, 0);
+        EXPECT_TRUE(same_bits(grouped_out, expected)) << c10::toString(dtype) << with_dropout;
+        if (with_dropout) {
+          EXPECT_TRUE(torch::equal(grouped_mask, expected_mask));
+        }
         // 16-byte accesses where the width (12) is a multiple of them: float32 and float64
         EXPECT_EQ(execute.width, dtype == torch::kFloat ? 4 : dtype == torch::kDouble ? 2 : 1);
         EXPECT_EQ(execute.index_bits, 32);
@@ -599,7 +645,7 @@ TEST(GridEmulation, ThreadsRefuseTokenIdsOutsideTheVocabulary) {
         table.data_ptr<float>(),
         out.data_ptr<float>(),
         nullptr,
-        2,
+        {2, 1, 1, 0},
         4,
         5,
         8,

@@ -109,23 +109,26 @@ def test_report_names_the_failed_step_and_the_skipped_test(tmp_path):
     assert "GPU: NVIDIA H100 80GB HBM3, 9.0" in text
 
 
-def test_sanitizer_binaries_are_the_test_programs_whatever_wraps_them(tmp_path):
-    """The first GPU run (H200, CMake 4.4) listed `cmake` as the program of every *_CUDA test, so
-    compute-sanitizer ran cmake: the program is the executable file in the command, not its first
-    word."""
+def test_sanitizer_binaries_are_the_programs_that_list_cuda_tests(tmp_path):
+    """Two GPU runs (H200 and H100, CMake 4.4) found ctest naming `cmake` as the program of every
+    *_CUDA test, so compute-sanitizer ran cmake: the programs are now asked for their tests."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import gpu_check_report
-    program = tmp_path / "kernels_test"
-    program.write_text("#!/bin/sh\n")
-    program.chmod(0o755)
-    cmake = shutil.which("cmake") or "/usr/bin/cmake"
-    listing = {"tests": [
-        {"name": "Kernels.RotaryOnGpuMatchesCpu_CUDA", "command": [cmake, "-E", "env", "A=1", str(program), "--gtest_filter=x"]},
-        {"name": "Kernels.TokenEmbeddingOnGpu_CUDA", "command": [str(program), "--gtest_filter=y"]},
-        {"name": "DeviceEntry.UploadIsExactOnTheGpu_CUDA", "command": [cmake, "-DTEST_EXECUTABLE=/b/device_entry_test", "-P", "x.cmake"]},
-        {"name": "Kernels.OnCpu", "command": ["/b/other_test"]},
-    ]}
-    assert gpu_check_report.binaries_of(listing) == [str(program), "/b/device_entry_test"]
+
+    def program(path, listing, status=0):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\ncat <<'EOF'\n{listing}EOF\nexit {status}\n")
+        path.chmod(0o755)
+        return str(path)
+
+    kernels = program(tmp_path / "test" / "kernels_test", "Kernels.\n  RotaryOnGpuMatchesCpu_CUDA\n  OnCpu\n")
+    typed = program(tmp_path / "test" / "typed_test", "Typed/0.  # TypeParam = float\n  Runs_CUDA  # GetParam() = 1\n")
+    program(tmp_path / "test" / "cpu_test", "Cpu.\n  Adds\n  NotCUDA_really\n")
+    program(tmp_path / "test" / "broken_test", "Kernels.\n  X_CUDA\n", status=1)
+    program(tmp_path / "test" / "CMakeFiles" / "stale_test", "Kernels.\n  X_CUDA\n")
+    (tmp_path / "test" / "notes_test").write_text("Kernels.\n  X_CUDA\n")  # not executable
+    assert gpu_check_report.cuda_binaries(str(tmp_path)) == [kernels, typed]
+    assert not gpu_check_report.lists_cuda_tests("Suite.\n  A\nOther_CUDA.\n  B\n")
 
 
 def test_report_reads_racecheck_summaries_and_names_the_graph_pass(tmp_path):
@@ -200,7 +203,8 @@ def test_benchmark_cases_run_and_agree_on_cpu(posenc_ops, transformers):
     assert "### rope_qk" in text and f"of {len(report['checks'])} agree" in text
 
 
-def test_profile_runs_each_posenc_case_and_copy_once_per_large_shape(posenc_ops):
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="the benchmark's cases include torch.compile (PyTorch >= 2.0)")
+def test_profile_runs_each_posenc_case_and_copy_once_per_large_shape(posenc_ops, transformers):
     """The profile step's program (ncu --profile-from-start off): at each large shape and dtype, each
     posenc case and copy_ of each family, in the order their kernels run (no HF or eager case)."""
     profiled = cuda_benchmark.profile(posenc_ops, device="cpu", model=TINY, shapes=TINY_SHAPES)

@@ -110,9 +110,13 @@ def test_wheel_installs_and_passes_the_tests_in_a_fresh_environment_without_a_co
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
     # The same torch (and pytest, transformers for the tests) without copying gigabytes: this
-    # environment's site-packages, read through a .pth after the fresh one's own. posenc is not there.
+    # environment's site-packages, read through a .pth after the fresh one's own, behind the folders
+    # of PYTHONPATH (scripts/gpu_check.sh puts the pinned reference libraries there on a machine
+    # whose own differ). posenc is not there.
+    outer = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+             if os.path.isdir(p) and not os.path.exists(os.path.join(p, "posenc"))]
     with open(os.path.join(site, "outer_environment.pth"), "w") as pth:
-        pth.write(sysconfig.get_paths()["purelib"] + "\n")
+        pth.write("".join(f"{path}\n" for path in [*outer, sysconfig.get_paths()["purelib"]]))
     env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "PYTHONPATH", "VIRTUAL_ENV")}
     probe = subprocess.run([str(python), "-c", "import posenc"], capture_output=True, text=True, env=env, cwd=tmp_path)
     if probe.returncode == 0:
@@ -133,6 +137,9 @@ def test_wheel_installs_and_passes_the_tests_in_a_fresh_environment_without_a_co
     # so that `import posenc` is the installed package with its bundled library.
     tests = tmp_path / "copy" / "test" / "python"
     shutil.copytree(os.path.dirname(os.path.abspath(__file__)), tests, ignore=shutil.ignore_patterns("__pycache__"))
+    # the pins the tests read (conftest.pinned_version)
+    os.makedirs(tmp_path / "copy" / "scripts")
+    shutil.copy(os.path.join(SOURCE_ROOT, "scripts", "setup.sh"), tmp_path / "copy" / "scripts")
     library = subprocess.run([str(python), "-c", "import posenc; print(posenc.library_path)"], capture_output=True,
                              text=True, env=env, cwd=tmp_path)
     assert library.returncode == 0 and library.stdout.strip().startswith(site), library.stdout + library.stderr

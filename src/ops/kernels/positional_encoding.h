@@ -27,9 +27,50 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE acc_t scaled_sum(acc_t x, acc_t t, acc_t scale
   return unit ? x + t : t + scale * x;
 }
 
-/// One CUDA thread's item of add_position_table over `rows` contiguous rows of `width`: the N
-/// elements starting at element item * N, and their N table values (N | width; x, out and the
-/// table aligned to N elements when N > 1), with index_t arithmetic.
+/// How a grid walks the B * L rows of a `[B, L, D]` (batch_first) or `[L, B, D]` call: `groups`
+/// groups of `repeat` rows that share a position, and so a table row, which an item reads once
+/// for all of them; row r of group g is row g * group_step + r * repeat_step. A large table read
+/// once per batch row would cost as much traffic again as the input (it outgrows the cache);
+/// where positions differ per sequence, or the call has too few groups to keep a GPU busy (a
+/// decode step), a group is one row.
+template <typename index_t>
+struct RowGroups {
+  index_t groups;
+  index_t repeat;
+  index_t group_step;
+  index_t repeat_step;
+
+  C10_HOST_DEVICE index_t row(index_t g, index_t r) const {
+    return g * group_step + r * repeat_step;
+  }
+};
+
+/// At least this many items (groups x accesses a row) before a grid reads a table row once for
+/// the whole batch: the threads a large GPU runs at once (an H100: 132 SMs x 2048).
+constexpr int64_t kBatchLoopItems = int64_t{1} << 18;
+
+/// The row groups of a checked table call over `rows` rows of `per_row` accesses each, one row a
+/// group below `min_items` items (host code).
+inline RowGroups<int64_t> row_groups(const TableCall& call, int64_t rows, int64_t per_row,
+                                     int64_t min_items) {
+  if (call.per_sequence() || call.batch <= 1 || call.length * per_row < min_items) {
+    return {rows, 1, 1, 0};
+  }
+  return call.batch_first ? RowGroups<int64_t>{call.length, call.batch, 1, call.length}
+                          : RowGroups<int64_t>{call.length, call.batch, call.batch, 1};
+}
+
+/// The groups of `g` in another index type (their values fit it).
+template <typename index_t>
+RowGroups<index_t> narrow_groups(const RowGroups<int64_t>& g) {
+  return {static_cast<index_t>(g.groups), static_cast<index_t>(g.repeat),
+          static_cast<index_t>(g.group_step), static_cast<index_t>(g.repeat_step)};
+}
+
+/// One CUDA thread's item of add_position_table over contiguous rows of `width`: the N elements
+/// from column (item % (width / N)) * N of each row of group item / (width / N), with their N
+/// table values read once (N | width; x, out and the table aligned to N elements when N > 1),
+/// with index_t arithmetic.
 template <typename scalar_t, typename table_t, typename index_t, int N>
 struct AddRowsBody {
   using acc_t = acc_type_t<scalar_t, table_t>;
@@ -38,7 +79,7 @@ struct AddRowsBody {
   const scalar_t* x;
   scalar_t* out;
   const table_t* table;
-  index_t rows;
+  RowGroups<index_t> rows;
   index_t width;
   int64_t table_rows;
   SequenceRows where;
@@ -46,17 +87,15 @@ struct AddRowsBody {
   bool unit;
 
   int64_t work() const {
-    return static_cast<int64_t>(rows) * (width / N);
+    return static_cast<int64_t>(rows.groups) * (width / N);
   }
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
     const index_t per_row = width / N;
     const index_t index = static_cast<index_t>(item);
-    const index_t row = index / per_row;
-    const index_t column = (index - row * per_row) * N;
-    const int64_t p = checked_position(where.position(row), table_rows);
-    const Pack<scalar_t, N> in =
-        *reinterpret_cast<const Pack<scalar_t, N>*>(x + row * width + column);
+    const index_t group = index / per_row;
+    const index_t column = (index - group * per_row) * N;
+    const int64_t p = checked_position(where.position(rows.row(group, 0)), table_rows);
     Pack<table_t, N> t;
     if (p < 0) { // padding adds 0
       POSENC_UNROLL
@@ -67,13 +106,17 @@ struct AddRowsBody {
       t = *reinterpret_cast<const Pack<table_t, N>*>(table + static_cast<index_t>(p) * width +
                                                      column);
     }
-    Pack<scalar_t, N> result;
-    POSENC_UNROLL
-    for (int k = 0; k < N; ++k) {
-      result.value[k] = store<scalar_t>(
-          scaled_sum(load<acc_t>(in.value[k]), static_cast<acc_t>(t.value[k]), scale, unit));
+    for (index_t r = 0; r < rows.repeat; ++r) {
+      const index_t at = rows.row(group, r) * width + column;
+      const Pack<scalar_t, N> in = *reinterpret_cast<const Pack<scalar_t, N>*>(x + at);
+      Pack<scalar_t, N> result;
+      POSENC_UNROLL
+      for (int k = 0; k < N; ++k) {
+        result.value[k] = store<scalar_t>(
+            scaled_sum(load<acc_t>(in.value[k]), static_cast<acc_t>(t.value[k]), scale, unit));
+      }
+      *reinterpret_cast<Pack<scalar_t, N>*>(out + at) = result;
     }
-    *reinterpret_cast<Pack<scalar_t, N>*>(out + row * width + column) = result;
   }
 };
 
@@ -92,9 +135,11 @@ inline int row_vector_width(int64_t element_size, int64_t width,
 /// Builds the thread body of a checked add_position_table call (x and out contiguous, out may be
 /// x) for the widest access its width and pointers allow and the narrowest index type its sizes
 /// allow, and runs it with `execute(body, work)`.
+/// `batch_loop_items`: row_groups' threshold (the tests lower it to run the batch loop at small
+/// shapes).
 template <typename Execute>
 void run_add_grid(const at::Tensor& x, at::Tensor& out, const TableCall& call,
-                  const Execute& execute) {
+                  const Execute& execute, int64_t batch_loop_items = kBatchLoopItems) {
   const int64_t width = call.width;
   const int64_t rows = x.numel() == 0 || width == 0 ? 0 : x.numel() / width;
   if (rows == 0) {
@@ -110,6 +155,7 @@ void run_add_grid(const at::Tensor& x, at::Tensor& out, const TableCall& call,
           const scalar_t* in = x.data_ptr<scalar_t>();
           scalar_t* result = out.data_ptr<scalar_t>();
           const int n = row_vector_width(sizeof(scalar_t), width, {in, result}, table);
+          const RowGroups<int64_t> groups = row_groups(call, rows, width / n, batch_loop_items);
           with_vector_width<scalar_t>(n, [&](auto vector) {
             with_index_type(narrow, [&](auto index) {
               using index_t = decltype(index);
@@ -117,7 +163,7 @@ void run_add_grid(const at::Tensor& x, at::Tensor& out, const TableCall& call,
                   in,
                   result,
                   t,
-                  static_cast<index_t>(rows),
+                  narrow_groups<index_t>(groups),
                   static_cast<index_t>(width),
                   table.numel() / width,
                   SequenceRows::of(call),

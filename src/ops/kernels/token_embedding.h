@@ -80,9 +80,10 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE scalar_t token_value(scalar_t w, acc_type_t<sc
   return store<scalar_t>(kept ? value * inverse_keep : acc_t(0));
 }
 
-/// One CUDA thread's item of token_and_position_embedding over `rows` tokens of `width`: the N
-/// elements from element item * N of the output (N | width; the weight, the output and the table
-/// aligned to N elements when N > 1), with index_t arithmetic.
+/// One CUDA thread's item of token_and_position_embedding over rows (tokens) of `width`: the N
+/// output elements from column (item % (width / N)) * N of each row of group item / (width / N)
+/// (RowGroups: the rows that share a position, whose N table values are read once; N | width; the
+/// weight, the output and the table aligned to N elements when N > 1), with index_t arithmetic.
 template <typename scalar_t, typename table_t, typename index_t, int N>
 struct TokenBody {
   using acc_t = acc_type_t<scalar_t, table_t>;
@@ -93,7 +94,7 @@ struct TokenBody {
   const table_t* table;
   scalar_t* out;
   bool* mask; // null: no dropout
-  index_t rows;
+  RowGroups<index_t> rows;
   index_t width;
   int64_t vocab;
   int64_t table_rows;
@@ -103,21 +104,15 @@ struct TokenBody {
   DropoutDraws draws;
 
   int64_t work() const {
-    return static_cast<int64_t>(rows) * (width / N);
+    return static_cast<int64_t>(rows.groups) * (width / N);
   }
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
     const index_t per_row = width / N;
     const index_t index = static_cast<index_t>(item);
-    const index_t row = index / per_row;
-    const index_t c0 = (index - row * per_row) * N;
-    const int64_t token = tokens[row];
-    if (C10_UNLIKELY(token < 0 || token >= vocab)) {
-      POSENC_KERNEL_FAIL(POSENC_TOKEN_MESSAGE, token);
-    }
-    const int64_t p = checked_position(where.position(row), table_rows);
-    const Pack<scalar_t, N> w = *reinterpret_cast<const Pack<scalar_t, N>*>(
-        weight + static_cast<index_t>(token) * width + c0);
+    const index_t group = index / per_row;
+    const index_t c0 = (index - group * per_row) * N;
+    const int64_t p = checked_position(where.position(rows.row(group, 0)), table_rows);
     Pack<table_t, N> t;
     if (p < 0) { // padding adds 0
       POSENC_UNROLL
@@ -128,30 +123,41 @@ struct TokenBody {
       t = *reinterpret_cast<const Pack<table_t, N>*>(table + static_cast<index_t>(p) * width + c0);
     }
     const bool drop = mask != nullptr;
-    const uint32_t seed = drop ? draws.row_seed(row) : 0u;
-    const index_t first = row * width + c0;
-    Pack<scalar_t, N> result;
-    POSENC_UNROLL
-    for (int k = 0; k < N; ++k) {
-      const bool kept = drop && draws.kept(seed, c0 + k);
-      if (drop) {
-        mask[first + k] = kept;
+    for (index_t r = 0; r < rows.repeat; ++r) {
+      const index_t row = rows.row(group, r);
+      const int64_t token = tokens[row];
+      if (C10_UNLIKELY(token < 0 || token >= vocab)) {
+        POSENC_KERNEL_FAIL(POSENC_TOKEN_MESSAGE, token);
       }
-      result.value[k] =
-          token_value<scalar_t, table_t>(w.value[k], static_cast<acc_t>(t.value[k]), scale, unit,
-                                         drop, kept, static_cast<acc_t>(draws.inverse_keep));
+      const Pack<scalar_t, N> w = *reinterpret_cast<const Pack<scalar_t, N>*>(
+          weight + static_cast<index_t>(token) * width + c0);
+      const uint32_t seed = drop ? draws.row_seed(row) : 0u;
+      const index_t first = row * width + c0;
+      Pack<scalar_t, N> result;
+      POSENC_UNROLL
+      for (int k = 0; k < N; ++k) {
+        const bool kept = drop && draws.kept(seed, c0 + k);
+        if (drop) {
+          mask[first + k] = kept;
+        }
+        result.value[k] =
+            token_value<scalar_t, table_t>(w.value[k], static_cast<acc_t>(t.value[k]), scale, unit,
+                                           drop, kept, static_cast<acc_t>(draws.inverse_keep));
+      }
+      *reinterpret_cast<Pack<scalar_t, N>*>(out + first) = result;
     }
-    *reinterpret_cast<Pack<scalar_t, N>*>(out + first) = result;
   }
 };
 
 /// Builds the thread body of a checked token_and_position_embedding call (tokens and weight
 /// contiguous; `mask` written when `drop`, keyed by *key) for the widest access and the narrowest
 /// index type the call allows, and runs it with `execute(body, work)`.
+/// `batch_loop_items`: row_groups' threshold (the tests lower it).
 template <typename Execute>
 void run_token_grid(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
                     at::Tensor& mask, const TableCall& call, double dropout, bool drop,
-                    const uint64_t* key, const Execute& execute) {
+                    const uint64_t* key, const Execute& execute,
+                    int64_t batch_loop_items = kBatchLoopItems) {
   const int64_t width = call.width;
   if (tokens.numel() == 0 || width == 0) {
     return;
@@ -166,6 +172,8 @@ void run_token_grid(const at::Tensor& tokens, const at::Tensor& weight, at::Tens
           const int n =
               row_vector_width(sizeof(scalar_t), width,
                                {weight.data_ptr<scalar_t>(), out.data_ptr<scalar_t>()}, table);
+          const RowGroups<int64_t> groups =
+              row_groups(call, tokens.numel(), width / n, batch_loop_items);
           with_vector_width<scalar_t>(n, [&](auto vector) {
             with_index_type(narrow, [&](auto index) {
               using index_t = decltype(index);
@@ -175,7 +183,7 @@ void run_token_grid(const at::Tensor& tokens, const at::Tensor& weight, at::Tens
                   t,
                   out.data_ptr<scalar_t>(),
                   drop ? mask.data_ptr<bool>() : nullptr,
-                  static_cast<index_t>(tokens.numel()),
+                  narrow_groups<index_t>(groups),
                   static_cast<index_t>(width),
                   weight.size(0),
                   table.numel() / width,
