@@ -1,7 +1,8 @@
 """The parts of scripts/gpu_check.sh that read files: which test binaries hold the *_CUDA tests,
 whether every *_CUDA test ran, and the report. Standard library only.
 
-    python scripts/gpu_check_report.py cuda-binaries BUILD_DIR   # one binary a line
+    python scripts/gpu_check_report.py cuda-binaries BUILD_DIR [REGEX]  # one binary a line (REGEX: of
+                                                                        # the tests, default _CUDA$)
     python scripts/gpu_check_report.py cuda-tests JUNIT_XML      # exit 1 unless every *_CUDA test ran and passed
     python scripts/gpu_check_report.py report REPORT_DIR         # REPORT_DIR/report.md and report.json
 """
@@ -16,18 +17,25 @@ import xml.etree.ElementTree as ElementTree
 CUDA_TEST = re.compile(r"_CUDA$")
 
 
-def lists_cuda_tests(gtest_listing):
-    """Whether a GoogleTest program's --gtest_list_tests output names a test *_CUDA ("Suite." lines,
-    then one indented line per test, possibly followed by a "# GetParam() = ..." comment)."""
+def lists_cuda_tests(gtest_listing, pattern=CUDA_TEST):
+    """Whether a GoogleTest program's --gtest_list_tests output names a test whose full name
+    (Suite.Test) matches `pattern` (*_CUDA by default). The listing has "Suite." lines, then one
+    indented line per test, each possibly followed by a "# GetParam() = ..." comment."""
+    suite = ""
     for line in gtest_listing.splitlines():
-        if line.startswith("  ") and line.split() and CUDA_TEST.search(line.split()[0]):
+        words = line.split()
+        if not words:
+            continue
+        if not line.startswith(" "):
+            suite = words[0]
+        elif pattern.search(suite + words[0]):
             return True
     return False
 
 
-def cuda_binaries(build_dir):
-    """The GoogleTest programs of the build (executables named *_test) that hold *_CUDA tests, asked
-    directly with --gtest_list_tests. ctest's listing is not read: on the GPU machines (CMake 4.4)
+def cuda_binaries(build_dir, pattern=CUDA_TEST):
+    """The GoogleTest programs of the build (executables named *_test) that hold *_CUDA tests (tests
+    matching `pattern`), asked directly with --gtest_list_tests. ctest's listing is not read: on the GPU machines (CMake 4.4)
     it named a CMake wrapper as the program of every discovered test, twice in two forms."""
     found = []
     for directory, subdirectories, files in os.walk(build_dir):
@@ -40,7 +48,7 @@ def cuda_binaries(build_dir):
                 listing = subprocess.run([path, "--gtest_list_tests"], capture_output=True, text=True, timeout=120)
             except (OSError, subprocess.TimeoutExpired):
                 continue
-            if listing.returncode == 0 and lists_cuda_tests(listing.stdout):
+            if listing.returncode == 0 and lists_cuda_tests(listing.stdout, pattern):
                 found.append(path)
     return found
 
@@ -156,12 +164,14 @@ def report(report_dir):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("cuda-binaries", "cuda-tests", "report"):
+    if not (len(sys.argv) == 3 and sys.argv[1] in ("cuda-binaries", "cuda-tests", "report")
+            or len(sys.argv) == 4 and sys.argv[1] == "cuda-binaries"):
         print(__doc__, file=sys.stderr)
         return 2
-    command, path = sys.argv[1:]
+    command, path = sys.argv[1:3]
     if command == "cuda-binaries":
-        print("\n".join(cuda_binaries(path)))
+        pattern = re.compile(sys.argv[3]) if len(sys.argv) == 4 else CUDA_TEST
+        print("\n".join(cuda_binaries(path, pattern)))
         return 0
     if command == "cuda-tests":
         return check_cuda_tests(path)

@@ -7,6 +7,7 @@ a GPU machine will run is exercised here.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,10 @@ def test_sanitizer_binaries_are_the_programs_that_list_cuda_tests(tmp_path):
     (tmp_path / "test" / "notes_test").write_text("Kernels.\n  X_CUDA\n")  # not executable
     assert gpu_check_report.cuda_binaries(str(tmp_path)) == [kernels, typed]
     assert not gpu_check_report.lists_cuda_tests("Suite.\n  A\nOther_CUDA.\n  B\n")
+    # the CUDA-graph pass: only the programs with such a test (the second H100 run failed on
+    # the others, whose filter matched nothing)
+    graphs = program(tmp_path / "test" / "device_entry_test", "DeviceEntry.\n  ModuleForwardsCaptureInACudaGraph_CUDA\n")
+    assert gpu_check_report.cuda_binaries(str(tmp_path), re.compile("CudaGraph.*_CUDA$")) == [graphs]
 
 
 def test_report_reads_racecheck_summaries_and_names_the_graph_pass(tmp_path):

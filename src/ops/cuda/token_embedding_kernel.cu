@@ -12,7 +12,7 @@
 #include "ops/kernels/token_embedding.h"
 
 #include <ATen/cuda/CUDAGeneratorImpl.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 #include <ATen/cuda/PhiloxUtils.cuh>
@@ -35,19 +35,22 @@ __global__ void dropout_key_kernel(at::PhiloxCudaState philox, uint64_t* key) {
 void run_token(const at::Tensor& tokens, const at::Tensor& weight, at::Tensor& out,
                at::Tensor& mask, const TableCall& call, double dropout, bool drop) {
   const c10::cuda::CUDAGuard guard(weight.device());
-  at::Tensor key = at::zeros({1}, weight.options().dtype(at::kLong));
-  if (drop) {
-    at::PhiloxCudaState philox;
-    {
-      auto* generator = at::get_generator_or_default<at::CUDAGeneratorImpl>(
-          c10::nullopt, at::cuda::detail::getDefaultCUDAGenerator());
-      std::lock_guard<std::mutex> lock(generator->mutex_);
-      philox = generator->philox_cuda_state(4);
-    }
-    dropout_key_kernel<<<1, 1, 0, at::cuda::getCurrentCUDAStream()>>>(
-        philox, reinterpret_cast<uint64_t*>(key.data_ptr<int64_t>()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (!drop) { // no draws: no key (the threads read it only with dropout), no fill to launch
+    kernels::run_token_grid(tokens, weight, out, mask, call, dropout, drop, nullptr, Launch());
+    return;
   }
+  at::PhiloxCudaState philox;
+  {
+    auto* generator = at::get_generator_or_default<at::CUDAGeneratorImpl>(
+        c10::nullopt, at::cuda::detail::getDefaultCUDAGenerator());
+    std::lock_guard<std::mutex> lock(generator->mutex_);
+    philox = generator->philox_cuda_state(4);
+  }
+  // written by dropout_key_kernel on the stream, before the grid reads it
+  at::Tensor key = at::empty({1}, weight.options().dtype(at::kLong));
+  dropout_key_kernel<<<1, 1, 0, at::cuda::getCurrentCUDAStream()>>>(
+      philox, reinterpret_cast<uint64_t*>(key.data_ptr<int64_t>()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   kernels::run_token_grid(tokens, weight, out, mask, call, dropout, drop,
                           reinterpret_cast<const uint64_t*>(key.data_ptr<int64_t>()), Launch());
 }
