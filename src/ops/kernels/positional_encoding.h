@@ -67,6 +67,23 @@ RowGroups<index_t> narrow_groups(const RowGroups<int64_t>& g) {
           static_cast<index_t>(g.group_step), static_cast<index_t>(g.repeat_step)};
 }
 
+/// The N values of a `[rows, width]` table from `column` of row p (p = -1, padding: zeros), read
+/// as one access.
+template <int N, typename table_t, typename index_t>
+C10_HOST_DEVICE C10_ALWAYS_INLINE Pack<table_t, N> table_values(const table_t* table, int64_t p,
+                                                                index_t width, index_t column) {
+  if (p >= 0) {
+    return *reinterpret_cast<const Pack<table_t, N>*>(table + static_cast<index_t>(p) * width +
+                                                      column);
+  }
+  Pack<table_t, N> zeros;
+  POSENC_UNROLL
+  for (int k = 0; k < N; ++k) {
+    zeros.value[k] = table_t(0);
+  }
+  return zeros;
+}
+
 /// One CUDA thread's item of add_position_table over contiguous rows of `width`: the N elements
 /// from column (item % (width / N)) * N of each row of group item / (width / N), with their N
 /// table values read once (N | width; x, out and the table aligned to N elements when N > 1),
@@ -96,16 +113,7 @@ struct AddRowsBody {
     const index_t group = index / per_row;
     const index_t column = (index - group * per_row) * N;
     const int64_t p = checked_position(where.position(rows.row(group, 0)), table_rows);
-    Pack<table_t, N> t;
-    if (p < 0) { // padding adds 0
-      POSENC_UNROLL
-      for (int k = 0; k < N; ++k) {
-        t.value[k] = table_t(0);
-      }
-    } else {
-      t = *reinterpret_cast<const Pack<table_t, N>*>(table + static_cast<index_t>(p) * width +
-                                                     column);
-    }
+    const Pack<table_t, N> t = table_values<N>(table, p, width, column);
     for (index_t r = 0; r < rows.repeat; ++r) {
       const index_t at = rows.row(group, r) * width + column;
       const Pack<scalar_t, N> in = *reinterpret_cast<const Pack<scalar_t, N>*>(x + at);

@@ -113,15 +113,7 @@ struct TokenBody {
     const index_t group = index / per_row;
     const index_t c0 = (index - group * per_row) * N;
     const int64_t p = checked_position(where.position(rows.row(group, 0)), table_rows);
-    Pack<table_t, N> t;
-    if (p < 0) { // padding adds 0
-      POSENC_UNROLL
-      for (int k = 0; k < N; ++k) {
-        t.value[k] = table_t(0);
-      }
-    } else {
-      t = *reinterpret_cast<const Pack<table_t, N>*>(table + static_cast<index_t>(p) * width + c0);
-    }
+    const Pack<table_t, N> t = table_values<N>(table, p, width, c0);
     const bool drop = mask != nullptr;
     for (index_t r = 0; r < rows.repeat; ++r) {
       const index_t row = rows.row(group, r);
