@@ -561,7 +561,7 @@ class RotaryEmbedding(_DerivedTables):
                  rope_scaling: Optional[dict] = None, freq_factors: Optional[List[float]] = None,
                  attention_factor_in_cos_sin: bool = True, mrope_section: Optional[List[int]] = None,
                  mrope_interleaved: bool = False, cached_len: Optional[int] = None,
-                 deinterleave: bool = False) -> None:
+                 deinterleave: bool = False, inverse: bool = False) -> None:
         super().__init__()
         who = "RotaryEmbedding"
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
@@ -589,6 +589,8 @@ class RotaryEmbedding(_DerivedTables):
                              f"pairing 'half_split', but pairing is '{self.pairing}'; pass pairing='half_split' with "
                              "deinterleave, or drop deinterleave for pairs (2i, 2i + 1) kept in place")
         self.deinterleave = deinterleave
+        #: Turned by -theta (NanoChat's rotation; the C++ options' inverse).
+        self.inverse = inverse
         self.heads_first = heads_first
         self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         scaling = dict(rope_scaling or {})
@@ -761,7 +763,7 @@ class RotaryEmbedding(_DerivedTables):
     def _rotate(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
         cos, sin, inv_freq, positions = self._tables_for(x, offset, positions)
         return _ops.apply_rotary(self._regrouped(x), cos, sin, offset, positions, self.pairing == "interleaved",
-                                 self.heads_first, False, inv_freq, self._rows_factor)
+                                 self.heads_first, self.inverse, inv_freq, self._rows_factor)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         return self._rotate(x, offset, None)
@@ -776,12 +778,14 @@ class RotaryEmbedding(_DerivedTables):
         """Queries and keys (any head counts: GQA/MQA) in one call."""
         cos, sin, inv_freq, positions = self._tables_for(q, offset, None)
         return _ops.apply_rotary_qk(self._regrouped(q), self._regrouped(k), cos, sin, offset, positions,
-                                    self.pairing == "interleaved", self.heads_first, False, inv_freq, self._rows_factor)
+                                    self.pairing == "interleaved", self.heads_first, self.inverse, inv_freq,
+                                    self._rows_factor)
 
     def extra_repr(self) -> str:
         cached = f", cached_len={self.cached_len}" if self.cached_len != self.max_len else ""
         return (f"head_dim={self.head_dim}, max_len={self.max_len}{cached}, rotary_dim={self.rotary_dim}, "
-                f"base={self.base}, pairing={self.pairing}{', deinterleave=True' if self.deinterleave else ''}, "
+                f"base={self.base}, pairing={self.pairing}{', deinterleave=True' if self.deinterleave else ''}"
+                f"{', inverse=True' if self.inverse else ''}, "
                 f"heads_first={self.heads_first}, rope_type={self.rope_type}")
 
 

@@ -38,6 +38,7 @@ struct ExportArgs {
   std::string spacing = "paper";
   std::string pairing; // "": half_split, or with --hf-config the pairing the config implies
   bool deinterleave = false;
+  bool inverse = false;
   std::string hf_config;
   std::shared_ptr<io::HfConfigReadOptions> read = std::make_shared<io::HfConfigReadOptions>();
   std::string format = "torchscript";
@@ -96,6 +97,9 @@ void run_export(const ExportArgs& args) {
     } else if (args.deinterleave) {
       options.deinterleave(true);
     }
+    if (args.inverse) { // else the model type's
+      options.inverse(true);
+    }
     save(RotaryEmbedding(options), args.output, args.format);
     return;
   }
@@ -105,6 +109,7 @@ void run_export(const ExportArgs& args) {
         .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
                                                : RotaryPairing::kHalfSplit)
         .deinterleave(args.deinterleave)
+        .inverse(args.inverse)
         .heads_first(args.heads_first)
         .beyond_max_len(beyond)
         .cached_len(args.cached_len);
@@ -179,6 +184,9 @@ void add_export_command(CLI::App& app) {
                 "Pairs (2i, 2i + 1) regrouped into halves before turning (rotary, with "
                 "half_split: DeepSeek-V3's rope_interleave); with --hf-config, the model type's "
                 "unless --pairing is given");
+  cmd->add_flag("--inverse", args->inverse,
+                "Turned by -theta (rotary: NanoChat's rotation); with --hf-config, the model "
+                "type's where not given");
   cmd->add_flag("--seq-first", args->seq_first,
                 "Inputs are [L, B, D] instead of [B, L, D] (sinusoidal)");
   cmd->add_flag("--heads-first", args->heads_first,
@@ -217,7 +225,7 @@ void add_export_command(CLI::App& app) {
     // Each module's own options: required where it needs them, refused where it has none.
     const bool rotary = args->module == "rotary";
     for (const char* name : {"--head-dim", "--rotary-dim", "--pairing", "--deinterleave",
-                             "--heads-first", "--cached-len"}) {
+                             "--inverse", "--heads-first", "--cached-len"}) {
       if (!rotary && cmd->count(name) > 0) {
         throw CLI::ValidationError(name, "applies to --module rotary only");
       }

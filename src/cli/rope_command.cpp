@@ -121,6 +121,9 @@ void run_rope(const RopeArgs& args) {
       std::cout << "pairs (2i, 2i + 1) regrouped into halves before turning (deinterleave: "
                    "DeepSeek-V3's rope_interleave)\n";
     }
+    if (options.inverse()) {
+      std::cout << "turned by -theta (inverse: NanoChat's rotate_half)\n";
+    }
     if (args.seq_len > 0) {
       std::cout << "frequencies of a call ending at position " << args.seq_len - 1 << "\n";
     }

@@ -49,14 +49,14 @@ namespace detail {
 
 at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                             int64_t offset, const at::Tensor& positions, RotaryPairing pairing,
-                            bool heads_first, const at::Tensor& inv_freq, double attention_factor) {
+                            bool heads_first, const at::Tensor& inv_freq, double attention_factor,
+                            bool inverse) {
   const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_embedding");
   return ops::apply_rotary(
       x, cos, sin, offset,
       positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt,
-      pairing == RotaryPairing::kInterleaved, heads_first,
-      /*inverse=*/false, inv_freq.defined() ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt,
-      attention_factor);
+      pairing == RotaryPairing::kInterleaved, heads_first, inverse,
+      inv_freq.defined() ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt, attention_factor);
 }
 
 std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
@@ -73,7 +73,7 @@ std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
 std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
     int64_t offset, const at::Tensor& positions, RotaryPairing pairing, bool heads_first,
-    const at::Tensor& inv_freq, double attention_factor, bool in_place) {
+    const at::Tensor& inv_freq, double attention_factor, bool in_place, bool inverse) {
   const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_embedding_qk");
   const auto given_positions =
       positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt;
@@ -84,11 +84,11 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
     at::Tensor q_ = q; // (handles to the same tensors)
     at::Tensor k_ = k;
     ops::apply_rotary_qk_(q_, k_, cos, sin, offset, given_positions, interleaved, heads_first,
-                          /*inverse=*/false, given_inv_freq, attention_factor);
+                          inverse, given_inv_freq, attention_factor);
     return {q, k};
   }
   return ops::apply_rotary_qk(q, k, cos, sin, offset, given_positions, interleaved, heads_first,
-                              /*inverse=*/false, given_inv_freq, attention_factor);
+                              inverse, given_inv_freq, attention_factor);
 }
 
 } // namespace detail

@@ -130,10 +130,10 @@ const std::vector<ModelRule>& model_rules() {
 
 // What the model code of a model type in transformers 5.23.0 does to the rotation beyond what its
 // config.json says (found by reading each modeling file's rotary class, rotate_half and
-// apply_rotary_pos_emb), one entry per rule: the reader applies kInterleavedPairs and kNtkAlpha,
-// and reports kNotApplied (a warning; an error when strict). test_rope_model_types.py compares
-// every model type with a rotary embedding against its own code, and docs/rope_models.md lists
-// them. Adding a model type is one entry here and its row there.
+// apply_rotary_pos_emb), one entry per rule: the reader applies kInterleavedPairs, kNtkAlpha,
+// the deinterleave rules and kInverse, and reports kNotApplied (a warning; an error when strict).
+// test_rope_model_types.py compares every model type with a rotary embedding against its own code,
+// and docs/rope_models.md lists them. Adding a model type is one entry here and its row there.
 enum class CodeRule {
   /// Channels (2i, 2i + 1) turn together (an interleaved rotate_half, complex multiplication).
   kInterleavedPairs,
@@ -144,6 +144,8 @@ enum class CodeRule {
   kDeinterleave,
   /// kDeinterleave where the config's `rope_interleave` (default true) says so.
   kDeinterleaveIfRopeInterleave,
+  /// Turned by -theta (rotate_half is cat(x2, -x1)): RotaryEmbeddingOptions::inverse.
+  kInverse,
   /// A rule posenc does not apply; `what` says which.
   kNotApplied,
 };
@@ -200,8 +202,8 @@ const std::vector<ModelTypeRule>& model_type_rules() {
        "in an order of its own (its M-RoPE recomposition interleaves the h and w sections and "
        "moves t last), text positions included; posenc keeps the frequencies in order"},
       {{"nanochat"},
-       CodeRule::kNotApplied,
-       "the model's code turns by -theta (its rotate_half is cat(x2, -x1)); posenc turns by theta"},
+       CodeRule::kInverse,
+       "the model's code turns by -theta (its rotate_half is cat(x2, -x1)): inverse"},
   };
   return rules;
 }
@@ -1024,7 +1026,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       audit.add_rule(name, shown(model_type_field), code_rule->what);
     } else if (code_rule->rule == CodeRule::kInterleavedPairs || ntk_alpha_rule ||
                code_rule->rule == CodeRule::kDeinterleave ||
-               code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave) {
+               code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave ||
+               code_rule->rule == CodeRule::kInverse) {
       audit.add(name, Status::kUsed, shown(model_type_field), code_rule->what);
     } else {
       audit.add(name, Status::kUsed, shown(model_type_field),
@@ -1185,7 +1188,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
           .mrope_section(mrope_section)
           .mrope_interleaved(mrope_interleaved)
           .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit)
-          .deinterleave(deinterleave);
+          .deinterleave(deinterleave)
+          .inverse(code_rule != nullptr && code_rule->rule == CodeRule::kInverse);
   result.audit = audit.take();
   return result;
 }

@@ -118,6 +118,9 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   if (options.deinterleave()) {
     stream << ", deinterleave=true";
   }
+  if (options.inverse()) {
+    stream << ", inverse=true";
+  }
   stream << ", heads_first=" << options.heads_first();
   if (options.beyond_max_len() != BeyondMaxLen::kError) {
     stream << ", beyond_max_len=" << options.beyond_max_len();
@@ -335,7 +338,7 @@ torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t of
   const CallTables tables = call_tables(x, offset, positions);
   return functional::detail::rotary_embedding(
       regrouped(x), tables.cos, tables.sin, offset, tables.positions, options.pairing(),
-      options.heads_first(), tables.inv_freq, attention_factor_);
+      options.heads_first(), tables.inv_freq, attention_factor_, options.inverse());
 }
 
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_at(
@@ -349,7 +352,8 @@ std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_at(
     // either), then regrouped into halves: the arithmetic of turning regrouped copies.
     functional::detail::rotary_embedding_qk(q, k, tables.cos, tables.sin, offset, tables.positions,
                                             RotaryPairing::kInterleaved, options.heads_first(),
-                                            tables.inv_freq, attention_factor_, /*in_place=*/true);
+                                            tables.inv_freq, attention_factor_, /*in_place=*/true,
+                                            options.inverse());
     const int64_t rotary_dim = options.rotated_width();
     for (const torch::Tensor* t : {&q, &k}) {
       torch::Tensor part = t->narrow(-1, 0, rotary_dim);
@@ -361,11 +365,11 @@ std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_at(
     return functional::detail::rotary_embedding_qk(
         regrouped(q), regrouped(k), tables.cos, tables.sin, offset, tables.positions,
         options.pairing(), options.heads_first(), tables.inv_freq, attention_factor_,
-        /*in_place=*/false);
+        /*in_place=*/false, options.inverse());
   }
   return functional::detail::rotary_embedding_qk(
       q, k, tables.cos, tables.sin, offset, tables.positions, options.pairing(),
-      options.heads_first(), tables.inv_freq, attention_factor_, in_place);
+      options.heads_first(), tables.inv_freq, attention_factor_, in_place, options.inverse());
 }
 
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk(const torch::Tensor& q,

@@ -419,6 +419,63 @@ TEST_F(Rotary, TenMillionPositionContextWithoutATenMillionRowCache) {
                       "RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table");
 }
 
+// inverse (NanoChat's rotation, rotate_half = cat(x2, -x1)): every kind of call turns by -theta,
+// i.e. rotates with sin negated (exact), and the module without inverse turns it back; with
+// deinterleave, the regrouped pairs turn by -theta too; the TorchScript export alike.
+TEST_F(Rotary, InverseTurnsByMinusTheta) {
+  for (const RotaryPairing pairing : {RotaryPairing::kHalfSplit, RotaryPairing::kInterleaved}) {
+    RotaryEmbedding rope(
+        RotaryEmbeddingOptions(12, 64).rotary_dim(8).base(500.0).pairing(pairing).inverse(true));
+    RotaryEmbedding forward(
+        RotaryEmbeddingOptions(12, 64).rotary_dim(8).base(500.0).pairing(pairing));
+    EXPECT_NE(printed(*rope).find(", inverse=true, heads_first=false"), std::string::npos)
+        << printed(*rope);
+    const auto x = torch::randn({2, 5, 3, 12});
+    const bool interleaved = pairing == RotaryPairing::kInterleaved;
+    const auto expected =
+        posenc::ops::apply_rotary(x, rope->cos, rope->sin.neg(), 9, c10::nullopt, interleaved);
+    EXPECT_TRUE(torch::equal(rope(x, 9), expected));
+    EXPECT_TRUE(torch::equal(rope->forward_positions(x, torch::arange(9, 14)), expected));
+    auto [q, k] = rope->forward_qk(x, x.narrow(2, 0, 1), 9);
+    EXPECT_TRUE(torch::equal(q, expected));
+    EXPECT_TRUE(torch::equal(k, expected.narrow(2, 0, 1)));
+    auto q_in_place = x.clone();
+    auto k_in_place = x.narrow(2, 0, 1).clone();
+    rope->forward_qk_(q_in_place, k_in_place, 9);
+    EXPECT_TRUE(torch::equal(q_in_place, expected));
+    EXPECT_TRUE(torch::equal(k_in_place, expected.narrow(2, 0, 1)));
+    const auto x64 = x.to(torch::kDouble);
+    // float32 cos/sin (each within 2^-25 of its value), so cos^2 + sin^2 is 1 within 2^-23:
+    // back within 2^-21 |x|
+    EXPECT_LE(max_abs_difference(forward(rope(x64, 9), 9), x64),
+              std::ldexp(1.0, -21) * x64.abs().max().item<double>());
+    EXPECT_GT(max_abs_difference(rope(x, 9), forward(x, 9)), 1e-2); // not the turn by theta
+    auto exported = posenc::to_torchscript(rope);
+    EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{9}}).toTensor(), expected), 1e-6);
+    // F::rotary_embedding, the functional twin
+    namespace F = posenc::functional;
+    EXPECT_TRUE(
+        torch::equal(F::rotary_embedding(
+                         x, rope->cos, rope->sin,
+                         F::RotaryEmbeddingFuncOptions().offset(9).pairing(pairing).inverse(true)),
+                     expected));
+  }
+  // deinterleave and inverse: the regrouped channels turned by -theta
+  RotaryEmbedding both(
+      RotaryEmbeddingOptions(12, 64).rotary_dim(8).deinterleave(true).inverse(true));
+  const auto x = torch::randn({1, 4, 2, 12});
+  const auto halves = torch::cat(
+      {x.narrow(3, 0, 8).index({"...", torch::indexing::Slice(0, 8, 2)}),
+       x.narrow(3, 0, 8).index({"...", torch::indexing::Slice(1, 8, 2)}), x.narrow(3, 8, 4)},
+      3);
+  EXPECT_TRUE(
+      torch::equal(both(x, 3), posenc::ops::apply_rotary(halves, both->cos, both->sin.neg(), 3)));
+  auto q = x.clone();
+  auto k = x.narrow(2, 0, 1).clone();
+  both->forward_qk_(q, k, 3);
+  EXPECT_TRUE(torch::equal(q, both(x, 3)));
+}
+
 // deinterleave (DeepSeek-V3's rope_interleave): pairs (2i, 2i + 1) are rotated and written as
 // halves (i, i + R/2): out[i] = a cos - b sin, out[i + R/2] = a sin + b cos with a = x[2i],
 // b = x[2i + 1]; the channels past the rotated width pass through. Against the long double

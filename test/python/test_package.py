@@ -220,6 +220,34 @@ def test_deinterleave_with_partial_rotary_is_the_cpp_module(posenc, posenc_cli, 
     assert torch.equal(module(x, 40)[..., 8:], x[..., 8:])
 
 
+@pytest.mark.parametrize("pairing", ["half_split", "interleaved"])
+def test_inverse_turns_by_minus_theta_as_the_cpp_module(posenc, posenc_cli, tmp_path, pairing):
+    """inverse (NanoChat's rotation, rotate_half = cat(x2, -x1)): posenc.nn and the C++ module's
+    TorchScript export agree bit for bit, turn by -theta (the float64 rotation by -sin within
+    float32's error, as test_rotary bounds the rotation by theta), and the module without inverse
+    turns the result back."""
+    from reference import rope_cos_sin, rope_half_split, rope_interleaved
+
+    scripted = export(posenc_cli, tmp_path, "nanochat", "--module", "rotary", "--max-len", 64, "--head-dim", 16,
+                      "--pairing", pairing, "--inverse")
+    module = posenc.nn.RotaryEmbedding(16, 64, pairing=pairing, inverse=True)
+    same_state(module, scripted)
+    assert "inverse=True" in repr(module) and scripted.inverse
+    x = torch.randn(2, 10, 3, 16)
+    y = module(x, 40)
+    assert torch.equal(y, scripted(x, 40))
+    q, k = module.forward_qk(x, x[:, :, :1].contiguous(), 40)
+    assert torch.equal(q, y) and torch.equal(k, scripted(x[:, :, :1].contiguous(), 40))
+    cos, sin = rope_cos_sin(torch.arange(40, 50), 16)
+    reference = {"half_split": rope_half_split, "interleaved": rope_interleaved}[pairing]
+    expected = reference(x.double(), cos, -sin, 16)
+    bound = 4 * 2.0 ** -24 * (x.abs().max().item() * 2) + 2 * 2.0 ** -25 * x.abs().max().item()
+    assert (y.double() - expected).abs().max().item() <= bound
+    assert (y.double() - reference(x.double(), cos, sin, 16)).abs().max().item() > 100 * bound
+    back = posenc.nn.RotaryEmbedding(16, 64, pairing=pairing)(y.double(), 40)
+    assert torch.allclose(back, x.double(), rtol=0, atol=4 * bound)
+
+
 def _hf_rope(posenc, posenc_cli, tmp_path, config, **module_options):
     """The C++ module exported from a Hugging Face config, and posenc.nn's from the same fields."""
     path = tmp_path / "config.json"

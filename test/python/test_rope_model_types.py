@@ -69,6 +69,19 @@ def test_docs_list_every_model_type_with_its_status(results):
                                "'python test/python/model_types.py --markdown'")
 
 
+def test_nanochat_turns_by_minus_theta_as_its_code(results, posenc_package):
+    """NanoChat's rotate_half is cat(x2, -x1): its code turns by -theta. posenc reads the type as
+    inverse, and the comparison with its own code (model_types.py) finds them equal, where posenc
+    warned before; a kwarg still overrides the config."""
+    assert results["nanochat"][0] == "equal", results["nanochat"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model("nanochat")
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(config)
+    assert module.inverse and "inverse=True" in repr(module)
+    assert not posenc_package.nn.RotaryEmbedding.from_hf_config(config, inverse=False).inverse
+
+
 @pytest.mark.parametrize("model_type, pairing", [("glm4v_text", "interleaved"), ("glm4v_moe_text", "half_split")])
 def test_glm4v_rotates_as_its_code(posenc_package, model_type, pairing):
     """GLM-4.1V / GLM-4.5V: contiguous M-RoPE sections, [8, 12, 12] unless the config gives them,

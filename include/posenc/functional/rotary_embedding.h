@@ -6,8 +6,8 @@
 
 #include <cstdint>
 #include <tuple>
-#include <vector>
 #include <utility>
+#include <vector>
 
 namespace posenc {
 namespace functional {
@@ -15,10 +15,11 @@ namespace functional {
 namespace detail {
 /// `rotary_embedding` with raw arguments, as RotaryEmbedding calls it: `inv_freq` (float64
 /// `[R/2]`, on the CPU) and `attention_factor` let positions past the caches be computed.
+/// `inverse`: turns by -theta.
 at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                             int64_t offset, const at::Tensor& positions, RotaryPairing pairing,
                             bool heads_first, const at::Tensor& inv_freq = at::Tensor(),
-                            double attention_factor = 1.0);
+                            double attention_factor = 1.0, bool inverse = false);
 
 /// Multimodal tables with positions past the caches computed from `inv_freq` (when defined).
 std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
@@ -30,7 +31,7 @@ std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(
 std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
     int64_t offset, const at::Tensor& positions, RotaryPairing pairing, bool heads_first,
-    const at::Tensor& inv_freq, double attention_factor, bool in_place);
+    const at::Tensor& inv_freq, double attention_factor, bool in_place, bool inverse = false);
 } // namespace detail
 
 /// The rotary caches: `cos` and `sin` of `position * inv_freq[i]` for positions
@@ -67,7 +68,8 @@ inline at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos,
                                    const at::Tensor& sin,
                                    const RotaryEmbeddingFuncOptions& options = {}) {
   return detail::rotary_embedding(x, cos, sin, options.offset(), options.positions(),
-                                  options.pairing(), options.heads_first());
+                                  options.pairing(), options.heads_first(), at::Tensor(), 1.0,
+                                  options.inverse());
 }
 
 /// Multimodal RoPE (Qwen2-VL, Qwen3-VL): the per-token cos/sin `[B, L, R/2]` (or `[L, R/2]`) of
@@ -91,7 +93,7 @@ inline std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
     const RotaryEmbeddingFuncOptions& options = {}) {
   return detail::rotary_embedding_qk(q, k, cos, sin, options.offset(), options.positions(),
                                      options.pairing(), options.heads_first(), at::Tensor(), 1.0,
-                                     /*in_place=*/false);
+                                     /*in_place=*/false, options.inverse());
 }
 
 /// `rotary_embedding_qk` in place: q and k (views of one fused qkv tensor welcome) are rotated
@@ -101,7 +103,7 @@ inline void rotary_embedding_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor&
                                  const RotaryEmbeddingFuncOptions& options = {}) {
   detail::rotary_embedding_qk(q, k, cos, sin, options.offset(), options.positions(),
                               options.pairing(), options.heads_first(), at::Tensor(), 1.0,
-                              /*in_place=*/true);
+                              /*in_place=*/true, options.inverse());
 }
 
 } // namespace functional

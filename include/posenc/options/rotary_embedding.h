@@ -116,6 +116,10 @@ struct RotaryEmbeddingOptions {
   /// output's). Calls cost one copy of the rotated channels more (in-place calls rotate copies
   /// and write them back). Default: false.
   TORCH_ARG(bool, deinterleave) = false;
+  /// Turns each pair by -theta instead of theta: NanoChat's rotation (its rotate_half is
+  /// cat(x2, -x1)). Attention scores of the rotated queries and keys are those of theta at the
+  /// negated relative distance. Default: false.
+  TORCH_ARG(bool, inverse) = false;
   /// `false`: queries/keys are `[B, L, H, Dh]`; `true`: `[B, H, L, Dh]`. Default: `false`.
   TORCH_ARG(bool, heads_first) = false;
   /// Positions at or past `max_len`: an error (default) or cos/sin computed on the fly.
@@ -194,6 +198,8 @@ struct RotaryEmbeddingFuncOptions {
   TORCH_ARG(RotaryPairing, pairing) = RotaryPairing::kHalfSplit;
   /// `false`: `[B, L, H, Dh]`; `true`: `[B, H, L, Dh]`. Default: `false`.
   TORCH_ARG(bool, heads_first) = false;
+  /// Turns by -theta (RotaryEmbeddingOptions::inverse). Default: `false`.
+  TORCH_ARG(bool, inverse) = false;
 };
 
 } // namespace functional

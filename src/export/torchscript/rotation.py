@@ -2,8 +2,8 @@
 # modules (RotaryEmbedding, AxialRotaryEmbedding, VisionRotaryEmbedding): the arithmetic of
 # posenc's apply_rotary kernels, with the attributes `interleaved` (pairs (2i, 2i + 1), else
 # (i, i + R/2)), `deinterleave` (pairs (2i, 2i + 1) read and written as halves (i, i + R/2):
-# RotaryEmbeddingOptions::deinterleave) and `heads_first` ([B, H, L, Dh], else [B, L, H, Dh]). See
-# common.py for how these files are used.
+# RotaryEmbeddingOptions::deinterleave), `inverse` (turned by -theta: -sin is exact) and
+# `heads_first` ([B, H, L, Dh], else [B, L, H, Dh]). See common.py for how these files are used.
 
 import torch
 from torch import Tensor
@@ -39,6 +39,8 @@ class RotationMethods:
         else:
             a = part[..., :half]
             b = part[..., half:rotated]
+        if self.inverse:
+            s = s.neg()
         new_a = a.mul(c).sub(b.mul(s))
         new_b = a.mul(s).add(b.mul(c))
         if self.interleaved:
