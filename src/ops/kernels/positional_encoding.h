@@ -84,6 +84,26 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE Pack<table_t, N> table_values(const table_t* t
   return zeros;
 }
 
+/// What an item of a row-group grid (N elements a row per item) starts from: its group, its first
+/// column and the N table values of the group's position, checked against the table.
+template <int N, typename table_t, typename index_t>
+struct GroupItem {
+  index_t group;
+  index_t column;
+  Pack<table_t, N> t;
+};
+template <int N, typename table_t, typename index_t>
+C10_HOST_DEVICE C10_ALWAYS_INLINE GroupItem<N, table_t, index_t> group_item(
+    int64_t item, const RowGroups<index_t>& rows, index_t width, const SequenceRows& where,
+    const table_t* table, int64_t table_rows) {
+  const index_t per_row = width / N;
+  const index_t index = static_cast<index_t>(item);
+  const index_t group = index / per_row;
+  const index_t column = (index - group * per_row) * N;
+  const int64_t p = checked_position(where.position(rows.row(group, 0)), table_rows);
+  return {group, column, table_values<N>(table, p, width, column)};
+}
+
 /// One CUDA thread's item of add_position_table over contiguous rows of `width`: the N elements
 /// from column (item % (width / N)) * N of each row of group item / (width / N), with their N
 /// table values read once (N | width; x, out and the table aligned to N elements when N > 1),
@@ -108,12 +128,7 @@ struct AddRowsBody {
   }
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
-    const index_t per_row = width / N;
-    const index_t index = static_cast<index_t>(item);
-    const index_t group = index / per_row;
-    const index_t column = (index - group * per_row) * N;
-    const int64_t p = checked_position(where.position(rows.row(group, 0)), table_rows);
-    const Pack<table_t, N> t = table_values<N>(table, p, width, column);
+    const auto [group, column, t] = group_item<N>(item, rows, width, where, table, table_rows);
     for (index_t r = 0; r < rows.repeat; ++r) {
       const index_t at = rows.row(group, r) * width + column;
       const Pack<scalar_t, N> in = *reinterpret_cast<const Pack<scalar_t, N>*>(x + at);

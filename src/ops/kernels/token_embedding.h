@@ -108,12 +108,7 @@ struct TokenBody {
   }
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
-    const index_t per_row = width / N;
-    const index_t index = static_cast<index_t>(item);
-    const index_t group = index / per_row;
-    const index_t c0 = (index - group * per_row) * N;
-    const int64_t p = checked_position(where.position(rows.row(group, 0)), table_rows);
-    const Pack<table_t, N> t = table_values<N>(table, p, width, c0);
+    const auto [group, c0, t] = group_item<N>(item, rows, width, where, table, table_rows);
     const bool drop = mask != nullptr;
     for (index_t r = 0; r < rows.repeat; ++r) {
       const index_t row = rows.row(group, r);
