@@ -40,12 +40,15 @@ struct RotaryOperand {
   int64_t head_dim;
 };
 
-/// The pointers and row strides of `operand` (host code).
-template <typename scalar_t>
-OperandRows<scalar_t> operand_rows(const RotaryOperand& operand, bool heads_first) {
-  return {operand.in.data_ptr<scalar_t>(), operand.out.data_ptr<scalar_t>(),
-          RowStrides::of(operand.in, heads_first), RowStrides::of(operand.out, heads_first),
-          operand.heads, operand.head_dim};
+/// The pointers and row strides of `operand` (host code), in index_t (its offsets fit).
+template <typename scalar_t, typename index_t = int64_t>
+OperandRows<scalar_t, index_t> operand_rows(const RotaryOperand& operand, bool heads_first) {
+  return {operand.in.data_ptr<scalar_t>(),
+          operand.out.data_ptr<scalar_t>(),
+          RowStrides<index_t>::of(operand.in, heads_first),
+          RowStrides<index_t>::of(operand.out, heads_first),
+          static_cast<index_t>(operand.heads),
+          static_cast<index_t>(operand.head_dim)};
 }
 
 /// Rotates the queries and keys of one call in one pass: q.out = rotate(q.in), k.out =
@@ -163,19 +166,15 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary_qk_kernel(
 
 template <RotaryQkLoop loop, EmptyFn empty>
 void apply_rotary_qk_inplace_kernel(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
-                                    const at::Tensor& sin, int64_t offset,
-                                    OptionalTensor positions, bool interleaved, bool heads_first,
-                                    bool inverse, OptionalTensor inv_freq,
-                                    double attention_factor) {
+                                    const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                                    bool interleaved, bool heads_first, bool inverse,
+                                    OptionalTensor inv_freq, double attention_factor) {
   constexpr const char* op = "posenc::apply_rotary_qk_";
   const RotaryQkCall call = prepare_rotary_qk_call(op, q, k, cos, sin, offset, positions,
                                                    heads_first, inv_freq, attention_factor);
-  check_no_overlap(op, q, "q",
-                   {{"k", k},
-                    {"cos", cos},
-                    {"sin", sin},
-                    {"positions", positions},
-                    {"inv_freq", inv_freq}});
+  check_no_overlap(
+      op, q, "q",
+      {{"k", k}, {"cos", cos}, {"sin", sin}, {"positions", positions}, {"inv_freq", inv_freq}});
   check_no_overlap(op, k, "k",
                    {{"cos", cos}, {"sin", sin}, {"positions", positions}, {"inv_freq", inv_freq}});
   at::assert_no_internal_overlap(q);

@@ -212,31 +212,34 @@ struct RotaryRows {
 
 /// Where the rows of a `[B, L, H, Dh]` (or `[B, H, L, Dh]`) operand whose channels are contiguous
 /// lie: row (b, l, h) starts at element b * batch + l * length + h * head, so that views (the
-/// queries and keys of a fused qkv projection) are read and written where they are.
+/// queries and keys of a fused qkv projection) are read and written where they are. index_t: the
+/// index type of the kernel's arithmetic (a grid's may be 32-bit).
+template <typename index_t = int64_t>
 struct RowStrides {
-  int64_t batch;
-  int64_t length;
-  int64_t head;
+  index_t batch;
+  index_t length;
+  index_t head;
 
   static RowStrides of(const at::Tensor& t, bool heads_first) {
-    return {t.stride(0), t.stride(heads_first ? 2 : 1), t.stride(heads_first ? 1 : 2)};
+    return {static_cast<index_t>(t.stride(0)), static_cast<index_t>(t.stride(heads_first ? 2 : 1)),
+            static_cast<index_t>(t.stride(heads_first ? 1 : 2))};
   }
 
-  C10_HOST_DEVICE int64_t row(int64_t b, int64_t l, int64_t h) const {
+  C10_HOST_DEVICE index_t row(index_t b, index_t l, index_t h) const {
     return b * batch + l * length + h * head;
   }
 };
 
 /// One operand (queries or keys) of the rotary_qk kernels: the data read and written (the same in
-/// place), where each row lies in both, and its heads.
-template <typename scalar_t>
+/// place), where each row lies in both, and its heads, with index_t arithmetic.
+template <typename scalar_t, typename index_t = int64_t>
 struct OperandRows {
   const scalar_t* in;
   scalar_t* out;
-  RowStrides in_rows;
-  RowStrides out_rows;
-  int64_t heads;
-  int64_t head_dim;
+  RowStrides<index_t> in_rows;
+  RowStrides<index_t> out_rows;
+  index_t heads;
+  index_t head_dim;
 };
 
 } // namespace ops

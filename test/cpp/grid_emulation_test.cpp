@@ -396,9 +396,9 @@ posenc::ops::kernels::RotaryGridBody<float, float, index_t, N> one_head_body(
     const float* x, float* out, const float* cos, const float* sin, int64_t tokens, int64_t half,
     int64_t table_rows, const posenc::ops::RotaryRows& where) {
   const auto d = static_cast<index_t>(2 * half);
-  const posenc::ops::kernels::HeadRows<float, index_t> q{
-      x, out, static_cast<index_t>(tokens) * d, d, d, static_cast<index_t>(tokens) * d, d, d, 1, d};
-  posenc::ops::kernels::HeadRows<float, index_t> k = q;
+  const posenc::ops::RowStrides<index_t> strides{static_cast<index_t>(tokens) * d, d, d};
+  const posenc::ops::OperandRows<float, index_t> q{x, out, strides, strides, 1, d};
+  posenc::ops::OperandRows<float, index_t> k = q;
   k.heads = 0;
   return {q,
           k,
@@ -518,6 +518,27 @@ TEST(GridEmulation, ThreadsRefusePositionsOutsideTheTable) {
   }
 }
 
+// The token body of a call of two tokens (a [1, 2] batch) into `out` (4 wide), from a weight of
+// 5 rows and `table`, at the positions `where`, without dropout.
+template <typename index_t>
+posenc::ops::kernels::TokenBody<float, float, index_t, 1> two_token_body(
+    const std::vector<int64_t>& tokens, const torch::Tensor& weight, const torch::Tensor& table,
+    torch::Tensor& out, const posenc::ops::SequenceRows& where, const uint64_t& key) {
+  return {tokens.data(),
+          weight.data_ptr<float>(),
+          table.data_ptr<float>(),
+          out.data_ptr<float>(),
+          nullptr,
+          {2, 1, 1, 0},
+          4,
+          weight.size(0),
+          table.size(0),
+          where,
+          1.0f,
+          true,
+          posenc::ops::kernels::DropoutDraws{&key, 0, 0.0}};
+}
+
 TEST(GridEmulation, AddAndTokenThreadsRefusePositionsOutsideTheTable) {
   const torch::Tensor table = torch::randn({4, 4});
   const torch::Tensor x = torch::randn({1, 2, 4});
@@ -543,20 +564,7 @@ TEST(GridEmulation, AddAndTokenThreadsRefusePositionsOutsideTheTable) {
     EXPECT_NE(message.find("a position lies outside the table"), std::string::npos) << message;
     EXPECT_TRUE(torch::equal(out.select(1, 1), torch::full({1, 4}, 7.0f)));
     out.fill_(7.0f);
-    const posenc::ops::kernels::TokenBody<float, float, int32_t, 1> token{
-        tokens.data(),
-        weight.data_ptr<float>(),
-        table.data_ptr<float>(),
-        out.data_ptr<float>(),
-        nullptr,
-        {2, 1, 1, 0},
-        4,
-        5,
-        4,
-        where,
-        1.0f,
-        true,
-        posenc::ops::kernels::DropoutDraws{&key, 0, 0.0}};
+    const auto token = two_token_body<int32_t>(tokens, weight, table, out, where, key);
     message = posenc_test::error_message([&] {
       posenc_test::emulate_grid(token, token.work(), LaunchGeometry{1, 32});
     });
@@ -639,20 +647,8 @@ TEST(GridEmulation, ThreadsRefuseTokenIdsOutsideTheVocabulary) {
     const std::vector<int64_t> tokens = {0, bad};
     torch::Tensor out = torch::full({1, 2, 4}, 7.0f);
     const uint64_t key = 0;
-    const posenc::ops::kernels::TokenBody<float, float, int64_t, 1> body{
-        tokens.data(),
-        weight.data_ptr<float>(),
-        table.data_ptr<float>(),
-        out.data_ptr<float>(),
-        nullptr,
-        {2, 1, 1, 0},
-        4,
-        5,
-        8,
-        posenc::ops::SequenceRows{1, 2, true, 0, nullptr, false},
-        1.0f,
-        true,
-        posenc::ops::kernels::DropoutDraws{&key, 0, 0.0}};
+    const auto body = two_token_body<int64_t>(
+        tokens, weight, table, out, posenc::ops::SequenceRows{1, 2, true, 0, nullptr, false}, key);
     const std::string message = posenc_test::error_message([&] {
       posenc_test::emulate_grid(body, body.work(), LaunchGeometry{1, 32});
     });

@@ -91,32 +91,6 @@ C10_HOST_DEVICE C10_ALWAYS_INLINE void rotate_run(const scalar_t* x, scalar_t* o
   *reinterpret_cast<Run*>(out + second) = v;
 }
 
-/// One operand (queries or keys) of the rotary grid, with the body's index type: the data read and
-/// written (the same in place) and where row (b, l, h) lies in each.
-template <typename scalar_t, typename index_t>
-struct HeadRows {
-  const scalar_t* in;
-  scalar_t* out;
-  index_t in_batch, in_length, in_head;
-  index_t out_batch, out_length, out_head;
-  index_t heads;
-  index_t head_dim;
-
-  /// The operand of a checked call (host code; its offsets fit index_t).
-  static HeadRows of(const OperandRows<scalar_t>& rows) {
-    return {rows.in,
-            rows.out,
-            static_cast<index_t>(rows.in_rows.batch),
-            static_cast<index_t>(rows.in_rows.length),
-            static_cast<index_t>(rows.in_rows.head),
-            static_cast<index_t>(rows.out_rows.batch),
-            static_cast<index_t>(rows.out_rows.length),
-            static_cast<index_t>(rows.out_rows.head),
-            static_cast<index_t>(rows.heads),
-            static_cast<index_t>(rows.head_dim)};
-  }
-};
-
 /// One CUDA thread's item of apply_rotary_qk (and of apply_rotary, with no key heads). The T
 /// tokens (b * L + l) each have S = Hq + Hk head slots (the query heads, then the key heads),
 /// and each slot `chunks + rest_width` items: item j < chunks rotates the N pairs from j * N
@@ -128,8 +102,8 @@ template <typename scalar_t, typename table_t, typename index_t, int N>
 struct RotaryGridBody {
   static constexpr int kWidth = N; // pairs an item rotates
   static constexpr int kIndexBits = 8 * static_cast<int>(sizeof(index_t));
-  HeadRows<scalar_t, index_t> q;
-  HeadRows<scalar_t, index_t> k;
+  OperandRows<scalar_t, index_t> q;
+  OperandRows<scalar_t, index_t> k;
   const table_t* cos;
   const table_t* sin;
   index_t tokens;
@@ -156,10 +130,10 @@ struct RotaryGridBody {
     const index_t b = t / length;
     const index_t l = t - b * length;
     const bool is_q = slot < q.heads;
-    const HeadRows<scalar_t, index_t> side = is_q ? q : k; // selected, not addressed
+    const OperandRows<scalar_t, index_t> side = is_q ? q : k; // selected, not addressed
     const index_t h = is_q ? slot : slot - q.heads;
-    const scalar_t* xi = side.in + (b * side.in_batch + l * side.in_length + h * side.in_head);
-    scalar_t* oi = side.out + (b * side.out_batch + l * side.out_length + h * side.out_head);
+    const scalar_t* xi = side.in + side.in_rows.row(b, l, h);
+    scalar_t* oi = side.out + side.out_rows.row(b, l, h);
     if (j >= chunks) { // out of place: channel 2 * half + (j - chunks) of the head, if it has one
       const index_t c = 2 * half + (j - chunks);
       if (c < side.head_dim) {
@@ -238,19 +212,18 @@ void run_rotary_operands(const RotaryOperand& q, const RotaryOperand& k, const R
             with_index_type(narrow, [&](auto index) {
               using index_t = decltype(index);
               using Body = RotaryGridBody<scalar_t, table_t, index_t, decltype(width)::value>;
-              const Body body{
-                  HeadRows<scalar_t, index_t>::of(operand_rows<scalar_t>(q, call.heads_first)),
-                  HeadRows<scalar_t, index_t>::of(operand_rows<scalar_t>(k, call.heads_first)),
-                  c,
-                  sin.data_ptr<table_t>(),
-                  static_cast<index_t>(tokens),
-                  static_cast<index_t>(call.length),
-                  static_cast<index_t>(call.half),
-                  cos.numel() / call.half,
-                  RotaryRows::tokens_of(call),
-                  interleaved,
-                  inverse,
-                  static_cast<index_t>(rest_width)};
+              const Body body{operand_rows<scalar_t, index_t>(q, call.heads_first),
+                              operand_rows<scalar_t, index_t>(k, call.heads_first),
+                              c,
+                              sin.data_ptr<table_t>(),
+                              static_cast<index_t>(tokens),
+                              static_cast<index_t>(call.length),
+                              static_cast<index_t>(call.half),
+                              cos.numel() / call.half,
+                              RotaryRows::tokens_of(call),
+                              interleaved,
+                              inverse,
+                              static_cast<index_t>(rest_width)};
               execute(body, body.work());
             });
           });
