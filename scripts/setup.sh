@@ -37,6 +37,10 @@ timm_version=1.0.31
 safetensors_version=0.8.0
 # timm pulls torchvision; 0.26.0 is the one built for torch 2.11 (a newer one would upgrade torch)
 torchvision_version=0.26.0
+# ONNX export (posenc.onnx, test_onnx.py): onnxscript translates, ONNX Runtime is the reference runtime
+onnx_version=1.23.2
+onnxscript_version=0.7.2
+onnxruntime_version=1.32.0
 # builds the Python package (pip install --no-build-isolation ., pyproject.toml)
 scikit_build_core_version=0.11.6
 
@@ -74,6 +78,11 @@ for flavour in "${flavours[@]}"; do
   if ! "$venv/bin/python" -c "import sys, scikit_build_core as s; sys.exit(s.__version__ != '$scikit_build_core_version')" 2>/dev/null; then
     echo "setup: installing scikit-build-core==$scikit_build_core_version"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "scikit-build-core==$scikit_build_core_version"
+  fi
+  if ! "$venv/bin/python" -c "import sys, importlib.metadata as m; sys.exit([m.version(p) for p in ('onnx', 'onnxscript', 'onnxruntime')] != ['$onnx_version', '$onnxscript_version', '$onnxruntime_version'])" 2>/dev/null; then
+    echo "setup: installing onnx==$onnx_version onnxscript==$onnxscript_version onnxruntime==$onnxruntime_version"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 "onnx==$onnx_version" \
+      "onnxscript==$onnxscript_version" "onnxruntime==$onnxruntime_version"
   fi
   if ! "$venv/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('safetensors') != '$safetensors_version')" 2>/dev/null; then
     echo "setup: installing safetensors==$safetensors_version"

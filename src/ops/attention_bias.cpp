@@ -8,6 +8,7 @@
 #include "ops/dispatch.h"
 #include "ops/attention_bias_checks.h"
 #include "ops/kernels/attention_bias.h"
+#include "ops/sym_length.h"
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
@@ -34,21 +35,21 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
   m.def(
       "alibi_slopes(int num_heads, float max_bias=8., int first_head=0, int? heads=None, "
       "ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def(
-      "alibi_bias(Tensor slopes, int query_length, int key_length, int? offset=None, "
-      "bool causal=False, ScalarType? dtype=None) -> Tensor");
-  m.def(
-      "alibi_causal_bias(Tensor slopes, int key_length, Tensor? attention_mask=None, "
-      "ScalarType? dtype=None) -> Tensor");
+  // (POSENC_SYMINT: lengths that torch.export keeps symbolic, ops/sym_length.h)
+  m.def("alibi_bias(Tensor slopes, " POSENC_SYMINT " query_length, " POSENC_SYMINT
+        " key_length, " POSENC_SYMINT
+        "? offset=None, bool causal=False, ScalarType? dtype=None) -> Tensor");
+  m.def("alibi_causal_bias(Tensor slopes, " POSENC_SYMINT
+        " key_length, Tensor? attention_mask=None, ScalarType? dtype=None) -> Tensor");
   m.def(
       "relative_position_bucket(Tensor relative_position, bool bidirectional=True, "
       "int num_buckets=32, int max_distance=128) -> Tensor");
-  m.def(
-      "relative_position_bias(Tensor weight, int query_length, int key_length, "
-      "bool bidirectional=True, int max_distance=128, int offset=0) -> Tensor");
-  m.def(
-      "relative_sinusoidal_table(int length, int d_model, float base=10000., int? key_length=None, "
-      "ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("relative_position_bias(Tensor weight, " POSENC_SYMINT " query_length, " POSENC_SYMINT
+        " key_length, bool bidirectional=True, int max_distance=128, " POSENC_SYMINT
+        " offset=0) -> Tensor");
+  m.def("relative_sinusoidal_table(" POSENC_SYMINT
+        " length, int d_model, float base=10000., " POSENC_SYMINT
+        "? key_length=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("rel_shift(Tensor x) -> Tensor");
 }
 
@@ -154,11 +155,12 @@ int64_t query_start(const char* who, int64_t query_length, int64_t key_length,
   return *offset;
 }
 
-// The shape of a bias: [H, Lq, Lk] or [B, H, Lq, Lk] for the slopes' [H] or [B, H].
-std::vector<int64_t> bias_shape(const at::Tensor& slopes, int64_t rows, int64_t columns) {
-  std::vector<int64_t> shape(slopes.sizes().begin(), slopes.sizes().end());
-  shape.push_back(rows);
-  shape.push_back(columns);
+// The shape of a bias: [H, Lq, Lk] or [B, H, Lq, Lk] for the slopes' [H] or [B, H], with
+// lengths that may be symbolic.
+std::vector<SymLength> bias_lengths(const at::Tensor& slopes, SymLength rows, SymLength columns) {
+  std::vector<SymLength> shape = lengths_of(slopes);
+  shape.push_back(std::move(rows));
+  shape.push_back(std::move(columns));
   return shape;
 }
 
@@ -187,16 +189,35 @@ at::Tensor alibi_bias_kernel(const at::Tensor& slopes, int64_t query_length, int
   return bias.to(dtype.value_or(slopes.scalar_type()));
 }
 
-at::Tensor alibi_bias_meta(const at::Tensor& slopes, int64_t query_length, int64_t key_length,
-                           c10::optional<int64_t> offset, bool /*causal*/,
+// The checks of lengths that are concrete (sym_length.h): a symbolic one is checked by the
+// kernel that receives its value when the exported program runs.
+void check_lengths(const char* who,
+                   std::initializer_list<std::pair<const char*, SymLength>> lengths) {
+  for (const auto& length : lengths) {
+    if (const c10::optional<int64_t> value = concrete(length.second)) {
+      check_length(who, length.first, *value);
+    }
+  }
+}
+
+at::Tensor alibi_bias_meta(const at::Tensor& slopes, SymLength query_length, SymLength key_length,
+                           c10::optional<SymLength> offset, bool /*causal*/,
                            c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibi);
   check_bias_arguments(who, slopes, dtype);
-  query_start(who, query_length, key_length, offset);
+  bool offset_known = false;
+  const c10::optional<int64_t> start = concrete(offset, &offset_known);
+  const c10::optional<int64_t> queries = concrete(query_length);
+  const c10::optional<int64_t> keys = concrete(key_length);
+  if (queries && keys && offset_known) {
+    query_start(who, *queries, *keys, start);
+  } else {
+    check_lengths(who, {{"query_length", query_length}, {"key_length", key_length}});
+  }
   // (no count check of the slopes here: under torch.export their size may be symbolic; an
   // impossible shape is refused by at::empty)
-  return at::empty(bias_shape(slopes, query_length, key_length),
-                   slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
+  return empty_with_lengths(bias_lengths(slopes, query_length, key_length),
+                            slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
 }
 
 // Checks an attention mask `[B, Lk]` (1 / true: a real token, 0 / false: padding) against the
@@ -252,17 +273,21 @@ at::Tensor alibi_causal_bias_kernel(const at::Tensor& slopes, int64_t key_length
   return bias.unsqueeze(-2).to(dtype.value_or(slopes.scalar_type()));
 }
 
-at::Tensor alibi_causal_bias_meta(const at::Tensor& slopes, int64_t key_length,
+at::Tensor alibi_causal_bias_meta(const at::Tensor& slopes, SymLength key_length,
                                   OptionalTensor attention_mask,
                                   c10::optional<at::ScalarType> dtype) {
   const char* who = detail::caller_or(kAlibiCausal);
-  std::vector<int64_t> shape = bias_shape(slopes, 1, key_length);
-  if (check_causal_bias_arguments(who, slopes, key_length, attention_mask, dtype)) {
-    if (slopes.dim() == 1) {
-      shape.insert(shape.begin(), attention_mask->size(0));
-    }
+  std::vector<SymLength> shape = bias_lengths(slopes, 1, key_length);
+  bool masked = attention_mask.has_value() && attention_mask->defined();
+  if (const c10::optional<int64_t> keys = concrete(key_length)) {
+    masked = check_causal_bias_arguments(who, slopes, *keys, attention_mask, dtype);
+  } else {
+    check_bias_arguments(who, slopes, dtype);
   }
-  return at::empty(shape, slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
+  if (masked && slopes.dim() == 1) {
+    shape.insert(shape.begin(), lengths_of(*attention_mask)[0]);
+  }
+  return empty_with_lengths(shape, slopes.options().dtype(dtype.value_or(slopes.scalar_type())));
 }
 
 at::Tensor relative_position_bucket_kernel(const at::Tensor& relative_position, bool bidirectional,
@@ -284,23 +309,19 @@ at::Tensor relative_position_bucket_kernel(const at::Tensor& relative_position, 
 at::Tensor relative_position_bucket_meta(const at::Tensor& relative_position, bool bidirectional,
                                          int64_t num_buckets, int64_t max_distance) {
   check_relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance);
-  return at::empty(relative_position.sizes(), relative_position.options().dtype(at::kLong));
+  // (sizes that may be symbolic: torch.export)
+  return empty_with_lengths(lengths_of(relative_position),
+                            relative_position.options().dtype(at::kLong));
 }
 
 // T5's bias `[1, H, Lq, Lk]` from the learned `[num_buckets, H]` table. The bucket depends only on
 // key - query, so the Lq + Lk - 1 distinct distances are bucketed and looked up once, and the
 // bias is their Toeplitz expansion (an unfold of the looked-up rows, flipped along the queries).
-// Composite of differentiable ATen operations: the gradient reaches `weight`.
-at::Tensor relative_position_bias_kernel(const at::Tensor& weight, int64_t query_length,
-                                         int64_t key_length, bool bidirectional,
-                                         int64_t max_distance, int64_t offset) {
-  const char* who = detail::caller_or(kBias);
-  TORCH_CHECK(weight.defined() && weight.dim() == 2, who,
-              ": weight must be the [num_buckets, num_heads] bias table (T5's "
-              "relative_attention_bias.weight), but got ",
-              weight.defined() ? "shape " + c10::str(weight.sizes()) : "an undefined tensor");
-  detail::check_float_dtype(who, "weight's dtype", weight.scalar_type());
-  detail::check_bucket_arguments(who, bidirectional, weight.size(0), max_distance);
+// Composite of differentiable ATen operations: the gradient reaches `weight`. These are the
+// concrete lengths' bias; relative_position_bias_kernel below also takes symbolic ones.
+at::Tensor relative_position_bias_rows(const char* who, const at::Tensor& weight,
+                                       int64_t query_length, int64_t key_length, bool bidirectional,
+                                       int64_t max_distance, int64_t offset) {
   check_length(who, "query_length", query_length);
   check_length(who, "key_length", key_length);
   TORCH_CHECK(offset >= 0 && offset <= std::numeric_limits<int64_t>::max() - query_length, who,
@@ -329,14 +350,59 @@ at::Tensor relative_position_bias_kernel(const at::Tensor& weight, int64_t query
   return rows.unfold(1, key_length, 1).flip({1}).unsqueeze(0);
 }
 
-at::Tensor relative_sinusoidal_table_kernel(int64_t length, int64_t d_model, double base,
-                                            c10::optional<int64_t> key_length,
+at::Tensor relative_position_bias_kernel(const at::Tensor& weight, SymLength query_length,
+                                         SymLength key_length, bool bidirectional,
+                                         int64_t max_distance, SymLength offset) {
+  const char* who = detail::caller_or(kBias);
+  TORCH_CHECK(weight.defined() && weight.dim() == 2, who,
+              ": weight must be the [num_buckets, num_heads] bias table (T5's "
+              "relative_attention_bias.weight), but got ",
+              weight.defined() ? "shape " + c10::str(weight.sizes()) : "an undefined tensor");
+  detail::check_float_dtype(who, "weight's dtype", weight.scalar_type());
+  detail::check_bucket_arguments(who, bidirectional, weight.size(0), max_distance);
+  const c10::optional<int64_t> queries = concrete(query_length);
+  const c10::optional<int64_t> keys = concrete(key_length);
+  const c10::optional<int64_t> start = concrete(offset);
+  if (queries && keys && start) {
+    return relative_position_bias_rows(who, weight, *queries, *keys, bidirectional, max_distance,
+                                       *start);
+  }
+#if POSENC_SYMBOLIC_LENGTHS
+  // Symbolic lengths (torch.export): the distance key - query of every (query, key), bucketed by
+  // the same operator and looked up in the same table as above, so the same values, with every
+  // size a symbol (the view above needs a concrete window).
+  check_lengths(who, {{"query_length", query_length}, {"key_length", key_length}});
+  const auto index = at::TensorOptions().dtype(at::kLong).device(weight.device());
+  const at::Tensor distances = at::arange(c10::Scalar(key_length), index).unsqueeze(0) -
+                               at::arange(c10::Scalar(query_length), index)
+                                   .add(c10::Scalar(offset))
+                                   .unsqueeze(1); // [Lq, Lk]
+  const at::Tensor buckets =
+      ops::relative_position_bucket(distances, bidirectional, weight.size(0), max_distance);
+  return at::embedding(weight, buckets).permute({2, 0, 1}).unsqueeze(0); // [1, H, Lq, Lk]
+#else
+  TORCH_INTERNAL_ASSERT(false, "lengths are concrete without SymInt");
+#endif
+}
+
+at::Tensor relative_sinusoidal_table_meta(SymLength length, int64_t d_model, double base,
+                                          c10::optional<SymLength> key_length,
+                                          c10::optional<at::ScalarType> dtype,
+                                          c10::optional<at::Device> device);
+
+at::Tensor relative_sinusoidal_table_kernel(SymLength symbolic_length, int64_t d_model, double base,
+                                            c10::optional<SymLength> key_length,
                                             c10::optional<at::ScalarType> dtype,
                                             c10::optional<at::Device> device) {
+  if (device.has_value() && device->is_meta()) { // (fake tensors: a factory's meta device)
+    return relative_sinusoidal_table_meta(symbolic_length, d_model, base, key_length, dtype,
+                                          device);
+  }
   const char* who = detail::caller_or(kRelativeTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
-  const int64_t keys = key_length.value_or(length);
+  const int64_t length = value_of(symbolic_length);
+  const int64_t keys = key_length.has_value() ? value_of(*key_length) : length;
   detail::check_relative_table_arguments(who, length, keys, d_model, base);
   detail::SinusoidSpec spec;
   spec.d_model = d_model;
@@ -345,16 +411,21 @@ at::Tensor relative_sinusoidal_table_kernel(int64_t length, int64_t d_model, dou
                                            device.value_or(at::Device(at::kCPU)));
 }
 
-at::Tensor relative_sinusoidal_table_meta(int64_t length, int64_t d_model, double base,
-                                          c10::optional<int64_t> key_length,
+at::Tensor relative_sinusoidal_table_meta(SymLength length, int64_t d_model, double base,
+                                          c10::optional<SymLength> key_length,
                                           c10::optional<at::ScalarType> dtype,
                                           c10::optional<at::Device> /*device*/) {
   const char* who = detail::caller_or(kRelativeTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
-  const int64_t keys = key_length.value_or(length);
-  detail::check_relative_table_arguments(who, length, keys, d_model, base);
-  return at::empty({length + keys - 1, d_model}, at::TensorOptions().dtype(type).device(at::kMeta));
+  const SymLength keys = key_length.has_value() ? *key_length : length;
+  const c10::optional<int64_t> rows = concrete(length);
+  const c10::optional<int64_t> columns = concrete(keys);
+  if (rows && columns) {
+    detail::check_relative_table_arguments(who, *rows, *columns, d_model, base);
+  }
+  return empty_with_lengths({length + keys - 1, SymLength(d_model)},
+                            at::TensorOptions().dtype(type).device(at::kMeta));
 }
 
 // Transformer-XL's relative shift: scores [..., Lq, Lq + Lk - 1] against the relative table's
@@ -422,10 +493,10 @@ using AlibiSignature = at::Tensor(const at::Tensor&, int64_t, int64_t, c10::opti
 using AlibiCausalSignature = at::Tensor(const at::Tensor&, int64_t, OptionalTensor,
                                         c10::optional<at::ScalarType>);
 using BucketSignature = at::Tensor(const at::Tensor&, bool, int64_t, int64_t);
-using BiasSignature = at::Tensor(const at::Tensor&, int64_t, int64_t, bool, int64_t, int64_t);
-using RelativeTableSignature = at::Tensor(int64_t, int64_t, double, c10::optional<int64_t>,
-                                          c10::optional<at::ScalarType>,
-                                          c10::optional<at::Device>);
+// (the kernels of these two take SymLength: called so, unboxed)
+using BiasSignature = at::Tensor(const at::Tensor&, SymLength, SymLength, bool, int64_t, SymLength);
+using RelativeTableSignature = at::Tensor(SymLength, int64_t, double, c10::optional<SymLength>,
+                                          c10::optional<at::ScalarType>, c10::optional<at::Device>);
 using RelShiftSignature = at::Tensor(const at::Tensor&);
 
 at::Tensor alibi_slopes(int64_t num_heads, double max_bias, int64_t first_head,
@@ -459,7 +530,8 @@ at::Tensor relative_position_bias(const at::Tensor& weight, int64_t query_length
                                   int64_t key_length, bool bidirectional, int64_t max_distance,
                                   int64_t offset) {
   static const auto op = typed_op<BiasSignature>(kBias);
-  return op.call(weight, query_length, key_length, bidirectional, max_distance, offset);
+  return op.call(weight, SymLength(query_length), SymLength(key_length), bidirectional,
+                 max_distance, SymLength(offset));
 }
 
 at::Tensor relative_sinusoidal_table(int64_t length, int64_t d_model, double base,
@@ -467,7 +539,9 @@ at::Tensor relative_sinusoidal_table(int64_t length, int64_t d_model, double bas
                                      c10::optional<at::ScalarType> dtype,
                                      c10::optional<at::Device> device) {
   static const auto op = typed_op<RelativeTableSignature>(kRelativeTable);
-  return op.call(length, d_model, base, key_length, dtype, device);
+  const c10::optional<SymLength> keys =
+      key_length.has_value() ? c10::optional<SymLength>(SymLength(*key_length)) : c10::nullopt;
+  return op.call(SymLength(length), d_model, base, keys, dtype, device);
 }
 
 at::Tensor rel_shift(const at::Tensor& x) {

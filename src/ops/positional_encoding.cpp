@@ -4,6 +4,7 @@
 // meta/ (positional_encoding_kernel.*).
 
 #include "ops/dispatch.h"
+#include "ops/sym_length.h"
 
 #include <posenc/ops/positional_encoding.h>
 
@@ -12,10 +13,10 @@
 namespace posenc {
 
 TORCH_LIBRARY_FRAGMENT(posenc, m) {
-  m.def(
-      "sinusoidal_table(int max_len, int d_model, float base=10000.0, int offset=0, "
-      "str channels=\"interleaved\", str frequencies=\"paper\", ScalarType? dtype=None, "
-      "Device? device=None) -> Tensor");
+  m.def("sinusoidal_table(" POSENC_SYMINT
+        " max_len, int d_model, float base=10000.0, int offset=0, "
+        "str channels=\"interleaved\", str frequencies=\"paper\", ScalarType? dtype=None, "
+        "Device? device=None) -> Tensor");
   m.def(
       "add_positional_encoding(Tensor x, int offset=0, float base=10000.0, bool batch_first=True, "
       "Tensor? positions=None, float scale=1.0, str channels=\"interleaved\", "
@@ -47,11 +48,12 @@ namespace ops {
 at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
                             c10::string_view channels, c10::string_view frequencies,
                             c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
+  // (its kernel takes SymLength: called so, unboxed)
   static const auto op =
-      typed_op<at::Tensor(int64_t, int64_t, double, int64_t, c10::string_view, c10::string_view,
+      typed_op<at::Tensor(SymLength, int64_t, double, int64_t, c10::string_view, c10::string_view,
                           c10::optional<at::ScalarType>, c10::optional<at::Device>)>(
           "posenc::sinusoidal_table");
-  return op.call(max_len, d_model, base, offset, channels, frequencies, dtype, device);
+  return op.call(SymLength(max_len), d_model, base, offset, channels, frequencies, dtype, device);
 }
 
 at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double base,

@@ -3,6 +3,7 @@
 
 #include "detail/rope_types.h"
 #include "ops/dispatch.h"
+#include "ops/sym_length.h"
 
 #include <posenc/ops/rotary.h>
 
@@ -37,9 +38,9 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "rope_frequencies(int rotary_dim, float base=10000.0, str rope_parameters=\"{}\", "
       "float[]? freq_factors=None, int? seq_len=None, Tensor? positions=None, "
       "Tensor? frequencies=None, Device? device=None) -> (Tensor, Tensor)");
-  m.def(
-      "rotary_tables(int max_len, Tensor inv_freq, float attention_factor=1.0, "
-      "ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)");
+  m.def("rotary_tables(" POSENC_SYMINT
+        " max_len, Tensor inv_freq, float attention_factor=1.0, "
+        "ScalarType? dtype=None, Device? device=None) -> (Tensor, Tensor)");
 }
 
 namespace ops {

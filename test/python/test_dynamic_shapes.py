@@ -57,3 +57,60 @@ def test_export_keeps_the_length_dynamic(posenc_ops, name):
         if name == "timestep_embedding":
             x = x.abs() * 1000
         assert torch.equal(program.module()(x), function(x)), size
+
+
+def length_cases(ops):
+    """Operators whose lengths are arguments (`SymInt` in their schemas), given the length of the
+    input: under torch.export the length stays a symbol instead of being fixed to the example's."""
+    slopes = ops.alibi_slopes(4)
+    weight = torch.randn(32, 4)
+    inv_freq = ops.rope_frequencies(16)[0]
+    return {
+        # name: function of x [B, L, D]
+        "sinusoidal_table": lambda x: x + ops.sinusoidal_table(x.shape[1], x.shape[2]),
+        "alibi_bias": lambda x: ops.alibi_bias(slopes, x.shape[1], x.shape[1]),
+        "alibi_bias_offset": lambda x: ops.alibi_bias(slopes, x.shape[1], x.shape[1] + 3, x.shape[1] - 1, True),
+        "alibi_causal_bias": lambda x: ops.alibi_causal_bias(slopes, x.shape[1]),
+        "relative_position_bias": lambda x: ops.relative_position_bias(weight, x.shape[1], x.shape[1] + 2),
+        "relative_position_bias_offset": lambda x: ops.relative_position_bias(weight, 1, x.shape[1], True, 128,
+                                                                              x.shape[1] - 1),
+        "relative_sinusoidal_table": lambda x: ops.relative_sinusoidal_table(x.shape[1], x.shape[2]),
+        "rotary_tables": lambda x: ops.rotary_tables(x.shape[1], inv_freq)[1],
+    }
+
+
+@pytest.mark.parametrize("name", ["sinusoidal_table", "alibi_bias", "alibi_bias_offset", "alibi_causal_bias",
+                                  "relative_position_bias", "relative_position_bias_offset",
+                                  "relative_sinusoidal_table", "rotary_tables"])
+def test_export_keeps_length_arguments_dynamic(posenc_ops, name):
+    function = length_cases(posenc_ops)[name]
+    length = torch.export.Dim("length", min=2, max=300)
+    program = torch.export.export(Call(function), (torch.randn(2, 9, 16),), dynamic_shapes=({1: length},))
+    # no specialization: the length is a symbol of the graph's inputs, not the example's 9
+    assert len(program.range_constraints) >= 1
+    for size in (2, 40, 300):
+        x = torch.randn(2, size, 16)
+        assert torch.equal(program.module()(x), function(x)), size
+
+
+def test_symbolic_lengths_are_checked_when_the_program_runs(posenc_ops):
+    """A length the export could not check (a symbol) is checked by the kernel that receives its
+    value: alibi_bias without an offset needs key_length >= query_length."""
+    slopes = posenc_ops.alibi_slopes(4)
+    queries = torch.export.Dim("queries", min=1, max=64)
+    keys = torch.export.Dim("keys", min=1, max=64)
+    program = torch.export.export(
+        Call2(lambda q, k: posenc_ops.alibi_bias(slopes, q.shape[0], k.shape[0])),
+        (torch.zeros(3), torch.zeros(5)), dynamic_shapes=({0: queries}, {0: keys}))
+    assert program.module()(torch.zeros(4), torch.zeros(6)).shape == (4, 4, 6)
+    with pytest.raises(RuntimeError, match="key_length >= query_length"):
+        program.module()(torch.zeros(6), torch.zeros(4))
+
+
+class Call2(torch.nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x, y):
+        return self.function(x, y)

@@ -4,6 +4,7 @@
 #include "ops/backend_entries.h"
 #include "ops/composite/kernels.h"
 #include "ops/composite/rows.h"
+#include "ops/sym_length.h"
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
@@ -104,7 +105,7 @@ at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor&
   return grad_table;
 }
 
-at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
+at::Tensor sinusoidal_table(SymLength length, int64_t d_model, double base, int64_t offset,
                             c10::string_view channels, c10::string_view frequencies,
                             c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
   constexpr const char* who = "posenc::sinusoidal_table";
@@ -112,11 +113,16 @@ at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64
                                   detail::parse_frequency_spacing(who, frequencies)};
   const at::ScalarType out_dtype = dtype.value_or(at::kFloat);
   const at::Device out_device = device.value_or(at::Device(at::kCPU));
-  detail::check_table_request(who, max_len, d_model, base, offset, out_dtype);
   if (out_device.is_meta()) {
-    // Fake tensors and shape propagation: the same checks, then only an allocation.
-    return at::empty({max_len, d_model}, at::TensorOptions().dtype(out_dtype).device(out_device));
+    // Fake tensors and shape propagation: the same checks (of a concrete length; a symbolic
+    // one, torch.export's, is checked when the program runs), then only an allocation.
+    const c10::optional<int64_t> rows = concrete(length);
+    detail::check_table_request(who, rows.value_or(1), d_model, base, offset, out_dtype);
+    return empty_with_lengths({length, SymLength(d_model)},
+                              at::TensorOptions().dtype(out_dtype).device(out_device));
   }
+  const int64_t max_len = value_of(length);
+  detail::check_table_request(who, max_len, d_model, base, offset, out_dtype);
   return detail::sinusoidal_table(max_len, offset, spec, out_dtype, out_device);
 }
 

@@ -1,6 +1,7 @@
 // Meta kernels of the rotary family (see meta_checks.h).
 
 #include "ops/meta/meta_checks.h"
+#include "ops/sym_length.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -90,7 +91,7 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& co
   return {at::empty_symint(shape, cos.options()), at::empty_symint(shape, sin.options())};
 }
 
-std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tensor& inv_freq,
+std::tuple<at::Tensor, at::Tensor> rotary_tables(SymLength length, const at::Tensor& inv_freq,
                                                  double, c10::optional<at::ScalarType> dtype,
                                                  c10::optional<at::Device>) {
   const char* who = detail::caller_or("posenc::rotary_tables");
@@ -98,10 +99,11 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
                   inv_freq.size(0) <= detail::kMaxTableElements,
               who, ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies (R/2 <= 2^28), but got ",
               inv_freq.sizes());
-  detail::check_rotary_arguments(who, max_len, 2 * inv_freq.size(0), 10000.0);
+  // (a symbolic length, torch.export's, is checked when the program runs)
+  detail::check_rotary_arguments(who, concrete(length).value_or(1), 2 * inv_freq.size(0), 10000.0);
   const auto options = inv_freq.options().dtype(dtype.value_or(at::kFloat));
-  return {at::empty({max_len, inv_freq.size(0)}, options),
-          at::empty({max_len, inv_freq.size(0)}, options)};
+  const std::vector<SymLength> shape{length, SymLength(inv_freq.size(0))};
+  return {empty_with_lengths(shape, options), empty_with_lengths(shape, options)};
 }
 
 } // namespace
