@@ -34,7 +34,8 @@ def make_encoder(posenc, d_model=64, heads=4, max_len=256):
     class Encoder(torch.nn.Module):
         """Token features [B, L, D] -> one attention layer: posenc.nn's sinusoidal encoding added
         to the input, its rotary embedding (a cos/sin cache of `max_len` positions) on the queries
-        and keys in one call."""
+        and keys in one call, and an ALiBi bias built at the input's length (a symbol of the
+        exported program: alibi_bias takes SymInt lengths)."""
 
         def __init__(self):
             super().__init__()
@@ -43,6 +44,7 @@ def make_encoder(posenc, d_model=64, heads=4, max_len=256):
             self.positions = posenc.nn.PositionalEncoding(d_model, max_len)
             self.qkv = torch.nn.Linear(d_model, 3 * d_model)
             self.rope = posenc.nn.RotaryEmbedding(d_model // heads, max_len)
+            self.alibi = posenc.nn.ALiBi(heads)
             self.out = torch.nn.Linear(d_model, d_model)
 
         def forward(self, x):
@@ -51,7 +53,7 @@ def make_encoder(posenc, d_model=64, heads=4, max_len=256):
             q, k, v = self.qkv(h).view(batch, length, 3, self.heads, width // self.heads).unbind(2)
             q, k = self.rope.forward_qk(q, k)
             attention = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=self.alibi(length, length))
             return self.out(attention.transpose(1, 2).reshape(batch, length, width))
 
     return Encoder()

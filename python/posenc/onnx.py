@@ -38,6 +38,7 @@ the runtime's ``Gather``, not posenc's message.
 """
 
 import math
+import sys
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
@@ -624,3 +625,102 @@ def _torch_onnx_export(module, args, f, dynamic_shapes, input_names, output_name
     return torch.onnx.export(module, tuple(args), f, dynamo=True, opset_version=OPSET, dynamic_shapes=dynamic_shapes,
                              input_names=input_names, output_names=output_names, custom_translation_table=table,
                              **options)
+
+
+# --- posenc export --format onnx -----------------------------------------------------------------
+
+
+def _cli_module(args):
+    """The posenc.nn module `posenc export` builds from its options (the C++ CLI's run_export)."""
+    from . import nn
+
+    beyond = "extrapolate" if args.extrapolate else "error"
+    if args.module == "sinusoidal":
+        return nn.PositionalEncoding(args.d_model, args.max_len, base=args.base, batch_first=not args.seq_first,
+                                     layout=args.layout, spacing=args.spacing, beyond_max_len=beyond, scale=args.scale)
+    options = dict(heads_first=args.heads_first, beyond_max_len=beyond)
+    if args.cached_len is not None:
+        options["cached_len"] = args.cached_len
+    if args.hf_config:
+        if args.max_len:
+            options["max_len"] = args.max_len
+        if args.pairing:
+            options.update(pairing=args.pairing, deinterleave=args.deinterleave)
+        elif args.deinterleave:
+            options["deinterleave"] = True
+        if args.inverse:
+            options["inverse"] = True
+        return nn.RotaryEmbedding.from_hf_config(args.hf_config, layer=args.layer, layer_type=args.layer_type or None,
+                                                 **options)
+    return nn.RotaryEmbedding(args.head_dim, args.max_len, base=args.base, rotary_dim=args.rotary_dim,
+                              pairing=args.pairing or "half_split", deinterleave=args.deinterleave,
+                              inverse=args.inverse, **options)
+
+
+def _cli_program(module):
+    """The module exported with its batch and length dynamic (rotary: the head count too), from an
+    example of sizes 2 (torch.export specializes sizes 0 and 1)."""
+    from . import nn
+
+    if isinstance(module, nn.RotaryEmbedding):
+        length_dim, heads_dim = (2, 1) if module.heads_first else (1, 2)
+        shape = [2, 2, 2, module.head_dim]
+        shape[length_dim] = min(4, module.max_len)
+        dynamic = {0: torch.export.Dim("batch", min=1), length_dim: torch.export.Dim("length", min=1, max=module.max_len),
+                   heads_dim: torch.export.Dim("heads", min=1)}
+        return export(module.eval(), (torch.randn(shape),), dynamic_shapes=(dynamic,), input_names=["x"],
+                      output_names=["rotated"])
+    length_dim, batch_dim = (1, 0) if module.batch_first else (0, 1)
+    shape = [2, 2, module.d_model]
+    shape[length_dim] = min(4, module.max_len)
+    dynamic = {batch_dim: torch.export.Dim("batch", min=1), length_dim: torch.export.Dim("length", min=1, max=module.max_len)}
+    return export(module.eval(), (torch.randn(shape),), dynamic_shapes=(dynamic,), input_names=["x"],
+                  output_names=["encoded"])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m posenc.onnx``: what ``posenc export --format onnx`` runs, with the C++ CLI's
+    options (checked there first): the module built by posenc.nn with the same options, exported
+    with its batch size and length (and a rotary module's head count) dynamic."""
+    import argparse
+    import warnings
+
+    parser = argparse.ArgumentParser(prog="python -m posenc.onnx", description=main.__doc__.splitlines()[0])
+    parser.add_argument("--module", choices=["sinusoidal", "rotary"], default="sinusoidal")
+    parser.add_argument("--max-len", type=int, default=0)
+    parser.add_argument("--cached-len", type=int)
+    parser.add_argument("--hf-config")
+    parser.add_argument("--layer", type=int)
+    parser.add_argument("--layer-type", default="")
+    parser.add_argument("--d-model", type=int, default=0)
+    parser.add_argument("--head-dim", type=int, default=0)
+    parser.add_argument("--rotary-dim", type=int)
+    parser.add_argument("--base", type=float, default=10000.0)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--layout", default="interleaved")
+    parser.add_argument("--spacing", default="paper")
+    parser.add_argument("--pairing", default="")
+    parser.add_argument("--deinterleave", action="store_true")
+    parser.add_argument("--inverse", action="store_true")
+    parser.add_argument("--seq-first", action="store_true")
+    parser.add_argument("--heads-first", action="store_true")
+    parser.add_argument("--extrapolate", action="store_true")
+    parser.add_argument("-o", "--output", required=True)
+    args = parser.parse_args(argv)
+    if args.extrapolate:
+        parser.error("--extrapolate: an ONNX graph holds the table's rows, it does not compute rows past max-len; "
+                     "export with a --max-len that covers every position")
+    module = _cli_module(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the exporter's deprecation and progress chatter)
+        program = _cli_program(module)
+    program.save(args.output)
+    operators = sorted({node.op_type for node in program.model_proto.graph.node})
+    sizes = "batch, length and head count" if args.module == "rotary" else "batch and length"
+    print(f"wrote {args.output}: ONNX (opset {OPSET}) of {module} with dynamic {sizes} (input x); "
+          f"operators {', '.join(operators)}; run it with onnxruntime.InferenceSession")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

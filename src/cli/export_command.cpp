@@ -10,12 +10,22 @@
 #include <posenc/io/safetensors.h>
 #include <posenc/modules/positional_encoding.h>
 #include <posenc/modules/rotary_embedding.h>
+#include <posenc/ops/attention_bias.h>
 
+#include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
+
+extern char** environ;
 
 namespace posenc {
 namespace cli {
@@ -71,7 +81,110 @@ void save(const Module& module, const std::string& path, const std::string& form
                       << "; load it with torch.jit.load (Python) or torch::jit::load (C++)\n";
 }
 
+// The file of the shared library that holds `symbol` (empty where it cannot be told).
+std::string library_of(const void* symbol) {
+  Dl_info info{};
+  return dladdr(symbol, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "";
+}
+
+// --format onnx: ONNX export is torch.onnx's (Python), so the program runs
+// `$POSENC_PYTHON -m posenc.onnx` (default python3) with its own options, already checked here;
+// posenc.onnx builds the same module with posenc.nn (from_hf_config reads the config with this
+// library's reader) and exports it. The Python package loads the libposenc this program runs
+// on (POSENC_LIBRARY), so both build the module from the same code.
+void run_onnx_export(const ExportArgs& args) {
+  const char* python_variable = std::getenv("POSENC_PYTHON");
+  const std::string python =
+      python_variable != nullptr && *python_variable != '\0' ? python_variable : "python3";
+  std::vector<std::string> argv{python,      "-m", "posenc.onnx", "--module",
+                                args.module, "-o", args.output};
+  const auto add = [&argv](const char* name, const std::string& value) {
+    argv.emplace_back(name);
+    argv.push_back(value);
+  };
+  const auto number = [](double value) {
+    std::ostringstream text;
+    text.precision(17);
+    text << value;
+    return text.str();
+  };
+  if (args.max_len > 0) {
+    add("--max-len", std::to_string(args.max_len));
+  }
+  if (args.cached_len) {
+    add("--cached-len", std::to_string(*args.cached_len));
+  }
+  if (!args.hf_config.empty()) {
+    add("--hf-config", args.hf_config);
+    if (args.read->layer) {
+      add("--layer", std::to_string(*args.read->layer));
+    }
+    if (!args.read->layer_type.empty()) {
+      add("--layer-type", args.read->layer_type);
+    }
+  }
+  if (args.module == "rotary") {
+    if (args.hf_config.empty()) {
+      add("--head-dim", std::to_string(args.head_dim));
+      add("--base", number(args.base));
+      if (args.rotary_dim) {
+        add("--rotary-dim", std::to_string(*args.rotary_dim));
+      }
+    }
+    if (!args.pairing.empty()) {
+      add("--pairing", args.pairing);
+    }
+    for (const auto& flag : {std::make_pair("--deinterleave", args.deinterleave),
+                             std::make_pair("--inverse", args.inverse),
+                             std::make_pair("--heads-first", args.heads_first)}) {
+      if (flag.second) {
+        argv.emplace_back(flag.first);
+      }
+    }
+  } else {
+    add("--d-model", std::to_string(args.d_model));
+    add("--base", number(args.base));
+    add("--scale", number(args.scale));
+    add("--layout", args.layout);
+    add("--spacing", args.spacing);
+    if (args.seq_first) {
+      argv.emplace_back("--seq-first");
+    }
+  }
+  // this program's libposenc, unless the caller chose one
+  const std::string library = library_of(reinterpret_cast<const void*>(
+      static_cast<at::Tensor (*)(const at::Tensor&)>(&ops::rel_shift)));
+  if (std::getenv("POSENC_LIBRARY") == nullptr && !library.empty()) {
+    setenv("POSENC_LIBRARY", library.c_str(), 1);
+  }
+  std::vector<char*> pointers;
+  for (std::string& item : argv) {
+    pointers.push_back(&item[0]);
+  }
+  pointers.push_back(nullptr);
+  pid_t child = 0;
+  const int spawned =
+      posix_spawnp(&child, python.c_str(), nullptr, nullptr, pointers.data(), environ);
+  TORCH_CHECK(spawned == 0, "export --format onnx: could not run ", python,
+              " (ONNX export is torch.onnx's, in Python): ", std::strerror(spawned),
+              "; install Python with torch, onnx and onnxscript, or set POSENC_PYTHON to the "
+              "interpreter that has them");
+  int status = 0;
+  TORCH_CHECK(waitpid(child, &status, 0) == child, "export --format onnx: lost ", python);
+  TORCH_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "export --format onnx: `", python,
+              " -m posenc.onnx` failed (",
+              WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                : std::string("killed"),
+              ", its message above); it needs torch, onnx, onnxscript and posenc's Python package "
+              "(pip install ., or PYTHONPATH=<posenc>/python) in POSENC_PYTHON (default "
+              "python3), with the torch this posenc was built against");
+}
+
 void run_export(const ExportArgs& args) {
+  if (args.format == "onnx") {
+    run_onnx_export(args);
+    return;
+  }
   const BeyondMaxLen beyond = args.extrapolate ? BeyondMaxLen::kExtrapolate : BeyondMaxLen::kError;
   if (args.module == "rotary" && !args.hf_config.empty()) {
     // Everything but the layout and the policy past max_len comes from the config (the pairing
@@ -194,11 +307,13 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--extrapolate", args->extrapolate,
                 "Compute positions past max-len on the fly instead of raising");
   cmd->add_option("--format", args->format,
-                  "torchscript (a module torch.jit.load runs) or safetensors (the module's tables, "
-                  "its state dict)")
+                  "torchscript (a module torch.jit.load runs), safetensors (the module's tables, "
+                  "its state dict) or onnx (a graph of standard ONNX operators, batch and length "
+                  "dynamic; runs Python's posenc.onnx: POSENC_PYTHON, default python3)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"torchscript", "safetensors"}));
-  cmd->add_option("-o,--output", args->output, "Output file (.pt, .safetensors)")->required();
+      ->check(CLI::IsMember({"torchscript", "safetensors", "onnx"}));
+  cmd->add_option("-o,--output", args->output, "Output file (.pt, .safetensors, .onnx)")
+      ->required();
   cmd->callback([args, cmd] {
     const bool from_config = !args->hf_config.empty();
     if (from_config && args->module != "rotary") {
@@ -216,6 +331,11 @@ void add_export_command(CLI::App& app) {
       if (from_config && cmd->count(name) > 0) {
         throw CLI::ValidationError(name, "comes from --hf-config; do not pass both");
       }
+    }
+    if (args->format == "onnx" && args->extrapolate) {
+      throw CLI::ValidationError("--extrapolate",
+                                 "an ONNX graph holds the table's rows and computes none past "
+                                 "max-len; export with a --max-len that covers every position");
     }
     if (args->deinterleave && args->pairing == "interleaved") {
       throw CLI::ValidationError("--deinterleave",

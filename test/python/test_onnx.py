@@ -346,3 +346,70 @@ def test_export_writes_a_file_onnx_runtime_loads(posenc, ort, tmp_path):
     x = torch.randn(1, 100, 2, 64)
     assert_rotation_close(torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]),
                           expected(module, x)[0], x)
+
+
+# --- posenc export --format onnx ------------------------------------------------------------------
+
+LLAMA3_CONFIG = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 512,
+                 "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                          "high_freq_factor": 4.0,
+                                                          "original_max_position_embeddings": 64}}
+
+CLI_CASES = {
+    # name: (arguments, shape of an input of batch b, length l, heads h)
+    "sinusoidal": (["--d-model", "32", "--max-len", "100", "--scale", "2.5", "--layout", "concatenated"],
+                   lambda b, l, h: (b, l, 32)),
+    "sinusoidal_seq_first": (["--d-model", "32", "--max-len", "100", "--seq-first", "--spacing", "tensor2tensor"],
+                             lambda b, l, h: (l, b, 32)),
+    "rotary": (["--module", "rotary", "--max-len", "256", "--head-dim", "64", "--rotary-dim", "32",
+                "--pairing", "interleaved", "--base", "500000"], lambda b, l, h: (b, l, h, 64)),
+    "rotary_heads_first_inverse": (["--module", "rotary", "--max-len", "256", "--head-dim", "64", "--heads-first",
+                                    "--inverse", "--deinterleave"], lambda b, l, h: (b, h, l, 64)),
+    "rotary_hf_config": (["--module", "rotary", "--hf-config", "CONFIG"], lambda b, l, h: (b, l, h, 64)),
+}
+
+
+@pytest.mark.parametrize("case", list(CLI_CASES))
+def test_cli_onnx_export_equals_its_torchscript_export(posenc, ort, posenc_cli, tmp_path, case):
+    """`posenc export --format onnx` (Python's posenc.onnx, run by the C++ program) gives the module
+    that `posenc export` writes as TorchScript from the same options, at any batch, length and head
+    count."""
+    import json
+    import subprocess
+
+    arguments, shape = CLI_CASES[case]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA3_CONFIG))
+    arguments = [str(config) if a == "CONFIG" else a for a in arguments]
+    python_dir = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+    environment = dict(os.environ, POSENC_PYTHON=sys.executable,
+                       PYTHONPATH=os.pathsep.join([python_dir, os.environ.get("PYTHONPATH", "")]))
+    for form, path in (("onnx", tmp_path / "module.onnx"), ("torchscript", tmp_path / "module.pt")):
+        result = subprocess.run([posenc_cli, "export", *arguments, "--format", form, "-o", str(path)],
+                                capture_output=True, text=True, env=environment)
+        assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout
+    scripted = torch.jit.load(str(tmp_path / "module.pt"))
+    session = ort.InferenceSession(str(tmp_path / "module.onnx"), providers=["CPUExecutionProvider"])
+    for b, l, h in ((1, 1, 1), (2, 50, 4), (3, 100, 8)):
+        x = torch.randn(shape(b, l, h))
+        out = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+        with torch.no_grad():
+            reference = scripted(x)
+        if case.startswith("rotary"):
+            assert_rotation_close(out, reference, x)
+        else:
+            assert torch.equal(out, reference), (b, l)
+
+
+def test_cli_onnx_export_says_what_it_needs(posenc_cli, tmp_path):
+    import subprocess
+
+    missing = subprocess.run([posenc_cli, "export", "--d-model", "8", "--max-len", "10", "--format", "onnx", "-o",
+                              str(tmp_path / "m.onnx")], capture_output=True, text=True,
+                             env=dict(os.environ, POSENC_PYTHON=str(tmp_path / "no-python")))
+    assert missing.returncode == 1 and "could not run" in missing.stderr and "POSENC_PYTHON" in missing.stderr
+    extrapolate = subprocess.run([posenc_cli, "export", "--d-model", "8", "--max-len", "10", "--format", "onnx",
+                                  "--extrapolate", "-o", str(tmp_path / "m.onnx")], capture_output=True, text=True)
+    assert extrapolate.returncode != 0 and "--max-len that covers every position" in extrapolate.stderr
+    assert not (tmp_path / "m.onnx").exists()
