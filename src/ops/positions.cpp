@@ -3,6 +3,7 @@
 // host computation on the CPU, tensor operations where cu_seqlens lie elsewhere; Meta: the shape).
 
 #include "ops/dispatch.h"
+#include "ops/sym_length.h"
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
@@ -20,10 +21,11 @@
 namespace posenc {
 
 TORCH_LIBRARY_FRAGMENT(posenc, m) {
-  m.def("packed_positions(Tensor cu_seqlens, int total, Tensor? start_positions=None) -> Tensor");
-  m.def(
-      "context_parallel_positions(int seq_len, int world_size, int rank, bool zigzag=False, "
-      "Device? device=None) -> Tensor");
+  // (POSENC_SYMINT: lengths that torch.export keeps symbolic, ops/sym_length.h)
+  m.def("packed_positions(Tensor cu_seqlens, " POSENC_SYMINT
+        " total, Tensor? start_positions=None) -> Tensor");
+  m.def("context_parallel_positions(" POSENC_SYMINT
+        " seq_len, int world_size, int rank, bool zigzag=False, Device? device=None) -> Tensor");
 }
 
 namespace ops {
@@ -71,16 +73,25 @@ at::Tensor packed_positions_kernel(const at::Tensor& cu_seqlens, int64_t total,
   return at::tensor(positions, at::TensorOptions().dtype(at::kLong)).to(cu_seqlens.device());
 }
 
-at::Tensor packed_positions_meta(const at::Tensor& cu_seqlens, int64_t total,
+at::Tensor packed_positions_meta(const at::Tensor& cu_seqlens, SymLength total,
                                  OptionalTensor start_positions) {
-  check_packed_arguments(cu_seqlens, total, start_positions);
-  return at::empty({total}, cu_seqlens.options().dtype(at::kLong));
+  // (a symbolic total, torch.export's, is checked when the program runs)
+  check_packed_arguments(cu_seqlens, concrete(total).value_or(0), start_positions);
+  return empty_with_lengths({total}, cu_seqlens.options().dtype(at::kLong));
 }
 
-at::Tensor context_parallel_positions_kernel(int64_t seq_len, int64_t world_size, int64_t rank,
+at::Tensor context_parallel_positions_kernel(SymLength length, int64_t world_size, int64_t rank,
                                              bool zigzag, c10::optional<at::Device> device) {
-  const std::vector<int64_t> positions = detail::context_parallel_positions(
-      detail::caller_or("posenc::context_parallel_positions"), seq_len, world_size, rank, zigzag);
+  const char* who = detail::caller_or("posenc::context_parallel_positions");
+  const c10::optional<int64_t> known = concrete(length);
+  if (!known.has_value()) { // torch.export (fake tensors: the meta device): only the shard's size
+    detail::context_parallel_positions(who, 0, world_size, rank, zigzag); // (rank, world_size)
+    return empty_with_lengths({length / world_size}, at::TensorOptions().dtype(at::kLong).device(
+                                                         device.value_or(at::kCPU)));
+  }
+  const int64_t seq_len = *known;
+  const std::vector<int64_t> positions =
+      detail::context_parallel_positions(who, seq_len, world_size, rank, zigzag);
   return at::tensor(positions, at::TensorOptions().dtype(at::kLong))
       .to(device.value_or(at::Device(at::kCPU)));
 }
@@ -97,7 +108,8 @@ TORCH_LIBRARY_IMPL(posenc, Meta, m) {
 }
 
 using PackedSignature = at::Tensor(const at::Tensor&, int64_t, OptionalTensor);
-using ShardSignature = at::Tensor(int64_t, int64_t, int64_t, bool, c10::optional<at::Device>);
+// (context_parallel_positions' kernel takes SymLength: called so, unboxed)
+using ShardSignature = at::Tensor(SymLength, int64_t, int64_t, bool, c10::optional<at::Device>);
 
 at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
                             const c10::optional<at::Tensor>& start_positions) {
@@ -108,7 +120,7 @@ at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
 at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
                                       bool zigzag, c10::optional<at::Device> device) {
   static const auto op = typed_op<ShardSignature>("posenc::context_parallel_positions");
-  return op.call(seq_len, world_size, rank, zigzag, device);
+  return op.call(SymLength(seq_len), world_size, rank, zigzag, device);
 }
 
 } // namespace ops

@@ -35,6 +35,8 @@ namespace ops {
 #if POSENC_SYMBOLIC_LENGTHS
 /// A length argument as the fake-tensor kernels take it: concrete or symbolic.
 using SymLength = c10::SymInt;
+/// A list of lengths (a grid's sizes), each concrete or symbolic.
+using SymLengths = c10::SymIntArrayRef;
 
 /// The value of a concrete length; nullopt for a symbolic one.
 inline c10::optional<int64_t> concrete(const SymLength& length) {
@@ -46,6 +48,24 @@ inline c10::optional<int64_t> concrete(const SymLength& length) {
 /// symbolic one is specialized (guarded) to its hint.
 inline int64_t value_of(const SymLength& length) {
   return length.guard_int(__FILE__, __LINE__);
+}
+
+/// The values of lengths that are all concrete; nullopt where one is symbolic.
+inline c10::optional<std::vector<int64_t>> concrete(SymLengths lengths) {
+  std::vector<int64_t> values;
+  for (const SymLength& length : lengths) {
+    const c10::optional<int64_t> value = concrete(length);
+    if (!value) {
+      return c10::nullopt;
+    }
+    values.push_back(*value);
+  }
+  return values;
+}
+
+/// Concrete lengths as lengths (a view: no copy).
+inline SymLengths as_lengths(c10::IntArrayRef lengths) {
+  return c10::fromIntArrayRefSlow(lengths);
 }
 
 /// A tensor's sizes as lengths (symbolic under torch.export).
@@ -60,6 +80,15 @@ inline at::Tensor empty_with_lengths(c10::ArrayRef<SymLength> sizes,
 }
 #else
 using SymLength = int64_t;
+using SymLengths = c10::IntArrayRef;
+
+inline c10::optional<std::vector<int64_t>> concrete(c10::IntArrayRef lengths) {
+  return lengths.vec();
+}
+
+inline SymLengths as_lengths(c10::IntArrayRef lengths) {
+  return lengths;
+}
 
 inline c10::optional<int64_t> concrete(int64_t length) {
   return length;

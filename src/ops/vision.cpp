@@ -4,6 +4,7 @@
 // detail/vision.cpp (float64, rounded once), the Meta kernels give shapes for torch.compile.
 
 #include "ops/dispatch.h"
+#include "ops/sym_length.h"
 
 #include "detail/checks.h"
 #include "detail/vision.h"
@@ -12,8 +13,10 @@
 
 #include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/_upsample_bilinear2d_aa.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/upsample_bicubic2d.h>
 #include <ATen/ops/upsample_bilinear2d.h>
 #include <ATen/ops/upsample_nearest2d.h>
@@ -30,31 +33,32 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "timestep_embedding(Tensor timesteps, int embedding_dim, bool flip_sin_to_cos=False, "
       "float downscale_freq_shift=1, float scale=1, int max_period=10000, "
       "ScalarType? dtype=None) -> Tensor");
-  m.def(
-      "sincos_2d_table(int embed_dim, int[] grid_size, bool cls_token=False, int extra_tokens=0, "
-      "float interpolation_scale=1.0, int base_size=16, ScalarType? dtype=None, "
-      "Device? device=None) -> Tensor");
-  m.def(
-      "sincos_2d_grid_table(int[] feat_shape, int dim=64, float temperature=10000., "
-      "bool reverse_coord=False, bool interleave_sin_cos=False, ScalarType? dtype=None, "
-      "Device? device=None) -> Tensor");
+  // (POSENC_SYMINT: grid sizes that torch.export keeps symbolic, ops/sym_length.h)
+  m.def("sincos_2d_table(int embed_dim, " POSENC_SYMINT
+        "[] grid_size, bool cls_token=False, int extra_tokens=0, "
+        "float interpolation_scale=1.0, int base_size=16, ScalarType? dtype=None, "
+        "Device? device=None) -> Tensor");
+  m.def("sincos_2d_grid_table(" POSENC_SYMINT
+        "[] feat_shape, int dim=64, float temperature=10000., "
+        "bool reverse_coord=False, bool interleave_sin_cos=False, ScalarType? dtype=None, "
+        "Device? device=None) -> Tensor");
   m.def(
       "axial_rotary_tables(Tensor ids, int[] axes_dim, float theta=10000., "
       "ScalarType? dtype=None) -> (Tensor, Tensor)");
-  m.def(
-      "resample_position_table(Tensor posemb, int[] new_size, int[] old_size=[], "
-      "int num_prefix_tokens=1, str interpolation=\"bicubic\", bool antialias=True, "
-      "bool align_corners=False) -> Tensor");
-  m.def(
-      "sincos_3d_table(int embed_dim, int[] spatial_size, int temporal_size, "
-      "float spatial_interpolation_scale=1.0, float temporal_interpolation_scale=1.0, "
-      "ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def(
-      "crop_position_table(Tensor posemb, int[] new_size, int[] old_size=[], "
-      "int num_prefix_tokens=0) -> Tensor");
-  m.def(
-      "grid_ids(int[] feat_shape, int[] ref_feat_shape=[], float grid_offset=0., "
-      "str grid_indexing=\"ij\", ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("resample_position_table(Tensor posemb, " POSENC_SYMINT
+        "[] new_size, int[] old_size=[], "
+        "int num_prefix_tokens=1, str interpolation=\"bicubic\", bool antialias=True, "
+        "bool align_corners=False) -> Tensor");
+  m.def("sincos_3d_table(int embed_dim, " POSENC_SYMINT "[] spatial_size, " POSENC_SYMINT
+        " temporal_size, "
+        "float spatial_interpolation_scale=1.0, float temporal_interpolation_scale=1.0, "
+        "ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("crop_position_table(Tensor posemb, " POSENC_SYMINT
+        "[] new_size, int[] old_size=[], "
+        "int num_prefix_tokens=0) -> Tensor");
+  m.def("grid_ids(" POSENC_SYMINT
+        "[] feat_shape, int[] ref_feat_shape=[], float grid_offset=0., "
+        "str grid_indexing=\"ij\", ScalarType? dtype=None, Device? device=None) -> Tensor");
 }
 
 namespace ops {
@@ -111,108 +115,140 @@ at::Tensor timestep_embedding_meta(const at::Tensor& timesteps, int64_t embeddin
   return at::empty_symint(shape, timesteps.options().dtype(type));
 }
 
-at::Tensor sincos_2d_table_kernel(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token,
-                                  int64_t extra_tokens, double interpolation_scale,
-                                  int64_t base_size, c10::optional<at::ScalarType> dtype,
-                                  c10::optional<at::Device> device) {
+// The grid sizes to check: the given ones, or 1 in place of each where one is symbolic
+// (torch.export's: checked when the program runs), so that every other argument is checked.
+std::vector<int64_t> checkable(SymLengths sizes) {
+  return concrete(sizes).value_or(std::vector<int64_t>(sizes.size(), 1));
+}
+
+// The device of a table operator's fake call (its meta device, or the one given).
+at::TensorOptions table_options(at::ScalarType type, c10::optional<at::Device> device) {
+  return at::TensorOptions().dtype(type).device(device.value_or(at::Device(at::kMeta)));
+}
+
+at::Tensor sincos_2d_table_meta(int64_t embed_dim, SymLengths grid_size, bool cls_token,
+                                int64_t extra_tokens, double interpolation_scale, int64_t base_size,
+                                c10::optional<at::ScalarType> dtype,
+                                c10::optional<at::Device> device) {
   const char* who = detail::caller_or(kSincos2d);
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
-  return detail::sincos_2d_table(who, embed_dim, grid_size.vec(), cls_token, extra_tokens,
+  detail::check_sincos_2d_arguments(who, embed_dim, checkable(grid_size), extra_tokens,
+                                    interpolation_scale, base_size);
+  const SymLength& height = grid_size[0];
+  const SymLength& width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
+  const int64_t extra = cls_token ? extra_tokens : 0;
+  return empty_with_lengths({height * width + extra, SymLength(embed_dim)},
+                            table_options(type, device));
+}
+
+at::Tensor sincos_2d_table_kernel(int64_t embed_dim, SymLengths symbolic_grid, bool cls_token,
+                                  int64_t extra_tokens, double interpolation_scale,
+                                  int64_t base_size, c10::optional<at::ScalarType> dtype,
+                                  c10::optional<at::Device> device) {
+  const c10::optional<std::vector<int64_t>> grid_size = concrete(symbolic_grid);
+  if (!grid_size) { // fake tensors of torch.export: only the shape
+    return sincos_2d_table_meta(embed_dim, symbolic_grid, cls_token, extra_tokens,
+                                interpolation_scale, base_size, dtype, device);
+  }
+  const char* who = detail::caller_or(kSincos2d);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  return detail::sincos_2d_table(who, embed_dim, *grid_size, cls_token, extra_tokens,
                                  interpolation_scale, base_size, type)
       .to(device.value_or(at::Device(at::kCPU)));
 }
 
-at::Tensor sincos_2d_table_meta(int64_t embed_dim, c10::IntArrayRef grid_size, bool cls_token,
-                                int64_t extra_tokens, double interpolation_scale,
-                                int64_t base_size, c10::optional<at::ScalarType> dtype,
-                                c10::optional<at::Device> /*device*/) {
-  const char* who = detail::caller_or(kSincos2d);
-  const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_sincos_2d_arguments(who, embed_dim, grid_size.vec(), extra_tokens,
-                                    interpolation_scale, base_size);
-  const int64_t height = grid_size[0];
-  const int64_t width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
-  const int64_t extra = cls_token ? extra_tokens : 0;
-  return at::empty({extra + height * width, embed_dim},
-                   at::TensorOptions().dtype(type).device(at::kMeta));
-}
-
-at::Tensor sincos_2d_grid_table_kernel(c10::IntArrayRef feat_shape, int64_t dim,
-                                       double temperature, bool reverse_coord,
-                                       bool interleave_sin_cos,
-                                       c10::optional<at::ScalarType> dtype,
-                                       c10::optional<at::Device> device) {
+at::Tensor sincos_2d_grid_table_meta(SymLengths feat_shape, int64_t dim, double temperature,
+                                     bool /*reverse_coord*/, bool /*interleave_sin_cos*/,
+                                     c10::optional<at::ScalarType> dtype,
+                                     c10::optional<at::Device> device) {
   const char* who = detail::caller_or(kGridTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
-  return detail::timm_sincos_2d_table(who, feat_shape.vec(), dim, temperature, reverse_coord,
+  detail::check_timm_sincos_2d_arguments(who, checkable(feat_shape), dim, temperature);
+  return empty_with_lengths({feat_shape[0] * feat_shape[1], SymLength(dim)},
+                            table_options(type, device));
+}
+
+at::Tensor sincos_2d_grid_table_kernel(SymLengths symbolic_shape, int64_t dim, double temperature,
+                                       bool reverse_coord, bool interleave_sin_cos,
+                                       c10::optional<at::ScalarType> dtype,
+                                       c10::optional<at::Device> device) {
+  const c10::optional<std::vector<int64_t>> feat_shape = concrete(symbolic_shape);
+  if (!feat_shape) { // fake tensors of torch.export: only the shape
+    return sincos_2d_grid_table_meta(symbolic_shape, dim, temperature, reverse_coord,
+                                     interleave_sin_cos, dtype, device);
+  }
+  const char* who = detail::caller_or(kGridTable);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  return detail::timm_sincos_2d_table(who, *feat_shape, dim, temperature, reverse_coord,
                                       interleave_sin_cos, type)
       .to(device.value_or(at::Device(at::kCPU)));
 }
 
-at::Tensor sincos_2d_grid_table_meta(c10::IntArrayRef feat_shape, int64_t dim,
-                                     double temperature, bool /*reverse_coord*/,
-                                     bool /*interleave_sin_cos*/,
-                                     c10::optional<at::ScalarType> dtype,
-                                     c10::optional<at::Device> /*device*/) {
-  const char* who = detail::caller_or(kGridTable);
-  const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_timm_sincos_2d_arguments(who, feat_shape.vec(), dim, temperature);
-  return at::empty({feat_shape[0] * feat_shape[1], dim},
-                   at::TensorOptions().dtype(type).device(at::kMeta));
-}
-
-at::Tensor sincos_3d_table_kernel(int64_t embed_dim, c10::IntArrayRef spatial_size,
-                                  int64_t temporal_size, double spatial_interpolation_scale,
-                                  double temporal_interpolation_scale,
-                                  c10::optional<at::ScalarType> dtype,
-                                  c10::optional<at::Device> device) {
+at::Tensor sincos_3d_table_meta(int64_t embed_dim, SymLengths spatial_size, SymLength temporal_size,
+                                double spatial_interpolation_scale,
+                                double temporal_interpolation_scale,
+                                c10::optional<at::ScalarType> dtype,
+                                c10::optional<at::Device> device) {
   const char* who = detail::caller_or(kSincos3d);
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
-  return detail::sincos_3d_table(who, embed_dim, spatial_size.vec(), temporal_size,
+  detail::check_sincos_3d_arguments(who, embed_dim, checkable(spatial_size),
+                                    concrete(temporal_size).value_or(1),
+                                    spatial_interpolation_scale, temporal_interpolation_scale);
+  return empty_with_lengths(
+      {temporal_size, spatial_size.front() * spatial_size.back(), SymLength(embed_dim)},
+      table_options(type, device));
+}
+
+at::Tensor sincos_3d_table_kernel(int64_t embed_dim, SymLengths symbolic_spatial,
+                                  SymLength symbolic_temporal, double spatial_interpolation_scale,
+                                  double temporal_interpolation_scale,
+                                  c10::optional<at::ScalarType> dtype,
+                                  c10::optional<at::Device> device) {
+  const c10::optional<std::vector<int64_t>> spatial_size = concrete(symbolic_spatial);
+  const c10::optional<int64_t> temporal_size = concrete(symbolic_temporal);
+  if (!spatial_size || !temporal_size) { // fake tensors of torch.export: only the shape
+    return sincos_3d_table_meta(embed_dim, symbolic_spatial, symbolic_temporal,
+                                spatial_interpolation_scale, temporal_interpolation_scale, dtype,
+                                device);
+  }
+  const char* who = detail::caller_or(kSincos3d);
+  const at::ScalarType type = dtype.value_or(at::kFloat);
+  detail::check_float_dtype(who, "dtype", type);
+  return detail::sincos_3d_table(who, embed_dim, *spatial_size, *temporal_size,
                                  spatial_interpolation_scale, temporal_interpolation_scale, type)
       .to(device.value_or(at::Device(at::kCPU)));
 }
 
-at::Tensor sincos_3d_table_meta(int64_t embed_dim, c10::IntArrayRef spatial_size,
-                                int64_t temporal_size, double spatial_interpolation_scale,
-                                double temporal_interpolation_scale,
-                                c10::optional<at::ScalarType> dtype,
-                                c10::optional<at::Device> /*device*/) {
-  const char* who = detail::caller_or(kSincos3d);
-  const at::ScalarType type = dtype.value_or(at::kFloat);
+at::Tensor grid_ids_meta(SymLengths feat_shape, c10::IntArrayRef ref_feat_shape, double grid_offset,
+                         c10::string_view grid_indexing, c10::optional<at::ScalarType> dtype,
+                         c10::optional<at::Device> device) {
+  const char* who = detail::caller_or(kGridIds);
+  const at::ScalarType type = dtype.value_or(at::kDouble);
   detail::check_float_dtype(who, "dtype", type);
-  detail::check_sincos_3d_arguments(who, embed_dim, spatial_size.vec(), temporal_size,
-                                    spatial_interpolation_scale, temporal_interpolation_scale);
-  return at::empty({temporal_size, spatial_size.front() * spatial_size.back(), embed_dim},
-                   at::TensorOptions().dtype(type).device(at::kMeta));
+  detail::check_grid_ids_arguments(who, checkable(feat_shape), ref_feat_shape.vec(), grid_offset,
+                                   grid_indexing);
+  return empty_with_lengths({feat_shape[0] * feat_shape[1], SymLength(2)},
+                            table_options(type, device));
 }
 
-at::Tensor grid_ids_kernel(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape,
+at::Tensor grid_ids_kernel(SymLengths symbolic_shape, c10::IntArrayRef ref_feat_shape,
                            double grid_offset, c10::string_view grid_indexing,
                            c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
+  const c10::optional<std::vector<int64_t>> feat_shape = concrete(symbolic_shape);
+  if (!feat_shape) { // fake tensors of torch.export: only the shape
+    return grid_ids_meta(symbolic_shape, ref_feat_shape, grid_offset, grid_indexing, dtype, device);
+  }
   const char* who = detail::caller_or(kGridIds);
   const at::ScalarType type = dtype.value_or(at::kDouble);
   detail::check_float_dtype(who, "dtype", type);
-  return detail::grid_ids(who, feat_shape.vec(), ref_feat_shape.vec(), grid_offset, grid_indexing,
+  return detail::grid_ids(who, *feat_shape, ref_feat_shape.vec(), grid_offset, grid_indexing,
                           device.value_or(at::Device(at::kCPU)))
       .to(type);
-}
-
-at::Tensor grid_ids_meta(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape,
-                         double grid_offset, c10::string_view grid_indexing,
-                         c10::optional<at::ScalarType> dtype, c10::optional<at::Device> /*device*/) {
-  const char* who = detail::caller_or(kGridIds);
-  const at::ScalarType type = dtype.value_or(at::kDouble);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_grid_ids_arguments(who, feat_shape.vec(), ref_feat_shape.vec(), grid_offset,
-                                   grid_indexing);
-  return at::empty({feat_shape[0] * feat_shape[1], 2},
-                   at::TensorOptions().dtype(type).device(at::kMeta));
 }
 
 std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_kernel(const at::Tensor& ids,
@@ -241,15 +277,65 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_meta(const at::Tensor& id
   return {at::empty_symint(shape, options), at::empty_symint(shape, options)};
 }
 
+#if POSENC_SYMBOLIC_LENGTHS
+// A new grid of symbolic sizes (torch.export of a model whose resolution varies, e.g. timm's
+// dynamic_img_size): the same interpolation as below, its sizes symbols. (The table is
+// interpolated even where the sizes turn out equal; at the same size the interpolation reads
+// each row with weight 1, the same values as the copy below.)
+at::Tensor resample_to_symbolic_grid(const char* who, const at::Tensor& posemb,
+                                     SymLengths symbolic_size, c10::IntArrayRef old_size,
+                                     int64_t num_prefix_tokens, c10::string_view interpolation,
+                                     bool antialias, bool align_corners) {
+  const detail::ResamplePlan plan =
+      detail::resample_plan(who, posemb, checkable(symbolic_size), old_size.vec(),
+                            num_prefix_tokens, interpolation, antialias);
+  const std::vector<SymLength> size{symbolic_size[0], symbolic_size.back()};
+  const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
+  const int64_t width = rows.size(2);
+  const at::ScalarType compute = rows.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor image = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1])
+                               .to(compute)
+                               .reshape({1, plan.old_size[0], plan.old_size[1], width})
+                               .permute({0, 3, 1, 2});
+  at::Tensor resized;
+  switch (plan.mode) {
+    case detail::ResampleMode::kBicubic:
+      resized = antialias ? at::_upsample_bicubic2d_aa_symint(image, size, align_corners)
+                          : at::upsample_bicubic2d_symint(image, size, align_corners);
+      break;
+    case detail::ResampleMode::kBilinear:
+      resized = antialias ? at::_upsample_bilinear2d_aa_symint(image, size, align_corners)
+                          : at::upsample_bilinear2d_symint(image, size, align_corners);
+      break;
+    case detail::ResampleMode::kNearest:
+      resized = at::upsample_nearest2d_symint(image, size);
+      break;
+  }
+  const at::Tensor grid = resized.permute({0, 2, 3, 1})
+                              .reshape_symint({1, size[0] * size[1], SymLength(width)})
+                              .to(rows.scalar_type());
+  const at::Tensor out = at::cat({rows.narrow(1, 0, num_prefix_tokens), grid}, 1);
+  return posemb.dim() == 2 ? out.squeeze(0) : out;
+}
+#endif
+
 // Written with ATen operators only (CompositeImplicitAutograd): autograd, Meta and every device
 // come from ATen's interpolation kernels, the ones timm's F.interpolate calls.
-at::Tensor resample_position_table_kernel(const at::Tensor& posemb, c10::IntArrayRef new_size,
+at::Tensor resample_position_table_kernel(const at::Tensor& posemb, SymLengths symbolic_size,
                                           c10::IntArrayRef old_size, int64_t num_prefix_tokens,
                                           c10::string_view interpolation, bool antialias,
                                           bool align_corners) {
   const char* who = detail::caller_or(kResample);
+  const c10::optional<std::vector<int64_t>> known = concrete(symbolic_size);
+#if POSENC_SYMBOLIC_LENGTHS
+  if (!known) {
+    return resample_to_symbolic_grid(who, posemb, symbolic_size, old_size, num_prefix_tokens,
+                                     interpolation, antialias, align_corners);
+  }
+#endif
+  const std::vector<int64_t>& new_size = *known;
   const detail::ResamplePlan plan = detail::resample_plan(
-      who, posemb, new_size.vec(), old_size.vec(), num_prefix_tokens, interpolation, antialias);
+      who, posemb, new_size, old_size.vec(), num_prefix_tokens, interpolation, antialias);
   const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
   const int64_t width = rows.size(2);
   at::Tensor grid;
@@ -288,10 +374,35 @@ at::Tensor resample_position_table_kernel(const at::Tensor& posemb, c10::IntArra
 
 // SD3's PatchEmbed.cropped_pos_embed: the centre of the grid, as a view-and-copy of the table
 // (CompositeImplicitAutograd: differentiable, every device).
-at::Tensor crop_position_table_kernel(const at::Tensor& posemb, c10::IntArrayRef new_size,
+at::Tensor crop_position_table_kernel(const at::Tensor& posemb, SymLengths symbolic_size,
                                       c10::IntArrayRef old_size, int64_t num_prefix_tokens) {
-  const detail::CropPlan plan = detail::crop_plan(detail::caller_or(kCrop), posemb,
-                                                  new_size.vec(), old_size.vec(), num_prefix_tokens);
+  const char* who = detail::caller_or(kCrop);
+  const c10::optional<std::vector<int64_t>> known = concrete(symbolic_size);
+#if POSENC_SYMBOLIC_LENGTHS
+  if (!known) { // symbolic sizes (torch.export): the same centre crop, its sizes symbols
+    const detail::CropPlan plan =
+        detail::crop_plan(who, posemb, checkable(symbolic_size), old_size.vec(), num_prefix_tokens);
+    const SymLength height = symbolic_size[0];
+    const SymLength width = symbolic_size.back();
+    const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
+    const int64_t channels = rows.size(2);
+    // rows and columns top .. top + h - 1 and left .. left + w - 1 picked by index (a narrow of
+    // symbolic bounds would ask the export to prove them for every size)
+    const auto index = at::TensorOptions().dtype(at::kLong).device(posemb.device());
+    const auto centred = [&](int64_t old, const SymLength& size) {
+      return at::arange(c10::Scalar(size), index).add(c10::Scalar((SymLength(old) - size) / 2));
+    };
+    const at::Tensor grid = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1])
+                                .reshape({1, plan.old_size[0], plan.old_size[1], channels})
+                                .index_select(1, centred(plan.old_size[0], height))
+                                .index_select(2, centred(plan.old_size[1], width))
+                                .reshape_symint({1, height * width, SymLength(channels)});
+    const at::Tensor out = at::cat({rows.narrow(1, 0, num_prefix_tokens), grid}, 1);
+    return posemb.dim() == 2 ? out.squeeze(0) : out;
+  }
+#endif
+  const detail::CropPlan plan =
+      detail::crop_plan(who, posemb, *known, old_size.vec(), num_prefix_tokens);
   const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
   const int64_t width = rows.size(2);
   const at::Tensor grid = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1])
@@ -330,18 +441,19 @@ TORCH_LIBRARY_IMPL(posenc, Meta, m) {
 
 using TimestepSignature = at::Tensor(const at::Tensor&, int64_t, bool, double, double, int64_t,
                                      c10::optional<at::ScalarType>);
-using Sincos2dSignature = at::Tensor(int64_t, c10::IntArrayRef, bool, int64_t, double, int64_t,
+// (the table operators' kernels take SymLengths: called so, unboxed)
+using Sincos2dSignature = at::Tensor(int64_t, SymLengths, bool, int64_t, double, int64_t,
                                      c10::optional<at::ScalarType>, c10::optional<at::Device>);
 using AxialSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::IntArrayRef,
                                                            double, c10::optional<at::ScalarType>);
-using ResampleSignature = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
-                                     int64_t, c10::string_view, bool, bool);
-using Sincos3dSignature = at::Tensor(int64_t, c10::IntArrayRef, int64_t, double, double,
+using ResampleSignature = at::Tensor(const at::Tensor&, SymLengths, c10::IntArrayRef, int64_t,
+                                     c10::string_view, bool, bool);
+using Sincos3dSignature = at::Tensor(int64_t, SymLengths, SymLength, double, double,
                                      c10::optional<at::ScalarType>, c10::optional<at::Device>);
-using CropSignature = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef, int64_t);
-using GridIdsSignature = at::Tensor(c10::IntArrayRef, c10::IntArrayRef, double, c10::string_view,
+using CropSignature = at::Tensor(const at::Tensor&, SymLengths, c10::IntArrayRef, int64_t);
+using GridIdsSignature = at::Tensor(SymLengths, c10::IntArrayRef, double, c10::string_view,
                                     c10::optional<at::ScalarType>, c10::optional<at::Device>);
-using GridTableSignature = at::Tensor(c10::IntArrayRef, int64_t, double, bool, bool,
+using GridTableSignature = at::Tensor(SymLengths, int64_t, double, bool, bool,
                                       c10::optional<at::ScalarType>, c10::optional<at::Device>);
 
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t embedding_dim,
@@ -356,8 +468,8 @@ at::Tensor sincos_2d_table(int64_t embed_dim, c10::IntArrayRef grid_size, bool c
                            int64_t extra_tokens, double interpolation_scale, int64_t base_size,
                            c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
   static const auto op = typed_op<Sincos2dSignature>(kSincos2d);
-  return op.call(embed_dim, grid_size, cls_token, extra_tokens, interpolation_scale, base_size,
-                 dtype, device);
+  return op.call(embed_dim, as_lengths(grid_size), cls_token, extra_tokens, interpolation_scale,
+                 base_size, dtype, device);
 }
 
 at::Tensor sincos_2d_grid_table(c10::IntArrayRef feat_shape, int64_t dim, double temperature,
@@ -365,7 +477,8 @@ at::Tensor sincos_2d_grid_table(c10::IntArrayRef feat_shape, int64_t dim, double
                                 c10::optional<at::ScalarType> dtype,
                                 c10::optional<at::Device> device) {
   static const auto op = typed_op<GridTableSignature>(kGridTable);
-  return op.call(feat_shape, dim, temperature, reverse_coord, interleave_sin_cos, dtype, device);
+  return op.call(as_lengths(feat_shape), dim, temperature, reverse_coord, interleave_sin_cos, dtype,
+                 device);
 }
 
 std::tuple<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
@@ -380,29 +493,29 @@ at::Tensor resample_position_table(const at::Tensor& posemb, c10::IntArrayRef ne
                                    c10::string_view interpolation, bool antialias,
                                    bool align_corners) {
   static const auto op = typed_op<ResampleSignature>(kResample);
-  return op.call(posemb, new_size, old_size, num_prefix_tokens, interpolation, antialias,
-                 align_corners);
+  return op.call(posemb, as_lengths(new_size), old_size, num_prefix_tokens, interpolation,
+                 antialias, align_corners);
 }
 
 at::Tensor sincos_3d_table(int64_t embed_dim, c10::IntArrayRef spatial_size, int64_t temporal_size,
                            double spatial_interpolation_scale, double temporal_interpolation_scale,
                            c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
   static const auto op = typed_op<Sincos3dSignature>(kSincos3d);
-  return op.call(embed_dim, spatial_size, temporal_size, spatial_interpolation_scale,
-                 temporal_interpolation_scale, dtype, device);
+  return op.call(embed_dim, as_lengths(spatial_size), SymLength(temporal_size),
+                 spatial_interpolation_scale, temporal_interpolation_scale, dtype, device);
 }
 
 at::Tensor crop_position_table(const at::Tensor& posemb, c10::IntArrayRef new_size,
                                c10::IntArrayRef old_size, int64_t num_prefix_tokens) {
   static const auto op = typed_op<CropSignature>(kCrop);
-  return op.call(posemb, new_size, old_size, num_prefix_tokens);
+  return op.call(posemb, as_lengths(new_size), old_size, num_prefix_tokens);
 }
 
 at::Tensor grid_ids(c10::IntArrayRef feat_shape, c10::IntArrayRef ref_feat_shape,
                     double grid_offset, c10::string_view grid_indexing,
                     c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
   static const auto op = typed_op<GridIdsSignature>(kGridIds);
-  return op.call(feat_shape, ref_feat_shape, grid_offset, grid_indexing, dtype, device);
+  return op.call(as_lengths(feat_shape), ref_feat_shape, grid_offset, grid_indexing, dtype, device);
 }
 
 } // namespace ops

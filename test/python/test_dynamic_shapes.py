@@ -65,6 +65,7 @@ def length_cases(ops):
     slopes = ops.alibi_slopes(4)
     weight = torch.randn(32, 4)
     inv_freq = ops.rope_frequencies(16)[0]
+    grid_table = torch.randn(1, 17, 8)
     return {
         # name: function of x [B, L, D]
         "sinusoidal_table": lambda x: x + ops.sinusoidal_table(x.shape[1], x.shape[2]),
@@ -76,12 +77,24 @@ def length_cases(ops):
                                                                               x.shape[1] - 1),
         "relative_sinusoidal_table": lambda x: ops.relative_sinusoidal_table(x.shape[1], x.shape[2]),
         "rotary_tables": lambda x: ops.rotary_tables(x.shape[1], inv_freq)[1],
+        "context_parallel_positions": lambda x: ops.context_parallel_positions(4 * x.shape[1], 2, 1, True),
+        # grid sizes (SymInt[]): a dynamic resolution
+        "sincos_2d_table": lambda x: ops.sincos_2d_table(16, [x.shape[1], x.shape[1] + 1], True, 1),
+        "sincos_2d_grid_table": lambda x: ops.sincos_2d_grid_table([x.shape[1], 3], 16),
+        "sincos_3d_table": lambda x: ops.sincos_3d_table(16, [x.shape[1], 2], x.shape[1] + 1),
+        "grid_ids": lambda x: ops.grid_ids([x.shape[1], 4]),
+        # a 4 x 4 grid (and a class token) resampled to the input's: at length 2, 4 x 4 itself
+        "resample_position_table": lambda x: ops.resample_position_table(grid_table, [x.shape[1] + 2, x.shape[1] + 2]),
+        "resample_position_table_bilinear": lambda x: ops.resample_position_table(
+            grid_table, [x.shape[1], 5], [], 1, "bilinear", False),
     }
 
 
 @pytest.mark.parametrize("name", ["sinusoidal_table", "alibi_bias", "alibi_bias_offset", "alibi_causal_bias",
                                   "relative_position_bias", "relative_position_bias_offset",
-                                  "relative_sinusoidal_table", "rotary_tables"])
+                                  "relative_sinusoidal_table", "rotary_tables", "context_parallel_positions",
+                                  "sincos_2d_table", "sincos_2d_grid_table", "sincos_3d_table", "grid_ids",
+                                  "resample_position_table", "resample_position_table_bilinear"])
 def test_export_keeps_length_arguments_dynamic(posenc_ops, name):
     function = length_cases(posenc_ops)[name]
     length = torch.export.Dim("length", min=2, max=300)
@@ -114,3 +127,25 @@ class Call2(torch.nn.Module):
 
     def forward(self, x, y):
         return self.function(x, y)
+
+
+def test_packed_positions_keep_the_token_count_dynamic(posenc_ops):
+    """packed_positions' total (SymInt): the number of tokens of a packed batch, from its shape."""
+    tokens = torch.export.Dim("tokens", min=4, max=512)
+    program = torch.export.export(Call2(lambda cu, x: posenc_ops.packed_positions(cu, x.shape[0])),
+                                  (torch.tensor([0, 3, 9]), torch.zeros(9)), dynamic_shapes=(None, {0: tokens}))
+    for cu in ([0, 3, 9], [0, 1, 300], [0, 256, 512]):
+        cu = torch.tensor(cu)
+        x = torch.zeros(int(cu[-1]))
+        assert torch.equal(program.module()(cu, x), posenc_ops.packed_positions(cu, x.shape[0]))
+
+
+def test_crop_keeps_the_grid_dynamic(posenc_ops):
+    """crop_position_table's new size (SymInt[]): SD3's centre crop of a 20 x 20 table to the input's grid."""
+    table = torch.randn(1, 400, 8)
+    side = torch.export.Dim("side", min=2, max=20)
+    function = lambda x: posenc_ops.crop_position_table(table, [x.shape[0], x.shape[0]])  # noqa: E731
+    program = torch.export.export(Call(function), (torch.zeros(9),), dynamic_shapes=({0: side},))
+    for size in (2, 9, 15, 20):
+        x = torch.zeros(size)
+        assert torch.equal(program.module()(x), function(x)), size
