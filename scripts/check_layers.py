@@ -13,9 +13,9 @@ Python:
     posenc's own;
   - python/posenc/__init__.py loads the library (the operators' layer) and imports nn last, as the
     umbrella;
-  - python/posenc/integrations/ sits above both: it may import posenc, calls only public
-    operators, never loads a library, and nothing in the package imports it (``import posenc``
-    never imports the libraries it integrates with);
+  - python/posenc/integrations/ and python/posenc/onnx.py sit above both: they may import
+    posenc, call only public operators, never load a library, and nothing in the package imports
+    them (``import posenc`` never imports the libraries they integrate with);
   - the TorchScript sources of the export (src/export/torchscript/*.py) run in plain PyTorch,
     without posenc: they name no torch.ops operator and import only torch, typing and math.
 
@@ -86,7 +86,8 @@ def python_problems():
         for name in re.findall(re.escape(alias) + r"\.(\w+)", text):
             if name.startswith("_"):
                 problems.append(f"{where}: calls the private operator {name}")
-    for source in sorted((ROOT / "python" / "posenc" / "integrations").glob("*.py")):
+    for source in [ROOT / "python" / "posenc" / "onnx.py",
+                   *sorted((ROOT / "python" / "posenc" / "integrations").glob("*.py"))]:
         body = source.read_text()
         here = source.relative_to(ROOT)
         if re.search(r"load_library", body):
@@ -98,6 +99,9 @@ def python_problems():
         if re.search(r"^\s*(from\s+(\.|posenc)\S*\s+import\s+.*integrations|import\s+posenc\.integrations|from\s+\.?integrations)",
                      source.read_text(), flags=re.M):
             problems.append(f"{source.relative_to(ROOT)}: imports posenc.integrations (opt-in, imported by its users)")
+        if re.search(r"^\s*(from\s+(\.|posenc)\S*\s+import\s+.*\bonnx\b|import\s+posenc\.onnx|from\s+\.?onnx\b)",
+                     source.read_text(), flags=re.M):
+            problems.append(f"{source.relative_to(ROOT)}: imports posenc.onnx (opt-in: it needs onnxscript)")
     init = ROOT / "python" / "posenc" / "__init__.py"
     imports = [m for m in re.finditer(r"^(?:from\s+\.\s+import|import)\s+(\w+)", init.read_text(), flags=re.M)]
     package = [m.group(1) for m in imports if m.group(0).startswith("from")]

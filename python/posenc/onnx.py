@@ -170,14 +170,18 @@ def add_position_table(x, table, offset=0, batch_first=True, positions=None, sca
                 "module with beyond_max_len='error'")
     if positions is not None and _dtype(positions) != _INT64:
         _refuse("add_position_table", "with fractional positions: they need the columns plan")
-    rows = _table_rows(table, "add_position_table")
+    added = _table_rows_of_call(op, x, _table_rows(table, "add_position_table"), offset, batch_first, positions)
+    return _sum_rounded_once(op, x, added, scale, _dtype(x))
+
+
+def _table_rows_of_call(op, x, rows, offset: int, batch_first: bool, positions):
+    """The rows of the table `rows` [N, D] that a call on x ([B, L, ...] or [L, B, ...]) adds,
+    broadcastable against it: a slice from offset, or the rows at positions (-1: zeros)."""
     if positions is None:
         start = _ints(op, [offset])
         block = op.Slice(rows, start, op.Add(start, _size(op, x, 1 if batch_first else 0)), _ints(op, [0]))
-        added = op.Unsqueeze(block, _ints(op, [0 if batch_first else 1]))
-    else:
-        added = _sequence_rows(op, x, offset, batch_first, positions, lambda p: _gather(op, rows, p, True))
-    return _sum_rounded_once(op, x, added, scale, _dtype(x))
+        return op.Unsqueeze(block, _ints(op, [0 if batch_first else 1]))
+    return _sequence_rows(op, x, offset, batch_first, positions, lambda p: _gather(op, rows, p, True))
 
 
 def _sinusoid_plan(width: int, base: float, channels: str, frequencies: str) -> Tuple[list, list]:
@@ -242,13 +246,8 @@ def token_and_position_embedding(tokens, weight, table, offset=0, batch_first=Tr
     if columns is not None:
         _refuse("token_and_position_embedding", "with a columns plan (rows computed past the table)")
     embedded = op.Gather(weight, tokens, axis=0)
-    rows = _table_rows(table, "token_and_position_embedding")
-    if positions is None:
-        start = _ints(op, [offset])
-        block = op.Slice(rows, start, op.Add(start, _size(op, tokens, 1 if batch_first else 0)), _ints(op, [0]))
-        added = op.Unsqueeze(block, _ints(op, [0 if batch_first else 1]))
-    else:
-        added = _sequence_rows(op, tokens, offset, batch_first, positions, lambda p: _gather(op, rows, p, True))
+    added = _table_rows_of_call(op, tokens, _table_rows(table, "token_and_position_embedding"), offset,
+                                batch_first, positions)
     out = _sum_rounded_once(op, embedded, added, scale, _dtype(weight))
     mask = op.Cast(op.ConstantOfShape(_ints(op, [0])), to=_BOOL)
     return out, mask

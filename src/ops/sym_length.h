@@ -21,12 +21,16 @@
 
 #include <ATen/ops/empty.h>
 
+// POSENC_SYM(at::upsample_bicubic2d) names the ATen function (or method) that takes lengths:
+// its _symint variant, where there are symbolic ones.
 #if TORCH_VERSION_MAJOR >= 2
 #define POSENC_SYMINT "SymInt"
 #define POSENC_SYMBOLIC_LENGTHS 1
+#define POSENC_SYM(function) function##_symint
 #else
 #define POSENC_SYMINT "int"
 #define POSENC_SYMBOLIC_LENGTHS 0
+#define POSENC_SYM(function) function
 #endif
 
 namespace posenc {

@@ -277,69 +277,25 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_meta(const at::Tensor& id
   return {at::empty_symint(shape, options), at::empty_symint(shape, options)};
 }
 
-#if POSENC_SYMBOLIC_LENGTHS
-// A new grid of symbolic sizes (torch.export of a model whose resolution varies, e.g. timm's
-// dynamic_img_size): the same interpolation as below, its sizes symbols. (The table is
-// interpolated even where the sizes turn out equal; at the same size the interpolation reads
-// each row with weight 1, the same values as the copy below.)
-at::Tensor resample_to_symbolic_grid(const char* who, const at::Tensor& posemb,
-                                     SymLengths symbolic_size, c10::IntArrayRef old_size,
-                                     int64_t num_prefix_tokens, c10::string_view interpolation,
-                                     bool antialias, bool align_corners) {
-  const detail::ResamplePlan plan =
-      detail::resample_plan(who, posemb, checkable(symbolic_size), old_size.vec(),
-                            num_prefix_tokens, interpolation, antialias);
-  const std::vector<SymLength> size{symbolic_size[0], symbolic_size.back()};
-  const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
-  const int64_t width = rows.size(2);
-  const at::ScalarType compute = rows.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor image = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1])
-                               .to(compute)
-                               .reshape({1, plan.old_size[0], plan.old_size[1], width})
-                               .permute({0, 3, 1, 2});
-  at::Tensor resized;
-  switch (plan.mode) {
-    case detail::ResampleMode::kBicubic:
-      resized = antialias ? at::_upsample_bicubic2d_aa_symint(image, size, align_corners)
-                          : at::upsample_bicubic2d_symint(image, size, align_corners);
-      break;
-    case detail::ResampleMode::kBilinear:
-      resized = antialias ? at::_upsample_bilinear2d_aa_symint(image, size, align_corners)
-                          : at::upsample_bilinear2d_symint(image, size, align_corners);
-      break;
-    case detail::ResampleMode::kNearest:
-      resized = at::upsample_nearest2d_symint(image, size);
-      break;
-  }
-  const at::Tensor grid = resized.permute({0, 2, 3, 1})
-                              .reshape_symint({1, size[0] * size[1], SymLength(width)})
-                              .to(rows.scalar_type());
-  const at::Tensor out = at::cat({rows.narrow(1, 0, num_prefix_tokens), grid}, 1);
-  return posemb.dim() == 2 ? out.squeeze(0) : out;
-}
-#endif
-
 // Written with ATen operators only (CompositeImplicitAutograd): autograd, Meta and every device
-// come from ATen's interpolation kernels, the ones timm's F.interpolate calls.
-at::Tensor resample_position_table_kernel(const at::Tensor& posemb, SymLengths symbolic_size,
+// come from ATen's interpolation kernels, the ones timm's F.interpolate calls. The new grid's
+// sizes may be symbolic (torch.export of a model whose resolution varies, e.g. timm's
+// dynamic_img_size): the table is then interpolated even where they turn out equal to the old
+// ones, which reads each row with weight 1 (the same values as the copy).
+at::Tensor resample_position_table_kernel(const at::Tensor& posemb, SymLengths new_size,
                                           c10::IntArrayRef old_size, int64_t num_prefix_tokens,
                                           c10::string_view interpolation, bool antialias,
                                           bool align_corners) {
   const char* who = detail::caller_or(kResample);
-  const c10::optional<std::vector<int64_t>> known = concrete(symbolic_size);
-#if POSENC_SYMBOLIC_LENGTHS
-  if (!known) {
-    return resample_to_symbolic_grid(who, posemb, symbolic_size, old_size, num_prefix_tokens,
-                                     interpolation, antialias, align_corners);
-  }
-#endif
-  const std::vector<int64_t>& new_size = *known;
-  const detail::ResamplePlan plan = detail::resample_plan(
-      who, posemb, new_size, old_size.vec(), num_prefix_tokens, interpolation, antialias);
+  const c10::optional<std::vector<int64_t>> known = concrete(new_size);
+  const detail::ResamplePlan plan =
+      detail::resample_plan(who, posemb, known.value_or(checkable(new_size)), old_size.vec(),
+                            num_prefix_tokens, interpolation, antialias);
+  const std::vector<SymLength> size{new_size[0], new_size.back()}; // (one size: a square)
   const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
   const int64_t width = rows.size(2);
   at::Tensor grid;
-  if (plan.old_size == plan.new_size) {
+  if (known && plan.old_size == plan.new_size) {
     grid = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1]).clone();
   } else {
     // float64 tables are resampled in float64, every other dtype in float32 (as timm does)
@@ -349,23 +305,22 @@ at::Tensor resample_position_table_kernel(const at::Tensor& posemb, SymLengths s
                                  .to(compute)
                                  .reshape({1, plan.old_size[0], plan.old_size[1], width})
                                  .permute({0, 3, 1, 2});
-    const c10::IntArrayRef size(plan.new_size);
     at::Tensor resized;
     switch (plan.mode) {
       case detail::ResampleMode::kBicubic:
-        resized = antialias ? at::_upsample_bicubic2d_aa(image, size, align_corners)
-                            : at::upsample_bicubic2d(image, size, align_corners);
+        resized = antialias ? POSENC_SYM(at::_upsample_bicubic2d_aa)(image, size, align_corners)
+                            : POSENC_SYM(at::upsample_bicubic2d)(image, size, align_corners);
         break;
       case detail::ResampleMode::kBilinear:
-        resized = antialias ? at::_upsample_bilinear2d_aa(image, size, align_corners)
-                            : at::upsample_bilinear2d(image, size, align_corners);
+        resized = antialias ? POSENC_SYM(at::_upsample_bilinear2d_aa)(image, size, align_corners)
+                            : POSENC_SYM(at::upsample_bilinear2d)(image, size, align_corners);
         break;
       case detail::ResampleMode::kNearest:
-        resized = at::upsample_nearest2d(image, size);
+        resized = POSENC_SYM(at::upsample_nearest2d)(image, size);
         break;
     }
     grid = resized.permute({0, 2, 3, 1})
-               .reshape({1, plan.new_size[0] * plan.new_size[1], width})
+               .POSENC_SYM(reshape)({1, size[0] * size[1], SymLength(width)})
                .to(rows.scalar_type());
   }
   const at::Tensor out = at::cat({rows.narrow(1, 0, num_prefix_tokens), grid}, 1);

@@ -29,6 +29,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from conftest import pinned_version
+
 SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # The suites run against the installed wheel: operators, rotary modules, attention biases and the
@@ -92,9 +94,13 @@ def test_wheel_pins_the_torch_it_was_built_against(wheel):
 
     with zipfile.ZipFile(wheel["path"]) as archive:
         metadata = archive.read("posenc-0.1.0.dist-info/METADATA").decode()
-    requirements = re.findall(r"^Requires-Dist: (.*)$", metadata, flags=re.M)
-    assert len(requirements) == 1, requirements
-    requirement = Requirement(requirements[0])
+    everything = [Requirement(line) for line in re.findall(r"^Requires-Dist: (.*)$", metadata, flags=re.M)]
+    requirements = [r for r in everything if r.marker is None]
+    assert len(requirements) == 1, everything
+    # the rest: the optional ONNX export's ("pip install posenc[onnx]"), pinned as scripts/setup.sh pins them
+    assert {(r.name, str(r.specifier)) for r in everything if r.marker is not None} == {
+        (name, f"=={pinned_version(name)}") for name in ("onnx", "onnxscript", "onnxruntime")}, everything
+    requirement = requirements[0]
     # exactly this torch: its release, any local build of it (+cu130, +cpu), nothing else
     assert requirement.name == "torch" and str(requirement.specifier).startswith("=="), requirement
     assert requirement.specifier.contains(torch.__version__, prereleases=True), (requirement, torch.__version__)
