@@ -506,6 +506,22 @@ MODULE_CASES = [
         m(T(randn(2, 3, 5, 12, dtype=dt)), 4),
         m.forward_qk(T(randn(2, 4, 5, 12, dtype=dt)), T(randn(2, 2, 5, 12, dtype=dt))),
     ]),
+    # DeepSeek-V3's regrouping of pairs (a new tensor before the turn) and NanoChat's turn by -theta
+    _module_case("RotaryEmbedding", "deinterleave_inverse", lambda nn: nn.RotaryEmbedding(
+        12, 16, rotary_dim=8, deinterleave=True, inverse=True), lambda m, T, dt: [
+        m(T(randn(2, 5, 3, 12, dtype=dt)), 4),
+        m.forward_positions(T(randn(2, 5, 3, 12, dtype=dt)), T(ints(POS_BL_ROTARY))),
+        m.forward_qk(T(randn(2, 5, 4, 12, dtype=dt)), T(randn(2, 5, 2, 12, dtype=dt)), 2),
+    ]),
+    # fewer cached rows than max_len: rows past the cache computed where the positions lie (the
+    # range check against max_len made on the device, nothing read back)
+    _module_case("RotaryEmbedding", "cached_len_past_cache", lambda nn: nn.RotaryEmbedding(8, 32, cached_len=8),
+                 lambda m, T, dt: [
+        m(T(randn(2, 5, 3, 8, dtype=dt)), 20),
+        m(T(randn(2, 5, 3, 8, dtype=dt)), 1),
+        m.forward_positions(T(randn(2, 5, 3, 8, dtype=dt)), T(ints(POS_BL_ROTARY) + 20)),
+        m.forward_qk(T(randn(2, 5, 4, 8, dtype=dt)), T(randn(2, 5, 2, 8, dtype=dt)), 26),
+    ]),
     _module_case("RotaryEmbedding", "llama3", lambda nn: nn.RotaryEmbedding(8, 32, rope_scaling={
         "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 16}), lambda m, T, dt: [
         m(T(randn(2, 5, 3, 8, dtype=dt)), 4),
