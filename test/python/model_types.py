@@ -159,9 +159,11 @@ def _first_line(error):
     return str(error).split("\nException raised from")[0].splitlines()[0] if str(error) else type(error).__name__
 
 
-def compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_type, layer):
+def compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_type, layer, export=None):
     """(status, detail) of one layer type (None: the only one), read as layer `layer` where the
-    config has a per_layer_config."""
+    config has a per_layer_config. `export(config, layer, layer_type)`, where given, returns the C++
+    module built from the same config (the CLI's TorchScript export), which must turn q and k as
+    posenc.nn's module does, bit for bit."""
     try:
         rotary = rotary_class(config=text)
     except Exception as error:
@@ -212,9 +214,28 @@ def compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_t
         if ours > theirs + ulp:
             worst = f"posenc's error {ours:.2g}, transformers' {theirs:.2g}" + ("" if offset is not None else " (image grid)")
             break
+    if worst is None and export is not None:
+        worst = _export_differs(module, export, config, layer, layer_type, q, k, calls)
     if worst is None:
         return ("equal, warned" if notice else "equal"), notice
     return ("warned", notice) if notice else ("different", worst)
+
+
+def _export_differs(module, export, config, layer, layer_type, q, k, calls):
+    """Why the C++ module of the same config (export) turns q and k otherwise than posenc.nn's
+    `module` at the calls' offsets; None where it does not."""
+    try:
+        exported = export(config, layer, layer_type)
+    except Exception as error:
+        return f"the C++ module's export failed: {_first_line(error)[:120]}"
+    for offset, _ in calls:
+        if offset is None:
+            continue  # (image grids: posenc.nn's multimodal positions, compared above)
+        ours = module.forward_qk(q, k, offset)
+        theirs = exported.forward_qk(q, k, offset)
+        if not all(torch.equal(a, b) for a, b in zip(ours, theirs)):
+            return f"the C++ module (CLI export) differs from posenc.nn's at offset {offset}"
+    return None
 
 
 def grid_positions(start):
@@ -243,8 +264,8 @@ def _notice(read, messages):
 ORDER = ["different", "not compared", "refused", "warned", "equal, warned", "equal", "not a text rotary"]
 
 
-def compare(posenc, model_type):
-    """(status, detail) of a model type (its worst layer type's)."""
+def compare(posenc, model_type, export=None):
+    """(status, detail) of a model type (its worst layer type's); `export`: see compare_layer."""
     import re
     from transformers import AutoConfig
     with warnings.catch_warnings():
@@ -285,14 +306,15 @@ def compare(posenc, model_type):
         layer = layer_types.index(layer_type) if per_layer and layer_type is not None else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            status, detail = compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_type, layer)
+            status, detail = compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_type, layer,
+                                           export)
         results.append((status, (f"{layer_type}: " if layer_type and detail else "") + detail))
     worst = min(results, key=lambda result: ORDER.index(result[0]))[0]
     return worst, "; ".join(detail for status, detail in results if status == worst and detail)
 
 
-def compare_all(posenc):
-    return {model_type: compare(posenc, model_type) for model_type in model_types()}
+def compare_all(posenc, export=None):
+    return {model_type: compare(posenc, model_type, export) for model_type in model_types()}
 
 
 def markdown(results):

@@ -29,8 +29,38 @@ BEGIN, END = "<!-- model types: begin -->\n", "<!-- model types: end -->\n"
 
 
 @pytest.fixture(scope="module")
-def results(posenc_package):
-    return model_types.compare_all(posenc_package)
+def results(posenc_package, posenc_cli, tmp_path_factory):
+    """Every model type compared with its own code through posenc.nn, and through the C++ module
+    the CLI builds from the same config.json and exports (`posenc export --module rotary
+    --hf-config ... --heads-first --cached-len 64`), which must turn q and k as posenc.nn's module
+    does, bit for bit. The export caches 64 rows (or max_len, if fewer) (small files; the calls' rows near the context's
+    end are computed per call, which must equal posenc.nn's cached rows too). Model types whose
+    configs read to the same module options share one export (110 of 243 layers at this writing)."""
+    import json
+    import subprocess
+
+    directory = tmp_path_factory.mktemp("model_types")
+    exported = {}
+
+    def export(config, layer, layer_type):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            read = posenc_package.nn.read_hf_rope_config(config, layer=layer,
+                                                         layer_type=None if layer is not None else layer_type)
+        key = json.dumps(read["module"], sort_keys=True)
+        if key not in exported:
+            path, out = directory / "config.json", directory / f"rope{len(exported)}.pt"
+            path.write_text(config.to_json_string(use_diff=False))
+            chosen = ["--layer", str(layer)] if layer is not None else ["--layer-type", layer_type] if layer_type else []
+            cached = min(64, read["module"]["max_len"])
+            result = subprocess.run([posenc_cli, "export", "--module", "rotary", "--hf-config", str(path), "--heads-first",
+                                     "--cached-len", str(cached), *chosen, "-o", str(out)], capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(result.stderr.strip())
+            exported[key] = torch.jit.load(str(out))
+        return exported[key]
+
+    return model_types.compare_all(posenc_package, export)
 
 
 def test_no_model_type_rotates_differently_without_a_warning(results):
