@@ -48,6 +48,16 @@ if(_posenc_torch_root AND EXISTS "${_posenc_torch_root}/lib/libtorch_cuda.so"
   endif()
 endif()
 
+# TORCH_CUDA_ARCH_LIST, which find_package(Torch) reads from the environment, is remembered in the
+# cache at the first configure, so that a reconfigure started by the build tool (whose environment
+# may lack it) compiles for the same architectures.
+if(DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(POSENC_TORCH_CUDA_ARCH_LIST "$ENV{TORCH_CUDA_ARCH_LIST}" CACHE STRING
+      "TORCH_CUDA_ARCH_LIST of the first configure (the CUDA architectures compiled for)" FORCE)
+elseif(POSENC_TORCH_CUDA_ARCH_LIST)
+  set(ENV{TORCH_CUDA_ARCH_LIST} "${POSENC_TORCH_CUDA_ARCH_LIST}")
+endif()
+
 if(POSENC_TORCH_DIRECT)
   include(posencTorchDirect)
 else()

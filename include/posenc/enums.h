@@ -98,6 +98,19 @@ enum class PositionKind {
   kLearned,
 };
 
+/// Which model's query temperature AttentionTemperature computes (p: a token's position, f:
+/// `floor_scale`, a: `attn_scale`).
+enum class AttentionTemperatureForm {
+  /// Llama 4's `attn_temperature_tuning`, in its layers without rotary:
+  /// `log1p(floor((p + 1) / f)) * a + 1`, multiplied in float32 (at least) and rounded once to the
+  /// query's dtype.
+  kLlama4,
+  /// Ministral 3's and Mistral 4's `llama_4_scaling_beta` (a), in every layer, after the rotation:
+  /// `1 + a * log(1 + floor(p / f))` with f their `original_max_position_embeddings`, rounded to
+  /// the query's dtype before the product.
+  kMinistral3,
+};
+
 /// Writes the name of `layout`, "interleaved" or "concatenated", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, ChannelLayout layout) {
   return stream << (layout == ChannelLayout::kInterleaved ? "interleaved" : "concatenated");
@@ -119,6 +132,14 @@ const char* rope_type_name(RopeType type);
 /// Writes `rope_type_name(type)` (e.g. "llama3") to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, RopeType type) {
   return stream << rope_type_name(type);
+}
+/// The operator's name of a temperature form: "llama4" or "ministral3".
+inline const char* attention_temperature_form_name(AttentionTemperatureForm form) {
+  return form == AttentionTemperatureForm::kLlama4 ? "llama4" : "ministral3";
+}
+/// Writes `attention_temperature_form_name(form)` to `stream`; returns `stream`.
+inline std::ostream& operator<<(std::ostream& stream, AttentionTemperatureForm form) {
+  return stream << attention_temperature_form_name(form);
 }
 /// Writes the name of `pairing`, "half_split" or "interleaved", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, RotaryPairing pairing) {

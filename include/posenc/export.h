@@ -70,6 +70,8 @@ torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module);
 torch::jit::Module to_torchscript(const ALiBiImpl& module);
 /// TorchScript version of a `RelativePositionBias` (`relative_attention_bias.weight`).
 torch::jit::Module to_torchscript(const RelativePositionBiasImpl& module);
+/// TorchScript version of an `AttentionTemperature` (its options as attributes).
+torch::jit::Module to_torchscript(const AttentionTemperatureImpl& module);
 /// TorchScript version of a `RelPositionalEncoding` (the buffer `pe`).
 torch::jit::Module to_torchscript(const RelPositionalEncodingImpl& module);
 /// TorchScript version of a `RelPositionMultiheadAttention` (the parameters under the same names).

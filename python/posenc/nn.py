@@ -36,6 +36,7 @@ __all__ = [
     "AxialRotaryEmbedding",
     "VisionRotaryEmbedding",
     "ALiBi",
+    "AttentionTemperature",
     "RelativePositionBias",
     "RelPositionalEncoding",
     "RelPositionMultiheadAttention",
@@ -402,7 +403,9 @@ def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[in
     ``{"module": the keyword arguments of RotaryEmbedding, "num_attention_heads": ...,
     "num_key_value_heads": ..., "audit": [{"key", "status", "value", "reason"}, ...],
     "layer_types": the config's, "layer_type": the one read, "rotary_layers": which layers rotate
-    (``no_rope_layers``; empty: all), "rotates": whether ``layer`` does}``. ``layer`` (0-based) or
+    (``no_rope_layers``; empty: all), "rotates": whether ``layer`` does, "attention_temperature": the
+    keyword arguments of ``AttentionTemperature`` where the layer's queries are scaled by position (Llama
+    4's layers without rotary, Ministral 3's and Mistral 4's layers), else None}``. ``layer`` (0-based) or
     ``layer_type`` choose the rope parameters of one layer where the config has one set per layer
     type (Gemma 3/3n/4, OLMo 3, ModernBERT; Gemma 4's ``per_layer_config`` too). Keys that
     change the rotation but are not applied give a ``UserWarning`` naming them, or with ``strict``
@@ -644,7 +647,8 @@ class RotaryEmbedding(_DerivedTables):
         if not read["rotates"]:
             which = f"layer {layer}" if layer is not None else f"layer type {read['layer_type']}"
             raise ValueError(f"RotaryEmbedding.from_hf_config: {which} has no rotary (no_rope_layers, or its rope "
-                             "parameters are null): its attention takes no positions; choose a layer that rotates "
+                             "parameters are null): its attention takes no positions but, where the config has one, "
+                             "a query temperature (AttentionTemperature.from_hf_config); choose a layer that rotates "
                              "(read_hf_rope_config(...)['rotary_layers'] says which)")
         module = dict(read["module"])
         if "pairing" in kwargs:  # a pairing asked for replaces the config's regrouping too (as the CLI's --pairing)
@@ -962,6 +966,54 @@ class ALiBi(_Module):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, max_bias={self.max_bias}, heads={self.slopes.shape[0]}"
+
+
+class AttentionTemperature(_Module):
+    """A query temperature that grows with the position (``posenc::AttentionTemperature``):
+    ``form="llama4"``, Llama 4's attention temperature tuning (its layers without rotary scale
+    their queries at position p by ``log1p(floor((p + 1) / floor_scale)) * attn_scale + 1``), or
+    ``form="ministral3"``, Ministral 3's and Mistral 4's ``llama_4_scaling_beta`` (every layer,
+    after the rotation: ``1 + attn_scale * log(1 + floor(p / floor_scale))``, floor_scale their
+    ``original_max_position_embeddings``), each computed as transformers' model code computes it.
+    ``forward(query, offset=0)`` scales ``query`` ``[B, L, H, head_dim]`` (``[B, H, L, head_dim]``
+    with ``heads_first``) at positions ``offset .. offset + L - 1``; ``forward_positions(query,
+    positions)`` at ``[L]`` or ``[B, L]`` positions. No parameters or buffers."""
+
+    def __init__(self, *, floor_scale: float = 8192.0, attn_scale: float = 0.1, form: str = "llama4",
+                 heads_first: bool = False) -> None:
+        super().__init__()
+        self.floor_scale, self.attn_scale = float(floor_scale), float(attn_scale)
+        self.form, self.heads_first = form, heads_first
+        try:  # the operator's checks of the options, at construction
+            _ops.attention_temperature(torch.empty(1, 1, 1, 2, device="meta"), None, 0, self.floor_scale,
+                                       self.attn_scale, False, form)
+        except RuntimeError as error:
+            raise ValueError(str(error).split("\nException raised from")[0]
+                             .replace("posenc::attention_temperature", "AttentionTemperature")) from None
+
+    @classmethod
+    def from_hf_config(cls, config: Any, *, layer: Optional[int] = None, layer_type: Optional[str] = None,
+                       strict: bool = False, **kwargs: Any) -> Optional["AttentionTemperature"]:
+        """The query temperature of a Hugging Face config (a path, a ``dict`` or a
+        ``transformers.PretrainedConfig``; ``read_hf_rope_config(...)["attention_temperature"]``) for
+        ``layer`` (Llama 4 scales the queries of its layers without rotary only), or ``None`` where
+        that layer's queries are not scaled. ``kwargs`` (e.g. ``heads_first=True``) replace what the
+        config gives."""
+        read = read_hf_rope_config(config, strict=strict, layer=layer, layer_type=layer_type)
+        options = read["attention_temperature"]
+        return None if options is None else cls(**{**options, **kwargs})
+
+    def forward(self, query: Tensor, offset: int = 0) -> Tensor:
+        return _ops.attention_temperature(query, None, offset, self.floor_scale, self.attn_scale, self.heads_first,
+                                          self.form)
+
+    def forward_positions(self, query: Tensor, positions: Tensor) -> Tensor:
+        return _ops.attention_temperature(query, positions, 0, self.floor_scale, self.attn_scale, self.heads_first,
+                                          self.form)
+
+    def extra_repr(self) -> str:
+        return (f"form={self.form}, floor_scale={self.floor_scale}, attn_scale={self.attn_scale}, "
+                f"heads_first={self.heads_first}")
 
 
 class RelativePositionBias(_Module):

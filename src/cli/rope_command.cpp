@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 namespace posenc {
@@ -66,6 +67,23 @@ void print_audit(const RopeArgs& args, const io::HfRopeConfig& config) {
   }
 }
 
+// The query temperature of the layer read, if its config has one (AttentionTemperature).
+std::string temperature_line(const io::HfRopeConfig& config) {
+  if (!config.attention_temperature) {
+    return "";
+  }
+  const AttentionTemperatureOptions& t = *config.attention_temperature;
+  std::ostringstream line;
+  line << "query temperature: form " << t.form() << ", floor_scale " << shortest(t.floor_scale())
+       << ", attn_scale " << shortest(t.attn_scale())
+       << (t.form() == AttentionTemperatureForm::kLlama4
+               ? " (Llama 4's layers without rotary: log1p(floor((p + 1) / floor_scale)) * "
+                 "attn_scale + 1)\n"
+               : " (every layer, after the rotation: 1 + attn_scale * log(1 + floor(p / "
+                 "floor_scale)))\n");
+  return line.str();
+}
+
 void run_rope(const RopeArgs& args) {
   namespace F = posenc::functional;
   io::HfConfigReadOptions read = *args.read;
@@ -82,7 +100,10 @@ void run_rope(const RopeArgs& args) {
       std::cout << args.hf_config << ": "
                 << (read.layer ? "layer " + std::to_string(*read.layer)
                                : "layer type " + config.layer_type)
-                << " has no rotary: its attention takes no positions\n";
+                << " has no rotary: its attention takes no positions"
+                << (config.attention_temperature ? " but scales its queries by position" : "")
+                << "\n"
+                << temperature_line(config);
     }
     return;
   }
@@ -117,6 +138,7 @@ void run_rope(const RopeArgs& args) {
                 << " of " << config.rotary_layers.size()
                 << " layers (no_rope_layers; --layer N says which)\n";
     }
+    std::cout << temperature_line(config);
     if (options.deinterleave()) {
       std::cout << "pairs (2i, 2i + 1) regrouped into halves before turning (deinterleave: "
                    "DeepSeek-V3's rope_interleave)\n";

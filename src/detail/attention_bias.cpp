@@ -74,6 +74,27 @@ void check_relative_table_arguments(const char* who, int64_t length, int64_t key
   check_table_arguments(who, length + key_length - 1, d_model, base);
 }
 
+AttentionTemperatureForm attention_temperature_form(const char* who, c10::string_view name) {
+  if (name == "llama4") {
+    return AttentionTemperatureForm::kLlama4;
+  }
+  TORCH_CHECK(name == "ministral3", who,
+              ": form must be \"llama4\" (Llama 4's attention "
+              "temperature tuning) or \"ministral3\" (Ministral 3's and Mistral 4's "
+              "llama_4_scaling_beta), but got \"",
+              std::string(name.data(), name.size()), "\"");
+  return AttentionTemperatureForm::kMinistral3;
+}
+
+void check_attention_temperature(const char* who, double floor_scale, double attn_scale) {
+  TORCH_CHECK(std::isfinite(floor_scale) && floor_scale > 0.0, who,
+              ": floor_scale must be finite and > 0 (positions are counted in steps of it), but "
+              "got ",
+              floor_scale, "; Llama 4 uses 8192, Ministral 3 its original_max_position_embeddings");
+  TORCH_CHECK(std::isfinite(attn_scale), who, ": attn_scale must be finite, but got ", attn_scale,
+              "; Llama 4 uses 0.1, Ministral 3 its llama_4_scaling_beta");
+}
+
 at::Tensor relative_sinusoidal_table(int64_t length, int64_t key_length, const SinusoidSpec& spec,
                                      c10::ScalarType dtype, c10::Device device) {
   // row r: relative position key_length - 1 - r

@@ -7,9 +7,12 @@
 #include "detail/relative_bucket.h"
 #include "detail/sinusoidal.h"
 
+#include <posenc/enums.h>
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <vector>
@@ -45,6 +48,13 @@ at::Tensor relative_sinusoidal_table(int64_t length, int64_t key_length, const S
 /// base > 0 and a table of at most kMaxTableElements elements.
 void check_relative_table_arguments(const char* who, int64_t length, int64_t key_length,
                                     int64_t d_model, double base);
+
+/// The form named `name` ("llama4" or "ministral3"), or a c10::Error that lists them.
+AttentionTemperatureForm attention_temperature_form(const char* who, c10::string_view name);
+
+/// Checks the arguments of Llama 4's attention temperature: floor_scale finite and > 0,
+/// attn_scale finite.
+void check_attention_temperature(const char* who, double floor_scale, double attn_scale);
 
 } // namespace detail
 } // namespace posenc

@@ -95,6 +95,8 @@ constexpr Source kRotary{"rotary.py", &sources::rotary_py};
 constexpr Source kTokenEmbedding{"token_embedding.py", &sources::token_embedding_py};
 constexpr Source kTokenAndPosition{"token_and_position.py", &sources::token_and_position_py};
 constexpr Source kALiBi{"alibi.py", &sources::alibi_py};
+constexpr Source kAttentionTemperature{"attention_temperature.py",
+                                       &sources::attention_temperature_py};
 constexpr Source kT5Bias{"t5_bias.py", &sources::t5_bias_py};
 constexpr Source kRelativeEncoding{"relative_encoding.py", &sources::relative_encoding_py};
 constexpr Source kRelativeAttention{"relative_attention.py", &sources::relative_attention_py};
@@ -285,6 +287,19 @@ torch::jit::Module to_torchscript(const ALiBiImpl& module) {
   torch::jit::Module exported("__torch__.posenc.ALiBi");
   exported.register_buffer("slopes", module.slopes.detach().clone());
   define(exported, "ALiBi", {kCommon, kALiBi});
+  exported.eval();
+  return exported;
+}
+
+torch::jit::Module to_torchscript(const AttentionTemperatureImpl& module) {
+  const auto& options = module.options;
+  torch::jit::Module exported("__torch__.posenc.AttentionTemperature");
+  exported.register_attribute("form", c10::StringType::get(),
+                              std::string(attention_temperature_form_name(options.form())));
+  exported.register_attribute("floor_scale", c10::FloatType::get(), options.floor_scale());
+  exported.register_attribute("attn_scale", c10::FloatType::get(), options.attn_scale());
+  exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
+  define(exported, "AttentionTemperature", {kCommon, kAttentionTemperature});
   exported.eval();
   return exported;
 }

@@ -66,6 +66,14 @@ at::Tensor rel_shift(const at::Tensor& x) {
   return ops::rel_shift(x);
 }
 
+at::Tensor attention_temperature(const at::Tensor& query, const at::Tensor& positions,
+                                 int64_t offset, double floor_scale, double attn_scale,
+                                 bool heads_first, AttentionTemperatureForm form) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "attention_temperature");
+  return ops::attention_temperature(query, optional_of(positions), offset, floor_scale, attn_scale,
+                                    heads_first, attention_temperature_form_name(form));
+}
+
 std::tuple<at::Tensor, at::Tensor> relative_positional_encoding(const at::Tensor& x,
                                                                 const at::Tensor& table,
                                                                 int64_t offset, bool legacy,

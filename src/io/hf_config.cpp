@@ -1,5 +1,6 @@
 #include <posenc/io/hf_config.h>
 
+#include "detail/attention_bias.h"
 #include "detail/checks.h"
 #include "detail/rope_parameters.h"
 #include "detail/rope_types.h"
@@ -105,9 +106,6 @@ const std::vector<ModelRule>& model_rules() {
       {"rope_local_base_freq",
        "Gemma 3's base of its sliding-window layers; posenc reads one base (rope_theta, the "
        "full-attention layers')"},
-      {"attn_temperature_tuning",
-       "Llama 4 scales the queries of its layers without rotary by position (log(floor((p + 1) / "
-       "floor_scale) + 1) * attn_scale + 1); posenc does not"},
       {"rope_interleave",
        "DeepSeek's regrouping of channels (2i, 2i + 1) into halves, which posenc applies for the "
        "model types whose code reads it (docs/rope_models.md), not for this one"},
@@ -900,6 +898,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               partial, ") = ", rotary_dim, " must be even and >= 2");
 
   // The audit of the rope parameters, of the keys beside them, and of the models' own rules.
+  // (Ministral 3's and Mistral 4's code reads llama_4_scaling_beta from the rope parameters)
+  const bool beta_types = model_type == "ministral3" || model_type == "mistral4";
   const json given_defaults = json::parse(detail::rope_scaling_to_json(scaling));
   for (const auto& item : parameters.items()) {
     const std::string& key = item.key();
@@ -933,6 +933,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 !entry.reads_original ? type_reason
                 : top_wins            ? "a top-level original_max_position_embeddings wins (Phi-3)"
                                       : "the original context");
+    } else if (key == "llama_4_scaling_beta" && beta_types) {
+      audit.add(name, Status::kUsed, shown(item.value()),
+                model_type +
+                    "'s query temperature, in every layer after the rotation: 1 + beta * "
+                    "log(1 + floor(p / original_max_position_embeddings)) "
+                    "(HfRopeConfig::attention_temperature)");
     } else if (contains(entry.parameters, key)) {
       audit.add(name, Status::kUsed, shown(item.value()), "a parameter of the rope type");
     } else if (contains(detail::rope_parameter_keys(), key)) {
@@ -1102,6 +1108,71 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                                : "layer " + std::to_string(*read.layer) +
                                      " has no rotary: its attention takes no positions");
     }
+  }
+  // Query temperatures by position (AttentionTemperature), as the models' attention code applies
+  // them: Llama 4's attn_temperature_tuning in its layers without rotary (its configuration
+  // class's defaults: on, floor_scale 8192, attn_scale 0.1), and Ministral 3's and Mistral 4's
+  // rope_parameters.llama_4_scaling_beta in every layer.
+  const json& tuning = field(config, "attn_temperature_tuning");
+  if (model_type == "llama4" || model_type == "llama4_text") {
+    TORCH_CHECK(tuning.is_null() || tuning.is_boolean() || tuning.is_number(), source, ": ", top,
+                "attn_temperature_tuning must be true or false, but is a ", type_name(tuning));
+    // (a number, as early Llama 4 configs write it, is Python's truth of it: transformers 4 read
+    // it so; 5.23's configuration class wants a bool)
+    const bool on = tuning.is_null() ||
+                    (tuning.is_boolean() ? tuning.get<bool>() : tuning.get<double>() != 0.0);
+    // Llama4TextAttention: `if self.attn_temperature_tuning and not self.use_rope`
+    const bool applies = on && (!read.layer || !result.rotates);
+    audit.add(prefix + "attn_temperature_tuning",
+              tuning.is_null() ? Status::kDefault : Status::kUsed,
+              tuning.is_null() ? "true" : shown(tuning),
+              std::string(tuning.is_null() ? "absent: " + model_type + "'s default; " : "") +
+                  (!on       ? "off: no layer scales its queries"
+                   : applies ? "the queries of the layers without rotary are scaled by position: "
+                               "log1p(floor((p + 1) / floor_scale)) * attn_scale + 1 "
+                               "(HfRopeConfig::attention_temperature)"
+                             : "layer " + std::to_string(read.layer.value_or(0)) +
+                                   " rotates: its queries are not scaled (only the layers without "
+                                   "rotary scale theirs)"));
+    if (on) {
+      const c10::optional<double> floor_scale = number(source, config, "floor_scale", top);
+      const c10::optional<double> attn_scale = number(source, config, "attn_scale", top);
+      audit.add(prefix + "floor_scale", floor_scale ? Status::kUsed : Status::kDefault,
+                floor_scale ? shown(field(config, "floor_scale")) : "8192",
+                std::string(floor_scale ? "" : "absent: " + model_type + "'s default; ") +
+                    "the temperature's step of positions");
+      audit.add(prefix + "attn_scale", attn_scale ? Status::kUsed : Status::kDefault,
+                attn_scale ? shown(field(config, "attn_scale")) : "0.1",
+                std::string(attn_scale ? "" : "absent: " + model_type + "'s default; ") +
+                    "the temperature's weight of the logarithm");
+      const std::string who = source + ": " + top + "floor_scale / attn_scale";
+      detail::check_attention_temperature(who.c_str(), floor_scale.value_or(8192.0),
+                                          attn_scale.value_or(0.1));
+      if (applies) {
+        result.attention_temperature = AttentionTemperatureOptions()
+                                           .floor_scale(floor_scale.value_or(8192.0))
+                                           .attn_scale(attn_scale.value_or(0.1));
+      }
+    }
+  } else if (!tuning.is_null()) {
+    audit.add(prefix + "attn_temperature_tuning", Status::kIgnored, shown(tuning),
+              "only Llama 4's code reads it, not " +
+                  (model_type.empty() ? "this model's" : model_type + "'s"));
+  }
+  if (beta_types && !field(parameters, "llama_4_scaling_beta").is_null()) {
+    const double beta = *number(source, parameters, "llama_4_scaling_beta", where);
+    const c10::optional<int64_t> original =
+        integer(source, parameters, "original_max_position_embeddings", where);
+    TORCH_CHECK(original, source, ": ", where, "original_max_position_embeddings is missing, but ",
+                model_type,
+                "'s code counts the positions of its query temperature (llama_4_scaling_beta) in "
+                "it; add it to the rope parameters");
+    const std::string who = source + ": " + where_string + "llama_4_scaling_beta";
+    detail::check_attention_temperature(who.c_str(), static_cast<double>(*original), beta);
+    result.attention_temperature = AttentionTemperatureOptions()
+                                       .form(AttentionTemperatureForm::kMinistral3)
+                                       .floor_scale(static_cast<double>(*original))
+                                       .attn_scale(beta);
   }
   // DeepSeek-V3's regrouping of pairs (2i, 2i + 1) into halves.
   const bool interleave_by_key =

@@ -85,6 +85,14 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
   if (options.cached_len()) {
     module["cached_len"] = *options.cached_len();
   }
+  // (the keyword arguments of posenc.nn.AttentionTemperature; null: no temperature)
+  json temperature = nullptr;
+  if (result.attention_temperature) {
+    const AttentionTemperatureOptions& t = *result.attention_temperature;
+    temperature = {{"floor_scale", t.floor_scale()},
+                   {"attn_scale", t.attn_scale()},
+                   {"form", attention_temperature_form_name(t.form())}};
+  }
   json audit = json::array();
   for (const HfConfigKey& key : result.audit) {
     audit.push_back({{"key", key.key},
@@ -100,6 +108,7 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
               {"layer_type", result.layer_type},
               {"rotary_layers", result.rotary_layers},
               {"rotates", result.rotates},
+              {"attention_temperature", std::move(temperature)},
               {"warnings", warnings.messages}}
       .dump();
 }
@@ -109,10 +118,12 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
 // read_hf_rope_config(config, strict, source, layer, layer_type) -> JSON text: {"module": the
 // keyword arguments of posenc.nn.RotaryEmbedding, "num_attention_heads", "num_key_value_heads",
 // "audit": [{"key", "status", "value", "reason"}, ...], "layer_types", "layer_type",
-// "rotary_layers" (which layers rotate; empty: all), "rotates" (the layer asked for), "warnings":
-// the reader's warnings, not printed}. `layer` / `layer_type`: HfConfigReadOptions'. `config` is a
-// config.json's text; `strict` refuses keys that change the rotation and are not applied (else a
-// warning); `source` names the config in messages. Errors and warnings are read_hf_rope_config's.
+// "rotary_layers" (which layers rotate; empty: all), "rotates" (the layer asked for),
+// "attention_temperature" (the keyword arguments of posenc.nn.AttentionTemperature, or null),
+// "warnings": the reader's warnings, not printed}. `layer` / `layer_type`: HfConfigReadOptions'.
+// `config` is a config.json's text; `strict` refuses keys that change the rotation and are not
+// applied (else a warning); `source` names the config in messages. Errors and warnings are
+// read_hf_rope_config's.
 TORCH_LIBRARY_FRAGMENT(posenc, m) {
   m.def(
       "read_hf_rope_config(str config, bool strict=False, str source=\"config.json\", "

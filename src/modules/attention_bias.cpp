@@ -59,6 +59,42 @@ torch::Tensor ALiBiImpl::forward_causal(int64_t key_length, const torch::Tensor&
   return functional::alibi_causal_bias(slopes, key_length, attention_mask);
 }
 
+// ---- Llama 4's attention temperature ----
+
+AttentionTemperatureImpl::AttentionTemperatureImpl(const AttentionTemperatureOptions& options_)
+    : options(options_) {
+  // NOLINTNEXTLINE(clang-analyzer-optin.cplusplus.VirtualCall)
+  reset();
+}
+
+void AttentionTemperatureImpl::reset() {
+  detail::check_attention_temperature(kName, options.floor_scale(), options.attn_scale());
+}
+
+void AttentionTemperatureImpl::pretty_print(std::ostream& stream) const {
+  stream << "posenc::AttentionTemperature(form=" << options.form()
+         << ", floor_scale=" << options.floor_scale() << ", attn_scale=" << options.attn_scale()
+         << ", heads_first=" << (options.heads_first() ? "true" : "false") << ")";
+}
+
+torch::Tensor AttentionTemperatureImpl::forward(const torch::Tensor& query, int64_t offset) {
+  const detail::CallerScope caller(kName);
+  return functional::attention_temperature(query, {}, offset, options.floor_scale(),
+                                           options.attn_scale(), options.heads_first(),
+                                           options.form());
+}
+
+torch::Tensor AttentionTemperatureImpl::forward_positions(const torch::Tensor& query,
+                                                          const torch::Tensor& positions) {
+  const detail::CallerScope caller(kName);
+  TORCH_CHECK(positions.defined(), kName,
+              ": forward_positions needs positions ([L] or [B, L]); call forward(query, offset) "
+              "for positions offset .. offset + L - 1");
+  return functional::attention_temperature(query, positions, 0, options.floor_scale(),
+                                           options.attn_scale(), options.heads_first(),
+                                           options.form());
+}
+
 // ---- T5's relative position bias ----
 
 RelativePositionBiasImpl::RelativePositionBiasImpl(const RelativePositionBiasOptions& options_)

@@ -51,6 +51,10 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
         " length, int d_model, float base=10000., " POSENC_SYMINT
         "? key_length=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("rel_shift(Tensor x) -> Tensor");
+  m.def(
+      "attention_temperature(Tensor query, Tensor? positions=None, int offset=0, "
+      "float floor_scale=8192., float attn_scale=0.1, bool heads_first=False, "
+      "str form=\"llama4\") -> Tensor");
 }
 
 namespace ops {
@@ -76,6 +80,7 @@ constexpr const char* kBucket = "posenc::relative_position_bucket";
 constexpr const char* kBias = "posenc::relative_position_bias";
 constexpr const char* kRelativeTable = "posenc::relative_sinusoidal_table";
 constexpr const char* kRelShift = "posenc::rel_shift";
+constexpr const char* kTemperature = "posenc::attention_temperature";
 
 at::Tensor alibi_slopes_kernel(int64_t num_heads, double max_bias, int64_t first_head,
                                c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
@@ -461,6 +466,76 @@ at::Tensor rel_shift_kernel(const at::Tensor& x) {
       .contiguous();
 }
 
+// Llama 4's query temperature, in the form of Llama4TextAttention.forward (its layers without
+// rotary: log1p(floor((p + 1) / floor_scale)) * attn_scale + 1, the product in the promoted dtype,
+// cast back) or of Ministral 3's and Mistral 4's get_llama_4_attn_scale (every layer: 1 +
+// attn_scale * log(1 + floor(p / floor_scale)), cast to the query's dtype before the product).
+// Each with transformers' ATen operations in its order, from float32 positions, so that it rounds
+// as transformers does on every device. (CompositeImplicitAutograd: differentiable, every device,
+// and torch.export / ONNX see the ATen operations.)
+at::Tensor attention_temperature_kernel(const at::Tensor& query,
+                                        const c10::optional<at::Tensor>& positions, int64_t offset,
+                                        double floor_scale, double attn_scale, bool heads_first,
+                                        c10::string_view form) {
+  const char* who = detail::caller_or(kTemperature);
+  const AttentionTemperatureForm kind = detail::attention_temperature_form(who, form);
+  detail::check_attention_temperature(who, floor_scale, attn_scale);
+  TORCH_CHECK(
+      query.defined() && query.dim() == 4 && detail::is_supported_float(query.scalar_type()), who,
+      ": query must be a floating-point ",
+      heads_first ? "[B, H, L, head_dim]" : "[B, L, H, head_dim]",
+      " tensor (float16, bfloat16, float32 or float64), but got ",
+      query.defined() ? c10::str(query.scalar_type(), " of shape ", query.sizes())
+                      : std::string("an undefined tensor"),
+      heads_first ? "" : "; pass heads_first=true for [B, H, L, head_dim]");
+  // (lengths as torch.export sees them: symbolic where the input's are, ops/sym_length.h)
+  const std::vector<SymLength> sizes = lengths_of(query);
+  const SymLength& batch = sizes[0];
+  const SymLength& length = sizes[heads_first ? 2 : 1];
+  at::Tensor steps;
+  if (positions.has_value() && positions->defined()) {
+    detail::check_no_offset_with_positions(who, offset);
+    TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false) ||
+                    at::isFloatingType(positions->scalar_type()),
+                who,
+                ": positions must be an integer tensor (int64 or int32) or a floating-point one, "
+                "but got ",
+                positions->scalar_type());
+    const std::vector<SymLength> given = lengths_of(*positions);
+    const bool shared = given.size() == 1 && given[0] == length;
+    const bool each = given.size() == 2 && given[0] == batch && given[1] == length;
+    TORCH_CHECK(shared || each, who, ": positions must have shape [L] = [", length,
+                "] or [B, L] = [", batch, ", ", length, "], but got ",
+                c10::ArrayRef<SymLength>(given));
+    detail::check_positions_device(who, *positions, query.device());
+    steps = positions->to(at::kFloat);
+  } else {
+    if (const c10::optional<int64_t> known = concrete(length)) {
+      detail::check_offset_start(who, offset, *known);
+    } else {
+      detail::check_offset_start(who, offset, 0);
+    }
+    // (int64 positions first, as transformers: a float32 arange would round large offsets
+    // differently)
+    steps = at::arange(c10::Scalar(length), query.options().dtype(at::kLong))
+                .add(offset)
+                .to(at::kFloat);
+  }
+  // [L] or [B, L] scales against [B, L, H, D] (tokens first) or [B, H, L, D] (heads first)
+  const auto shaped = [&](const at::Tensor& scales) {
+    const at::Tensor rows = scales.unsqueeze(-1);
+    return heads_first ? (scales.dim() == 2 ? rows.unsqueeze(1) : rows) : rows.unsqueeze(-1);
+  };
+  if (kind == AttentionTemperatureForm::kLlama4) {
+    const at::Tensor scales =
+        steps.clamp_min(-1.0).add(1.0).div(floor_scale).floor().log1p().mul(attn_scale).add(1.0);
+    return query.mul(shaped(scales)).to(query.scalar_type());
+  }
+  const at::Tensor scales =
+      steps.clamp_min(0.0).div(floor_scale).floor().add(1.0).log().mul(attn_scale).add(1.0);
+  return query.mul(shaped(scales).to(query.scalar_type()));
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
@@ -476,6 +551,7 @@ TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
   m.impl("relative_position_bias", TORCH_FN(relative_position_bias_kernel));
   m.impl("rel_shift", TORCH_FN(rel_shift_kernel));
+  m.impl("attention_temperature", TORCH_FN(attention_temperature_kernel));
 }
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {
@@ -498,6 +574,8 @@ using BiasSignature = at::Tensor(const at::Tensor&, SymLength, SymLength, bool, 
 using RelativeTableSignature = at::Tensor(SymLength, int64_t, double, c10::optional<SymLength>,
                                           c10::optional<at::ScalarType>, c10::optional<at::Device>);
 using RelShiftSignature = at::Tensor(const at::Tensor&);
+using TemperatureSignature = at::Tensor(const at::Tensor&, const c10::optional<at::Tensor>&,
+                                        int64_t, double, double, bool, c10::string_view);
 
 at::Tensor alibi_slopes(int64_t num_heads, double max_bias, int64_t first_head,
                         c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
@@ -547,6 +625,14 @@ at::Tensor relative_sinusoidal_table(int64_t length, int64_t d_model, double bas
 at::Tensor rel_shift(const at::Tensor& x) {
   static const auto op = typed_op<RelShiftSignature>(kRelShift);
   return op.call(x);
+}
+
+at::Tensor attention_temperature(const at::Tensor& query,
+                                 const c10::optional<at::Tensor>& positions, int64_t offset,
+                                 double floor_scale, double attn_scale, bool heads_first,
+                                 c10::string_view form) {
+  static const auto op = typed_op<TemperatureSignature>(kTemperature);
+  return op.call(query, positions, offset, floor_scale, attn_scale, heads_first, form);
 }
 
 } // namespace ops

@@ -473,3 +473,99 @@ TEST_F(AttentionBias, ExportedModulesComputeWhatTheModulesDo) {
   same_error(any_error([&] { attention(x, x.narrow(2, 0, 8), x, pos_emb); }),
              any_error([&] { exported_attention.forward({x, x.narrow(2, 0, 8), x, pos_emb}); }));
 }
+
+// The query temperatures of Llama 4 and Ministral 3 / Mistral 4: the module, its functional twin
+// and its TorchScript export against the formulas in float64 (each scale within a float32 ulp of
+// the exact one, since transformers forms it in float32: 2^-23 relative at scales in [1, 2]) and
+// against one another bit for bit; padding; the layouts; errors. (Against transformers' own
+// attention code: test/python/test_attention_temperature.py.)
+TEST_F(AttentionBias, AttentionTemperatureScalesQueriesByPosition) {
+  const torch::Tensor q = torch::randn({2, 6, 3, 8}, torch::kDouble);
+  const std::vector<int64_t> steps = {0, 7, 8, 15, 16, 10000000};
+  const torch::Tensor positions = torch::tensor(steps, torch::kLong);
+  for (const auto form :
+       {posenc::AttentionTemperatureForm::kLlama4, posenc::AttentionTemperatureForm::kMinistral3}) {
+    posenc::AttentionTemperature temperature(
+        posenc::AttentionTemperatureOptions().floor_scale(8).attn_scale(0.25).form(form));
+    const torch::Tensor got = temperature->forward_positions(q, positions);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const auto p = static_cast<double>(steps[i]);
+      const double exact = form == posenc::AttentionTemperatureForm::kLlama4
+                               ? std::log1p(std::floor((p + 1.0) / 8.0)) * 0.25 + 1.0
+                               : 1.0 + 0.25 * std::log(1.0 + std::floor(p / 8.0));
+      const torch::Tensor scale =
+          got.select(1, static_cast<int64_t>(i)) / q.select(1, static_cast<int64_t>(i));
+      EXPECT_LE((scale - exact).abs().max().item<double>(), exact * std::ldexp(1.0, -22))
+          << posenc::attention_temperature_form_name(form) << " at position " << steps[i];
+    }
+    // offsets are positions offset .. offset + L - 1; [B, L] positions per sequence; the
+    // functional twin; heads first
+    const torch::Tensor x = torch::randn({2, 5, 3, 8});
+    const torch::Tensor run = torch::arange(9, 14, torch::kLong);
+    EXPECT_TRUE(torch::equal(temperature(x, 9), temperature->forward_positions(x, run)));
+    EXPECT_TRUE(
+        torch::equal(temperature(x, 9), F::attention_temperature(x, {}, 9, 8, 0.25, false, form)));
+    const torch::Tensor each = torch::stack({run, run + 20});
+    const torch::Tensor both = temperature->forward_positions(x, each);
+    EXPECT_TRUE(
+        torch::equal(both.select(0, 1), temperature->forward_positions(x, run + 20).select(0, 1)));
+    posenc::AttentionTemperature first(posenc::AttentionTemperatureOptions()
+                                           .floor_scale(8)
+                                           .attn_scale(0.25)
+                                           .form(form)
+                                           .heads_first(true));
+    EXPECT_TRUE(torch::equal(first(x.transpose(1, 2), 9), temperature(x, 9).transpose(1, 2)));
+    // padding (-1) is not scaled; the dtype is the query's
+    const torch::Tensor padded = torch::tensor({-1, 20, 21, 22, 23}, torch::kLong);
+    EXPECT_TRUE(
+        torch::equal(temperature->forward_positions(x, padded).select(1, 0), x.select(1, 0)));
+    EXPECT_EQ(temperature(x.to(torch::kBFloat16), 9).scalar_type(), torch::kBFloat16);
+    // the export computes what the module does, and raises its messages
+    auto exported = posenc::to_torchscript(temperature);
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble}) {
+      const torch::Tensor xd = x.to(dtype);
+      EXPECT_TRUE(
+          torch::equal(exported.forward({xd, int64_t{16380}}).toTensor(), temperature(xd, 16380)));
+      EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", xd, each).toTensor(),
+                               temperature->forward_positions(xd, each)));
+      EXPECT_TRUE(torch::equal(exported.run_method("forward_positions", xd, padded).toTensor(),
+                               temperature->forward_positions(xd, padded)));
+    }
+    const auto same_error = [](const std::string& module_error, const std::string& exported_error) {
+      EXPECT_NE(module_error, "<no error>");
+      EXPECT_NE(exported_error.find(module_error), std::string::npos)
+          << "the module raised\n  " << module_error << "\nthe export\n  " << exported_error;
+    };
+    same_error(any_error([&] { temperature(x, -1); }), any_error([&] {
+                 exported.forward({x, int64_t{-1}});
+               }));
+    same_error(
+        any_error([&] { temperature->forward_positions(x, run.narrow(0, 0, 3)); }),
+        any_error([&] { exported.run_method("forward_positions", x, run.narrow(0, 0, 3)); }));
+  }
+  EXPECT_EQ(printed(*posenc::AttentionTemperature(posenc::AttentionTemperatureOptions{})),
+            "posenc::AttentionTemperature(form=llama4, floor_scale=8192, attn_scale=0.1, "
+            "heads_first=false)");
+  EXPECT_POSENC_ERROR(
+      posenc::AttentionTemperature(posenc::AttentionTemperatureOptions().floor_scale(0)),
+      "AttentionTemperature: floor_scale must be finite and > 0");
+  EXPECT_POSENC_ERROR(
+      posenc::AttentionTemperature(posenc::AttentionTemperatureOptions().attn_scale(std::nan(""))),
+      "attn_scale must be finite");
+  posenc::AttentionTemperature temperature(posenc::AttentionTemperatureOptions{});
+  EXPECT_POSENC_ERROR(
+      temperature(torch::randn({2, 5, 8})),
+      "AttentionTemperature: query must be a floating-point [B, L, H, head_dim] tensor");
+  EXPECT_POSENC_ERROR(temperature(torch::ones({1, 2, 3, 4}, torch::kLong)), "but got Long");
+  EXPECT_POSENC_ERROR(temperature->forward_positions(torch::randn({2, 5, 3, 8}),
+                                                     torch::zeros({3, 5}, torch::kLong)),
+                      "positions must have shape [L] = [5] or [B, L] = [2, 5]");
+  EXPECT_POSENC_ERROR(temperature->forward_positions(torch::randn({2, 5, 3, 8}), torch::Tensor()),
+                      "forward_positions needs positions");
+  EXPECT_POSENC_ERROR(posenc::ops::attention_temperature(torch::randn({1, 2, 3, 4}), c10::nullopt,
+                                                         0, 8192, 0.1, false, "llama3"),
+                      "form must be \"llama4\"");
+  EXPECT_POSENC_ERROR(posenc::ops::attention_temperature(torch::randn({1, 2, 3, 4}),
+                                                         torch::zeros({2}, torch::kLong), 3),
+                      "pass either an offset or explicit positions, not both");
+}

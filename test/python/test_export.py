@@ -140,6 +140,7 @@ COMPOSITION = {
     "TokenEmbedding": ["common", "token_embedding"],
     "TokenAndPositionEmbedding": ["token_and_position"],
     "ALiBi": ["common", "alibi"],
+    "AttentionTemperature": ["common", "attention_temperature"],
     "RelativePositionBias": ["common", "t5_bias"],
     "RelPositionalEncoding": ["common", "relative_encoding"],
     "RelPositionMultiheadAttention": ["common", "relative_attention"],

@@ -306,6 +306,9 @@ OPERATOR_CASES = [
     _case("relative_sinusoidal_table", "key_length_float64", lambda ops, T: ops.relative_sinusoidal_table(
         6, 8, 10000.0, 9, dtype=torch.float64, device=T.device)),
     _case("rel_shift", "default", lambda ops, T: ops.rel_shift(T(randn(2, 3, 4, 9)))),
+    _case("attention_temperature", "offset", lambda ops, T: ops.attention_temperature(T(randn(2, 5, 3, 8)), None, 9000)),
+    _case("attention_temperature", "positions_heads_first_ministral3", lambda ops, T: ops.attention_temperature(
+        T(randn(2, 3, 5, 8, dtype=torch.bfloat16)), T(ints(POS_BL)), 0, 4.0, 0.5, True, "ministral3")),
     # positions
     _case("packed_positions", "default", lambda ops, T: ops.packed_positions(T(torch.tensor([0, 3, 7], dtype=torch.int32)), 7)),
     _case("packed_positions", "start_positions", lambda ops, T: ops.packed_positions(T(ints([0, 3, 7])), 7, T(ints([5, 0])))),
@@ -585,6 +588,10 @@ MODULE_CASES = [
     _module_case("ALiBi", "default", lambda nn: nn.ALiBi(6), lambda m, T, dt: [
         m(5, 9), m(5, 9, 4, True),
         m.forward_causal(7), m.forward_causal(7, T(ints([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]]))),
+    ]),
+    _module_case("AttentionTemperature", "default", lambda nn: nn.AttentionTemperature(floor_scale=4), lambda m, T, dt: [
+        m(T(randn(2, 5, 3, 8, dtype=dt)), 7),
+        m.forward_positions(T(randn(2, 5, 3, 8, dtype=dt)), T(ints(POS_BL))),
     ]),
     _module_case("ALiBi", "shard", lambda nn: nn.ALiBi(12, first_head=4, heads=4), lambda m, T, dt: [m(5, 9)]),
     _module_case("RelativePositionBias", "default", lambda nn: nn.RelativePositionBias(4), lambda m, T, dt: [m(5, 9), m(1, 9, 8)]),

@@ -293,6 +293,35 @@ def test_attention_biases_keep_their_lengths_dynamic(posenc, ort):
             assert torch.equal(out, reference), (lq, lk, index)
 
 
+class Temperatures(torch.nn.Module):
+    """Llama 4's query temperature at an offset (a NoPE layer's decode step) and Ministral 3's at
+    [B, L] positions."""
+
+    def __init__(self, nn):
+        super().__init__()
+        self.llama4 = nn.AttentionTemperature(floor_scale=4)
+        self.ministral3 = nn.AttentionTemperature(floor_scale=8, attn_scale=0.25, form="ministral3", heads_first=True)
+
+    def forward(self, q, positions):
+        return self.llama4(q, 10_000_000), self.ministral3.forward_positions(q.transpose(1, 2), positions)
+
+
+def test_query_temperatures_equal_posenc(posenc, ort):
+    """AttentionTemperature is made of ATen operations (CompositeImplicitAutograd): the export traces
+    them into standard operators, which ONNX Runtime runs. Tolerance: 2 float32 ulps of the query,
+    since ONNX has no log1p (the translation is Log(1 + x)) and ONNX Runtime's Log is its own, each
+    within an ulp of ATen's in the scale, whose product with the query rounds once more."""
+    module = Temperatures(posenc.nn)
+    length = dims(length=(1, 256))["length"]
+    program = posenc.onnx.export(module, (torch.randn(2, 9, 3, 8), torch.arange(18).view(2, 9)),
+                                 dynamic_shapes=({1: length}, {1: length}))
+    assert "Log1p" not in standard_operators_only(program)  # (no such ONNX operator: log(1 + x))
+    for length in (9, 1, 200):
+        q, positions = torch.randn(2, length, 3, 8), torch.randint(-1, 100, (2, length))
+        for out, reference in zip(run(ort, program, q, positions), expected(module, q, positions)):
+            torch.testing.assert_close(out, reference, rtol=2.0**-22, atol=0)
+
+
 class TablesPerCall(torch.nn.Module):
     """Tables built in forward at the input's length (sinusoidal_table, rotary_tables)."""
 

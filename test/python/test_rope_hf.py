@@ -297,11 +297,12 @@ def audit(posenc_cli, path, *extra):
 
 
 # model type -> the keys of transformers' own default config that posenc must report as not applied
-# (the rule each stands for is in the model's code: layers
-# without rotary, query temperature, Llama 4's pairs (2i, 2i + 1) beside its other rules)
+# (the rule each stands for is in the model's code); none left among these: Llama 4's pairs
+# (2i, 2i + 1), its layers without rotary and their query temperature are applied
 NOT_APPLIED = {
     "deepseek_v3": [],  # MLA's width and regrouping are applied (test_rope_model_types.py)
-    "llama4_text": ["attn_temperature_tuning"],  # (its pairs (2i, 2i + 1) and layers without rotary are applied)
+    "llama4_text": [],  # its pairs, layers without rotary and query temperature are applied
+    "ministral3": [],  # its query temperature (llama_4_scaling_beta) is applied
     "smollm3": [],  # its layers without rotary are listed (HfRopeConfig::rotary_layers)
     "cohere": [],  # its pairing is applied (test_model_types_that_pair_neighbours_...)
     "glm4": [],

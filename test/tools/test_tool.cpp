@@ -12,11 +12,12 @@
 //   [--seed S] OUT
 //       to_torchscript of a randomly initialized LearnedPositionalEmbedding /
 //       TokenAndPositionEmbedding.
-//   posenc_test_tool export-attention alibi|t5|rel-encoding|rel-attention [--num-heads H]
-//   [--first-head F] [--heads N] [--d-model D] [--max-len M] [--num-buckets N]
-//   [--max-distance M] [--causal] [--legacy] [--unscaled] [--seed S] OUT
+//   posenc_test_tool export-attention alibi|t5|rel-encoding|rel-attention|temperature
+//   [--num-heads H] [--first-head F] [--heads N] [--d-model D] [--max-len M] [--num-buckets N]
+//   [--max-distance M] [--causal] [--legacy] [--unscaled] [--floor-scale F] [--attn-scale A]
+//   [--form llama4|ministral3] [--heads-first] [--seed S] OUT
 //       to_torchscript of a randomly initialized ALiBi / RelativePositionBias /
-//       RelPositionalEncoding / RelPositionMultiheadAttention.
+//       RelPositionalEncoding / RelPositionMultiheadAttention, or an AttentionTemperature.
 //   posenc_test_tool export-vision timesteps|embedder|axial|vision [--dim D] [--frequency-size F]
 //   [--flip-sin-to-cos] [--shift S] [--scale S] [--max-period P] [--axes-dim A...] [--theta T]
 //   [--ref-feat-shape H W] [--grid-offset O] [--xy] [--half-split] [--heads-first]
@@ -209,12 +210,14 @@ int main(int argc, char** argv) {
 
   std::string kind;
   int64_t first_head = 0, heads = -1;
-  bool legacy = false, unscaled = false;
+  bool legacy = false, unscaled = false, temperature_heads_first = false;
+  double floor_scale = 8192.0, attn_scale = 0.1;
+  std::string form = "llama4";
   CLI::App* export_attention =
       app.add_subcommand("export-attention", "Export an attention-bias module");
   export_attention->add_option("kind", kind)
       ->required()
-      ->check(CLI::IsMember({"alibi", "t5", "rel-encoding", "rel-attention"}));
+      ->check(CLI::IsMember({"alibi", "t5", "rel-encoding", "rel-attention", "temperature"}));
   export_attention->add_option("--num-heads", num_heads);
   export_attention->add_option("--first-head", first_head);
   export_attention->add_option("--heads", heads);
@@ -225,6 +228,10 @@ int main(int argc, char** argv) {
   export_attention->add_flag("--causal", causal);
   export_attention->add_flag("--legacy", legacy);
   export_attention->add_flag("--unscaled", unscaled);
+  export_attention->add_option("--floor-scale", floor_scale);
+  export_attention->add_option("--attn-scale", attn_scale);
+  export_attention->add_option("--form", form)->check(CLI::IsMember({"llama4", "ministral3"}));
+  export_attention->add_flag("--heads-first", temperature_heads_first);
   export_attention->add_option("--seed", seed);
   export_attention->add_option("out", out_path)->required();
   export_attention->callback([&] {
@@ -249,6 +256,16 @@ int main(int argc, char** argv) {
                                             .max_len(max_len)
                                             .legacy(legacy)
                                             .scale_input(!unscaled)))
+          .save(out_path);
+    } else if (kind == "temperature") {
+      posenc::to_torchscript(
+          posenc::AttentionTemperature(
+              posenc::AttentionTemperatureOptions()
+                  .floor_scale(floor_scale)
+                  .attn_scale(attn_scale)
+                  .form(form == "llama4" ? posenc::AttentionTemperatureForm::kLlama4
+                                         : posenc::AttentionTemperatureForm::kMinistral3)
+                  .heads_first(temperature_heads_first)))
           .save(out_path);
     } else {
       posenc::to_torchscript(posenc::RelPositionMultiheadAttention(d_model, num_heads))

@@ -6,6 +6,8 @@
 /// <posenc/modules/attention_bias.h> call these; each calls a `posenc::` operator
 /// (<posenc/ops.h>).
 
+#include <posenc/enums.h>
+
 #include <ATen/core/Tensor.h>
 
 #include <c10/util/Optional.h>
@@ -62,6 +64,19 @@ at::Tensor relative_sinusoidal_table(int64_t length, int64_t d_model,
 
 /// Transformer-XL's relative shift: `[..., Lq, Lq + Lk - 1]` -> `[..., Lq, Lk]`.
 at::Tensor rel_shift(const at::Tensor& x);
+
+/// The query temperature of `form` (Llama 4's, or Ministral 3's) of `query` at positions
+/// `offset .. offset + L - 1`, or at `positions` (`[L]` or `[B, L]`) when given (see
+/// posenc::ops::attention_temperature).
+///
+/// Example:
+/// ```
+/// auto q_scaled = posenc::functional::attention_temperature(q, /*positions=*/{}, past_len);
+/// ```
+at::Tensor attention_temperature(const at::Tensor& query, const at::Tensor& positions = {},
+                                 int64_t offset = 0, double floor_scale = 8192.0,
+                                 double attn_scale = 0.1, bool heads_first = false,
+                                 AttentionTemperatureForm form = AttentionTemperatureForm::kLlama4);
 
 /// The Conformer relative-position encoding step: returns `(dropout(x * scale), dropout(rows))`
 /// where `rows` (`[1, R, D]`) are, from a relative `table` of `2 * max_len - 1` rows (relative

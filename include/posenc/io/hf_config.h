@@ -6,6 +6,7 @@
 /// Part of the `posenc::io` library (JSON parsed with nlohmann-json), not included by
 /// `<posenc/posenc.h>`: link `posenc::io` and include this header to use it.
 
+#include <posenc/options/attention_bias.h>
 #include <posenc/options/rotary_embedding.h>
 
 #include <c10/util/Optional.h>
@@ -74,6 +75,13 @@ struct HfRopeConfig {
   /// false: the layer asked for (HfConfigReadOptions::layer) has no rotary; its attention takes
   /// no positions, and `options` are those of the layers that rotate.
   bool rotates = true;
+  /// The query temperature (AttentionTemperature) of the layer read: Llama 4's
+  /// `attn_temperature_tuning` (on by default for its model types; `floor_scale`, `attn_scale`),
+  /// which its code applies in the layers without rotary, so set where the layer asked for has
+  /// none or where no layer was asked for (`rotary_layers` says which layers take it); or
+  /// Ministral 3's and Mistral 4's `rope_parameters.llama_4_scaling_beta`, applied in every
+  /// layer after the rotation. Unset: the queries are not scaled by position.
+  c10::optional<AttentionTemperatureOptions> attention_temperature;
   /// The config's `num_attention_heads`.
   int64_t num_attention_heads = 0;
   /// The config's `num_key_value_heads` (= num_attention_heads when absent).
@@ -113,6 +121,10 @@ struct HfRopeConfig {
 /// it, the fixed NTK-alpha type (RopeType::kNtkAlpha). docs/rope_models.md lists every model type
 /// of transformers 5.23.0 with a rotary embedding and what the reader does with it.
 ///
+/// Query temperatures by position are read into `attention_temperature`: Llama 4's
+/// `attn_temperature_tuning` (its layers without rotary) and Ministral 3's and Mistral 4's
+/// `llama_4_scaling_beta` (every layer).
+///
 /// Per-layer-type rope parameters (transformers 5's `rope_parameters: {"full_attention": {...},
 /// "sliding_attention": {...}}`) are read for the layer or layer type `read` names. Layers
 /// without rotary (`no_rope_layers`) are listed in `rotary_layers`; a layer asked for that does
@@ -121,7 +133,7 @@ struct HfRopeConfig {
 /// Throws a `c10::Error` that names the field for malformed JSON, missing or ill-typed fields,
 /// unknown rope types, and per-layer-type rope parameters without a layer or layer type. Keys it
 /// cannot apply that change the rotation (an unknown rope parameter; a model's own rule:
-/// `rope_local_base_freq`, `attn_temperature_tuning`, `rotary_pct`, ...) give one warning naming
+/// `rope_local_base_freq`, `rotary_pct`, ...) give one warning naming
 /// them, or with `read.strict` an error; `HfRopeConfig::audit` lists every key that bears on
 /// positions.
 HfRopeConfig read_hf_rope_config(const std::string& json_text,

@@ -61,6 +61,49 @@ class ALiBiImpl : public torch::nn::Cloneable<ALiBiImpl> {
 /// A `ModuleHolder` subclass for `ALiBiImpl`.
 TORCH_MODULE(ALiBi);
 
+/// A query temperature that grows with the position, which sharpens attention far into long
+/// contexts: Llama 4's attention temperature tuning (transformers' `attn_temperature_tuning`: in
+/// its layers without rotary, the queries of position p are multiplied by
+/// `log1p(floor((p + 1) / floor_scale)) * attn_scale + 1`), or Ministral 3's and Mistral 4's
+/// (`llama_4_scaling_beta`: every layer, after the rotation), each computed as transformers'
+/// model code computes it (AttentionTemperatureForm). Holds no state; read from a config by
+/// `posenc::io::read_hf_rope_config` (`HfRopeConfig::attention_temperature`).
+///
+/// Example:
+/// ```
+/// posenc::AttentionTemperature temperature(posenc::AttentionTemperatureOptions{});
+/// auto q_scaled = temperature(q, past_len);   // q: [B, L, H, head_dim] at past_len ..
+/// ```
+class AttentionTemperatureImpl : public torch::nn::Cloneable<AttentionTemperatureImpl> {
+ public:
+  /// The module's name, the prefix of its error messages.
+  static constexpr const char* kName = "AttentionTemperature";
+
+  /// Builds the module from `options_` and calls reset(), which checks them.
+  explicit AttentionTemperatureImpl(const AttentionTemperatureOptions& options_ = {});
+
+  /// Checks the options (the module has no parameters or buffers).
+  void reset() override;
+
+  /// Pretty prints the module, e.g.
+  /// `posenc::AttentionTemperature(form=llama4, floor_scale=8192, attn_scale=0.1,
+  /// heads_first=false)`.
+  void pretty_print(std::ostream& stream) const override;
+
+  /// The queries `[B, L, H, head_dim]` (or `[B, H, L, head_dim]` with `heads_first`) at positions
+  /// `offset .. offset + L - 1`, scaled; the result has the shape and dtype of `query`.
+  torch::Tensor forward(const torch::Tensor& query, int64_t offset = 0);
+
+  /// `forward` at explicit positions `[L]` or `[B, L]` (integer or floating point).
+  torch::Tensor forward_positions(const torch::Tensor& query, const torch::Tensor& positions);
+
+  /// The options this module was built with.
+  AttentionTemperatureOptions options;
+};
+
+/// A `ModuleHolder` subclass for `AttentionTemperatureImpl`.
+TORCH_MODULE(AttentionTemperature);
+
 /// T5's relative position bias (T5, mT5, Flan-T5, UL2): a learned scalar per head and
 /// relative-position bucket, added to the attention scores. The table is the submodule
 /// `relative_attention_bias` (an Embedding `[num_buckets, num_heads]`), so a T5 checkpoint's

@@ -11,6 +11,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Optional.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 
@@ -76,6 +77,22 @@ at::Tensor relative_sinusoidal_table(int64_t length, int64_t d_model, double bas
 /// (i, j) the score for the relative position of query i (at Lk - Lq + i) and key j.
 /// Differentiable.
 at::Tensor rel_shift(const at::Tensor& x);
+
+/// A query temperature (Llama 4's attention temperature tuning, or Ministral 3's and Mistral 4's
+/// `llama_4_scaling_beta`): `query` (`[B, L, H, D]`, or `[B, H, L, D]` with `heads_first`) times
+/// a scale of the position p of each token, `form` "llama4": `log1p(floor((p + 1) /
+/// floor_scale)) * attn_scale + 1`, or "ministral3": `1 + attn_scale * log(1 + floor(p /
+/// floor_scale))` (see AttentionTemperatureForm). Computed in float32 with transformers'
+/// operations in their order (`Llama4TextAttention`, `get_llama_4_attn_scale`), so that it rounds
+/// as transformers does; returned in `query`'s dtype. Positions: `positions` (`[L]` or `[B, L]`,
+/// integer or floating point; -1, or any negative position, marks padding, which is not scaled),
+/// or when it is absent `offset .. offset + L - 1` (offset: the tokens already in the KV cache).
+/// Differentiable with respect to `query`; no value is read on the host (CUDA graphs, export).
+at::Tensor attention_temperature(const at::Tensor& query,
+                                 const c10::optional<at::Tensor>& positions = c10::nullopt,
+                                 int64_t offset = 0, double floor_scale = 8192.0,
+                                 double attn_scale = 0.1, bool heads_first = false,
+                                 c10::string_view form = "llama4");
 
 } // namespace ops
 } // namespace posenc

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <posenc/enums.h>
+
 #include <torch/arg.h>
 
 #include <c10/util/Optional.h>
@@ -28,6 +30,33 @@ struct ALiBiOptions {
   TORCH_ARG(int64_t, first_head) = 0;
   /// Number of heads of the shard. Default: all heads from `first_head`.
   TORCH_ARG(c10::optional<int64_t>, heads) = c10::nullopt;
+};
+
+/// Options for the `AttentionTemperature` module: a query temperature that grows with the
+/// position, Llama 4's (`attn_temperature_tuning`, `floor_scale`, `attn_scale`: its layers
+/// without rotary) or Ministral 3's and Mistral 4's (`rope_parameters.llama_4_scaling_beta` and
+/// `original_max_position_embeddings`: every layer).
+///
+/// Example:
+/// ```
+/// posenc::AttentionTemperature temperature(
+///     posenc::AttentionTemperatureOptions().floor_scale(8192).attn_scale(0.1));
+/// ```
+struct AttentionTemperatureOptions {
+  /// Positions are counted in steps of `floor_scale` (> 0, finite; Ministral 3:
+  /// `original_max_position_embeddings`). Default: 8192 (Llama 4's).
+  TORCH_ARG(double, floor_scale) = 8192.0;
+  /// The weight of the logarithm (finite; Ministral 3: `llama_4_scaling_beta`). Default: 0.1
+  /// (Llama 4's).
+  TORCH_ARG(double, attn_scale) = 0.1;
+  /// The formula: Llama 4's `log1p(floor((p + 1) / floor_scale)) * attn_scale + 1` or Ministral
+  /// 3's `1 + attn_scale * log(1 + floor(p / floor_scale))` (AttentionTemperatureForm).
+  /// Default: Llama 4's.
+  TORCH_ARG(AttentionTemperatureForm, form) = AttentionTemperatureForm::kLlama4;
+  /// `true`: queries are `[B, H, L, head_dim]` (Ministral 3's layout where it scales them);
+  /// `false`: `[B, L, H, head_dim]` (Llama 4's, before the heads are moved forward). Default:
+  /// `false`.
+  TORCH_ARG(bool, heads_first) = false;
 };
 
 /// Options for the `RelativePositionBias` module (T5, mT5, Flan-T5, UL2, LongT5).

@@ -1,0 +1,52 @@
+# TorchScript: the methods of an exported AttentionTemperature: the query temperature of Llama 4
+# (`form` "llama4") or of Ministral 3 and Mistral 4 ("ministral3") with the attributes
+# `floor_scale`, `attn_scale` and `heads_first`, as posenc's attention_temperature operator
+# computes it (transformers' float32 operations in their order; negative positions are padding,
+# not scaled). Used with common.py (see there).
+
+import torch
+from torch import Tensor
+from typing import List, Optional, Tuple
+
+
+class AttentionTemperatureMethods:
+    def _check_query(self, query: Tensor):
+        layout = "[B, H, L, head_dim]" if self.heads_first else "[B, L, H, head_dim]"
+        if query.dim() != 4 or not (query.dtype == 5 or query.dtype == 15 or query.dtype == 6 or query.dtype == 7):
+            raise RuntimeError(self.who + ": query must be a floating-point " + layout + " tensor (float16, bfloat16, float32 or float64), but got " + self._dtype_name(query.dtype) + " of shape " + str(query.shape))
+
+    def _scaled(self, query: Tensor, steps: Tensor) -> Tensor:
+        length = query.size(2) if self.heads_first else query.size(1)
+        rows = query.size(0) if steps.dim() == 2 else 1
+        if self.form == "llama4":
+            scales = torch.log1p(torch.floor((steps.clamp_min(-1.0) + 1.0) / self.floor_scale)) * self.attn_scale + 1.0
+        else:
+            scales = torch.log(torch.floor(steps.clamp_min(0.0) / self.floor_scale) + 1.0) * self.attn_scale + 1.0
+        shaped = scales.view([rows, 1, length, 1]) if self.heads_first else scales.view([rows, length, 1, 1])
+        if self.form == "llama4":
+            return (query * shaped).to(query.dtype)
+        return query * shaped.to(query.dtype)
+
+    # The queries at positions offset .. offset + L - 1, scaled.
+    def forward(self, query: Tensor, offset: int = 0) -> Tensor:
+        self._check_query(query)
+        length = query.size(2) if self.heads_first else query.size(1)
+        if offset < 0:
+            raise RuntimeError(self.who + ": offset must be >= 0, but got " + str(offset) + "; positions start at 0")
+        if offset > 9223372036854775807 - length:
+            raise RuntimeError(self.who + ": offset + L must fit in int64, but got offset = " + str(offset) + " and L = " + str(length))
+        steps = torch.arange(offset, offset + length, device=query.device).to(6)
+        return self._scaled(query, steps)
+
+    # The queries at explicit positions [L] or [B, L], scaled.
+    def forward_positions(self, query: Tensor, positions: Tensor) -> Tensor:
+        self._check_query(query)
+        length = query.size(2) if self.heads_first else query.size(1)
+        each = [query.size(0), length]
+        if not (positions.is_floating_point() or positions.dtype <= 4):
+            raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32) or a floating-point one, but got " + self._dtype_name(positions.dtype))
+        if not ((positions.dim() == 1 and positions.size(0) == length) or (positions.dim() == 2 and positions.shape == each)):
+            raise RuntimeError(self.who + ": positions must have shape [L] = [" + str(length) + "] or [B, L] = " + str(each) + ", but got " + str(positions.shape))
+        if positions.device != query.device:
+            raise RuntimeError(self.who + ": positions must be on the input's device (" + str(query.device) + "), but got " + str(positions.device))
+        return self._scaled(query, positions.to(6))
