@@ -115,6 +115,7 @@ void move_members(posenc::TimestepEmbedderImpl& m, const torch::Device& d) {
 void move_members(posenc::TimestepsImpl&, const torch::Device&) {}
 void move_members(posenc::AxialRotaryEmbeddingImpl&, const torch::Device&) {}
 void move_members(posenc::VisionRotaryEmbeddingImpl&, const torch::Device&) {}
+void move_members(posenc::AttentionTemperatureImpl&, const torch::Device&) {}
 
 const char* const kSetDataRefusal =
     "Attempted to call `variable.set_data(tensor)`, but `variable` and `tensor` have incompatible "
@@ -532,6 +533,16 @@ std::vector<ModuleCase> module_cases() {
       [](posenc::ALiBiImpl& m, const Target& T, Dtype) {
         return Outputs{m.forward(5, 9), m.forward(5, 9, 4, true), m.forward_causal(7),
                        m.forward_causal(7, T(longs({0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 7})))};
+      }));
+  cases.push_back(module_case<posenc::AttentionTemperature>(
+      "AttentionTemperature", "Default",
+      [] {
+        return posenc::AttentionTemperature(posenc::AttentionTemperatureOptions().floor_scale(4));
+      },
+      [](posenc::AttentionTemperatureImpl& m, const Target& T, Dtype dt) {
+        return Outputs{m.forward(T(randn({2, 5, 3, 8}, dt)), 7),
+                       m.forward_positions(T(randn({2, 5, 3, 8}, dt)),
+                                           T(longs({0, 3, -1, 5, 6, 1, 2, 3, 4, -1}, {2, 5})))};
       }));
   cases.push_back(module_case<posenc::ALiBi>(
       "ALiBi", "Shard", [] { return posenc::ALiBi(posenc::ALiBiOptions(12).first_head(4).heads(4)); },

@@ -11,10 +11,15 @@ positions that cross floor_scale's steps, near Llama 4's 8192 and at 10 million 
 says how many tokens it holds), in float32 and bfloat16, and through the C++ module's TorchScript
 export and the operator (the three front ends equal)."""
 
+import os
+import sys
+
 import pytest
 import torch
 
 from conftest import skip_unless_pinned
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 transformers = pytest.importorskip("transformers", reason="transformers is installed in the pip test environment only (scripts/setup.sh)")
 try:

@@ -78,7 +78,9 @@ def test_no_model_type_rotates_differently_without_a_warning(results):
 
 def test_warned_model_types_are_errors_when_strict(results, posenc_package):
     warned = [model_type for model_type, (status, _) in results.items() if status in ("warned", "equal, warned")]
-    assert len(warned) >= 8, warned
+    # (5 at this writing: ERNIE 4.5-VL's frequency order, MiniMax-M3-VL's rotary_dim, Moonshine-Streaming's
+    # pairs; Llama 4's, Ministral 3's and Mistral 4's query temperatures are applied since)
+    assert len(warned) >= 5, warned
     for model_type in warned:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
