@@ -926,6 +926,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     } else if (key == "max_position_embeddings") {
       audit.add(name, Status::kIgnored, shown(item.value()),
                 "the max_position_embeddings beside the rope parameters is read");
+    } else if (key == "original_max_position_embeddings" && beta_types && !entry.reads_original &&
+               !field(parameters, "llama_4_scaling_beta").is_null()) {
+      audit.add(name, Status::kUsed, shown(item.value()),
+                "the step of positions of the query temperature (llama_4_scaling_beta)");
     } else if (key == "original_max_position_embeddings") {
       const bool top_wins = !field(config, key.c_str()).is_null();
       audit.add(name, entry.reads_original && !top_wins ? Status::kUsed : Status::kIgnored,
@@ -1121,22 +1125,49 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     // it so; 5.23's configuration class wants a bool)
     const bool on = tuning.is_null() ||
                     (tuning.is_boolean() ? tuning.get<bool>() : tuning.get<double>() != 0.0);
-    // Llama4TextAttention: `if self.attn_temperature_tuning and not self.use_rope`
-    const bool applies = on && (!read.layer || !result.rotates);
-    audit.add(prefix + "attn_temperature_tuning",
-              tuning.is_null() ? Status::kDefault : Status::kUsed,
-              tuning.is_null() ? "true" : shown(tuning),
-              std::string(tuning.is_null() ? "absent: " + model_type + "'s default; " : "") +
-                  (!on       ? "off: no layer scales its queries"
-                   : applies ? "the queries of the layers without rotary are scaled by position: "
-                               "log1p(floor((p + 1) / floor_scale)) * attn_scale + 1 "
-                               "(HfRopeConfig::attention_temperature)"
-                             : "layer " + std::to_string(read.layer.value_or(0)) +
-                                   " rotates: its queries are not scaled (only the layers without "
-                                   "rotary scale theirs)"));
-    if (on) {
-      const c10::optional<double> floor_scale = number(source, config, "floor_scale", top);
-      const c10::optional<double> attn_scale = number(source, config, "attn_scale", top);
+    // Llama4TextAttention: `if self.attn_temperature_tuning and not self.use_rope`. The layers
+    // read: the one asked for; every layer of the type asked for (all must lack rotary); or, with
+    // neither, the model (some layer lacks rotary).
+    bool without_rotary = false;
+    std::string which;
+    if (read.layer) {
+      without_rotary = !result.rotates;
+      which = "layer " + std::to_string(*read.layer) + (without_rotary ? " has none" : " rotates");
+    } else {
+      bool all = true;
+      bool any = false;
+      for (size_t i = 0; i < result.rotary_layers.size(); ++i) {
+        if (!read.layer_type.empty() &&
+            (i >= result.layer_types.size() || result.layer_types[i] != read.layer_type)) {
+          continue;
+        }
+        all = all && !result.rotary_layers[i];
+        any = any || !result.rotary_layers[i];
+      }
+      without_rotary = read.layer_type.empty() ? any : any && all;
+      which = read.layer_type.empty()
+                  ? std::string(any ? "some layers have none" : "every layer rotates")
+                  : "the " + read.layer_type + " layers " +
+                        (without_rotary ? "have none"
+                         : any          ? "are of both kinds: read a layer"
+                                        : "rotate");
+    }
+    const bool applies = on && without_rotary;
+    const std::string not_applied = !on ? "off: no layer scales its queries"
+                                        : which +
+                                              ": only the layers without rotary scale their "
+                                              "queries";
+    audit.add(
+        prefix + "attn_temperature_tuning", tuning.is_null() ? Status::kDefault : Status::kUsed,
+        tuning.is_null() ? "true" : shown(tuning),
+        std::string(tuning.is_null() ? "absent: " + model_type + "'s default; " : "") +
+            (applies ? "the queries of the layers without rotary are scaled by position (" + which +
+                           "): log1p(floor((p + 1) / floor_scale)) * attn_scale + 1 "
+                           "(HfRopeConfig::attention_temperature)"
+                     : not_applied));
+    const c10::optional<double> floor_scale = number(source, config, "floor_scale", top);
+    const c10::optional<double> attn_scale = number(source, config, "attn_scale", top);
+    if (applies) {
       audit.add(prefix + "floor_scale", floor_scale ? Status::kUsed : Status::kDefault,
                 floor_scale ? shown(field(config, "floor_scale")) : "8192",
                 std::string(floor_scale ? "" : "absent: " + model_type + "'s default; ") +
@@ -1148,10 +1179,14 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       const std::string who = source + ": " + top + "floor_scale / attn_scale";
       detail::check_attention_temperature(who.c_str(), floor_scale.value_or(8192.0),
                                           attn_scale.value_or(0.1));
-      if (applies) {
-        result.attention_temperature = AttentionTemperatureOptions()
-                                           .floor_scale(floor_scale.value_or(8192.0))
-                                           .attn_scale(attn_scale.value_or(0.1));
+      result.attention_temperature = AttentionTemperatureOptions()
+                                         .floor_scale(floor_scale.value_or(8192.0))
+                                         .attn_scale(attn_scale.value_or(0.1));
+    } else {
+      for (const char* key : {"floor_scale", "attn_scale"}) {
+        if (!field(config, key).is_null()) {
+          audit.add(prefix + key, Status::kIgnored, shown(field(config, key)), not_applied);
+        }
       }
     }
   } else if (!tuning.is_null()) {
@@ -1161,18 +1196,24 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   }
   if (beta_types && !field(parameters, "llama_4_scaling_beta").is_null()) {
     const double beta = *number(source, parameters, "llama_4_scaling_beta", where);
+    // (the rope parameters' value after transformers' standardize_rope_params: for the types that
+    // read it, a top-level value wins and max_position_embeddings fills it in)
     const c10::optional<int64_t> original =
-        integer(source, parameters, "original_max_position_embeddings", where);
+        entry.reads_original
+            ? scaling.original_max_position_embeddings()
+            : integer(source, parameters, "original_max_position_embeddings", where);
     TORCH_CHECK(original, source, ": ", where, "original_max_position_embeddings is missing, but ",
                 model_type,
                 "'s code counts the positions of its query temperature (llama_4_scaling_beta) in "
                 "it; add it to the rope parameters");
     const std::string who = source + ": " + where_string + "llama_4_scaling_beta";
     detail::check_attention_temperature(who.c_str(), static_cast<double>(*original), beta);
+    // (its code scales [B, H, L, D] queries, after the rotation)
     result.attention_temperature = AttentionTemperatureOptions()
                                        .form(AttentionTemperatureForm::kMinistral3)
                                        .floor_scale(static_cast<double>(*original))
-                                       .attn_scale(beta);
+                                       .attn_scale(beta)
+                                       .heads_first(true);
   }
   // DeepSeek-V3's regrouping of pairs (2i, 2i + 1) into halves.
   const bool interleave_by_key =

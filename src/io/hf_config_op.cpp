@@ -91,7 +91,8 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
     const AttentionTemperatureOptions& t = *result.attention_temperature;
     temperature = {{"floor_scale", t.floor_scale()},
                    {"attn_scale", t.attn_scale()},
-                   {"form", attention_temperature_form_name(t.form())}};
+                   {"form", attention_temperature_form_name(t.form())},
+                   {"heads_first", t.heads_first()}};
   }
   json audit = json::array();
   for (const HfConfigKey& key : result.audit) {

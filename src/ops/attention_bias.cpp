@@ -503,9 +503,11 @@ at::Tensor attention_temperature_kernel(const at::Tensor& query,
                 positions->scalar_type());
     const std::vector<SymLength> given = lengths_of(*positions);
     const bool shared = given.size() == 1 && given[0] == length;
-    const bool each = given.size() == 2 && given[0] == batch && given[1] == length;
+    // ([1, L]: one row for the batch, as transformers' default position_ids)
+    const bool each =
+        given.size() == 2 && (given[0] == batch || given[0] == 1) && given[1] == length;
     TORCH_CHECK(shared || each, who, ": positions must have shape [L] = [", length,
-                "] or [B, L] = [", batch, ", ", length, "], but got ",
+                "] or [B, L] = [", batch, ", ", length, "] (or [1, L]), but got ",
                 c10::ArrayRef<SymLength>(given));
     detail::check_positions_device(who, *positions, query.device());
     steps = positions->to(at::kFloat);

@@ -515,10 +515,14 @@ TEST_F(AttentionBias, AttentionTemperatureScalesQueriesByPosition) {
                                            .form(form)
                                            .heads_first(true));
     EXPECT_TRUE(torch::equal(first(x.transpose(1, 2), 9), temperature(x, 9).transpose(1, 2)));
-    // padding (-1) is not scaled; the dtype is the query's
-    const torch::Tensor padded = torch::tensor({-1, 20, 21, 22, 23}, torch::kLong);
+    // padding (-1, or any negative position) is not scaled; [1, L] positions serve the batch;
+    // the dtype is the query's
+    const torch::Tensor padded = torch::tensor({-1, 20, -5, 22, 23}, torch::kLong);
+    const torch::Tensor scaled_padded = temperature->forward_positions(x, padded);
+    EXPECT_TRUE(torch::equal(scaled_padded.select(1, 0), x.select(1, 0)));
+    EXPECT_TRUE(torch::equal(scaled_padded.select(1, 2), x.select(1, 2)));
     EXPECT_TRUE(
-        torch::equal(temperature->forward_positions(x, padded).select(1, 0), x.select(1, 0)));
+        torch::equal(temperature->forward_positions(x, run.unsqueeze(0)), temperature(x, 9)));
     EXPECT_EQ(temperature(x.to(torch::kBFloat16), 9).scalar_type(), torch::kBFloat16);
     // the export computes what the module does, and raises its messages
     auto exported = posenc::to_torchscript(temperature);
@@ -539,6 +543,8 @@ TEST_F(AttentionBias, AttentionTemperatureScalesQueriesByPosition) {
     same_error(any_error([&] { temperature(x, -1); }), any_error([&] {
                  exported.forward({x, int64_t{-1}});
                }));
+    same_error(any_error([&] { temperature(x.select(0, 0)); }),
+               any_error([&] { exported.forward({x.select(0, 0)}); }));
     same_error(
         any_error([&] { temperature->forward_positions(x, run.narrow(0, 0, 3)); }),
         any_error([&] { exported.run_method("forward_positions", x, run.narrow(0, 0, 3)); }));

@@ -97,8 +97,27 @@ def test_llama4_temperature_equals_llama4_attention(posenc, dtype, floor_scale, 
     positions = torch.arange(seen, seen + 12)
     assert torch.equal(temperature.forward_positions(plain, positions), scaled)
     assert torch.equal(temperature.forward_positions(plain, positions.expand(2, 12)), scaled)
-    # a layer that rotates has no temperature
+    # a layer that rotates has no temperature; by layer type: the full-attention layers have no
+    # rotary, the chunked ones rotate
     assert posenc.nn.AttentionTemperature.from_hf_config(config, layer=2) is None
+    assert config.layer_types[2:] == ["chunked_attention", "full_attention"]
+    assert posenc.nn.AttentionTemperature.from_hf_config(config, layer_type="chunked_attention") is None
+    by_type = posenc.nn.AttentionTemperature.from_hf_config(config, layer_type="full_attention", heads_first=True)
+    assert torch.equal(by_type(plain, seen), scaled)
+
+
+def test_llama4_nested_config_reads_its_text_config(posenc):
+    """A whole Llama 4 config (vision and text): the text model's layers and keys."""
+    config = AutoConfig.for_model("llama4", text_config=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                                             head_dim=16, num_hidden_layers=4, floor_scale=16))
+    read = posenc.nn.read_hf_rope_config(config, layer=3)
+    assert read["attention_temperature"]["floor_scale"] == 16
+    assert {entry["key"]: entry["status"] for entry in read["audit"]}["text_config.attn_temperature_tuning"] == "used"
+    assert posenc.nn.read_hf_rope_config(config, layer=0)["attention_temperature"] is None
+    # the keys of a layer that rotates are named as not applied, with the reason
+    audit = {entry["key"]: entry for entry in posenc.nn.read_hf_rope_config(config, layer=0)["audit"]}
+    assert audit["text_config.floor_scale"]["status"] == "ignored"
+    assert "only the layers without rotary" in audit["text_config.floor_scale"]["reason"]
 
 
 def test_llama4_temperature_off_and_the_config_forms(posenc):
@@ -108,7 +127,8 @@ def test_llama4_temperature_off_and_the_config_forms(posenc):
     for key in ("attn_temperature_tuning", "floor_scale", "attn_scale"):
         config.pop(key)
     read = posenc.nn.read_hf_rope_config(config, layer=3)
-    assert read["attention_temperature"] == {"floor_scale": 8192.0, "attn_scale": 0.1, "form": "llama4"}
+    assert read["attention_temperature"] == {"floor_scale": 8192.0, "attn_scale": 0.1, "form": "llama4",
+                                             "heads_first": False}
     audit = {entry["key"]: entry for entry in read["audit"]}
     assert audit["attn_temperature_tuning"]["status"] == "default"
     assert audit["floor_scale"]["status"] == "default" and audit["floor_scale"]["value"] == "8192"
@@ -161,13 +181,32 @@ def test_llama_4_scaling_beta_equals_mistral_attention(posenc, model, dtype, ori
     plain = caught_query(attention, hidden, (cos, sin), None, position_ids=position_ids)
 
     config.rope_parameters["llama_4_scaling_beta"] = 0.1
-    temperature = posenc.nn.AttentionTemperature.from_hf_config(config, heads_first=True)
+    temperature = posenc.nn.AttentionTemperature.from_hf_config(config)  # [B, H, L, D], as their code scales
     assert (temperature.form, temperature.floor_scale, temperature.attn_scale) == ("ministral3", original, 0.1)
+    assert temperature.heads_first
     assert torch.equal(temperature.forward_positions(plain, position_ids), scaled)
-    if start % original + 15 <= original or original == 4:
-        assert torch.equal(temperature.forward_positions(plain[:1], position_ids[:1]), scaled[:1])
+    # the first sequence's positions start at `start`: an offset, or transformers' default [1, L] position_ids
+    assert torch.equal(temperature(plain[:1], start), scaled[:1])
+    assert torch.equal(temperature.forward_positions(plain[:1], position_ids[:1]), scaled[:1])
+    shared = caught_query(attention, hidden, rotary_class(config)(hidden, position_ids[:1]), None,
+                          position_ids=position_ids[:1])
+    config.rope_parameters["llama_4_scaling_beta"] = 0.0
+    shared_plain = caught_query(attention, hidden, rotary_class(config)(hidden, position_ids[:1]), None,
+                                position_ids=position_ids[:1])
+    assert torch.equal(temperature.forward_positions(shared_plain, position_ids[:1]), shared)
     read = posenc.nn.read_hf_rope_config(config)
     assert [entry["status"] for entry in read["audit"] if entry["key"].endswith("llama_4_scaling_beta")] == ["used"]
+
+
+def test_llama_4_scaling_beta_counts_in_the_context_transformers_fills_in(posenc):
+    """A yarn block without original_max_position_embeddings: transformers' standardize_rope_params
+    fills it from max_position_embeddings, and the temperature counts in that."""
+    given = ministral3_config(0.1, 16384).to_dict()
+    del given["rope_parameters"]["original_max_position_embeddings"]
+    config = AutoConfig.for_model("ministral3", **{key: value for key, value in given.items()
+                                                   if key not in ("model_type", "transformers_version")})
+    read = posenc.nn.read_hf_rope_config(given)
+    assert read["attention_temperature"]["floor_scale"] == config.rope_parameters["original_max_position_embeddings"]
 
 
 def test_llama_4_scaling_beta_needs_its_original_context(posenc):
@@ -196,12 +235,16 @@ def test_front_ends_are_equal(posenc, posenc_ops, test_tool, tmp_path, form):
             expected = posenc_ops.attention_temperature(q, None, offset, 8.0, 0.25, True, form)
             assert torch.equal(module(q, offset), expected)
             assert torch.equal(exported(q, offset), expected)
-        positions = torch.randint(-1, 50, (2, 20))
+        positions = torch.randint(0, 50, (2, 20))
+        positions[0, 3], positions[1, 0], positions[1, 7] = -1, -1, -5
         expected = posenc_ops.attention_temperature(q, positions, 0, 8.0, 0.25, True, form)
         assert torch.equal(module.forward_positions(q, positions), expected)
         assert torch.equal(exported.forward_positions(q, positions), expected)
-        # padding (-1) is not scaled
-        assert torch.equal(expected[0, :, positions[0] == -1], q[0, :, positions[0] == -1])
+        assert torch.equal(exported.forward_positions(q, positions[:1]), module.forward_positions(q, positions[:1]))
+        # padding (negative positions) is not scaled
+        padding = positions < 0
+        assert torch.equal(expected.transpose(1, 2)[padding], q.transpose(1, 2)[padding])
+        assert not torch.equal(expected.transpose(1, 2)[~padding], q.transpose(1, 2)[~padding])
 
 
 def test_gradients_compile_and_export(posenc, posenc_ops):

@@ -80,7 +80,9 @@ struct HfRopeConfig {
   /// which its code applies in the layers without rotary, so set where the layer asked for has
   /// none or where no layer was asked for (`rotary_layers` says which layers take it); or
   /// Ministral 3's and Mistral 4's `rope_parameters.llama_4_scaling_beta`, applied in every
-  /// layer after the rotation. Unset: the queries are not scaled by position.
+  /// layer after the rotation (`heads_first`: their code scales `[B, H, L, D]` queries). With a
+  /// layer type only (HfConfigReadOptions::layer_type), Llama 4's is set where every layer of
+  /// that type lacks rotary. Unset: the queries are not scaled by position.
   c10::optional<AttentionTemperatureOptions> attention_temperature;
   /// The config's `num_attention_heads`.
   int64_t num_attention_heads = 0;

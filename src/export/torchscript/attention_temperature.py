@@ -13,11 +13,11 @@ class AttentionTemperatureMethods:
     def _check_query(self, query: Tensor):
         layout = "[B, H, L, head_dim]" if self.heads_first else "[B, L, H, head_dim]"
         if query.dim() != 4 or not (query.dtype == 5 or query.dtype == 15 or query.dtype == 6 or query.dtype == 7):
-            raise RuntimeError(self.who + ": query must be a floating-point " + layout + " tensor (float16, bfloat16, float32 or float64), but got " + self._dtype_name(query.dtype) + " of shape " + str(query.shape))
+            raise RuntimeError(self.who + ": query must be a floating-point " + layout + " tensor (float16, bfloat16, float32 or float64), but got " + self._dtype_name(query.dtype) + " of shape " + str(query.shape) + ("" if self.heads_first else "; pass heads_first=true for [B, H, L, head_dim]"))
 
     def _scaled(self, query: Tensor, steps: Tensor) -> Tensor:
         length = query.size(2) if self.heads_first else query.size(1)
-        rows = query.size(0) if steps.dim() == 2 else 1
+        rows = steps.size(0) if steps.dim() == 2 else 1
         if self.form == "llama4":
             scales = torch.log1p(torch.floor((steps.clamp_min(-1.0) + 1.0) / self.floor_scale)) * self.attn_scale + 1.0
         else:
@@ -45,8 +45,8 @@ class AttentionTemperatureMethods:
         each = [query.size(0), length]
         if not (positions.is_floating_point() or positions.dtype <= 4):
             raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32) or a floating-point one, but got " + self._dtype_name(positions.dtype))
-        if not ((positions.dim() == 1 and positions.size(0) == length) or (positions.dim() == 2 and positions.shape == each)):
-            raise RuntimeError(self.who + ": positions must have shape [L] = [" + str(length) + "] or [B, L] = " + str(each) + ", but got " + str(positions.shape))
+        if not ((positions.dim() == 1 and positions.size(0) == length) or (positions.dim() == 2 and (positions.size(0) == each[0] or positions.size(0) == 1) and positions.size(1) == length)):
+            raise RuntimeError(self.who + ": positions must have shape [L] = [" + str(length) + "] or [B, L] = " + str(each) + " (or [1, L]), but got " + str(positions.shape))
         if positions.device != query.device:
             raise RuntimeError(self.who + ": positions must be on the input's device (" + str(query.device) + "), but got " + str(positions.device))
         return self._scaled(query, positions.to(6))
