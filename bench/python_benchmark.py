@@ -261,7 +261,7 @@ def cpu_attention_bias(library):
 
 
 def cpu_vision(library):
-    """The timestep embedding of a batch of 1024 timesteps, 2-D and 3-D table builds, resampling a
+    """The timestep embedding of a batch of 1024 (and 4096) timesteps, 2-D and 3-D table builds, resampling a
     ViT table and timm's EVA-02 RoPE against diffusers' get_timestep_embedding /
     get_2d_sincos_pos_embed / get_3d_sincos_pos_embed and timm's build_sincos2d_pos_embed /
     resample_abs_pos_embed / RotaryEmbeddingCat, 2 threads."""
@@ -275,6 +275,7 @@ def cpu_vision(library):
     ops = torch.ops.posenc
     torch.set_num_threads(2)
     timesteps = torch.rand(1024) * 1000
+    timesteps_4096 = torch.rand(4096) * 1000
     posemb = torch.randn(1, 1 + 14 * 14, 768) * 0.02
     eva_rope = RotaryEmbeddingCat(64, in_pixels=False, ref_feat_shape=[16, 16])
     cases = {
@@ -293,6 +294,13 @@ def cpu_vision(library):
         # EVA-02-B/14 at 448 px (32 x 32 patches, pretrained on 16 x 16), head_dim 64
         "grid_rotary_tables/32x32x64/timm": lambda: eva_rope.get_embed([32, 32]),
         "grid_rotary_tables/32x32x64/posenc": lambda: ops.axial_rotary_tables(ops.grid_ids([32, 32], [16, 16]), [32, 32]),
+        # beyond the models' shapes: 4096 timesteps, 256 x 256 grids
+        "timestep_embedding/4096x256/diffusers": lambda: get_timestep_embedding(timesteps_4096, 256, True, 0),
+        "timestep_embedding/4096x256/posenc": lambda: ops.timestep_embedding(timesteps_4096, 256, True, 0.0),
+        "sincos_2d_grid_table/256x256x768/timm": lambda: build_sincos2d_pos_embed([256, 256], 768),
+        "sincos_2d_grid_table/256x256x768/posenc": lambda: ops.sincos_2d_grid_table([256, 256], 768),
+        "grid_rotary_tables/256x256x64/timm": lambda: eva_rope.get_embed([256, 256]),
+        "grid_rotary_tables/256x256x64/posenc": lambda: ops.axial_rotary_tables(ops.grid_ids([256, 256], [16, 16]), [32, 32]),
     }
     with torch.no_grad():
         return [{"name": f"py_vision/{name}/threads:2", "real_time_us": median_time_us(call, repeats=3)} for name, call in cases.items()]

@@ -176,6 +176,18 @@ def main():
         lines += ["", "## Vision and diffusion (Python, torch.ops.posenc against diffusers' and timm's functions)", "",
                   "| benchmark | time |", "|---|---|"]
         lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in vision_rows]
+        # each posenc row against the library it mirrors, at the same shape
+        by_name = {b["name"]: b["real_time_us"] for b in vision_rows}
+        for name, ours in by_name.items():
+            case, impl = name.rsplit("/", 2)[0], name.rsplit("/", 2)[1]
+            if impl != "posenc":
+                continue
+            for library in ("diffusers", "timm"):
+                theirs = by_name.get(f"{case}/{library}/threads:2")
+                if theirs is not None:
+                    label = case.split("/", 1)[1]
+                    speedup = ratio(theirs, ours, f"posenc vs {library} {label}", "higher")
+                    targets.append((f"{label}: posenc no slower than {library} (2 threads)", ours <= theirs, f"{speedup} faster"))
     compiled_rows = {b["name"]: b for b in python["benchmarks"] if b["name"].startswith("py_compiled/")}
     if compiled_rows:
         lines += ["", "## torch.compile as a peer (Python, Inductor on the CPU, 2 threads)", "",

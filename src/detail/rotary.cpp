@@ -3,6 +3,7 @@
 #include "detail/checks.h"
 #include "detail/device_checks.h"
 #include "detail/rope_types.h"
+#include "detail/sincos.h"
 #include "detail/sinusoidal.h"
 
 #include <ATen/Parallel.h>
@@ -135,17 +136,24 @@ void fill_rotary_rows(int64_t count, const RopeFrequencies& frequencies, T* cos_
     return;
   }
   at::parallel_for(0, count, std::max<int64_t>(1, 2048 / half), [&](int64_t begin, int64_t end) {
+    std::vector<double> buffer(static_cast<size_t>(3 * half));
+    double* angles = buffer.data();
+    double* sines = angles + half;
+    double* cosines = sines + half;
     for (int64_t r = begin; r < end; ++r) {
       const c10::optional<double> at = position(r);
+      if (!at.has_value()) {
+        std::fill(cos_out + r * half, cos_out + (r + 1) * half, T(1));
+        std::fill(sin_out + r * half, sin_out + (r + 1) * half, T(0));
+        continue;
+      }
       for (int64_t i = 0; i < half; ++i) {
-        if (!at.has_value()) {
-          cos_out[r * half + i] = T(1);
-          sin_out[r * half + i] = T(0);
-          continue;
-        }
-        const double angle = *at * frequency[static_cast<size_t>(i)];
-        cos_out[r * half + i] = static_cast<T>(factor * std::cos(angle));
-        sin_out[r * half + i] = static_cast<T>(factor * std::sin(angle));
+        angles[i] = *at * frequency[static_cast<size_t>(i)];
+      }
+      sincos(angles, sines, cosines, half); // both from one range reduction, vectorized
+      for (int64_t i = 0; i < half; ++i) {
+        cos_out[r * half + i] = static_cast<T>(factor * cosines[i]);
+        sin_out[r * half + i] = static_cast<T>(factor * sines[i]);
       }
     }
   });

@@ -78,8 +78,8 @@ void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim
 /// `positions` (flattened; -1 gives cos 1, sin 0: no rotation) or the floating-point ones (read as
 /// float64; checked finite by the caller): two `[N, R/2]` tensors in `dtype`
 /// on the device of `positions`, computed in double precision and rounded once. CPU positions
-/// are computed with libm; positions on another device where they lie (rotary_rows_from: nothing
-/// is read back).
+/// are computed with detail::sincos (within an ulp of float64, as libm); positions on another
+/// device where they lie (rotary_rows_from: nothing is read back).
 std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype);
@@ -87,7 +87,7 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
 /// rotary_rows computed with tensor operations on the device of `positions` (which `inv_freq`,
 /// float64 `[R/2]`, shares): angle = position * inv_freq in float64, its cos and sin times
 /// `attention_factor`, rounded once to `dtype`; -1 (integer padding) gives cos 1, sin 0. Within an
-/// ulp or two of float64 of rotary_rows' libm values, so equal after rounding to float32 but for
+/// ulp or two of float64 of rotary_rows' CPU values, so equal after rounding to float32 but for
 /// values that close to a rounding boundary.
 std::pair<at::Tensor, at::Tensor> rotary_rows_from(const at::Tensor& positions,
                                                    const at::Tensor& inv_freq,

@@ -3,9 +3,13 @@
 #include "detail/checks.h"
 #include "detail/device_checks.h"
 #include "detail/rotary.h"
+#include "detail/sincos.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cos.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/sin.h>
 #include <ATen/ops/stack.h>
@@ -14,6 +18,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -55,6 +60,72 @@ std::vector<double> timestep_frequencies(const TimestepSpec& spec) {
   return frequencies;
 }
 
+namespace {
+
+[[noreturn]] void fail_timestep_angles(const char* who, const at::Tensor& timesteps) {
+  TORCH_CHECK(
+      false, who, ": timesteps must be finite (and scale * timesteps within float64), but got ",
+      at::isfinite(timesteps.to(at::kDouble)).all().item<bool>() ? "timesteps whose angles overflow"
+                                                                 : "NaN or infinite timesteps");
+}
+
+// The CPU kernel: per timestep its float64 angles t * (scale f_k), their sines and cosines from one
+// range reduction (detail::sincos), each rounded once into the row; rows split across threads.
+// The same values as the composite path below, which other devices take.
+at::Tensor timestep_embedding_cpu(const char* who, const at::Tensor& timesteps,
+                                  const TimestepSpec& spec, c10::ScalarType dtype) {
+  const int64_t count = timesteps.size(0);
+  const int64_t half = spec.embedding_dim / 2;
+  std::vector<double> frequencies = timestep_frequencies(spec);
+  double largest = 0.0; // the largest |scale f_k|: a row's angles are finite where t times it is
+  for (double& frequency : frequencies) {
+    frequency *= spec.scale; // rounded once, as frequencies.mul(scale)
+    largest = std::max(largest, std::fabs(frequency));
+  }
+  const at::Tensor steps = timesteps.to(at::kDouble).contiguous();
+  const double* step = steps.data_ptr<double>();
+  at::Tensor out = at::empty({count, spec.embedding_dim}, timesteps.options().dtype(dtype));
+  std::atomic<bool> finite{true};
+  const int64_t sine_column = spec.flip_sin_to_cos ? half : 0;
+  const int64_t cosine_column = spec.flip_sin_to_cos ? 0 : half;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "timestep_embedding", [&] {
+    scalar_t* rows = out.data_ptr<scalar_t>();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(half, 1));
+    at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
+      std::vector<double> buffer(static_cast<size_t>(3 * half));
+      double* angles = buffer.data();
+      double* sines = angles + half;
+      double* cosines = sines + half;
+      bool all_finite = true;
+      for (int64_t i = begin; i < end; ++i) {
+        // rounding is monotone: every |t f_k| rounds to at most |t| times the largest
+        all_finite &= std::isfinite(step[i] * largest);
+        for (int64_t k = 0; k < half; ++k) {
+          angles[k] = step[i] * frequencies[static_cast<size_t>(k)];
+        }
+        sincos(angles, sines, cosines, half);
+        scalar_t* row = rows + i * spec.embedding_dim;
+        for (int64_t k = 0; k < half; ++k) {
+          row[sine_column + k] = static_cast<scalar_t>(sines[k]);
+          row[cosine_column + k] = static_cast<scalar_t>(cosines[k]);
+        }
+        if (spec.embedding_dim % 2 == 1) {
+          row[2 * half] = scalar_t(0);
+        }
+      }
+      if (!all_finite) {
+        finite = false;
+      }
+    });
+  });
+  if (!finite) {
+    fail_timestep_angles(who, timesteps);
+  }
+  return out;
+}
+
+} // namespace
+
 at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
                               const TimestepSpec& spec, c10::ScalarType dtype) {
   check_timestep_spec(who, spec);
@@ -68,17 +139,18 @@ at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
   TORCH_CHECK(timesteps.size(0) <= kMaxTableElements / spec.embedding_dim, who, ": ",
               timesteps.size(0), " timesteps * embedding_dim ", spec.embedding_dim,
               " elements is over posenc's limit of 2^28 elements");
+  if (timesteps.device().is_cpu()) {
+    return timestep_embedding_cpu(who, timesteps, spec, dtype);
+  }
   const auto options = timesteps.options().dtype(at::kDouble);
   const at::Tensor frequencies = upload(
       at::tensor(timestep_frequencies(spec), options.device(at::kCPU)), timesteps.device());
   // scale * t * f in float64: the product of a timestep and a frequency is rounded once
   const at::Tensor angles = timesteps.to(at::kDouble).unsqueeze(1) * frequencies.mul(spec.scale);
   if (angles.device().is_cpu()) {
-    TORCH_CHECK(at::isfinite(angles).all().item<bool>(), who,
-                ": timesteps must be finite (and scale * timesteps within float64), but got ",
-                at::isfinite(timesteps.to(at::kDouble)).all().item<bool>()
-                    ? "timesteps whose angles overflow"
-                    : "NaN or infinite timesteps");
+    if (!at::isfinite(angles).all().item<bool>()) {
+      fail_timestep_angles(who, timesteps);
+    }
   } else { // checked where they lie: nothing is read back
     check_on_device(finite(angles), angles, DeviceCheck::kTimesteps);
   }

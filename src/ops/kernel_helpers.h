@@ -4,6 +4,8 @@
 // compute types, exact loads and stores of 16-bit types, and the mapping from an input row to its
 // position.
 
+#include "detail/row_loop.h"
+
 #include "ops/op_arguments.h"
 
 #include <c10/macros/Macros.h>
@@ -16,18 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
-
-/// Compiles a row loop three times on x86-64 with GCC: for x86-64-v4 (AVX-512: 16 floats a
-/// vector), x86-64-v3 (AVX2, which has the 32 -> 16 bit packs that bfloat16 rounding needs) and
-/// the baseline; the loader picks one per machine (an ifunc). Every clone rounds each product and
-/// sum on its own (-ffp-contract=off), so all give the same bits. Elsewhere (clang, other
-/// architectures) the baseline alone.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define POSENC_ROW_LOOP \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define POSENC_ROW_LOOP
-#endif
 
 namespace posenc {
 namespace ops {

@@ -5,6 +5,8 @@
 
 #include <posenc/posenc.h>
 
+#include "detail/sincos.h"
+#include "detail/vision.h"
 #include "ops/composite/kernels.h"
 #include "ops/cpu/cpu_helpers.h"
 #include "test_util.h"
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -423,6 +426,100 @@ TEST_F(Kernels, PrefaultPagesMakesFreshMemoryResident) {
   munmap(memory, pages * page);
 }
 #endif
+
+// detail::sincos (one range reduction for both, fdlibm's polynomials, vectorized) against the C
+// library's sin and cos: within 2 float64 ulps (each is within one of the exact value), and by
+// far the same float32 rounding; around multiples of pi/2 (the reduction's cancellations), up to
+// the reduced range and past it (the C library's own values), and NaN for non-finite angles.
+TEST(Sincos, WithinTwoUlpsOfTheCLibrary) {
+  std::vector<double> angles;
+  for (int i = -200000; i <= 200000; ++i) {
+    angles.push_back(i * 1e-4 + i * 1e-9);
+  }
+  for (int n = -1000; n <= 1000; ++n) { // next to multiples of pi/2
+    const double multiple = n * 1.5707963267948966;
+    angles.push_back(multiple);
+    angles.push_back(std::nextafter(multiple, 1e300));
+    angles.push_back(std::nextafter(multiple, -1e300));
+    angles.push_back(multiple + 1e-7);
+  }
+  for (double x = 1.0; x < 1e7; x *= 1.0001) { // to the reduced range, and past it
+    angles.push_back(x);
+    angles.push_back(-x);
+  }
+  angles.push_back(posenc::detail::kSincosReducedLimit);
+  angles.push_back(std::nextafter(posenc::detail::kSincosReducedLimit, 1e300));
+  angles.push_back(1e300);
+  angles.push_back(-0.0);
+  const double inf = std::numeric_limits<double>::infinity();
+  angles.push_back(inf);
+  angles.push_back(-inf);
+  angles.push_back(std::numeric_limits<double>::quiet_NaN());
+  std::vector<double> sines(angles.size()), cosines(angles.size());
+  posenc::detail::sincos(angles.data(), sines.data(), cosines.data(),
+                         static_cast<int64_t>(angles.size()));
+  int64_t float_differences = 0;
+  for (size_t i = 0; i < angles.size(); ++i) {
+    const double x = angles[i];
+    const double sine = std::sin(x), cosine = std::cos(x);
+    if (!std::isfinite(x)) {
+      EXPECT_TRUE(std::isnan(sines[i]) && std::isnan(cosines[i])) << x;
+      continue;
+    }
+    if (std::fabs(x) > posenc::detail::kSincosReducedLimit) { // the C library's
+      EXPECT_EQ(sines[i], sine) << x;
+      EXPECT_EQ(cosines[i], cosine) << x;
+      continue;
+    }
+    const double tolerance = 2 * std::numeric_limits<double>::epsilon();
+    ASSERT_LE(std::fabs(sines[i] - sine), tolerance * std::max(std::fabs(sine), 0x1p-1022)) << x;
+    ASSERT_LE(std::fabs(cosines[i] - cosine), tolerance * std::max(std::fabs(cosine), 0x1p-1022))
+        << x;
+    float_differences += (static_cast<float>(sines[i]) != static_cast<float>(sine)) +
+                         (static_cast<float>(cosines[i]) != static_cast<float>(cosine));
+  }
+  // a float32 rounding can differ only where the value lies within 2 float64 ulps of a float32
+  // rounding boundary: about 2^-28 of the values
+  EXPECT_LE(float_differences, 2) << "of " << 2 * angles.size();
+  EXPECT_TRUE(std::signbit(sines[angles.size() - 5])); // sin(-0) = -0
+}
+
+// The CPU timestep kernel against the float64 ATen formulation (the composite path other devices
+// take): the same float64 angles, rounded once into each dtype; odd widths' zero column.
+TEST_F(Kernels, TimestepEmbeddingMatchesTheFloat64Formulation) {
+  const torch::Tensor timesteps =
+      torch::cat({torch::arange(0, 1000, 7, torch::kFloat), torch::rand({300}) * 1000,
+                  torch::tensor({0.5, 1e-3, 999.25, 1e5})});
+  for (const int64_t dim : {256, 129, 2}) {
+    for (const bool flip : {false, true}) {
+      posenc::detail::TimestepSpec spec;
+      spec.embedding_dim = dim;
+      spec.downscale_freq_shift = 0.5;
+      const auto frequencies =
+          torch::tensor(posenc::detail::timestep_frequencies(spec), torch::kDouble) * 3.0;
+      const auto angles = timesteps.to(torch::kDouble).unsqueeze(1) * frequencies;
+      std::vector<torch::Tensor> columns =
+          flip ? std::vector<torch::Tensor>{angles.cos(), angles.sin()}
+               : std::vector<torch::Tensor>{angles.sin(), angles.cos()};
+      if (dim % 2 == 1) {
+        columns.push_back(torch::zeros({timesteps.size(0), 1}, torch::kDouble));
+      }
+      const auto truth = torch::cat(columns, 1);
+      for (const auto dtype : kDtypes) {
+        SCOPED_TRACE(c10::str(dim, " ", flip, " ", dtype));
+        const auto ours =
+            posenc::ops::timestep_embedding(timesteps, dim, flip, /*downscale_freq_shift=*/0.5,
+                                            /*scale=*/3.0, /*max_period=*/10000, dtype);
+        if (dtype == torch::kDouble) {
+          // each within a float64 ulp of the exact value (|values| <= 1)
+          EXPECT_TRUE(torch::allclose(ours, truth, /*rtol=*/0, /*atol=*/0x1p-51));
+        } else {
+          EXPECT_TRUE(torch::equal(ours, truth.to(dtype)));
+        }
+      }
+    }
+  }
+}
 
 TEST_F(Kernels, AddPositionTableOnGpuMatchesCpu_CUDA) {
   POSENC_REQUIRE_CUDA();
