@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace posenc {
@@ -145,6 +146,11 @@ void fill_rotary_rows(int64_t count, const RopeFrequencies& frequencies, T* cos_
       if (!at.has_value()) {
         std::fill(cos_out + r * half, cos_out + (r + 1) * half, T(1));
         std::fill(sin_out + r * half, sin_out + (r + 1) * half, T(0));
+        continue;
+      }
+      if (std::is_same<T, float>::value && factor == 1.0) { // in one pass, straight into the rows
+        sincos_scaled(*at, frequency.data(), reinterpret_cast<float*>(sin_out + r * half),
+                      reinterpret_cast<float*>(cos_out + r * half), half);
         continue;
       }
       for (int64_t i = 0; i < half; ++i) {

@@ -46,33 +46,56 @@ inline double double_of(uint64_t bits) {
   return value;
 }
 
-// The loop: branch-free, so that the compiler vectorizes it. Angles beyond the reduced range give
-// meaningless values here and are recomputed by the caller; whether there are any is returned.
+// sin and cos of one angle, branch-free (so that loops of it vectorize); meaningless beyond the
+// reduced range, where the callers recompute.
+inline void sincos_one(double x, double& sine_out, double& cosine_out) {
+  // n = round(x * 2/pi); x - n pi/2 in [-pi/4, pi/4] up to the rounding of x * 2/pi
+  const double shifted = x * kTwoOverPi + kRoundingShift;
+  const uint64_t quadrant = bits_of(shifted);
+  const double n = shifted - kRoundingShift;
+  // x - n * part1 is exact (Sterbenz); the later parts are small corrections
+  const double r = ((x - n * kPio2Part1) - n * kPio2Part2) - (n * kPio2Part3 + n * kPio2Tail);
+  const double z = r * r;
+  const double sine = r + z * r * (kS1 + z * (kS2 + z * (kS3 + z * (kS4 + z * (kS5 + z * kS6)))));
+  const double polynomial = z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
+  const double half_z = 0.5 * z;
+  const double w = 1.0 - half_z;
+  const double cosine = w + (((1.0 - w) - half_z) + z * polynomial);
+  // quadrant q: sin x = (s, c, -s, -c)[q], cos x = (c, -s, -c, s)[q]
+  const uint64_t swap = 0 - (quadrant & 1);
+  const uint64_t sine_bits = (bits_of(sine) & ~swap) | (bits_of(cosine) & swap);
+  const uint64_t cosine_bits = (bits_of(cosine) & ~swap) | (bits_of(sine) & swap);
+  sine_out = double_of(sine_bits ^ ((quadrant & 2) << 62));
+  cosine_out = double_of(cosine_bits ^ (((quadrant + 1) & 2) << 62));
+}
+
+inline bool beyond_reduced(double x) {
+  return !(std::fabs(x) <= kSincosReducedLimit); // also NaN
+}
+
+// The loops; each returns whether an angle lay beyond the reduced range.
 POSENC_ROW_LOOP
 bool sincos_reduced(const double* __restrict angles, double* __restrict sines,
                     double* __restrict cosines, int64_t count) {
   uint64_t beyond = 0;
   for (int64_t i = 0; i < count; ++i) {
-    const double x = angles[i];
-    beyond |= static_cast<uint64_t>(!(std::fabs(x) <= kSincosReducedLimit)); // also NaN
-    // n = round(x * 2/pi); x - n pi/2 in [-pi/4, pi/4] up to the rounding of x * 2/pi
-    const double shifted = x * kTwoOverPi + kRoundingShift;
-    const uint64_t quadrant = bits_of(shifted);
-    const double n = shifted - kRoundingShift;
-    // x - n * part1 is exact (Sterbenz); the later parts are small corrections
-    const double r = ((x - n * kPio2Part1) - n * kPio2Part2) - (n * kPio2Part3 + n * kPio2Tail);
-    const double z = r * r;
-    const double sine = r + z * r * (kS1 + z * (kS2 + z * (kS3 + z * (kS4 + z * (kS5 + z * kS6)))));
-    const double polynomial = z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
-    const double half_z = 0.5 * z;
-    const double w = 1.0 - half_z;
-    const double cosine = w + (((1.0 - w) - half_z) + z * polynomial);
-    // quadrant q: sin x = (s, c, -s, -c)[q], cos x = (c, -s, -c, s)[q]
-    const uint64_t swap = 0 - (quadrant & 1);
-    const uint64_t sine_bits = (bits_of(sine) & ~swap) | (bits_of(cosine) & swap);
-    const uint64_t cosine_bits = (bits_of(cosine) & ~swap) | (bits_of(sine) & swap);
-    sines[i] = double_of(sine_bits ^ ((quadrant & 2) << 62));
-    cosines[i] = double_of(cosine_bits ^ (((quadrant + 1) & 2) << 62));
+    beyond |= static_cast<uint64_t>(beyond_reduced(angles[i]));
+    sincos_one(angles[i], sines[i], cosines[i]);
+  }
+  return beyond != 0;
+}
+
+POSENC_ROW_LOOP
+bool sincos_scaled_reduced(double scale, const double* __restrict frequencies,
+                           float* __restrict sines, float* __restrict cosines, int64_t count) {
+  uint64_t beyond = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double x = scale * frequencies[i];
+    beyond |= static_cast<uint64_t>(beyond_reduced(x));
+    double sine, cosine;
+    sincos_one(x, sine, cosine);
+    sines[i] = static_cast<float>(sine);
+    cosines[i] = static_cast<float>(cosine);
   }
   return beyond != 0;
 }
@@ -84,9 +107,23 @@ void sincos(const double* angles, double* sines, double* cosines, int64_t count)
     return;
   }
   for (int64_t i = 0; i < count; ++i) {
-    if (!(std::fabs(angles[i]) <= kSincosReducedLimit)) { // also NaN
+    if (beyond_reduced(angles[i])) {
       sines[i] = std::sin(angles[i]);
       cosines[i] = std::cos(angles[i]);
+    }
+  }
+}
+
+void sincos_scaled(double scale, const double* frequencies, float* sines, float* cosines,
+                   int64_t count) {
+  if (!sincos_scaled_reduced(scale, frequencies, sines, cosines, count)) {
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const double x = scale * frequencies[i];
+    if (beyond_reduced(x)) {
+      sines[i] = static_cast<float>(std::sin(x));
+      cosines[i] = static_cast<float>(std::cos(x));
     }
   }
 }

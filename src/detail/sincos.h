@@ -17,5 +17,10 @@ constexpr double kSincosReducedLimit = 823549.6639806845;
 /// bits on both (no fused multiply-add is used). `angles` may alias neither output.
 void sincos(const double* angles, double* sines, double* cosines, int64_t count);
 
+/// sincos of the `count` angles `scale * frequencies[i]` (each product rounded once), rounded once
+/// to float32: the row of a timestep or position in one pass, without the angles' buffer.
+void sincos_scaled(double scale, const double* frequencies, float* sines, float* cosines,
+                   int64_t count);
+
 } // namespace detail
 } // namespace posenc

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace posenc {
 namespace detail {
@@ -100,11 +101,20 @@ at::Tensor timestep_embedding_cpu(const char* who, const at::Tensor& timesteps,
       for (int64_t i = begin; i < end; ++i) {
         // rounding is monotone: every |t f_k| rounds to at most |t| times the largest
         all_finite &= std::isfinite(step[i] * largest);
+        scalar_t* row = rows + i * spec.embedding_dim;
+        if (std::is_same<scalar_t, float>::value) { // in one pass, straight into the row
+          float* out_row = reinterpret_cast<float*>(row);
+          sincos_scaled(step[i], frequencies.data(), out_row + sine_column, out_row + cosine_column,
+                        half);
+          if (spec.embedding_dim % 2 == 1) {
+            row[2 * half] = scalar_t(0);
+          }
+          continue;
+        }
         for (int64_t k = 0; k < half; ++k) {
           angles[k] = step[i] * frequencies[static_cast<size_t>(k)];
         }
         sincos(angles, sines, cosines, half);
-        scalar_t* row = rows + i * spec.embedding_dim;
         for (int64_t k = 0; k < half; ++k) {
           row[sine_column + k] = static_cast<scalar_t>(sines[k]);
           row[cosine_column + k] = static_cast<scalar_t>(cosines[k]);
