@@ -484,6 +484,27 @@ TEST(Sincos, WithinTwoUlpsOfTheCLibrary) {
   EXPECT_TRUE(std::signbit(sines[angles.size() - 5])); // sin(-0) = -0
 }
 
+// detail::sincos_scaled (a row's angles, sines and cosines in one pass, float32 out) equals sincos
+// of the same rounded products rounded to float32, within the reduced range and past it (libm's).
+TEST(Sincos, ScaledRowsEqualTheAnglesOnes) {
+  const std::vector<double> frequencies = {1.0, 0.75, 1e-3, 3.0e-7, 2.5, 1.5707963267948966};
+  const size_t n = frequencies.size();
+  for (const double scale : {0.0, -1.0, 37.25, 999.5, 1e5, 1e6, 1e12}) {
+    std::vector<double> angles(n), sines(n), cosines(n);
+    for (size_t k = 0; k < n; ++k) {
+      angles[k] = scale * frequencies[k];
+    }
+    posenc::detail::sincos(angles.data(), sines.data(), cosines.data(), static_cast<int64_t>(n));
+    std::vector<float> row_sines(n), row_cosines(n);
+    posenc::detail::sincos_scaled(scale, frequencies.data(), row_sines.data(), row_cosines.data(),
+                                  static_cast<int64_t>(n));
+    for (size_t k = 0; k < n; ++k) {
+      EXPECT_EQ(row_sines[k], static_cast<float>(sines[k])) << scale << " " << frequencies[k];
+      EXPECT_EQ(row_cosines[k], static_cast<float>(cosines[k])) << scale << " " << frequencies[k];
+    }
+  }
+}
+
 // The CPU timestep kernel against the float64 ATen formulation (the composite path other devices
 // take): the same float64 angles, rounded once into each dtype; odd widths' zero column.
 TEST_F(Kernels, TimestepEmbeddingMatchesTheFloat64Formulation) {
