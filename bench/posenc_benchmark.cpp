@@ -17,11 +17,16 @@
 
 #include <posenc/posenc.h>
 
+// posenc's own checks, timed one by one (decode_checks): internal headers, from src/
+#include "detail/checks.h"
+#include "ops/op_arguments.h"
+
 #include <torch/torch.h>
 
 #include <benchmark/benchmark.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -451,6 +456,100 @@ void register_rope_decode() {
   }
 }
 
+// --- what the checks of one decoding step cost
+// ----------------------------------------------------
+
+// q [1, 1, 32, 128], k [1, 1, 8, 128] at position 4000 of an 8192-row cache, float32, 1 thread:
+// the module's call, the operator's (apply_rotary_qk_: the checks and the kernel, without the
+// module's own), and each check of the path timed alone, as the operator runs it: its arguments
+// (shapes, dtypes, devices, the offset against the cache), the overlap of q and k with each other
+// and with what they are computed from, the position range, the frequencies of computed rows
+// (finite angles, copied to the host) and, for the add path, the scale. The kernel's own work is
+// the operator's time less its checks'.
+void register_decode_checks() {
+  using Call = std::function<void()>;
+  constexpr int64_t kHeadDim = 128;
+  constexpr int64_t kOffset = 4000;
+  constexpr const char* kOp = "posenc::apply_rotary_qk_";
+  struct Step {
+    posenc::RotaryEmbedding rope{
+        posenc::RotaryEmbeddingOptions(kHeadDim, 8192).base(500000.0).cached_len(8192)};
+    torch::Tensor q = torch::randn({1, 1, 32, kHeadDim});
+    torch::Tensor k = torch::randn({1, 1, 8, kHeadDim});
+  };
+  const std::vector<std::pair<std::string, std::function<Call(const std::shared_ptr<Step>&)>>>
+      cases = {
+          {"module_call",
+           [](const std::shared_ptr<Step>& s) -> Call {
+             return [s]() { s->rope->forward_qk_(s->q, s->k, kOffset); };
+           }},
+          {"operator_call",
+           [](const std::shared_ptr<Step>& s) -> Call {
+             return [s]() {
+               posenc::ops::apply_rotary_qk_(s->q, s->k, s->rope->cos, s->rope->sin, kOffset);
+             };
+           }},
+          {"check_arguments",
+           [](const std::shared_ptr<Step>& s) -> Call {
+             return [s]() {
+               benchmark::DoNotOptimize(posenc::ops::prepare_rotary_qk_call(
+                   kOp, s->q, s->k, s->rope->cos, s->rope->sin, kOffset, c10::nullopt, false,
+                   c10::nullopt, 1.0));
+             };
+           }},
+          {"check_overlap",
+           [](const std::shared_ptr<Step>& s) -> Call {
+             return [s]() {
+               const torch::Tensor& cos = s->rope->cos;
+               const torch::Tensor& sin = s->rope->sin;
+               posenc::ops::check_no_overlap(kOp, s->q, "q",
+                                             {{"k", s->k}, {"cos", cos}, {"sin", sin}});
+               posenc::ops::check_no_overlap(kOp, s->k, "k", {{"cos", cos}, {"sin", sin}});
+               at::assert_no_internal_overlap(s->q);
+               at::assert_no_internal_overlap(s->k);
+             };
+           }},
+          {"check_range",
+           [](const std::shared_ptr<Step>& s) -> Call {
+             return [s]() {
+               posenc::detail::check_offset(kOp, kOffset, 1, s->rope->cos.size(0));
+               benchmark::ClobberMemory();
+             };
+           }},
+          {"check_frequencies",
+           [](const std::shared_ptr<Step>& s) -> Call {
+             const torch::Tensor inv_freq = s->rope->inv_freq(8192);
+             return [s, inv_freq]() {
+               benchmark::DoNotOptimize(
+                   posenc::ops::given_frequencies(kOp, inv_freq, s->rope->cos, 1.0));
+             };
+           }},
+          {"check_scale",
+           [](const std::shared_ptr<Step>&) -> Call {
+             return []() {
+               posenc::detail::check_scale("posenc::add_position_table_", 1.0, torch::kFloat);
+               benchmark::ClobberMemory();
+             };
+           }},
+      };
+  for (const auto& c : cases) {
+    const std::string name = "decode_checks/" + c.first + "/1x1x32q8kx128/float32/threads:1";
+    const auto make = c.second;
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [=](benchmark::State& state) {
+                                   at::set_num_threads(1);
+                                   torch::NoGradGuard no_grad;
+                                   torch::manual_seed(0);
+                                   const Call call = make(std::make_shared<Step>());
+                                   for (auto _ : state) {
+                                     call();
+                                   }
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
 // --- attention biases ---------------------------------------------------------------------------
 
 void register_attention_bias() {
@@ -546,6 +645,7 @@ int main(int argc, char** argv) {
   register_rope();
   register_rope_qk();
   register_rope_decode();
+  register_decode_checks();
   register_attention_bias();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) {

@@ -197,6 +197,14 @@ std::pair<at::Tensor, at::Tensor> rotary_rows_from(const at::Tensor& positions,
   return {cos.to(dtype), sin.to(dtype)};
 }
 
+std::pair<at::Tensor, at::Tensor> rotary_rows_range(int64_t first, int64_t count,
+                                                    const RopeFrequencies& frequencies,
+                                                    c10::ScalarType dtype) {
+  return rotary_rows_in(count, frequencies, dtype, [first](int64_t r) -> c10::optional<double> {
+    return static_cast<double>(first + r);
+  });
+}
+
 std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype) {

@@ -84,6 +84,12 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
                                               const RopeFrequencies& frequencies,
                                               c10::ScalarType dtype);
 
+/// rotary_rows of the `count` positions `first .. first + count - 1`, on the CPU (no positions
+/// tensor: a call's rows past the caches in the offset form).
+std::pair<at::Tensor, at::Tensor> rotary_rows_range(int64_t first, int64_t count,
+                                                    const RopeFrequencies& frequencies,
+                                                    c10::ScalarType dtype);
+
 /// rotary_rows computed with tensor operations on the device of `positions` (which `inv_freq`,
 /// float64 `[R/2]`, shares): angle = position * inv_freq in float64, its cos and sin times
 /// `attention_factor`, rounded once to `dtype`; -1 (integer padding) gives cos 1, sin 0. Within an

@@ -421,11 +421,16 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   } else if (resolved.past) {
     // cos/sin for exactly the positions used, computed from the frequencies (identical to the
     // cached values where both exist), and positions indexing them.
+    // In the offset form, the rows of offset .. offset + L - 1 in that order: row l is position
+    // l of the rows, the offset form from 0 (a decoding step past the caches builds no position
+    // or index tensor).
     const auto rows =
-        detail::rotary_rows(resolved.host.reshape({-1}), frequencies, cos.scalar_type());
+        given(positions)
+            ? detail::rotary_rows(resolved.host.reshape({-1}), frequencies, cos.scalar_type())
+            : detail::rotary_rows_range(offset, call.length, frequencies, cos.scalar_type());
     call.cos = rows.first.to(cos.device());
     call.sin = rows.second.to(cos.device());
-    call.positions = index_positions(resolved.host, x.device());
+    call.positions = given(positions) ? index_positions(resolved.host, x.device()) : at::Tensor();
     call.offset = 0;
   }
   return call;

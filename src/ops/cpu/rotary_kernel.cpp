@@ -49,6 +49,26 @@ POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t*
   }
 }
 
+// The `heads` rows of one token, `in_head` and `out_head` elements apart in x and out, each
+// rotated by the token's cos/sin row: one call per token and operand, so that a decoding step (one
+// token, tens of heads) pays the clone's dispatch and setup once per token rather than once per
+// head. Channels past 2 * half (partial rotary) are the caller's.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_heads(const scalar_t* x, scalar_t* out, int64_t in_head,
+                                  int64_t out_head, int64_t heads, const table_t* cos,
+                                  const table_t* sin, int64_t half, bool interleaved,
+                                  bool inverse) {
+  if (interleaved) {
+    for (int64_t h = 0; h < heads; ++h) {
+      rotate_pairs<true>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
+    }
+  } else {
+    for (int64_t h = 0; h < heads; ++h) {
+      rotate_pairs<false>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
+    }
+  }
+}
+
 template <typename scalar_t, typename table_t>
 void rotary_loop(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin,
                  int64_t rows, int64_t head_dim, int64_t half, RotaryRows where, bool interleaved,
@@ -147,16 +167,27 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
             }
             return;
           }
+          // A token's heads of one operand in one call (rotate_heads); padding and the channels
+          // past a partial rotation head by head (rotate_head).
+          const auto rotate_token = [&](const OperandRows<scalar_t>& x, int64_t b, int64_t l,
+                                        int64_t p) {
+            if (p < 0 || (x.in != x.out && x.head_dim != 2 * call.half)) {
+              for (int64_t h = 0; h < x.heads; ++h) {
+                rotate(x, b, l, h);
+              }
+              return;
+            }
+            rotate_heads(x.in + x.in_rows.row(b, l, 0), x.out + x.out_rows.row(b, l, 0),
+                         x.in_rows.head, x.out_rows.head, x.heads, c + p * call.half,
+                         s + p * call.half, call.half, interleaved, inverse);
+          };
           at::parallel_for(0, tokens, grain_rows(width), [&](int64_t begin, int64_t end) {
             for (int64_t t = begin; t < end; ++t) {
               const int64_t b = t / call.length;
               const int64_t l = t - b * call.length;
-              for (int64_t h = 0; h < q_rows.heads; ++h) {
-                rotate(q_rows, b, l, h);
-              }
-              for (int64_t h = 0; h < k_rows.heads; ++h) {
-                rotate(k_rows, b, l, h);
-              }
+              const int64_t p = where.position(t);
+              rotate_token(q_rows, b, l, p);
+              rotate_token(k_rows, b, l, p);
             }
           });
         });
