@@ -7,6 +7,8 @@
 //   rope/<case>/<B>x<L>x<H>x<Dh>/<dtype>/threads:<n> rotary embedding of [B, L, H, Dh]
 //   rope_qk/<case>/8x2048x32q8kx128/<dtype>/threads:<n>  queries [8, 2048, 32, 128] and keys
 //                                                  [8, 2048, 8, 128] (LLaMA-3-8B's GQA heads)
+//   rope_decode/<case>/<B>x1x32q8kx128/<dtype>/threads:<n>  one decoding step of q and k
+//   decode_checks/<case>/1x1x32q8kx128/float32/threads:1  that step's checks, each timed alone
 //   attention_bias/<case>/<shape>/float32/threads:<n>  ALiBi's full bias [32, 2048, 2048], T5's
 //                                                  bias [1, 8, 512, 512], rel_shift of scores
 //                                                  [8, 4, 512, 1023], each next to the eager
@@ -371,6 +373,27 @@ void register_rope_qk() {
          };
        }},
       {"roofline_copy", [=](torch::Dtype dtype) { return copy_qk(q_of(dtype), k_of(dtype)); }},
+      // What any out-of-place operator pays before it computes: fresh outputs like q and k, each
+      // 4 KiB page written once, by the call's threads (the page faults, the kernel's zeroing,
+      // the unmapping when freed).
+      {"fresh_allocation",
+       [=](torch::Dtype dtype) -> Call {
+         const auto q = q_of(dtype);
+         const auto k = k_of(dtype);
+         return [q, k]() {
+           constexpr int64_t kPage = 4096;
+           for (const torch::Tensor* like : {&q, &k}) {
+             torch::Tensor out = torch::empty_like(*like);
+             auto* bytes = static_cast<volatile char*>(out.data_ptr());
+             at::parallel_for(0, out.nbytes() / kPage, 256, [&](int64_t begin, int64_t end) {
+               for (int64_t page = begin; page < end; ++page) {
+                 bytes[page * kPage] = 0;
+               }
+             });
+             benchmark::DoNotOptimize(out);
+           }
+         };
+       }},
   };
   for (const auto& c : cases) {
     for (const auto& dtype : kDtypes) {
@@ -402,10 +425,11 @@ void register_rope_qk() {
 
 // --- one decoding step: queries and keys of one token ------------------------------------------
 
-// q [B, 1, 32, 128], k [B, 1, 8, 128] at batch 1 and 64, one C++ call per step with every check
-// on: a cached row (position 4000 of an 8192-row cache), the same position computed from the
-// frequencies (cached_len 1), the last position of Llama 4 Scout's 10,485,760 (8192 cached rows),
-// and copy_ of q and k.
+// q [B, 1, 32, 128], k [B, 1, 8, 128] at batch 1 and 64, on 1 and 2 threads (a step's tokens are
+// split over the threads, each token's 40 heads rotated in one pass), one C++ call per step with
+// every check on: a cached row (position 4000 of an 8192-row cache), the same position computed
+// from the frequencies (cached_len 1), the last position of Llama 4 Scout's 10,485,760 (8192 cached
+// rows), and copy_ of q and k.
 void register_rope_decode() {
   using Call = std::function<void()>;
   constexpr int64_t kQHeads = 32;
@@ -435,22 +459,25 @@ void register_rope_decode() {
   for (const auto& c : cases) {
     for (const int64_t batch : {int64_t{1}, int64_t{64}}) {
       for (const auto& dtype : kDtypes) {
-        const std::string name = "rope_decode/" + c.first + "/" + std::to_string(batch) +
-                                 "x1x32q8kx128/" + dtype.second + "/threads:1";
-        const auto make = c.second;
-        const torch::Dtype type = dtype.first;
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [=](benchmark::State& state) {
-                                       at::set_num_threads(1);
-                                       torch::NoGradGuard no_grad;
-                                       torch::manual_seed(0);
-                                       const Call call = make(batch, type);
-                                       for (auto _ : state) {
-                                         call();
-                                       }
-                                     })
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        for (const int threads : kThreads) {
+          const std::string name = "rope_decode/" + c.first + "/" + std::to_string(batch) +
+                                   "x1x32q8kx128/" + dtype.second +
+                                   "/threads:" + std::to_string(threads);
+          const auto make = c.second;
+          const torch::Dtype type = dtype.first;
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [=](benchmark::State& state) {
+                                         at::set_num_threads(threads);
+                                         torch::NoGradGuard no_grad;
+                                         torch::manual_seed(0);
+                                         const Call call = make(batch, type);
+                                         for (auto _ : state) {
+                                           call();
+                                         }
+                                       })
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
   }

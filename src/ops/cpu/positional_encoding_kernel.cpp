@@ -103,10 +103,13 @@ void add_rows_loop(const scalar_t* x, scalar_t* out, const table_t* table, int64
     });
     return;
   }
-  // One position for the whole batch. The table slice of a long sequence does not fit in L2, so
-  // the positions are taken in blocks whose table rows do (~128 KiB): each block's rows are read
-  // from memory once and reused for every sequence of the batch, while x and out still stream
-  // through memory in order (within a block, B rows apart only in the batch-first layout).
+  // One position for the whole batch. The table slice of a long sequence need not fit in L2, so
+  // the positions are taken in blocks whose table rows do (1 MiB, a server core's L2): each
+  // block's rows are read from memory once and reused for every sequence of the batch, while x and
+  // out stream through memory in runs of a block's rows (B runs apart in the batch-first layout).
+  // Long runs keep the hardware prefetchers streaming (blocks of 1 MiB of table rows ran bfloat16
+  // in place 1.5x faster than blocks of 128 KiB at 8x2048x1024 on an AMD EPYC); a call has at
+  // least as many blocks as threads.
   const int64_t batch = where.batch;
   const int64_t length = where.length;
   const auto position_of = [&](int64_t l) {
@@ -125,8 +128,10 @@ void add_rows_loop(const scalar_t* x, scalar_t* out, const table_t* table, int64
         });
     return;
   }
-  const int64_t block =
-      std::max<int64_t>(1, (int64_t{128} << 10) / (width * static_cast<int64_t>(sizeof(table_t))));
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const int64_t block = std::max<int64_t>(
+      1, std::min((int64_t{1} << 20) / (width * static_cast<int64_t>(sizeof(table_t))),
+                  (length + threads - 1) / threads));
   const int64_t blocks = (length + block - 1) / block;
   at::parallel_for(0, blocks,
                    std::max<int64_t>(1, grain_rows(width) / std::max<int64_t>(batch * block, 1)),
