@@ -60,3 +60,41 @@ def test_the_report_writes_the_ratios_it_shows(tmp_path):
     assert report[f"add in-place / copy_ {key}"] == {"value": 0.8, "better": "lower"}
     assert report[f"add module vs Python {key}"] == {"value": 2.0, "better": "higher"}
     assert "| 8x2048x1024 | float32 | 1 |" in (tmp_path / "out" / "benchmarks.md").read_text()
+
+
+def test_the_report_shows_decoding_checks_allocation_and_why_a_target_missed(tmp_path):
+    """The decoding step (rope_decode), the cost of each of its checks (decode_checks) and out of
+    place q+k against copy_ plus the fresh allocation become tables and targets; a missed target
+    says what stands in its way."""
+    def row(name, us):
+        return {"name": f"{name}/real_time", "aggregate_name": "median", "real_time": us, "time_unit": "us"}
+
+    step = "1x1x32q8kx128/float32/threads:1"
+    batch = "64x1x32q8kx128/bfloat16/threads:1"
+    large = "8x2048x32q8kx128/float32/threads:1"
+    benchmarks = [row(f"rope_decode/posenc_qk_inplace_cached/{step}", 0.9), row(f"rope_decode/roofline_copy/{step}", 1.0),
+                  row(f"rope_decode/posenc_qk_inplace_cached/{batch}", 48.0), row(f"rope_decode/roofline_copy/{batch}", 16.0),
+                  row(f"rope_qk/posenc_qk/{large}", 150000.0), row(f"rope_qk/roofline_copy/{large}", 30000.0),
+                  row(f"rope_qk/fresh_allocation/{large}", 150000.0)]
+    checks = {"module_call": 0.86, "operator_call": 0.8, "check_arguments": 0.08, "check_overlap": 0.1,
+              "check_range": 0.005, "check_frequencies": 0.11, "check_scale": 0.008}
+    benchmarks += [row(f"decode_checks/{case}/{step}", us) for case, us in checks.items()]
+    cpp = {"context": {"num_cpus": 2, "mhz_per_cpu": 1000, "libtorch": "2.11.0"}, "benchmarks": benchmarks}
+    (tmp_path / "cpp.json").write_text(json.dumps(cpp))
+    (tmp_path / "python.json").write_text(json.dumps({"torch": "2.11.0", "benchmarks": []}))
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_report.py"), str(tmp_path / "cpp.json"),
+                             str(tmp_path / "python.json"), str(tmp_path / "out")],
+                            capture_output=True, text=True, env={**os.environ, "POSENC_BENCH_CHART": "0"})
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "out" / "benchmarks.md").read_text()
+    ratios = json.loads((tmp_path / "out" / "benchmarks.json").read_text())["ratios"]
+    assert ratios[f"decode q+k in place / copy_ {batch}"] == {"value": 3.0, "better": "lower"}
+    assert abs(ratios[f"q+k out of place / (copy_ + fresh allocation) {large}"]["value"] - 150 / 180) < 1e-12
+    targets = {line.split(" | ")[0].lstrip("| "): line for line in report.splitlines() if line.startswith("| ")}
+    assert "| yes | 0.90 us |" in targets[f"decode q+k {step}: <= 2 us per C++ call"]
+    missed = targets[f"decode q+k {batch}: within 1.5x of copy_"]
+    assert "| **no** | 3.00x |" in missed and "compute-bound" in missed
+    assert "| yes | 0.83x |" in targets[f"q+k out of place {large}: within 2x of copy_ plus the fresh allocation"]
+    # each check's time and its share of the operator's call; the rest is dispatch and the kernel
+    assert "| 100 ns | 12% |" in report  # the overlap checks: 0.1 of 0.8 us
+    assert "| the rest of the operator's call: dispatch, the kernel (40 rows of 128) | 620 ns | 78% |" in report
