@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <tuple>
 
 namespace composite = posenc::ops::composite;
@@ -77,6 +78,60 @@ TEST_F(RotaryQk, EqualsTwoSingleCallsAndComposite) {
               EXPECT_TRUE(torch::equal(q_in, q_alone));
               EXPECT_TRUE(torch::equal(k_in, k_alone));
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(RotaryQk, BFloat16RoundingOfSpecialValuesEqualsTheComposite) {
+  // The bfloat16 rows of whole-head rotations may be rounded in hardware (AVX512-BF16, whose
+  // conversion flushes subnormals: bfloat16_rows.h); NaN, infinities, signed zeros, subnormal
+  // inputs and results, results that overflow to infinity and ties must give the composite's bits,
+  // in both layouts (one token: the decoding step's pass over the tokens), both directions, in
+  // place and not.
+  const auto special = torch::tensor({std::nanf(""), -std::nanf(""), INFINITY, -INFINITY, 0.0f,
+                                      -0.0f, 1e-39f, -3e-39f, 1.2e-38f, 9.2e-41f, 3.3e38f, -3.3e38f,
+                                      1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 65504.0f, 1e-30f});
+  for (const int64_t head_dim : {int64_t{32}, int64_t{64}}) { // 16 and 32 pairs
+    const auto tables = F::rotary_tables(64, head_dim);
+    for (const bool heads_first : {false, true}) {
+      for (const bool inverse : {false, true}) {
+        for (const int64_t length : {int64_t{1}, int64_t{3}}) {
+          auto q = heads(2, length, 4, head_dim, heads_first, torch::kFloat);
+          auto k = heads(2, length, 2, head_dim, heads_first, torch::kFloat);
+          // special values scattered over both halves of the rows, scaled copies as well
+          // (products that land in float32's subnormals)
+          q.view(-1).index_put_({torch::randperm(q.numel()).narrow(0, 0, 48)},
+                                torch::cat({special, special * 1e-3, special * 0.5}));
+          k.view(-1).index_put_({torch::randperm(k.numel()).narrow(0, 0, 16)}, special);
+          q = q.to(torch::kBFloat16);
+          k = k.to(torch::kBFloat16);
+          const int64_t offset = 60 - length;
+          const auto reference = composite::apply_rotary_qk(
+              q, k, tables.first, tables.second, offset, c10::nullopt, false, heads_first, inverse);
+          const auto both = posenc::ops::apply_rotary_qk(q, k, tables.first, tables.second, offset,
+                                                         c10::nullopt, false, heads_first, inverse);
+          auto q_in = q.clone();
+          auto k_in = k.clone();
+          posenc::ops::apply_rotary_qk_(q_in, k_in, tables.first, tables.second, offset,
+                                        c10::nullopt, false, heads_first, inverse);
+          // the same bits, but for NaN's (ATen's vectorized conversion writes 0xFFFF, c10's
+          // scalar one and posenc's kernels 0x7FC0: any NaN is a NaN)
+          const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
+            const auto nan = a.isnan();
+            return torch::equal(nan, b.isnan()) &&
+                   torch::equal(a.view(torch::kShort).masked_fill(nan, 0),
+                                b.view(torch::kShort).masked_fill(nan, 0));
+          };
+          for (const auto& result :
+               {std::make_pair(std::get<0>(both), std::get<1>(both)), std::make_pair(q_in, k_in)}) {
+            EXPECT_TRUE(same(result.first, std::get<0>(reference)))
+                << head_dim << heads_first << inverse << length;
+            EXPECT_TRUE(same(result.second, std::get<1>(reference)))
+                << head_dim << heads_first << inverse << length;
+            EXPECT_GT(result.first.isnan().sum().item<int64_t>(), 0); // (the case is exercised)
           }
         }
       }

@@ -4,6 +4,7 @@
 // (../composite), which they are tested against.
 
 #include "ops/backend_entries.h"
+#include "ops/cpu/bfloat16_rows.h"
 #include "ops/cpu/cpu_helpers.h"
 #include "ops/kernel_helpers.h"
 #include "ops/kernels/rotary.h"
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 namespace posenc {
 namespace ops {
@@ -58,6 +60,15 @@ POSENC_ROW_LOOP void rotate_heads(const scalar_t* x, scalar_t* out, int64_t in_h
                                   int64_t out_head, int64_t heads, const table_t* cos,
                                   const table_t* sin, int64_t half, bool interleaved,
                                   bool inverse) {
+  if (std::is_same<scalar_t, c10::BFloat16>::value && std::is_same<table_t, float>::value &&
+      !interleaved && half % 16 == 0 && bf16_rows_supported()) {
+    // (the same bits, rounded to bfloat16 in hardware: bfloat16_rows.h)
+    rotate_halves_bf16(reinterpret_cast<const c10::BFloat16*>(x),
+                       reinterpret_cast<c10::BFloat16*>(out), in_head, out_head, heads,
+                       reinterpret_cast<const float*>(cos), reinterpret_cast<const float*>(sin),
+                       half, inverse);
+    return;
+  }
   if (interleaved) {
     for (int64_t h = 0; h < heads; ++h) {
       rotate_pairs<true>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
@@ -133,7 +144,8 @@ void rotate_head(const OperandRows<scalar_t>& x, int64_t b, int64_t l, int64_t h
 // key heads, which lie next to each other. [B, H, L, Dh] (heads_first): a token's heads lie a
 // whole head apart (a page or more), so each operand is walked in its own order, (b, h, l), a
 // head's rows one after the other; the cos/sin rows (L x R/2 values) are read again per head,
-// from cache.
+// from cache. One token per sequence (a decoding step, L = 1) has its heads next to each other in
+// either layout: the pass over the tokens.
 void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQkCall& call,
                    bool interleaved, bool inverse) {
   const int64_t tokens = call.batch * call.length;
@@ -154,7 +166,7 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
             rotate_head(x, b, l, h, p < 0 ? nullptr : c + p * call.half,
                         p < 0 ? nullptr : s + p * call.half, call.half, interleaved, inverse);
           };
-          if (call.heads_first) {
+          if (call.heads_first && call.length > 1) {
             for (const OperandRows<scalar_t>* x : {&q_rows, &k_rows}) {
               const int64_t rows = call.batch * x->heads * call.length;
               at::parallel_for(0, rows, grain_rows(x->head_dim), [&](int64_t begin, int64_t end) {
