@@ -337,8 +337,9 @@ def cpu_compiled(library):
     graph break: fullgraph), 2 threads. Rows py_compiled/<case>/<impl>: impl compiled_reference,
     posenc, posenc_compiled; compile times in rows with compile_s."""
     try:
-        from diffusers.models.embeddings import get_timestep_embedding
-        from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+        from diffusers.models.embeddings import get_2d_sincos_pos_embed, get_3d_sincos_pos_embed, get_timestep_embedding
+        from timm.layers.pos_embed import resample_abs_pos_embed
+        from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, build_sincos2d_pos_embed
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         from transformers.models.t5.configuration_t5 import T5Config
         from transformers.models.t5.modeling_t5 import T5Attention
@@ -388,6 +389,23 @@ def cpu_compiled(library):
     cases["sincos_2d_grid_table/64x64x1152/float32"] = (
         lambda a: build_sincos2d_pos_embed([64, 64], 1152) + a, (anchor,),
         lambda a: ops.sincos_2d_grid_table([64, 64], 1152) + a, (anchor,))
+
+    # The other vision tables of the library comparisons: diffusers' 2-D and 3-D tables, timm's
+    # EVA-02 grid rotary tables and its resampling of a ViT table (the shapes of cpu_vision).
+    cases["sincos_2d_table/64x64x1152/float32"] = (
+        lambda a: get_2d_sincos_pos_embed(1152, 64, base_size=64) + a, (anchor,),
+        lambda a: ops.sincos_2d_table(1152, [64, 64], base_size=64) + a, (anchor,))
+    cases["sincos_3d_table/13x30x45x1920/float32"] = (
+        lambda a: get_3d_sincos_pos_embed(1920, (45, 30), 13, 1.875) + a, (anchor,),
+        lambda a: ops.sincos_3d_table(1920, [45, 30], 13, 1.875) + a, (anchor,))
+    eva_rope = RotaryEmbeddingCat(64, in_pixels=False, ref_feat_shape=[16, 16])
+    cases["grid_rotary_tables/32x32x64/float32"] = (
+        lambda a: eva_rope.get_embed([32, 32]) + a, (anchor,),
+        lambda a: [t + a for t in ops.axial_rotary_tables(ops.grid_ids([32, 32], [16, 16]), [32, 32])], (anchor,))
+    posemb = torch.randn(1, 1 + 14 * 14, 768) * 0.02
+    cases["resample_position_table/14to24x768/float32"] = (
+        lambda p: resample_abs_pos_embed(p, [24, 24], num_prefix_tokens=1), (posemb,),
+        lambda p: ops.resample_position_table(p, [24, 24]), (posemb,))
 
     # ALiBi's full bias (the eager formulation) and T5's bias (transformers' compute_bias).
     slopes = ops.alibi_slopes(32)

@@ -310,8 +310,9 @@ def main():
     if compiled_rows:
         lines += ["", "## torch.compile as a peer (Python, Inductor on the CPU, 2 threads)", "",
                   "The reference formulation of each path (the seed's `x + pe[:, :L]`, transformers' `apply_rotary_pos_emb`, "
-                  "diffusers' `get_timestep_embedding`, timm's `build_sincos2d_pos_embed`, the eager ALiBi bias, transformers' "
-                  "`T5Attention.compute_bias`) compiled with `torch.compile(fullgraph=True)` (in pieces where it breaks the graph), "
+                  "diffusers' `get_timestep_embedding`, `get_2d_sincos_pos_embed` and `get_3d_sincos_pos_embed`, timm's "
+                  "`build_sincos2d_pos_embed`, `RotaryEmbeddingCat.get_embed` and `resample_abs_pos_embed`, the eager ALiBi bias, "
+                  "transformers' `T5Attention.compute_bias`) compiled with `torch.compile(fullgraph=True)` (in pieces where it breaks the graph), "
                   "against posenc's operator eager and inside a compiled function (fullgraph: posenc breaks no graph). "
                   "Compile times are the first call's, apart from the steady-state times.", "",
                   "| case | compiled reference | its compile | posenc | posenc compiled | its compile | posenc / compiled reference |",
