@@ -12,7 +12,8 @@
 //   attention_bias/<case>/<shape>/float32/threads:<n>  ALiBi's full bias [32, 2048, 2048], T5's
 //                                                  bias [1, 8, 512, 512], rel_shift of scores
 //                                                  [8, 4, 512, 1023], each next to the eager
-//                                                  ATen formulation it replaces
+//                                                  ATen formulation it replaces; ALiBi's and
+//                                                  T5's row of one decoding step
 //
 // Run once more with THP_MEM_ALLOC_ENABLE=1 (PyTorch's CPU allocator then asks for transparent
 // huge pages) to see what page faults cost the large out-of-place rows.
@@ -624,6 +625,23 @@ void register_attention_bias() {
            const auto buckets = posenc::ops::relative_position_bucket(relative);
            benchmark::DoNotOptimize(
                torch::embedding(weight, buckets).permute({2, 0, 1}).unsqueeze(0));
+         };
+       }},
+      // One decoding step: the row of the query at position 2047 over 2048 keys (ALiBi,
+      // 32 heads) and over 512 keys at 511 (T5, 8 heads), every check on.
+      {"alibi_decode_posenc", "32x1x2048",
+       [=]() -> Call {
+         const auto slopes = posenc::ops::alibi_slopes(kHeads);
+         return [=]() {
+           benchmark::DoNotOptimize(posenc::ops::alibi_bias(slopes, 1, kLength, kLength - 1));
+         };
+       }},
+      {"t5_bias_decode_posenc", "1x8x1x512",
+       [=]() -> Call {
+         const auto weight = torch::randn({32, kT5Heads});
+         return [=]() {
+           benchmark::DoNotOptimize(
+               posenc::ops::relative_position_bias(weight, 1, kT5Length, true, 128, kT5Length - 1));
          };
        }},
       {"rel_shift_posenc", shift_shape,
