@@ -328,19 +328,21 @@ def compiled_time(function, *args, budget=0.2, fullgraph_required=False):
         start = time.perf_counter()
         compiled(*args)
     compile_s = time.perf_counter() - start
-    return median_time_us(lambda: compiled(*args), repeats=3, budget=budget), compile_s
+    return median_time_us(lambda: compiled(*args), repeats=5, budget=budget), compile_s
 
 
 def cpu_compiled(library):
-    """torch.compile (Inductor, CPU, fullgraph) as a peer: the reference formulation of each path
-    compiled, next to posenc's operator eager and posenc's operator inside a compiled function (no
+    """torch.compile (Inductor, CPU, fullgraph) as a peer: the reference formulation of every path
+    the other comparisons time (C++ tables and Python ones alike) compiled, next to posenc's operator eager and posenc's operator inside a compiled function (no
     graph break: fullgraph), 2 threads. Rows py_compiled/<case>/<impl>: impl compiled_reference,
     posenc, posenc_compiled; compile times in rows with compile_s."""
     try:
         from diffusers.models.embeddings import get_2d_sincos_pos_embed, get_3d_sincos_pos_embed, get_timestep_embedding
         from timm.layers.pos_embed import resample_abs_pos_embed
         from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, build_sincos2d_pos_embed
+        from transformers.models.bloom.modeling_bloom import build_alibi_tensor
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+        from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
         from transformers.models.t5.configuration_t5 import T5Config
         from transformers.models.t5.modeling_t5 import T5Attention
     except ImportError:
@@ -355,7 +357,7 @@ def cpu_compiled(library):
     cases = {}
 
     # The seed's module, x + pe[:, :L], against posenc's add (out of place, like the module).
-    for shape in [(1, 1, 512), (8, 2048, 1024)]:
+    for shape in [(1, 1, 512), (8, 2048, 1024), (64, 512, 768)]:
         table = torch.ops.posenc.sinusoidal_table(4096, shape[2])
         for dtype_name, dtype in DTYPES.items():
             x = torch.randn(shape).to(dtype)
@@ -363,6 +365,38 @@ def cpu_compiled(library):
             cases[f"add/{'x'.join(map(str, shape))}/{dtype_name}"] = (
                 lambda x, pe: x + pe[:, :x.size(1)], (x, pe),
                 lambda x, table: ops.add_position_table(x, table, 0, True, None, 1.0), (x, table))
+
+    # The token-embedding chain (embedding, scale, add, dropout) against posenc's fused operator,
+    # eval and train (dropout 0.1), at the C++ table's 8x2048x1024 with a 32000-row vocabulary.
+    ids = torch.randint(0, 32000, (8, 2048))
+    table = ops.sinusoidal_table(4096, 1024)
+    for dtype_name, dtype in DTYPES.items():
+        weight = torch.randn(32000, 1024).to(dtype)
+        for train in (False, True):
+            cases[f"token_embedding/8x2048x1024/{dtype_name}/{'train' if train else 'eval'}"] = (
+                lambda ids, w, pe, train=train: torch.nn.functional.dropout(
+                    (torch.nn.functional.embedding(ids, w) * 32.0 + pe[:ids.size(1)]).to(w.dtype), 0.1, train), (ids, weight, table),
+                lambda ids, w, pe, train=train: ops.token_and_position_embedding(ids, w, pe, 0, True, None, 32.0, -1, 0.1, train)[0],
+                (ids, weight, table))
+
+    # One tensor: transformers' LLaMA formulation x * cos + rotate_half(x) * sin against posenc's
+    # apply_rotary, at the C++ table's [8, 2048, 16, 64] (tokens first).
+    rope_inv = 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    rope_angle = torch.arange(4096, dtype=torch.float64)[:, None] * rope_inv
+    rope_cos, rope_sin = rope_angle.cos().float(), rope_angle.sin().float()
+
+    def rotate_half_rope(x, cos, sin):
+        cos = cos[:x.size(1)].view(1, x.size(1), 1, -1).to(x.dtype)
+        sin = sin[:x.size(1)].view(1, x.size(1), 1, -1).to(x.dtype)
+        half = x.size(-1) // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    for dtype_name, dtype in DTYPES.items():
+        x = torch.randn(8, 2048, 16, 64).to(dtype)
+        cases[f"rope/8x2048x16x64/{dtype_name}"] = (
+            rotate_half_rope, (x, torch.cat([rope_cos, rope_cos], -1), torch.cat([rope_sin, rope_sin], -1)),
+            lambda x, cos, sin: ops.apply_rotary(x, cos, sin), (x, rope_cos, rope_sin))
 
     # q+k: transformers' apply_rotary_pos_emb against posenc's apply_rotary_qk, prefill
     # (LLaMA-3-8B, batch 8) and decode (one token, batch 1 and 64), heads first.
@@ -385,10 +419,15 @@ def cpu_compiled(library):
     cases["timestep_embedding/1024x256/float32"] = (
         lambda t: get_timestep_embedding(t, 256, True, 0), (timesteps,),
         lambda t: ops.timestep_embedding(t, 256, True, 0.0), (timesteps,))
+    timesteps = torch.rand(4096) * 1000
+    cases["timestep_embedding/4096x256/float32"] = (
+        lambda t: get_timestep_embedding(t, 256, True, 0), (timesteps,),
+        lambda t: ops.timestep_embedding(t, 256, True, 0.0), (timesteps,))
     anchor = torch.zeros(1)  # (a tensor argument: the table builders take only sizes)
-    cases["sincos_2d_grid_table/64x64x1152/float32"] = (
-        lambda a: build_sincos2d_pos_embed([64, 64], 1152) + a, (anchor,),
-        lambda a: ops.sincos_2d_grid_table([64, 64], 1152) + a, (anchor,))
+    for grid, width in [(64, 1152), (256, 768)]:
+        cases[f"sincos_2d_grid_table/{grid}x{grid}x{width}/float32"] = (
+            lambda a, grid=grid, width=width: build_sincos2d_pos_embed([grid, grid], width) + a, (anchor,),
+            lambda a, grid=grid, width=width: ops.sincos_2d_grid_table([grid, grid], width) + a, (anchor,))
 
     # The other vision tables of the library comparisons: diffusers' 2-D and 3-D tables, timm's
     # EVA-02 grid rotary tables and its resampling of a ViT table (the shapes of cpu_vision).
@@ -399,9 +438,10 @@ def cpu_compiled(library):
         lambda a: get_3d_sincos_pos_embed(1920, (45, 30), 13, 1.875) + a, (anchor,),
         lambda a: ops.sincos_3d_table(1920, [45, 30], 13, 1.875) + a, (anchor,))
     eva_rope = RotaryEmbeddingCat(64, in_pixels=False, ref_feat_shape=[16, 16])
-    cases["grid_rotary_tables/32x32x64/float32"] = (
-        lambda a: eva_rope.get_embed([32, 32]) + a, (anchor,),
-        lambda a: [t + a for t in ops.axial_rotary_tables(ops.grid_ids([32, 32], [16, 16]), [32, 32])], (anchor,))
+    for grid in (32, 256):
+        cases[f"grid_rotary_tables/{grid}x{grid}x64/float32"] = (
+            lambda a, grid=grid: eva_rope.get_embed([grid, grid]) + a, (anchor,),
+            lambda a, grid=grid: [t + a for t in ops.axial_rotary_tables(ops.grid_ids([grid, grid], [16, 16]), [32, 32])], (anchor,))
     posemb = torch.randn(1, 1 + 14 * 14, 768) * 0.02
     cases["resample_position_table/14to24x768/float32"] = (
         lambda p: resample_abs_pos_embed(p, [24, 24], num_prefix_tokens=1), (posemb,),
@@ -412,6 +452,38 @@ def cpu_compiled(library):
     cases["alibi_full/32x2048x2048/float32"] = (
         lambda m: -(m.view(32, 1, 1) * (torch.arange(2048).view(1, -1) - torch.arange(2048).view(-1, 1)).abs()), (slopes,),
         lambda m: ops.alibi_bias(m, 2048, 2048), (slopes,))
+    # The decoding builders: MPT's bias row [H, 1, L] and BLOOM's padded [B * H, 1, L] from a mask.
+    cases["alibi_mpt/32x1x2048/float32"] = (
+        lambda a: build_mpt_alibi_tensor(32, 2048) + a, (anchor,),
+        lambda m: ops.alibi_bias(m, 1, 2048), (slopes,))
+    mask = torch.ones(8, 2048, dtype=torch.long)
+    mask[:, :100] = 0
+    cases["alibi_bloom_padded/8x32x1x2048/float32"] = (
+        lambda mask: build_alibi_tensor(mask, 32, torch.float32), (mask,),
+        lambda mask: ops.alibi_causal_bias(slopes, 2048, mask), (mask,))
+    # Transformer-XL's relative shift: the zero-pad formulation against posenc's rel_shift.
+    scores = torch.randn(8, 4, 512, 1023)
+
+    def zero_pad_shift(scores):
+        padded = torch.nn.functional.pad(scores, (1, 0)).view(8, 4, 1024, 512)
+        return padded[:, :, 1:].reshape(8, 4, 512, 1023)[..., :512]
+
+    cases["rel_shift/8x4x512x1023/float32"] = (zero_pad_shift, (scores,), lambda s: ops.rel_shift(s), (scores,))
+    # Causal ALiBi attention [4, 32, 512, 64] as BLOOM writes it (the compact bias through baddbmm,
+    # masked_fill, softmax, bmm): with transformers' bias builder compiled whole, against the same
+    # attention with posenc's compact bias (eager, and compiled whole: posenc inside a model).
+    q_att, k_att, v_att = (torch.randn(4, 32, 512, 64) for _ in range(3))
+    future = torch.ones(512, 512, dtype=torch.bool).triu(1)
+    batch_mask = torch.ones(4, 512, dtype=torch.long)
+
+    def bloom_attention(q, k, v, alibi):
+        scores = alibi.baddbmm(q.reshape(-1, 512, 64), k.reshape(-1, 512, 64).transpose(1, 2), beta=1.0, alpha=64 ** -0.5)
+        return torch.bmm(torch.softmax(scores.masked_fill(future, float("-inf")), -1), v.reshape(-1, 512, 64))
+
+    cases["alibi_attention/4x32x512x64/float32"] = (
+        lambda q, k, v, mask: bloom_attention(q, k, v, build_alibi_tensor(mask, 32, torch.float32)), (q_att, k_att, v_att, batch_mask),
+        lambda q, k, v, mask: bloom_attention(q, k, v, ops.alibi_causal_bias(slopes, 512, mask).view(-1, 1, 512)),
+        (q_att, k_att, v_att, batch_mask))
     layer = T5Attention(T5Config(d_model=512, d_kv=64, num_heads=8), has_relative_attention_bias=True).eval()
     weight = layer.relative_attention_bias.weight.detach()
     cases["t5_bias/8x512x512/float32"] = (
@@ -424,9 +496,10 @@ def cpu_compiled(library):
     results = []
     with torch.no_grad():
         for name, (reference, reference_args, ours, our_args) in cases.items():
+            # (5 repetitions: the large cases' fresh outputs make single runs vary by tens of percent)
             reference_us, reference_compile = compiled_time(reference, *reference_args)
             posenc_compiled_us, posenc_compile = compiled_time(ours, *our_args, fullgraph_required=True)
-            posenc_us = median_time_us(lambda: ours(*our_args), repeats=3)
+            posenc_us = median_time_us(lambda: ours(*our_args), repeats=5)
             results += [
                 {"name": f"py_compiled/{name}/compiled_reference", "real_time_us": reference_us, "compile_s": reference_compile},
                 {"name": f"py_compiled/{name}/posenc", "real_time_us": posenc_us},

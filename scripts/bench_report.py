@@ -43,6 +43,17 @@ def fmt(us):
     return f"{us:.2f} us" if us < 1000 else f"{us / 1000:.2f} ms"
 
 
+# torch.compile of each path's reference formulation (Python, Inductor, 2 threads), by case
+# (py_compiled/<case>/compiled_reference): the column every comparison table shows.
+COMPILED = {}
+
+
+def compiled(case, threads=2):
+    """The compiled reference's time for `case` on a 2-thread row ("-" on other rows and where the
+    run has no such case)."""
+    return fmt(COMPILED.get(case)) if threads == 2 else "-"
+
+
 RATIOS = {}  # name -> {"value": a / b, "better": "lower" | "higher"}, written to benchmarks.json
 
 
@@ -105,6 +116,27 @@ def why_missed(name):
     return "not yet analysed"
 
 
+def python_compiled_cell(name, *ours):
+    """The compiled reference beside a Python comparison row py_<family>/<case>/<shape>/<impl>[/<dtype>]/threads:2
+    whose impl is posenc's (one of `ours`); "-" on the other rows."""
+    parts = name.split("/")
+    if parts[-1] != "threads:2" or len(parts) < 5 or parts[3] not in ours:
+        return "-"
+    dtype = parts[4] if len(parts) > 5 else "float32"
+    return fmt(COMPILED.get(f"{parts[1]}/{parts[2]}/{dtype}"))
+
+
+# The C++ attention-bias rows (posenc's) and the compiled case of the same computation.
+CPP_BIAS_COMPILED = {"alibi_full_posenc": "alibi_full/32x2048x2048", "alibi_decode_posenc": "alibi_mpt/32x1x2048",
+                     "t5_bias_posenc": "t5_bias/8x512x512", "t5_bias_decode_posenc": "t5_bias_decode/8x1x512",
+                     "rel_shift_posenc": "rel_shift/8x4x512x1023"}
+
+
+def cpp_bias_compiled_cell(name):
+    case = CPP_BIAS_COMPILED.get(name.split("/")[1])
+    return fmt(COMPILED.get(f"{case}/float32")) if case and name.endswith("threads:2") else "-"
+
+
 def decode_table(times, lines, targets):
     """One decoding step of q and k from C++ (rope_decode) and what each of its checks costs
     (decode_checks)."""
@@ -119,7 +151,8 @@ def decode_table(times, lines, targets):
                 if not (cached and copy):
                     continue
                 rows.append(f"| {batch} | {dtype} | {threads} | " + " | ".join(fmt(v) for v in t.values()) +
-                            f" | {ratio(cached, copy, f'decode q+k in place / copy_ {key}')} |")
+                            f" | {ratio(cached, copy, f'decode q+k in place / copy_ {key}')}"
+                            f" | {compiled(f'rope_qk/{batch}x32q8kx1x128/{dtype}', threads)} |")
                 if batch == 64:
                     targets.append((f"decode q+k {key}: within 1.5x of copy_", cached / copy <= 1.5, ratio(cached, copy)))
                 elif threads == 1:
@@ -131,8 +164,8 @@ def decode_table(times, lines, targets):
               "position computed from the float64 frequencies (`cached_len` 1), and the last position of Llama 4 Scout's "
               "10,485,760 (8192 rows cached), next to `copy_` of q and k. A step's tokens are split over the threads; each "
               "token's 40 heads are rotated in one pass over its cos/sin row.", "",
-              "| batch | dtype | threads | cached | computed | 10M-th position | `copy_` | cached / copy |",
-              "|---|---|---|---|---|---|---|---|"] + rows
+              "| batch | dtype | threads | cached | computed | 10M-th position | `copy_` | cached / copy | torch.compile of `apply_rotary_pos_emb` (from Python, out of place) |",
+              "|---|---|---|---|---|---|---|---|---|"] + rows
     checks = {c: times.get(f"decode_checks/{c}/1x1x32q8kx128/float32/threads:1") for c in
               ["module_call", "operator_call", "check_arguments", "check_overlap", "check_range", "check_frequencies", "check_scale"]}
     if not all(checks.values()):
@@ -159,6 +192,8 @@ def decode_table(times, lines, targets):
 def main():
     cpp_path, python_path, out_dir = sys.argv[1:4]
     context, python, times = load(cpp_path, python_path)
+    COMPILED.update({b["name"][len("py_compiled/"):-len("/compiled_reference")]: b["real_time_us"] for b in python["benchmarks"]
+                     if b["name"].startswith("py_compiled/") and b["name"].endswith("/compiled_reference")})
     cpu = context.get("mhz_per_cpu", "?")
     lines = [
         "# posenc benchmarks",
@@ -169,8 +204,8 @@ def main():
         "",
         "## Adding positions to x [B, L, D]",
         "",
-        "| shape | dtype | threads | Python reference | naive C++ `x + pe.slice` | `at::add_out` | posenc module | posenc out= | posenc in-place | `copy_` (roofline) | out= / copy | in-place / copy | module vs Python |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | dtype | threads | Python reference | naive C++ `x + pe.slice` | `at::add_out` | posenc module | posenc out= | posenc in-place | `copy_` (roofline) | out= / copy | in-place / copy | module vs Python | torch.compile of `x + pe[:, :L]` (from Python) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     targets = []
     for shape in ["1x1x512", "8x2048x1024", "64x512x768"]:
@@ -183,7 +218,8 @@ def main():
                     f"| {shape} | {dtype} | {threads} | " + " | ".join(fmt(t[c]) for c in t) +
                     f" | {ratio(t['posenc_out'], t['roofline_copy'], f'add out= / copy_ {key}')}"
                     f" | {ratio(t['posenc_inplace'], t['roofline_copy'], f'add in-place / copy_ {key}')}"
-                    f" | {ratio(t['python_reference'], t['posenc_module'], f'add module vs Python {key}', 'higher')} faster |")
+                    f" | {ratio(t['python_reference'], t['posenc_module'], f'add module vs Python {key}', 'higher')} faster"
+                    f" | {compiled(f'add/{shape}/{dtype}', threads)} |")
                 if shape != "1x1x512" and t["roofline_copy"]:
                     targets.append((f"{key}: out= within 1.2x of copy_", t["posenc_out"] / t["roofline_copy"] <= 1.2, ratio(t["posenc_out"], t["roofline_copy"])))
                     targets.append((f"{key}: in-place within 1.2x of copy_", t["posenc_inplace"] / t["roofline_copy"] <= 1.2, ratio(t["posenc_inplace"], t["roofline_copy"])))
@@ -202,32 +238,35 @@ def main():
               "into buffers whose pages were touched before timing. bfloat16 out= and in-place read a float32 table row per element "
               "(8 bytes moved where copy_ moves 4) and round to bfloat16 (to nearest even, NaN kept): they stay above copy_'s time.",
               "", "## TokenAndPositionEmbedding at 8x2048x1024 (vocabulary 32000, dropout 0.1)", "",
-              "| dtype | threads | mode | eager chain (embedding, mul, add, dropout) | posenc fused | speed-up |", "|---|---|---|---|---|---|"]
+              "| dtype | threads | mode | eager chain (embedding, mul, add, dropout) | posenc fused | speed-up | torch.compile of the chain (from Python) |",
+              "|---|---|---|---|---|---|---|"]
     for dtype in ["float32", "bfloat16"]:
         for threads in [1, 2]:
             for mode in ["eval", "train"]:
                 key = f"8x2048x1024/{dtype}/threads:{threads}"
                 eager, fused = times.get(f"token/eager_chain_{mode}/{key}"), times.get(f"token/posenc_fused_{mode}/{key}")
                 lines.append(f"| {dtype} | {threads} | {mode} | {fmt(eager)} | {fmt(fused)} | "
-                             f"{ratio(eager, fused, f'token fused vs eager {mode} {key}', 'higher')} |")
+                             f"{ratio(eager, fused, f'token fused vs eager {mode} {key}', 'higher')} | "
+                             f"{compiled(f'token_embedding/8x2048x1024/{dtype}/{mode}', threads)} |")
                 if eager and fused and mode == "train":
                     targets.append((f"fused token embedding {key} ({mode}): >= 3x faster than the eager chain", eager / fused >= 3, ratio(eager, fused)))
     lines += ["", "## Rotary embedding of [8, 2048, 16, 64]", "",
-              "| dtype | threads | eager rotate_half | posenc fused | posenc fused in-place | `copy_` | speed-up (fused) |", "|---|---|---|---|---|---|---|"]
+              "| dtype | threads | eager rotate_half | posenc fused | posenc fused in-place | `copy_` | speed-up (fused) | torch.compile of rotate_half (from Python) |",
+              "|---|---|---|---|---|---|---|---|"]
     for dtype in ["float32", "bfloat16"]:
         for threads in [1, 2]:
             key = f"8x2048x1024/{dtype}/threads:{threads}"
             eager, fused, inplace, copy = (times.get(f"rope/{c}/{key}") for c in ["eager_rotate_half", "posenc_fused", "posenc_fused_inplace", "roofline_copy"])
             lines.append(f"| {dtype} | {threads} | {fmt(eager)} | {fmt(fused)} | {fmt(inplace)} | {fmt(copy)} | "
-                         f"{ratio(eager, fused, f'rope fused vs eager {key}', 'higher')} |")
+                         f"{ratio(eager, fused, f'rope fused vs eager {key}', 'higher')} | {compiled(f'rope/8x2048x16x64/{dtype}', threads)} |")
             ratio(inplace, copy, f"rope in-place / copy_ {key}")
             if eager and fused:
                 targets.append((f"fused RoPE {key}: >= 3x faster than eager rotate_half", eager / fused >= 3, ratio(eager, fused)))
     # Queries and keys in one call; the THP run (THP_MEM_ALLOC_ENABLE=1), when given, next to it.
     thp = google_benchmark_medians(sys.argv[4])[1] if len(sys.argv) > 4 else {}
     lines += ["", "## Queries and keys in one call: q [8, 2048, 32, 128], k [8, 2048, 8, 128] (LLaMA-3-8B)", "",
-              "| dtype | threads | HF eager `apply_rotary_pos_emb` (C++ formulation) | posenc q+k | posenc q+k in place | in place on fused qkv views | two single calls | `copy_` | speed-up vs HF | in place / copy | with THP: HF eager / posenc q+k / copy |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| dtype | threads | HF eager `apply_rotary_pos_emb` (C++ formulation) | posenc q+k | posenc q+k in place | in place on fused qkv views | two single calls | `copy_` | speed-up vs HF | in place / copy | with THP: HF eager / posenc q+k / copy | torch.compile of `apply_rotary_pos_emb` (from Python) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     uncached_rows = []
     for dtype in ["float32", "bfloat16"]:
         for threads in [1, 2]:
@@ -237,7 +276,8 @@ def main():
             with_thp = " / ".join(fmt(thp.get(f"rope_qk/{c}/{key}")) for c in ["hf_eager_apply_rotary_pos_emb", "posenc_qk", "roofline_copy"])
             lines.append(f"| {dtype} | {threads} | " + " | ".join(fmt(v) for v in t.values()) +
                          f" | {ratio(t['hf_eager_apply_rotary_pos_emb'], t['posenc_qk'], f'q+k vs HF eager {key}', 'higher')}"
-                         f" | {ratio(t['posenc_qk_inplace'], t['roofline_copy'], f'q+k in place / copy_ {key}')} | {with_thp} |")
+                         f" | {ratio(t['posenc_qk_inplace'], t['roofline_copy'], f'q+k in place / copy_ {key}')} | {with_thp}"
+                         f" | {compiled(f'rope_qk/8x32q8kx2048x128/{dtype}', threads)} |")
             if t["hf_eager_apply_rotary_pos_emb"] and t["posenc_qk"]:
                 targets.append((f"q+k {key}: >= 4x faster than HF's eager apply_rotary_pos_emb", t["hf_eager_apply_rotary_pos_emb"] / t["posenc_qk"] >= 4,
                                 ratio(t["hf_eager_apply_rotary_pos_emb"], t["posenc_qk"])))
@@ -279,14 +319,18 @@ def main():
     decode_table(times, lines, targets)
     hf_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_rope_qk/")]
     if hf_rows:
-        lines += ["", "Against transformers' own `apply_rotary_pos_emb` (Python, heads first, same process):", "",
-                  "| benchmark | time |", "|---|---|"]
-        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in hf_rows]
+        lines += ["", "Against transformers' own `apply_rotary_pos_emb` (Python, heads first, same process), with torch.compile "
+                  "of it beside posenc's 2-thread rows:", "",
+                  "| benchmark | time | torch.compile of the reference |", "|---|---|---|"]
+        for b in hf_rows:  # py_rope_qk/<impl>/<shape>/<dtype>/threads:<n>
+            _, impl, shape, dtype, threads = b["name"].split("/")
+            cell = compiled(f"rope_qk/{shape}/{dtype}", int(threads.split(":")[1])) if impl == "posenc_op" else "-"
+            lines.append(f"| {b['name']} | {fmt(b['real_time_us'])} | {cell} |")
     bias_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_attention_bias/") and "real_time_us" in b]
     if bias_rows:
         lines += ["", "## Attention biases (Python, torch.ops.posenc against transformers' eager functions)", "",
-                  "| benchmark | time |", "|---|---|"]
-        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in bias_rows]
+                  "| benchmark | time | torch.compile of the reference |", "|---|---|---|"]
+        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} | {python_compiled_cell(b['name'], 'posenc', 'full_bias_sdpa')} |" for b in bias_rows]
         memory = {b["name"].rsplit("/", 1)[1]: b["bytes"] for b in python["benchmarks"] if "bytes" in b}
         if memory:
             lines += ["", f"ALiBi at L = 8192, 32 heads, float32: full [H, L, L] form {memory['full_bytes'] / 2**30:.0f} GiB, "
@@ -294,8 +338,8 @@ def main():
     vision_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_vision/")]
     if vision_rows:
         lines += ["", "## Vision and diffusion (Python, torch.ops.posenc against diffusers' and timm's functions)", "",
-                  "| benchmark | time |", "|---|---|"]
-        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} |" for b in vision_rows]
+                  "| benchmark | time | torch.compile of the reference |", "|---|---|---|"]
+        lines += [f"| {b['name']} | {fmt(b['real_time_us'])} | {python_compiled_cell(b['name'], 'posenc')} |" for b in vision_rows]
         # each posenc row against the library it mirrors, at the same shape
         by_name = {b["name"]: b["real_time_us"] for b in vision_rows}
         for name, ours in by_name.items():
@@ -311,12 +355,15 @@ def main():
     compiled_rows = {b["name"]: b for b in python["benchmarks"] if b["name"].startswith("py_compiled/")}
     if compiled_rows:
         lines += ["", "## torch.compile as a peer (Python, Inductor on the CPU, 2 threads)", "",
-                  "The reference formulation of each path (the seed's `x + pe[:, :L]`, transformers' `apply_rotary_pos_emb`, "
+                  "The reference formulation of every path the tables above compare (the seed's `x + pe[:, :L]`, the token-embedding "
+                  "chain embedding-scale-add-dropout, `x * cos + rotate_half(x) * sin`, transformers' `apply_rotary_pos_emb`, "
                   "diffusers' `get_timestep_embedding`, `get_2d_sincos_pos_embed` and `get_3d_sincos_pos_embed`, timm's "
                   "`build_sincos2d_pos_embed`, `RotaryEmbeddingCat.get_embed` and `resample_abs_pos_embed`, the eager ALiBi bias, "
-                  "transformers' `T5Attention.compute_bias`) compiled with `torch.compile(fullgraph=True)` (in pieces where it breaks the graph), "
-                  "against posenc's operator eager and inside a compiled function (fullgraph: posenc breaks no graph). "
-                  "Compile times are the first call's, apart from the steady-state times.", "",
+                  "transformers' `build_mpt_alibi_tensor`, `build_alibi_tensor` and `T5Attention.compute_bias`, Transformer-XL's "
+                  "zero-pad shift, BLOOM's ALiBi attention) compiled with `torch.compile(fullgraph=True)` (in pieces where it breaks "
+                  "the graph), against posenc's operator eager and inside a compiled function (fullgraph: posenc breaks no graph). "
+                  "Compile times are the first call's, apart from the steady-state times. The same compiled references stand in "
+                  "the last column of the tables above.", "",
                   "| case | compiled reference | its compile | posenc | posenc compiled | its compile | posenc / compiled reference |",
                   "|---|---|---|---|---|---|---|"]
         for case in sorted({name.rsplit("/", 1)[0] for name in compiled_rows}):
@@ -335,8 +382,8 @@ def main():
     cpp_bias = sorted(name for name in times if name.startswith("attention_bias/"))
     if cpp_bias:
         lines += ["", "## Attention biases (C++, Google Benchmark: posenc next to the eager ATen formulation)", "",
-                  "| benchmark | time |", "|---|---|"]
-        lines += [f"| {name} | {fmt(times[name])} |" for name in cpp_bias]
+                  "| benchmark | time | torch.compile of the reference (from Python) |", "|---|---|---|"]
+        lines += [f"| {name} | {fmt(times[name])} | {cpp_bias_compiled_cell(name)} |" for name in cpp_bias]
     gpu = [b for b in python["benchmarks"] if b["name"].startswith("gpu_")]
     if gpu:
         lines += ["", f"## GPU: {python.get('device')}", "", "| benchmark | time | GB/s |", "|---|---|---|"]

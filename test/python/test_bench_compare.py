@@ -98,3 +98,42 @@ def test_the_report_shows_decoding_checks_allocation_and_why_a_target_missed(tmp
     # each check's time and its share of the operator's call; the rest is dispatch and the kernel
     assert "| 100 ns | 12% |" in report  # the overlap checks: 0.1 of 0.8 us
     assert "| the rest of the operator's call: dispatch, the kernel (40 rows of 128) | 620 ns | 78% |" in report
+
+
+def test_every_comparison_table_shows_the_compiled_reference(tmp_path):
+    """torch.compile of the reference (py_compiled/<case>/compiled_reference, 2 threads) appears in
+    each comparison table beside the row it compares with: the C++ tables' 2-thread rows and
+    posenc's rows of the Python tables; 1-thread rows and cases without a compiled run show "-"."""
+    def row(name, us):
+        return {"name": f"{name}/real_time", "aggregate_name": "median", "real_time": us, "time_unit": "us"}
+
+    benchmarks = [row(f"add/{case}/8x2048x1024/float32/threads:{threads}", us)
+                  for threads in (1, 2) for case, us in [("posenc_out", 300.0), ("posenc_inplace", 200.0), ("roofline_copy", 250.0)]]
+    benchmarks += [row("attention_bias/alibi_full_posenc/32x2048x2048/float32/threads:2", 1500.0)]
+    cpp = {"context": {"num_cpus": 2, "mhz_per_cpu": 1000, "libtorch": "2.11.0"}, "benchmarks": benchmarks}
+    python = {"torch": "2.11.0", "benchmarks": [
+        {"name": "py_compiled/add/8x2048x1024/float32/compiled_reference", "real_time_us": 4321.0, "compile_s": 1.0},
+        {"name": "py_compiled/add/8x2048x1024/float32/posenc", "real_time_us": 4000.0},
+        {"name": "py_compiled/add/8x2048x1024/float32/posenc_compiled", "real_time_us": 4100.0, "compile_s": 0.1},
+        {"name": "py_compiled/alibi_full/32x2048x2048/float32/compiled_reference", "real_time_us": 1777.0, "compile_s": 1.0},
+        {"name": "py_compiled/timestep_embedding/1024x256/float32/compiled_reference", "real_time_us": 128.0, "compile_s": 1.0},
+        {"name": "py_attention_bias/alibi_full/32x2048x2048/eager/threads:2", "real_time_us": 3000.0},
+        {"name": "py_attention_bias/alibi_full/32x2048x2048/posenc/threads:2", "real_time_us": 1500.0},
+        {"name": "py_attention_bias/alibi_full_causal/32x2048x2048/posenc/threads:2", "real_time_us": 2100.0},
+        {"name": "py_vision/timestep_embedding/1024x256/diffusers/threads:2", "real_time_us": 270.0},
+        {"name": "py_vision/timestep_embedding/1024x256/posenc/threads:2", "real_time_us": 116.0},
+    ]}
+    (tmp_path / "cpp.json").write_text(json.dumps(cpp))
+    (tmp_path / "python.json").write_text(json.dumps(python))
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_report.py"), str(tmp_path / "cpp.json"),
+                             str(tmp_path / "python.json"), str(tmp_path / "out")],
+                            capture_output=True, text=True, env={**os.environ, "POSENC_BENCH_CHART": "0"})
+    assert result.returncode == 0, result.stderr
+    lines = (tmp_path / "out" / "benchmarks.md").read_text().splitlines()
+    add = [line for line in lines if line.startswith("| 8x2048x1024 | float32 |")]
+    assert add[0].endswith("| - |") and add[1].endswith("| 4.32 ms |")
+    assert "| py_attention_bias/alibi_full/32x2048x2048/posenc/threads:2 | 1.50 ms | 1.78 ms |" in lines
+    assert "| py_attention_bias/alibi_full/32x2048x2048/eager/threads:2 | 3.00 ms | - |" in lines
+    assert "| py_attention_bias/alibi_full_causal/32x2048x2048/posenc/threads:2 | 2.10 ms | - |" in lines
+    assert "| py_vision/timestep_embedding/1024x256/posenc/threads:2 | 116.00 us | 128.00 us |" in lines
+    assert "| attention_bias/alibi_full_posenc/32x2048x2048/float32/threads:2 | 1.50 ms | 1.78 ms |" in lines
