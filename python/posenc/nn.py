@@ -630,6 +630,14 @@ class RotaryEmbedding(_DerivedTables):
         self._long_inv_freq = (self._frequencies(self.switch_length + 1)[0]
                                if self.rope_type == "longrope" else None)
         self._build_tables(torch.float32, torch.device("cpu"))
+        #: The options as the rotary_embedding_call operators read them (JSON text).
+        self._module = json.dumps({
+            "head_dim": head_dim, "max_len": max_len, "cached_len": self.cached_len, "base": base,
+            "rotary_dim": self.rotary_dim, "pairing": self.pairing, "deinterleave": deinterleave, "inverse": inverse,
+            "heads_first": heads_first, "beyond_max_len": self.beyond_max_len,
+            "rope_parameters": json.loads(self._rope_parameters), "freq_factors": self.freq_factors,
+            "attention_factor_in_cos_sin": attention_factor_in_cos_sin, "mrope_section": self.mrope_section,
+            "mrope_interleaved": mrope_interleaved})
         if self.mrope_section is not None:  # the operator's checks of the sections, at construction
             _ops.multimodal_rotary_tables(self.cos, self.sin, torch.zeros(3, 1, 0, dtype=torch.long),
                                           self.mrope_section, self.mrope_interleaved)
@@ -669,121 +677,25 @@ class RotaryEmbedding(_DerivedTables):
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
 
-    @staticmethod
-    def _call_end(offset: int, length: int, positions: Optional[Tensor]) -> Optional[int]:
-        """The call's last position + 1, or None where there is none (the operator rejects it)."""
-        if positions is None:
-            return offset + length if offset >= 0 and length >= 1 else None
-        if positions.numel() == 0:
-            return None
-        if positions.is_floating_point():
-            last = positions.max().item()
-            return int(math.floor(last)) + 1 if 0.0 <= last < 9.2e18 else None
-        last = int(positions.max().item())
-        return last + 1 if last >= 0 else None
-
-    def _call_frequencies_on_device(self, positions: Tensor, computed_anywhere: bool) -> Tensor:
-        """dynamic / longrope with positions on a device, never read back (and nothing copied from
-        the host): the call's frequencies chosen there by its end, from the module's own (the
-        operator); every row of the call is then computed from them. Unless positions may lie past
-        the caches (`computed_anywhere`: extrapolation, fractional positions), positions past
-        max_len are refused there."""
-        if not computed_anywhere:
-            _assert_on_device(((positions >= -1) & (positions < self.max_len)).all(),
-                              f"RotaryEmbedding: positions must be >= -1 and < max_len = {self.max_len}; "
-                              "build it with a larger max_len or beyond_max_len='extrapolate'")
-        own = (self.inv_freq if self._long_inv_freq is None
-               else torch.stack([self.inv_freq, self._long_inv_freq]))
-        return self._frequencies(positions=positions, frequencies=own)[0]
-
-    def _check_within_max_len(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> None:
-        """With fewer cached rows than max_len: the call's integer positions must lie below max_len
-        (the C++ module's check_within_max_len; the operator computes every row past the caches)."""
-        hint = "" if self.beyond_max_len == "extrapolate" else " or pass beyond_max_len='extrapolate'"
-        if positions is None:
-            length = x.shape[2 if self.heads_first else 1]
-            if offset >= 0 and length >= 1 and offset > self.max_len - length:
-                raise RuntimeError(f"RotaryEmbedding: positions offset .. offset + L - 1 must lie in the table, i.e. "
-                                 f"offset + L <= max_len ({self.max_len}), but got L = {length} and offset = {offset} "
-                                 f"(offset + L = {offset + length}); build the module with a larger max_len{hint}, "
-                                 "or split the sequence")
-        elif not positions.is_floating_point() and positions.numel() > 0:
-            if positions.device.type in ("cuda", "meta"):
-                _assert_on_device(((positions >= -1) & (positions < self.max_len)).all(),
-                                  f"RotaryEmbedding: positions must be >= -1 and < max_len = {self.max_len}; "
-                                  "build it with a larger max_len or beyond_max_len='extrapolate'")
-            else:
-                largest = int(positions.max())
-                if largest >= self.max_len:
-                    raise RuntimeError(f"RotaryEmbedding: positions must be < max_len ({self.max_len}), but got "
-                                     f"{largest}; build the module with max_len >= {largest + 1}{hint}")
-
-    def _tables_for(self, x: Tensor, offset: int, positions: Optional[Tensor]):
-        """cos, sin, inv_freq and positions of a call (the C++ module's call_tables)."""
-        if x.dim() == 4 and x.shape[3] != self.head_dim and x.shape[3] >= self.rotary_dim:
-            raise ValueError(f"RotaryEmbedding: expected heads of width head_dim = {self.head_dim}, but got {x.shape[3]} "
-                             f"(input shape {tuple(x.shape)})")
-        continuous = positions is not None and positions.is_floating_point()
-        extrapolate = self.beyond_max_len == "extrapolate"
-        cos, sin = self.cos, self.sin
-        # Rows past the cached ones but within max_len are computed, as extrapolated ones are; the
-        # module then holds max_len itself.
-        uncached = self.cached_len < self.max_len
-        inv_freq = self.inv_freq if extrapolate or continuous or uncached else None
-        if uncached and not extrapolate and not continuous and x.dim() == 4:
-            self._check_within_max_len(x, offset, positions)
-        if (self.switch_length is not None and x.dim() == 4 and positions is not None
-                and positions.device.type in ("cuda", "meta")):
-            inv_freq = self._call_frequencies_on_device(positions, extrapolate or continuous)
-            cos, sin = cos.narrow(0, 0, 0), sin.narrow(0, 0, 0)
-        elif self.switch_length is not None and x.dim() == 4:
-            end = self._call_end(offset, x.shape[2 if self.heads_first else 1], positions)
-            if end is not None and end > self.switch_length and (extrapolate or continuous or end <= self.max_len):
-                inv_freq = (self._long_inv_freq if self._long_inv_freq is not None
-                            else self._frequencies(end, device=x.device)[0])
-                cos, sin = cos.narrow(0, 0, 0), sin.narrow(0, 0, 0)
-        if positions is not None and positions.dim() == 3:
-            if self.mrope_section is None:
-                raise ValueError(f"RotaryEmbedding: positions {tuple(positions.shape)} are multimodal [3, B, L] positions, "
-                                 "but the module has no mrope_section; build it with mrope_section or pass [B, L] positions")
-            rows_cos, rows_sin = _ops.multimodal_rotary_tables(cos, sin, positions, self.mrope_section,
-                                                               self.mrope_interleaved, inv_freq, self._rows_factor)
-            tokens = positions.shape[1] * positions.shape[2]
-            half = self.cos.shape[1]
-            order = torch.arange(tokens, dtype=torch.long, device=x.device).view(positions.shape[1], positions.shape[2])
-            return rows_cos.view(tokens, half), rows_sin.view(tokens, half), None, order
-        return cos, sin, inv_freq, positions
-
-    def _regrouped(self, x: Tensor) -> Tensor:
-        """With ``deinterleave``: x with its rotated channels regrouped from pairs (2i, 2i + 1) into
-        halves (a new tensor; the C++ module's regrouped); else x."""
-        width = self.rotary_dim
-        if not self.deinterleave or x.dim() < 1 or x.shape[-1] < width:
-            return x  # (other inputs get the operator's messages)
-        part = x[..., :width]
-        halves = part.reshape(part.shape[:-1] + (width // 2, 2)).transpose(-1, -2).reshape(part.shape)
-        return halves if width == x.shape[-1] else torch.cat([halves, x[..., width:]], -1)
-
-    def _rotate(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
-        cos, sin, inv_freq, positions = self._tables_for(x, offset, positions)
-        return _ops.apply_rotary(self._regrouped(x), cos, sin, offset, positions, self.pairing == "interleaved",
-                                 self.heads_first, self.inverse, inv_freq, self._rows_factor)
+    # A call's logic (which rows it reads, rows computed past the caches, dynamic / longrope's
+    # switch by the call's end, the checks against max_len, multimodal positions, deinterleave) is
+    # the C++ module's own: the rotary_embedding_call operators, given this module's options.
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        return self._rotate(x, offset, None)
+        return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
+                                          offset, None)
 
     def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
         """Explicit positions: integer or fractional ``[L]`` / ``[B, L]``, or multimodal ``[3, B, L]``."""
         if positions is None:
             raise ValueError("RotaryEmbedding: forward_positions needs positions; use forward(x, offset) for consecutive ones")
-        return self._rotate(x, 0, positions)
+        return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
+                                          0, positions)
 
     def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         """Queries and keys (any head counts: GQA/MQA) in one call."""
-        cos, sin, inv_freq, positions = self._tables_for(q, offset, None)
-        return _ops.apply_rotary_qk(self._regrouped(q), self._regrouped(k), cos, sin, offset, positions,
-                                    self.pairing == "interleaved", self.heads_first, self.inverse, inv_freq,
-                                    self._rows_factor)
+        return _ops.rotary_embedding_call_qk(q, k, self.cos, self.sin, self.inv_freq, self._long_inv_freq,
+                                             self._module, offset, None)
 
     def extra_repr(self) -> str:
         cached = f", cached_len={self.cached_len}" if self.cached_len != self.max_len else ""

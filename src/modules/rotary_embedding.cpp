@@ -3,20 +3,15 @@
 #include <posenc/functional/positions.h>
 
 #include "detail/checks.h"
-#include "detail/device_checks.h"
 #include "detail/rope_types.h"
 #include "detail/rotary.h"
+#include "ops/rotary_module.h"
 
 #include <ATen/ops/arange.h>
-#include <ATen/ops/cat.h>
-#include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-#include <cmath>
 #include <ios>
-#include <limits>
 
 namespace posenc {
 
@@ -81,6 +76,8 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
   torch::Tensor inv_freq = at::tensor(frequencies.inv_freq, float64).to(device);
   const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
+  auto call = std::make_shared<const ops::RotaryModuleCall>(
+      ops::rotary_module_call(options, kName, /*python=*/false));
   torch::Tensor long_inv_freq =
       detail::rope_type_entry(spec.scaling.type()).switches == detail::RopeSwitch::kLongFactors
           ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1, kName).inv_freq, float64)
@@ -93,9 +90,8 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
   detail::set_buffer(*this, "sin", sin, tables.second.to(device));
   inv_freq_ = std::move(inv_freq);
   long_inv_freq_ = std::move(long_inv_freq);
-  attention_factor_ = frequencies.attention_factor;
   variant_attention_factor_ = frequencies.variant_attention_factor;
-  switch_length_ = switch_length;
+  call_ = std::move(call);
 }
 
 std::vector<torch::Tensor*> RotaryEmbeddingImpl::derived_tables() {
@@ -175,201 +171,17 @@ torch::Tensor RotaryEmbeddingImpl::inv_freq(int64_t seq_len) const {
                     at::TensorOptions().dtype(at::kDouble));
 }
 
-c10::optional<int64_t> RotaryEmbeddingImpl::call_end(int64_t offset, int64_t length,
-                                                     const torch::Tensor& positions) const {
-  if (!positions.defined()) {
-    // offset + length, if it is a valid call's end (the operator reports the others).
-    if (offset < 0 || length < 1 || offset > std::numeric_limits<int64_t>::max() - length) {
-      return c10::nullopt;
-    }
-    return offset + length;
-  }
-  if (positions.numel() == 0) {
-    return c10::nullopt;
-  }
-  if (detail::is_continuous(positions)) {
-    // Fractional positions: the end is the first integer past the largest (NaN/Inf and values
-    // out of range are left to the operator's message).
-    const double last = positions.max().item<double>();
-    if (!(last >= 0.0 && last < 9.2e18)) {
-      return c10::nullopt;
-    }
-    return static_cast<int64_t>(std::floor(last)) + 1;
-  }
-  if (!c10::isIntegralType(positions.scalar_type(), false)) {
-    return c10::nullopt;
-  }
-  const int64_t last = positions.max().item<int64_t>();
-  if (last < 0 || last == std::numeric_limits<int64_t>::max()) {
-    return c10::nullopt;
-  }
-  return last + 1;
-}
-
-void RotaryEmbeddingImpl::check_within_max_len(const torch::Tensor& x, int64_t offset,
-                                               const torch::Tensor& positions) const {
-  const int64_t max_len = options.max_len();
-  if (!positions.defined()) {
-    const int64_t length = x.size(options.heads_first() ? 2 : 1);
-    if (offset >= 0 && length >= 1) { // (other offsets and lengths get the operator's message)
-      detail::check_offset(kName, offset, length, max_len, detail::caller_hint());
-    }
-  } else if (c10::isIntegralType(positions.scalar_type(), false) && positions.numel() > 0) {
-    if (detail::checks_on_device(positions.device())) { // (nothing read back)
-      detail::check_on_device(detail::within(positions, -1.0, static_cast<double>(max_len - 1)),
-                              positions, detail::DeviceCheck::kPositionsInCaches);
-    } else {
-      const int64_t largest = positions.max().item<int64_t>();
-      detail::check_positions_range(kName, -1, largest, max_len, detail::caller_hint());
-    }
-  }
-}
-
-void RotaryEmbeddingImpl::check_heads(const torch::Tensor& x) const {
-  // The operator accepts any head width >= the rotated one (partial rotary from the caches alone);
-  // the module knows head_dim, and an input of another width contradicts its options. (Heads
-  // narrower than the rotated width get the operator's message.)
-  TORCH_CHECK(!x.defined() || x.dim() != 4 || x.size(3) == options.head_dim() ||
-                  x.size(3) < options.rotated_width(),
-              kName, ": expected heads of width head_dim = ", options.head_dim(), ", but got ",
-              x.size(3), " (input shape ", x.sizes(),
-              "); build the module with head_dim = ", x.size(3), " or split the heads to ",
-              options.head_dim(), " channels");
-}
-
-RotaryEmbeddingImpl::CallTables RotaryEmbeddingImpl::call_tables(
-    const torch::Tensor& x, int64_t offset, const torch::Tensor& positions) const {
-  check_heads(x);
-  const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  // Floating-point positions are computed from the frequencies, at any position: they never read
-  // (or interpolate) the caches.
-  const bool continuous = detail::is_continuous(positions);
-  // Positions past the cached rows but within max_len (cached_len < max_len) are computed from
-  // the frequencies, as extrapolated ones are; the module then holds max_len itself.
-  const bool uncached = cos.size(0) < options.max_len();
-  CallTables tables{cos, sin, extrapolate || continuous || uncached ? inv_freq_ : torch::Tensor(),
-                    positions};
-  if (uncached && !extrapolate && !continuous && x.defined() && x.dim() == 4) {
-    check_within_max_len(x, offset, positions);
-  }
-  if (switch_length_ && x.defined() && x.dim() == 4 && positions.defined() &&
-      detail::checks_on_device(positions.device())) {
-    // dynamic / longrope, positions on a device (never read back, nothing copied from the host):
-    // the frequencies of the call, chosen there by its end from the module's own (the same choice
-    // as below), and every row computed from them (the cached rows' values, within an ulp of the
-    // cos/sin roundings, where the call does not switch). Without extrapolation, positions past
-    // max_len are refused there.
-    if (!extrapolate && !continuous) {
-      detail::check_on_device(
-          detail::within(positions, -1.0, static_cast<double>(options.max_len() - 1)), positions,
-          detail::DeviceCheck::kPositionsInCaches);
-    }
-    tables.inv_freq = detail::rope_frequencies_at(
-        detail::rope_spec(options),
-        long_inv_freq_.defined() ? at::stack({inv_freq_, long_inv_freq_}) : inv_freq_, positions,
-        kName);
-    tables.cos = cos.narrow(0, 0, 0);
-    tables.sin = sin.narrow(0, 0, 0);
-  } else if (switch_length_ && x.defined() && x.dim() == 4) {
-    // dynamic / longrope: a call reaching past the switch length rotates all of its positions
-    // with the frequencies of its own length (longrope: the long ones, computed once), for
-    // exactly the rows it uses (an empty slice of the caches makes every position one "past the
-    // caches"). Other calls take the cached path.
-    const int64_t length = x.size(options.heads_first() ? 2 : 1);
-    const c10::optional<int64_t> end = call_end(offset, length, positions);
-    if (end && *end > *switch_length_ && (extrapolate || continuous || *end <= options.max_len())) {
-      tables.inv_freq =
-          long_inv_freq_.defined()
-              ? long_inv_freq_
-              : detail::upload( // (no copy from host memory: see detail::upload)
-                    at::tensor(
-                        detail::rope_frequencies(detail::rope_spec(options), end, kName).inv_freq,
-                        at::TensorOptions().dtype(at::kDouble)),
-                    cos.device());
-      tables.cos = cos.narrow(0, 0, 0);
-      tables.sin = sin.narrow(0, 0, 0);
-    }
-  }
-  if (positions.defined() && positions.dim() == 3) {
-    // Multimodal: each token's own cos/sin rows, and positions indexing them.
-    TORCH_CHECK(!options.mrope_section().empty(), kName, ": positions ", positions.sizes(),
-                " are multimodal [3, B, L] positions, but the module has no mrope_section; build "
-                "it with mrope_section (e.g. {16, 24, 24} for Qwen2-VL) or pass [B, L] positions");
-    const auto rows = functional::detail::multimodal_rotary_tables(
-        tables.cos, tables.sin, positions, options.mrope_section(), options.mrope_interleaved(),
-        tables.inv_freq, attention_factor_);
-    const int64_t tokens = positions.size(1) * positions.size(2);
-    const int64_t half = cos.size(1);
-    tables = {rows.first.view({tokens, half}), rows.second.view({tokens, half}), torch::Tensor(),
-              at::arange(tokens, at::TensorOptions().dtype(at::kLong).device(x.device()))
-                  .view({positions.size(1), positions.size(2)})};
-  }
-  return tables;
-}
-
-namespace {
-const char* beyond_hint(const RotaryEmbeddingOptions& options) {
-  return options.beyond_max_len() == BeyondMaxLen::kExtrapolate
-             ? ""
-             : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)";
-}
-} // namespace
-
-torch::Tensor RotaryEmbeddingImpl::regrouped(const torch::Tensor& x) const {
-  const int64_t rotary_dim = options.rotated_width();
-  if (!options.deinterleave() || !x.defined() || x.dim() < 1 || x.size(-1) < rotary_dim) {
-    return x; // (other inputs get the operator's messages)
-  }
-  const torch::Tensor part = x.narrow(-1, 0, rotary_dim);
-  std::vector<int64_t> pairs(part.sizes().begin(), part.sizes().end());
-  pairs.back() = rotary_dim / 2;
-  pairs.push_back(2);
-  // (a copy: the transposed pairs are not contiguous)
-  const torch::Tensor halves = part.reshape(pairs).transpose(-1, -2).reshape(part.sizes());
-  if (rotary_dim == x.size(-1)) {
-    return halves;
-  }
-  return at::cat({halves, x.narrow(-1, rotary_dim, x.size(-1) - rotary_dim)}, -1);
-}
-
 torch::Tensor RotaryEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                               const torch::Tensor& positions) {
-  const detail::CallerScope caller(kName, beyond_hint(options));
-  const CallTables tables = call_tables(x, offset, positions);
-  return functional::detail::rotary_embedding(
-      regrouped(x), tables.cos, tables.sin, offset, tables.positions, options.pairing(),
-      options.heads_first(), tables.inv_freq, attention_factor_, options.inverse());
+  return ops::rotary_module_forward(*call_, {cos, sin, inv_freq_, long_inv_freq_}, x, offset,
+                                    positions);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk_at(
     const torch::Tensor& q, const torch::Tensor& k, int64_t offset, const torch::Tensor& positions,
     bool in_place) {
-  const detail::CallerScope caller(kName, beyond_hint(options));
-  check_heads(k);
-  const CallTables tables = call_tables(q, offset, positions);
-  if (options.deinterleave() && in_place) {
-    // Pairs (2i, 2i + 1) turned where they lie (the operator checks q and k before writing
-    // either), then regrouped into halves: the arithmetic of turning regrouped copies.
-    functional::detail::rotary_embedding_qk(q, k, tables.cos, tables.sin, offset, tables.positions,
-                                            RotaryPairing::kInterleaved, options.heads_first(),
-                                            tables.inv_freq, attention_factor_, /*in_place=*/true,
-                                            options.inverse());
-    const int64_t rotary_dim = options.rotated_width();
-    for (const torch::Tensor* t : {&q, &k}) {
-      torch::Tensor part = t->narrow(-1, 0, rotary_dim);
-      part.copy_(regrouped(part));
-    }
-    return {q, k};
-  }
-  if (options.deinterleave()) {
-    return functional::detail::rotary_embedding_qk(
-        regrouped(q), regrouped(k), tables.cos, tables.sin, offset, tables.positions,
-        options.pairing(), options.heads_first(), tables.inv_freq, attention_factor_,
-        /*in_place=*/false, options.inverse());
-  }
-  return functional::detail::rotary_embedding_qk(
-      q, k, tables.cos, tables.sin, offset, tables.positions, options.pairing(),
-      options.heads_first(), tables.inv_freq, attention_factor_, in_place, options.inverse());
+  return ops::rotary_module_forward_qk(*call_, {cos, sin, inv_freq_, long_inv_freq_}, q, k, offset,
+                                       positions, in_place);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward_qk(const torch::Tensor& q,

@@ -30,6 +30,19 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "apply_rotary_qk_(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int offset=0, "
       "Tensor? positions=None, bool interleaved=False, bool heads_first=False, bool inverse=False, "
       "Tensor? inv_freq=None, float attention_factor=1.0) -> ()");
+  // A RotaryEmbedding module's call (ops/rotary_module.h), for posenc.nn's module: `module` is
+  // its options as a JSON object (posenc.nn.RotaryEmbedding's arguments: head_dim, max_len,
+  // cached_len, base, rotary_dim, pairing, deinterleave, inverse, heads_first, beyond_max_len,
+  // rope_parameters, freq_factors, attention_factor_in_cos_sin, mrope_section,
+  // mrope_interleaved); cos, sin, inv_freq and long_inv_freq are its tensors. Composite: the
+  // call of apply_rotary / apply_rotary_qk its options and positions choose.
+  m.def(
+      "rotary_embedding_call(Tensor x, Tensor cos, Tensor sin, Tensor inv_freq, "
+      "Tensor? long_inv_freq, str module, int offset=0, Tensor? positions=None) -> Tensor");
+  m.def(
+      "rotary_embedding_call_qk(Tensor q, Tensor k, Tensor cos, Tensor sin, Tensor inv_freq, "
+      "Tensor? long_inv_freq, str module, int offset=0, Tensor? positions=None) "
+      "-> (Tensor, Tensor)");
   m.def(
       "multimodal_rotary_tables(Tensor cos, Tensor sin, Tensor positions, int[] mrope_section, "
       "bool interleaved=False, Tensor? inv_freq=None, float attention_factor=1.0) "

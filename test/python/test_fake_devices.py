@@ -26,10 +26,12 @@ positions included (it chooses the call's frequencies where the positions lie; t
 
 import contextlib
 import functools
+import json
 import os
 import sys
 
 import pytest
+
 import torch
 
 from reference import columns_of, inv_freq_of
@@ -147,6 +149,11 @@ class Recorder:
 # Built on the CPU. The cached ones are real tensors; the others, built during a fake call, are fake
 # CPU tensors. Either way a case passes them through T, which keeps only their metadata.
 
+# posenc.nn.RotaryEmbedding's options as the rotary_embedding_call operators read them: 16
+# positions, 8 of them cached; and dynamic NTK switching past 12 positions.
+ROTARY_MODULE = json.dumps({"head_dim": 8, "max_len": 16, "cached_len": 8, "rotary_dim": 8})
+ROTARY_DYNAMIC = json.dumps({"head_dim": 8, "max_len": 16, "rotary_dim": 8, "beyond_max_len": "extrapolate",
+                             "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 12}})
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,6 +260,14 @@ OPERATOR_CASES = [
         (T(randn(2, 5, 4, 8)), T(randn(2, 5, 2, 8))), lambda qk: ops.apply_rotary_qk_(*qk, *map(T, caches(16, 8)), 5))),
     _case("apply_rotary_qk_", "positions_L", lambda ops, T: _inplace(
         (T(randn(2, 5, 4, 8)), T(randn(2, 5, 2, 8))), lambda qk: ops.apply_rotary_qk_(*qk, *map(T, caches(16, 8)), 0, T(ints(POS_L))))),
+    # A module's call (posenc.nn.RotaryEmbedding's options as JSON, its tensors): rows past its
+    # cached ones, dynamic NTK switching by a call's end, and on queries and keys.
+    _case("rotary_embedding_call", "cached_len_offset", lambda ops, T: ops.rotary_embedding_call(
+        T(randn(2, 5, 3, 8)), *map(T, caches(8, 8)), T(inv_freq_of(8)), None, ROTARY_MODULE, 6)),
+    _case("rotary_embedding_call", "dynamic_positions_BL", lambda ops, T: ops.rotary_embedding_call(
+        T(randn(2, 5, 3, 8)), *map(T, caches(16, 8)), T(inv_freq_of(8)), None, ROTARY_DYNAMIC, 0, T(ints(POS_BL_ROTARY)))),
+    _case("rotary_embedding_call_qk", "gqa_dynamic_past_switch", lambda ops, T: ops.rotary_embedding_call_qk(
+        T(randn(2, 5, 4, 8)), T(randn(2, 5, 2, 8)), *map(T, caches(16, 8)), T(inv_freq_of(8)), None, ROTARY_DYNAMIC, 9)),
     _case("multimodal_rotary_tables", "positions_3BL", lambda ops, T: ops.multimodal_rotary_tables(
         *map(T, caches(64, 16)), T(torch.randint(0, 64, (3, 2, 5), generator=torch.Generator().manual_seed(3))), [2, 3, 3])),
     _case("multimodal_rotary_tables", "positions_3L_interleaved", lambda ops, T: ops.multimodal_rotary_tables(
@@ -756,10 +771,10 @@ def test_module_refuses_an_input_on_another_device(posenc, name, module_on, inpu
     ints(POS_BL_ROTARY), ints(POS_BL_ROTARY) + 20, torch.tensor(POS_FLOAT) * 2.0, ints([[0, 3, -1, 5, 6], [30, 1, 2, 3, -1]]),
 ], ids=["within", "past_switch", "fractional", "padding"])
 def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_scaling, positions):
-    """What RotaryEmbedding computes for device positions (nn.py's device branch,
-    `_call_frequencies_on_device`: `rope_frequencies(..., positions=, frequencies=)` from the
-    module's own frequencies, then every row computed from them), run on CPU tensors, against the
-    module's CPU path (a host read of the call's end, the caches where it does not switch), and the
+    """What RotaryEmbedding computes for device positions (the device branch of its call,
+    src/ops/rotary_module.cpp: `rope_frequencies(..., positions=, frequencies=)` from the module's
+    own frequencies, then every row computed from them), run on CPU tensors, against the module's
+    CPU path (a host read of the call's end, the caches where it does not switch), and the
     operator without `frequencies` (computed on the host and copied). Tolerance: one float32
     rounding of the outputs (2 ulp of |x| <= 6): the rows come from ATen's cos/sin of float64 angles
     instead of libm's; dynamic NTK's frequencies are rescaled by ATen's pow of the length ratio
@@ -767,7 +782,8 @@ def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_s
     module = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=rope_scaling)
     x = randn(2, 5, 3, 8)
     expected = module.forward_positions(x, positions)
-    inv_freq = module._call_frequencies_on_device(positions, positions.is_floating_point())
+    own = module.inv_freq if module._long_inv_freq is None else torch.stack([module.inv_freq, module._long_inv_freq])
+    inv_freq = module._frequencies(positions=positions, frequencies=own)[0]
     assert torch.equal(inv_freq, module._frequencies(positions=positions)[0])
     got = posenc.ops.apply_rotary(x, module.cos.narrow(0, 0, 0), module.sin.narrow(0, 0, 0), 0, positions, False,
                                   False, False, inv_freq, module._rows_factor)
@@ -780,15 +796,18 @@ def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_s
         torch.testing.assert_close(inv_freq, host, rtol=8 * 2.0 ** -52, atol=0)
 
 
-def test_device_path_refuses_positions_past_max_len(posenc):
-    """Without extrapolation, integer positions past max_len are refused where they lie (a device
-    assertion on CUDA; at once on the CPU, as here); with it they are computed."""
+def test_positions_past_max_len_are_refused_or_computed(posenc):
+    """Without extrapolation, integer positions past max_len are refused (CPU positions at once;
+    positions on a device where they lie, by the same call, src/ops/rotary_module.cpp); with it
+    they are computed."""
     module = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=DYNAMIC)
-    with pytest.raises(RuntimeError, match="positions must be >= -1 and < max_len = 32"):
-        module._call_frequencies_on_device(ints([[0, 32]]), False)
-    with pytest.raises(RuntimeError, match="positions must be >= -1 and < max_len = 32"):
-        module._call_frequencies_on_device(ints([[-2, 3]]), False)
-    assert module._call_frequencies_on_device(ints([[0, 40]]), True).shape == (4,)
+    x = randn(1, 2, 1, 8)
+    with pytest.raises(RuntimeError, match=r"positions must be < max_len \(32\)"):
+        module.forward_positions(x, ints([[0, 32]]))
+    with pytest.raises(RuntimeError, match="positions must be >= -1"):
+        module.forward_positions(x, ints([[-2, 3]]))
+    extrapolating = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=DYNAMIC, beyond_max_len="extrapolate")
+    assert extrapolating.forward_positions(x, ints([[0, 40]])).shape == x.shape
 
 
 def test_rope_frequencies_takes_positions_or_a_length(posenc):

@@ -8,11 +8,15 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <tuple>
 #include <vector>
 
 namespace posenc {
+namespace ops {
+struct RotaryModuleCall;
+} // namespace ops
 
 /// Rotary position embedding (RoPE, Su et al.): rotates pairs of channels of the queries and
 /// keys of attention by angles proportional to their positions, so that attention scores depend
@@ -113,45 +117,20 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
                                                          const torch::Tensor& positions,
                                                          bool in_place);
 
-  /// Checks that heads `x` have the module's head_dim.
-  void check_heads(const torch::Tensor& x) const;
-  /// With `deinterleave`: x with its rotated channels regrouped from pairs (2i, 2i + 1) into
-  /// halves (a new tensor); else x.
-  torch::Tensor regrouped(const torch::Tensor& x) const;
-  /// With fewer cached rows than max_len (and no extrapolation): checks that the call's integer
-  /// positions lie below max_len (the operator computes every row past the caches).
-  void check_within_max_len(const torch::Tensor& x, int64_t offset,
-                            const torch::Tensor& positions) const;
-  /// The caches and frequencies a call of `x` at these positions reads (dynamic / longrope: its
-  /// own frequencies past the switch length), after checking x's head width.
-  struct CallTables {
-    torch::Tensor cos;
-    torch::Tensor sin;
-    torch::Tensor inv_freq;  // undefined: positions must lie in the caches
-    torch::Tensor positions; // the call's, or (multimodal) indices of per-token rows
-  };
-  CallTables call_tables(const torch::Tensor& x, int64_t offset,
-                         const torch::Tensor& positions) const;
   void build_tables(torch::Dtype dtype, torch::Device device);
   std::vector<torch::Tensor*> derived_tables();
   std::vector<detail::TableSlot> table_slots();
 
-  /// The frequencies (float64 `[rotary_dim / 2]`, on the CPU) and the factor cos/sin carry, from
-  /// detail::rope_frequencies: what positions past `max_len` are computed from under
-  /// BeyondMaxLen::kExtrapolate.
+  /// The frequencies (float64 `[rotary_dim / 2]`, on the caches' device), from
+  /// detail::rope_frequencies: what positions past the cached rows are computed from.
   torch::Tensor inv_freq_;
-  double attention_factor_ = 1.0;
   double variant_attention_factor_ = 1.0;
-  /// dynamic / longrope: the length past which a call's frequencies are its own (unset for the
-  /// other variants), and longrope's long frequencies (float64, CPU), computed once with the
-  /// caches.
-  c10::optional<int64_t> switch_length_;
+  /// longrope's long frequencies (float64, on the caches' device; undefined for the other
+  /// variants), computed once with the caches.
   torch::Tensor long_inv_freq_;
-
-  /// The last position + 1 of a call (explicit positions: their maximum, one host read), or unset
-  /// when the call is invalid (the operator reports it).
-  c10::optional<int64_t> call_end(int64_t offset, int64_t length,
-                                  const torch::Tensor& positions) const;
+  /// What every call needs besides the tensors (ops/rotary_module.h: the call logic, shared with
+  /// posenc.nn's module through the rotary_embedding_call operators), built with the caches.
+  std::shared_ptr<const ops::RotaryModuleCall> call_;
 };
 
 /// A `ModuleHolder` subclass for `RotaryEmbeddingImpl`.

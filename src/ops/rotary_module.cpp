@@ -1,0 +1,463 @@
+// A RotaryEmbedding's call (ops/rotary_module.h), and the rotary_embedding_call operators through
+// which posenc.nn's module makes it.
+
+#include "ops/rotary_module.h"
+#include "ops/sym_length.h"
+
+#include "detail/checks.h"
+#include "detail/device_checks.h"
+#include "detail/rope_types.h"
+#include "detail/rotary.h"
+
+#include <posenc/ops/rotary.h>
+
+#include <ATen/ops/_assert_async.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/stack.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace posenc {
+namespace ops {
+namespace {
+
+constexpr const char* kName = "RotaryEmbedding";
+
+// Sizes of the inputs, which torch.export and torch.compile may keep symbolic (LibTorch 1.13:
+// integers): a size the call's logic needs as a number is specialized (guarded) to its value.
+#if POSENC_SYMBOLIC_LENGTHS
+using Size = c10::SymInt;
+Size size_of(const at::Tensor& t, int64_t dim) {
+  return t.sym_size(dim);
+}
+int64_t number_of(const Size& size) {
+  return size.guard_int(__FILE__, __LINE__);
+}
+c10::SymIntArrayRef shape_of(const at::Tensor& t) {
+  return t.sym_sizes();
+}
+#else
+using Size = int64_t;
+Size size_of(const at::Tensor& t, int64_t dim) {
+  return t.size(dim);
+}
+int64_t number_of(Size size) {
+  return size;
+}
+c10::IntArrayRef shape_of(const at::Tensor& t) {
+  return t.sizes();
+}
+#endif
+
+c10::optional<at::Tensor> given(const at::Tensor& t) {
+  return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
+}
+
+/// The last position + 1 of a call (explicit positions: their maximum, one host read), or unset
+/// when the call is invalid (the operator reports it).
+c10::optional<int64_t> call_end(int64_t offset, int64_t length, const at::Tensor& positions) {
+  if (!positions.defined()) {
+    // offset + length, if it is a valid call's end (the operator reports the others).
+    if (offset < 0 || length < 1 || offset > std::numeric_limits<int64_t>::max() - length) {
+      return c10::nullopt;
+    }
+    return offset + length;
+  }
+  if (positions.numel() == 0) {
+    return c10::nullopt;
+  }
+  if (detail::is_continuous(positions)) {
+    // Fractional positions: the end is the first integer past the largest (NaN/Inf and values
+    // out of range are left to the operator's message).
+    const double last = positions.max().item<double>();
+    if (!(last >= 0.0 && last < 9.2e18)) {
+      return c10::nullopt;
+    }
+    return static_cast<int64_t>(std::floor(last)) + 1;
+  }
+  if (!c10::isIntegralType(positions.scalar_type(), false)) {
+    return c10::nullopt;
+  }
+  const int64_t last = positions.max().item<int64_t>();
+  if (last < 0 || last == std::numeric_limits<int64_t>::max()) {
+    return c10::nullopt;
+  }
+  return last + 1;
+}
+
+/// Checks where they lie, without reading them back, that positions on a device lie in [-1,
+/// max_len): posenc's device check on real tensors; on the tensors of a tracing mode (FakeTensor,
+/// torch.compile: the Python dispatch key; they carry no values) ATen's _assert_async, which such
+/// modes trace.
+void check_in_caches_on_device(const at::Tensor& positions, int64_t max_len) {
+  const at::Tensor ok = detail::within(positions, -1.0, static_cast<double>(max_len - 1));
+#if POSENC_SYMBOLIC_LENGTHS
+  if (positions.key_set().has(c10::DispatchKey::Python)) {
+    at::_assert_async(ok.all(),
+                      detail::device_check_message(detail::DeviceCheck::kPositionsInCaches));
+    return;
+  }
+#endif
+  detail::check_on_device(ok, positions, detail::DeviceCheck::kPositionsInCaches);
+}
+
+/// The frequencies of a call through the rope_frequencies operator (whose kernels serve every
+/// device and tracing mode): those of a call ending at `end`, on `device`; or, for positions on a
+/// device, chosen there by their end from the module's own `own` (nothing read back).
+at::Tensor call_frequencies(const RotaryEmbeddingOptions& options, c10::optional<int64_t> end,
+                            const at::Tensor& positions, const at::Tensor& own,
+                            const c10::Device& device) {
+  const detail::RopeSpec spec = detail::rope_spec(options);
+  RopeFrequenciesArguments arguments;
+  arguments.rotary_dim = spec.rotary_dim;
+  arguments.base = spec.base;
+  arguments.scaling = spec.scaling;
+  arguments.freq_factors = spec.freq_factors;
+  if (positions.defined()) {
+    arguments.positions = positions;
+    arguments.frequencies = own;
+  } else {
+    arguments.seq_len = end;
+    arguments.device = device;
+  }
+  return std::get<0>(rope_frequencies(arguments));
+}
+
+/// With fewer cached rows than max_len (and no extrapolation): checks that the call's integer
+/// positions lie below max_len (the operator computes every row past the caches).
+void check_within_max_len(const RotaryEmbeddingOptions& options, const at::Tensor& x,
+                          int64_t offset, const at::Tensor& positions) {
+  const int64_t max_len = options.max_len();
+  if (!positions.defined()) {
+    const int64_t length = number_of(size_of(x, options.heads_first() ? 2 : 1));
+    if (offset >= 0 && length >= 1) { // (other offsets and lengths get the operator's message)
+      detail::check_offset(kName, offset, length, max_len, detail::caller_hint());
+    }
+  } else if (c10::isIntegralType(positions.scalar_type(), false) && positions.numel() > 0) {
+    if (detail::checks_on_device(positions.device())) { // (nothing read back)
+      check_in_caches_on_device(positions, max_len);
+    } else {
+      const int64_t largest = positions.max().item<int64_t>();
+      detail::check_positions_range(kName, -1, largest, max_len, detail::caller_hint());
+    }
+  }
+}
+
+/// Checks that heads `x` have the module's head_dim.
+void check_heads(const RotaryEmbeddingOptions& options, const at::Tensor& x) {
+  // The operator accepts any head width >= the rotated one (partial rotary from the caches alone);
+  // the module knows head_dim, and an input of another width contradicts its options. (Heads
+  // narrower than the rotated width get the operator's message.)
+  // (sizes that torch.export keeps symbolic: sym_size)
+  if (!x.defined() || x.dim() != 4) {
+    return;
+  }
+  const Size width = size_of(x, 3);
+  TORCH_CHECK(width == options.head_dim() || width < options.rotated_width(), kName,
+              ": expected heads of width head_dim = ", options.head_dim(), ", but got ", width,
+              " (input shape ", shape_of(x), "); build the module with head_dim = ", width,
+              " or split the heads to ", options.head_dim(), " channels");
+}
+
+/// The caches and frequencies a call reads, and its positions.
+struct CallTables {
+  at::Tensor cos;
+  at::Tensor sin;
+  at::Tensor inv_freq;  // undefined: positions must lie in the caches
+  at::Tensor positions; // the call's, or (multimodal) indices of per-token rows
+};
+
+/// The caches and frequencies a call of `x` at these positions reads (dynamic / longrope: its own
+/// frequencies past the switch length), after checking x's head width.
+CallTables call_tables(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
+                       const at::Tensor& x, int64_t offset, const at::Tensor& positions) {
+  const RotaryEmbeddingOptions& options = call.options;
+  check_heads(options, x);
+  const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
+  // Floating-point positions are computed from the frequencies, at any position: they never read
+  // (or interpolate) the caches.
+  const bool continuous = detail::is_continuous(positions);
+  // Positions past the cached rows but within max_len (cached_len < max_len) are computed from
+  // the frequencies, as extrapolated ones are; the module then holds max_len itself.
+  const bool uncached = tensors.cos.size(0) < options.max_len();
+  CallTables tables{tensors.cos, tensors.sin,
+                    extrapolate || continuous || uncached ? tensors.inv_freq : at::Tensor(),
+                    positions};
+  if (uncached && !extrapolate && !continuous && x.defined() && x.dim() == 4) {
+    check_within_max_len(options, x, offset, positions);
+  }
+  if (call.switch_length && x.defined() && x.dim() == 4 && positions.defined() &&
+      detail::checks_on_device(positions.device())) {
+    // dynamic / longrope, positions on a device (never read back, nothing copied from the host):
+    // the frequencies of the call, chosen there by its end from the module's own (the same choice
+    // as below), and every row computed from them (the cached rows' values, within an ulp of the
+    // cos/sin roundings, where the call does not switch). Without extrapolation, positions past
+    // max_len are refused there.
+    if (!extrapolate && !continuous) {
+      check_in_caches_on_device(positions, options.max_len());
+    }
+    tables.inv_freq = call_frequencies(
+        options, c10::nullopt, positions,
+        tensors.long_inv_freq.defined() ? at::stack({tensors.inv_freq, tensors.long_inv_freq})
+                                        : tensors.inv_freq,
+        positions.device());
+    tables.cos = tensors.cos.narrow(0, 0, 0);
+    tables.sin = tensors.sin.narrow(0, 0, 0);
+  } else if (call.switch_length && x.defined() && x.dim() == 4) {
+    // dynamic / longrope: a call reaching past the switch length rotates all of its positions
+    // with the frequencies of its own length (longrope: the long ones, computed once), for
+    // exactly the rows it uses (an empty slice of the caches makes every position one "past the
+    // caches"). Other calls take the cached path.
+    const int64_t length = number_of(size_of(x, options.heads_first() ? 2 : 1));
+    const c10::optional<int64_t> end = call_end(offset, length, positions);
+    if (end && *end > *call.switch_length &&
+        (extrapolate || continuous || *end <= options.max_len())) {
+      tables.inv_freq = tensors.long_inv_freq.defined()
+                            ? tensors.long_inv_freq
+                            : call_frequencies(options, end, at::Tensor(), at::Tensor(),
+                                               tensors.cos.device());
+      tables.cos = tensors.cos.narrow(0, 0, 0);
+      tables.sin = tensors.sin.narrow(0, 0, 0);
+    }
+  }
+  if (positions.defined() && positions.dim() == 3) {
+    // Multimodal: each token's own cos/sin rows, and positions indexing them.
+    TORCH_CHECK(!options.mrope_section().empty(), kName, ": positions ", positions.sizes(),
+                " are multimodal [3, B, L] positions, but the module has no mrope_section; build "
+                "it with mrope_section (e.g. {16, 24, 24} for Qwen2-VL) or pass [B, L] positions");
+    const auto rows = [&] {
+      const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
+                                       "multimodal_rotary_tables");
+      return multimodal_rotary_tables(tables.cos, tables.sin, positions, options.mrope_section(),
+                                      options.mrope_interleaved(), given(tables.inv_freq),
+                                      call.attention_factor);
+    }();
+    const Size tokens = size_of(positions, 1) * size_of(positions, 2);
+    const Size half = size_of(tensors.cos, 1);
+    const std::vector<Size> flat = {tokens, half};
+    const std::vector<Size> grid = {size_of(positions, 1), size_of(positions, 2)};
+    tables = {std::get<0>(rows).POSENC_SYM(view)(flat), std::get<1>(rows).POSENC_SYM(view)(flat),
+              at::Tensor(),
+              at::arange(c10::Scalar(tokens),
+                         at::TensorOptions().dtype(at::kLong).device(x.device()))
+                  .POSENC_SYM(view)(grid)};
+  }
+  return tables;
+}
+
+/// With `deinterleave`: x with its rotated channels regrouped from pairs (2i, 2i + 1) into halves
+/// (a new tensor); else x.
+at::Tensor regrouped(const RotaryEmbeddingOptions& options, const at::Tensor& x) {
+  const int64_t rotary_dim = options.rotated_width();
+  if (!options.deinterleave() || !x.defined() || x.dim() < 1 || size_of(x, -1) < rotary_dim) {
+    return x; // (other inputs get the operator's messages)
+  }
+  const at::Tensor part = x.narrow(-1, 0, rotary_dim);
+  std::vector<Size> pairs;
+  for (int64_t d = 0; d + 1 < part.dim(); ++d) {
+    pairs.push_back(size_of(part, d));
+  }
+  pairs.emplace_back(rotary_dim / 2);
+  pairs.emplace_back(2);
+  std::vector<Size> same;
+  for (int64_t d = 0; d < part.dim(); ++d) {
+    same.push_back(size_of(part, d));
+  }
+  // (a copy: the transposed pairs are not contiguous)
+  const at::Tensor halves =
+      part.POSENC_SYM(reshape)(pairs).transpose(-1, -2).POSENC_SYM(reshape)(same);
+  if (size_of(x, -1) == rotary_dim) {
+    return halves;
+  }
+  return at::cat({halves, x.narrow(-1, rotary_dim, number_of(size_of(x, -1)) - rotary_dim)}, -1);
+}
+
+} // namespace
+
+RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* who,
+                                    bool python) {
+  const detail::RopeSpec spec = detail::rope_spec(options);
+  RotaryModuleCall call;
+  call.options = options;
+  call.attention_factor = detail::rope_frequencies(spec, c10::nullopt, who).attention_factor;
+  call.switch_length = detail::rope_switch_length(spec);
+  if (options.beyond_max_len() != BeyondMaxLen::kExtrapolate) {
+    call.hint = python ? " or pass beyond_max_len='extrapolate'"
+                       : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)";
+  }
+  return call;
+}
+
+at::Tensor rotary_module_forward(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
+                                 const at::Tensor& x, int64_t offset,
+                                 const at::Tensor& positions) {
+  const detail::CallerScope caller(kName, call.hint.c_str());
+  const CallTables tables = call_tables(call, tensors, x, offset, positions);
+  const RotaryEmbeddingOptions& options = call.options;
+  return apply_rotary(regrouped(options, x), tables.cos, tables.sin, offset,
+                      given(tables.positions), options.pairing() == RotaryPairing::kInterleaved,
+                      options.heads_first(), options.inverse(), given(tables.inv_freq),
+                      call.attention_factor);
+}
+
+std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCall& call,
+                                                            const RotaryModuleTensors& tensors,
+                                                            const at::Tensor& q,
+                                                            const at::Tensor& k, int64_t offset,
+                                                            const at::Tensor& positions,
+                                                            bool in_place) {
+  const detail::CallerScope caller(kName, call.hint.c_str());
+  const RotaryEmbeddingOptions& options = call.options;
+  check_heads(options, k);
+  const CallTables tables = call_tables(call, tensors, q, offset, positions);
+  const bool interleaved = options.pairing() == RotaryPairing::kInterleaved;
+  if (in_place) {
+    at::Tensor q_ = q; // (handles to the same tensors)
+    at::Tensor k_ = k;
+    // With deinterleave: pairs (2i, 2i + 1) turned where they lie (the operator checks q and k
+    // before writing either), then regrouped into halves: the arithmetic of turning regrouped
+    // copies.
+    apply_rotary_qk_(q_, k_, tables.cos, tables.sin, offset, given(tables.positions),
+                     interleaved || options.deinterleave(), options.heads_first(),
+                     options.inverse(), given(tables.inv_freq), call.attention_factor);
+    if (options.deinterleave()) {
+      const int64_t rotary_dim = options.rotated_width();
+      for (const at::Tensor* t : {&q, &k}) {
+        at::Tensor part = t->narrow(-1, 0, rotary_dim);
+        part.copy_(regrouped(options, part));
+      }
+    }
+    return {q, k};
+  }
+  return apply_rotary_qk(regrouped(options, q), regrouped(options, k), tables.cos, tables.sin,
+                         offset, given(tables.positions), interleaved, options.heads_first(),
+                         options.inverse(), given(tables.inv_freq), call.attention_factor);
+}
+
+namespace {
+
+// --- the operators: posenc.nn's RotaryEmbedding names its options in JSON text --------------
+
+using nlohmann::json;
+
+template <typename T>
+T read(const json& module, const char* key, T fallback) {
+  const auto found = module.find(key);
+  if (found == module.end() || found->is_null()) {
+    return fallback;
+  }
+  try {
+    return found->get<T>();
+  } catch (const json::exception&) {
+    TORCH_CHECK(false, "posenc::rotary_embedding_call: module.", key, " has the wrong type (",
+                found->dump(), "); pass the module's options as posenc.nn.RotaryEmbedding does");
+  }
+}
+
+RotaryEmbeddingOptions options_from_json(c10::string_view text) {
+  const json module = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  TORCH_CHECK(module.is_object(), "posenc::rotary_embedding_call: module must be a JSON object "
+              "of a RotaryEmbedding's options (posenc.nn.RotaryEmbedding passes its own), but got '",
+              std::string(text), "'");
+  static const std::vector<std::string> keys = {
+      "head_dim",     "max_len",         "cached_len", "base",
+      "rotary_dim",   "pairing",         "deinterleave", "inverse",
+      "heads_first",  "beyond_max_len",  "rope_parameters", "freq_factors",
+      "attention_factor_in_cos_sin", "mrope_section", "mrope_interleaved"};
+  for (const auto& item : module.items()) {
+    TORCH_CHECK(std::find(keys.begin(), keys.end(), item.key()) != keys.end(),
+                "posenc::rotary_embedding_call: module holds an unknown option '", item.key(),
+                "'; the options are those of posenc.nn.RotaryEmbedding");
+  }
+  RotaryEmbeddingOptions options(read<int64_t>(module, "head_dim", 0),
+                                 read<int64_t>(module, "max_len", 0));
+  const double base = read<double>(module, "base", 10000.0);
+  const auto rope = module.find("rope_parameters");
+  options.base(base)
+      .deinterleave(read<bool>(module, "deinterleave", false))
+      .inverse(read<bool>(module, "inverse", false))
+      .heads_first(read<bool>(module, "heads_first", false))
+      .freq_factors(read<std::vector<double>>(module, "freq_factors", {}))
+      .attention_factor_in_cos_sin(read<bool>(module, "attention_factor_in_cos_sin", true))
+      .mrope_section(read<std::vector<int64_t>>(module, "mrope_section", {}))
+      .mrope_interleaved(read<bool>(module, "mrope_interleaved", false))
+      .pairing(read<std::string>(module, "pairing", "half_split") == "interleaved"
+                   ? RotaryPairing::kInterleaved
+                   : RotaryPairing::kHalfSplit)
+      .beyond_max_len(read<std::string>(module, "beyond_max_len", "error") == "extrapolate"
+                          ? BeyondMaxLen::kExtrapolate
+                          : BeyondMaxLen::kError)
+      .scaling(detail::rope_scaling_from_json(
+          kName, rope == module.end() ? std::string("{}") : rope->dump(), base));
+  if (module.contains("cached_len") && !module["cached_len"].is_null()) {
+    options.cached_len(read<int64_t>(module, "cached_len", 0));
+  }
+  if (module.contains("rotary_dim") && !module["rotary_dim"].is_null()) {
+    options.rotary_dim(read<int64_t>(module, "rotary_dim", 0));
+  }
+  return options;
+}
+
+/// The call of a module's options text, read once per text (posenc.nn passes the same text on
+/// every call of a module).
+std::shared_ptr<const RotaryModuleCall> module_call(c10::string_view text) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<const RotaryModuleCall>> calls;
+  const std::string key(text);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = calls.find(key);
+    if (found != calls.end()) {
+      return found->second;
+    }
+  }
+  auto call = std::make_shared<const RotaryModuleCall>(
+      rotary_module_call(options_from_json(text), kName, /*python=*/true));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (calls.size() >= 256) { // (a bound: modules come and go)
+    calls.clear();
+  }
+  return calls.emplace(key, std::move(call)).first->second;
+}
+
+at::Tensor rotary_embedding_call(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                 const at::Tensor& inv_freq,
+                                 const c10::optional<at::Tensor>& long_inv_freq,
+                                 c10::string_view module, int64_t offset,
+                                 const c10::optional<at::Tensor>& positions) {
+  const auto call = module_call(module);
+  const at::Tensor none;
+  return rotary_module_forward(*call, {cos, sin, inv_freq, long_inv_freq ? *long_inv_freq : none},
+                               x, offset, positions ? *positions : none);
+}
+
+std::tuple<at::Tensor, at::Tensor> rotary_embedding_call_qk(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+    const at::Tensor& inv_freq, const c10::optional<at::Tensor>& long_inv_freq,
+    c10::string_view module, int64_t offset, const c10::optional<at::Tensor>& positions) {
+  const auto call = module_call(module);
+  const at::Tensor none;
+  return rotary_module_forward_qk(*call,
+                                  {cos, sin, inv_freq, long_inv_freq ? *long_inv_freq : none}, q,
+                                  k, offset, positions ? *positions : none, /*in_place=*/false);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
+  m.impl("rotary_embedding_call", &rotary_embedding_call);
+  m.impl("rotary_embedding_call_qk", &rotary_embedding_call_qk);
+}
+
+} // namespace ops
+} // namespace posenc

@@ -1,0 +1,64 @@
+#pragma once
+
+// A RotaryEmbedding's call, defined once below every front end: which rows a call reads (the
+// caches, rows computed past them, dynamic / longrope's frequencies of the call's length), the
+// checks against max_len, multimodal positions, regrouping (deinterleave) and the rotation. The
+// C++ module calls it directly; posenc.nn's module through the rotary_embedding_call operators,
+// which read the module's options from JSON text.
+
+#include <posenc/options/rotary_embedding.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+namespace posenc {
+namespace ops {
+
+/// What a rotary module's calls need besides its tensors, derived once from its options.
+struct RotaryModuleCall {
+  RotaryEmbeddingOptions options{2, 1};
+  /// dynamic / longrope: the length past which a call's frequencies are its own (unset for the
+  /// other variants).
+  c10::optional<int64_t> switch_length;
+  /// The factor cos/sin carry (the variant's attention factor, or 1 where it is left out).
+  double attention_factor = 1.0;
+  /// The advice on positions past max_len in the caller's language (C++ or Python; "" when the
+  /// module extrapolates).
+  std::string hint;
+};
+
+/// The call of a module with these options: checks them (the messages name `who`) and resolves
+/// the switch length and the factor of the rows. `python`: the advice is spelt for posenc.nn.
+RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* who,
+                                    bool python);
+
+/// The module's tensors: its caches `[cached_len, R/2]`, its float64 frequencies `[R/2]` and
+/// longrope's long ones (undefined for the other variants), all on the caches' device.
+struct RotaryModuleTensors {
+  const at::Tensor& cos;
+  const at::Tensor& sin;
+  const at::Tensor& inv_freq;
+  const at::Tensor& long_inv_freq;
+};
+
+/// Rotates `x` (`[B, L, H, head_dim]`, heads first with the option) at positions
+/// `offset .. offset + L - 1`, or at `positions` (`[L]`, `[B, L]`, fractional, or multimodal
+/// `[3, B, L]`) where they are defined; errors name "RotaryEmbedding".
+at::Tensor rotary_module_forward(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
+                                 const at::Tensor& x, int64_t offset,
+                                 const at::Tensor& positions);
+
+/// Queries and keys (any head counts) in one call; `in_place` rotates them where they lie.
+std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCall& call,
+                                                            const RotaryModuleTensors& tensors,
+                                                            const at::Tensor& q,
+                                                            const at::Tensor& k, int64_t offset,
+                                                            const at::Tensor& positions,
+                                                            bool in_place);
+
+} // namespace ops
+} // namespace posenc
