@@ -12,6 +12,18 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench_compare  # noqa: E402
 
 
+def run_report(tmp_path, cpp, python):
+    """bench_report.py on a synthetic run (Google Benchmark JSON `cpp`, the Python rows `python`):
+    its output folder, after checking that it succeeded."""
+    (tmp_path / "cpp.json").write_text(json.dumps(cpp))
+    (tmp_path / "python.json").write_text(json.dumps(python))
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_report.py"), str(tmp_path / "cpp.json"),
+                             str(tmp_path / "python.json"), str(tmp_path / "out")],
+                            capture_output=True, text=True, env={**os.environ, "POSENC_BENCH_CHART": "0"})
+    assert result.returncode == 0, result.stderr
+    return tmp_path / "out"
+
+
 def ratios(**values):
     return {name: {"value": value, "better": better} for name, (value, better) in values.items()}
 
@@ -49,12 +61,7 @@ def test_the_report_writes_the_ratios_it_shows(tmp_path):
                           for case, value in [("posenc_out", 300.0), ("posenc_inplace", 200.0), ("roofline_copy", 250.0),
                                               ("posenc_module", 900.0), ("python_reference", 1800.0)]]}
     python = {"torch": "2.11.0", "benchmarks": []}
-    (tmp_path / "cpp.json").write_text(json.dumps(cpp))
-    (tmp_path / "python.json").write_text(json.dumps(python))
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_report.py"), str(tmp_path / "cpp.json"),
-                             str(tmp_path / "python.json"), str(tmp_path / "out")],
-                            capture_output=True, text=True, env={**os.environ, "POSENC_BENCH_CHART": "0"})
-    assert result.returncode == 0, result.stderr
+    run_report(tmp_path, cpp, python)
     report = json.loads((tmp_path / "out" / "benchmarks.json").read_text())["ratios"]
     assert report[f"add out= / copy_ {key}"] == {"value": 1.2, "better": "lower"}
     assert report[f"add in-place / copy_ {key}"] == {"value": 0.8, "better": "lower"}
@@ -80,12 +87,7 @@ def test_the_report_shows_decoding_checks_allocation_and_why_a_target_missed(tmp
               "check_range": 0.005, "check_frequencies": 0.11, "check_scale": 0.008}
     benchmarks += [row(f"decode_checks/{case}/{step}", us) for case, us in checks.items()]
     cpp = {"context": {"num_cpus": 2, "mhz_per_cpu": 1000, "libtorch": "2.11.0"}, "benchmarks": benchmarks}
-    (tmp_path / "cpp.json").write_text(json.dumps(cpp))
-    (tmp_path / "python.json").write_text(json.dumps({"torch": "2.11.0", "benchmarks": []}))
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_report.py"), str(tmp_path / "cpp.json"),
-                             str(tmp_path / "python.json"), str(tmp_path / "out")],
-                            capture_output=True, text=True, env={**os.environ, "POSENC_BENCH_CHART": "0"})
-    assert result.returncode == 0, result.stderr
+    run_report(tmp_path, cpp, {"torch": "2.11.0", "benchmarks": []})
     report = (tmp_path / "out" / "benchmarks.md").read_text()
     ratios = json.loads((tmp_path / "out" / "benchmarks.json").read_text())["ratios"]
     assert ratios[f"decode q+k in place / copy_ {batch}"] == {"value": 3.0, "better": "lower"}
@@ -123,12 +125,7 @@ def test_every_comparison_table_shows_the_compiled_reference(tmp_path):
         {"name": "py_vision/timestep_embedding/1024x256/diffusers/threads:2", "real_time_us": 270.0},
         {"name": "py_vision/timestep_embedding/1024x256/posenc/threads:2", "real_time_us": 116.0},
     ]}
-    (tmp_path / "cpp.json").write_text(json.dumps(cpp))
-    (tmp_path / "python.json").write_text(json.dumps(python))
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_report.py"), str(tmp_path / "cpp.json"),
-                             str(tmp_path / "python.json"), str(tmp_path / "out")],
-                            capture_output=True, text=True, env={**os.environ, "POSENC_BENCH_CHART": "0"})
-    assert result.returncode == 0, result.stderr
+    run_report(tmp_path, cpp, python)
     lines = (tmp_path / "out" / "benchmarks.md").read_text().splitlines()
     add = [line for line in lines if line.startswith("| 8x2048x1024 | float32 |")]
     assert add[0].endswith("| - |") and add[1].endswith("| 4.32 ms |")
