@@ -76,7 +76,8 @@ ops = torch.ops.posenc
 def _register_fake_kernels() -> None:
     """Fake kernels of the operators that may take no tensor (FakeTensorMode, torch.compile and
     torch.export cannot infer their device): rope_frequencies returns float64 tensors, inv_freq on
-    the device of its positions when given, else on `device` (default: the CPU)."""
+    the device of its positions when given, else on `device` (default: the CPU);
+    sinusoidal_columns a float64 [2, d_model] plan on `device`."""
     register = getattr(torch.library, "register_fake", None)
     if register is None:  # torch < 2.4: no fake kernels from Python
         return
@@ -94,6 +95,11 @@ def _register_fake_kernels() -> None:
                 torch.empty((), dtype=torch.float64, device="cpu"))
 
     register("posenc::rope_frequencies", rope_frequencies)
+
+    def sinusoidal_columns(d_model, base=10000.0, channels="interleaved", frequencies="paper", device=None):
+        return torch.empty(2, d_model, dtype=torch.float64, device=device or "cpu")
+
+    register("posenc::sinusoidal_columns", sinusoidal_columns)
 
 
 _register_fake_kernels()

@@ -45,18 +45,6 @@ __all__ = [
 _ops = torch.ops.posenc
 
 
-def _assert_on_device(condition: Tensor, message: str) -> None:
-    """Checks a bool scalar where it lies, without reading it back (a device-side assertion on
-    CUDA, raised at the next synchronisation; an error at once on the CPU). Meta tensors carry no
-    values: nothing to check."""
-    if condition.device.type == "meta":
-        return
-    try:
-        torch._assert_async(condition, message)
-    except TypeError:  # torch < 2.1: no message
-        torch._assert_async(condition)
-
-
 def _choice(who: str, name: str, value: str, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise ValueError(f"{who}: {name} must be one of {', '.join(map(repr, allowed))}, but got {value!r}")
@@ -83,16 +71,6 @@ def _check_dropout(who: str, p: float) -> None:
 def _table_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a derived table takes when the module is cast to `dtype` (the C++ rule)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _positions_from_padding_mask(padding_mask: Tensor, batch_first: bool) -> Tensor:
-    """Positions counted from each sequence's first real token; padding gets -1 (fairseq)."""
-    if padding_mask.dim() != 2 or padding_mask.dtype != torch.bool:
-        raise ValueError(
-            "positions_from_padding_mask: expected a bool padding mask (true = padding) of shape "
-            f"{'[B, L]' if batch_first else '[L, B]'}, but got {padding_mask.dtype} {tuple(padding_mask.shape)}")
-    real = padding_mask.logical_not().to(torch.long)
-    return (real.cumsum(1 if batch_first else 0) - 1).masked_fill(padding_mask, -1)
 
 
 class _Module(torch.nn.Module):
@@ -159,7 +137,9 @@ _APPLY_TAKES_RECURSE = _apply_takes_recurse()
 
 class _SequenceEncoding(_Module):
     """forward(x, offset) / forward_positions(x, positions) / forward_padded(x, padding_mask) of the
-    modules that add a position table to `[B, L, D]` (or `[L, B, D]`) inputs."""
+    modules that add a position table to `[B, L, D]` (or `[L, B, D]`) inputs. A call's logic (rows
+    from the table or from the sinusoidal definition, in place or not, dropout) is the C++
+    modules' own: the positional_encoding_call operators, given this module's options."""
 
     batch_first: bool
     scale: float
@@ -169,15 +149,17 @@ class _SequenceEncoding(_Module):
     def _table(self) -> Tensor:
         raise NotImplementedError
 
+    def _columns_and_extrapolate(self) -> Tuple[Optional[Tensor], bool]:
+        return None, False
+
     def _add(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
+        columns, extrapolate = self._columns_and_extrapolate()
+        arguments = (self._table(), columns, offset, positions, self.batch_first, self.scale, self.dropout,
+                     self.training, extrapolate)
         if self.inplace:
-            _ops.add_position_table_(x, self._table(), offset, self.batch_first, positions, self.scale)
-            out = x
-        else:
-            out = _ops.add_position_table(x, self._table(), offset, self.batch_first, positions, self.scale)
-        if self.training and self.dropout > 0.0:
-            out = torch.nn.functional.dropout(out, self.dropout, True, self.inplace)
-        return out
+            _ops.positional_encoding_call_(x, *arguments)
+            return x
+        return _ops.positional_encoding_call(x, *arguments)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """`dropout(x * scale + table[offset : offset + L])`."""
@@ -188,29 +170,11 @@ class _SequenceEncoding(_Module):
         Fractional ones (sinusoidal encodings only) are computed from the definition."""
         if positions is None:
             raise ValueError(f"{type(self).__name__}: forward_positions needs positions; use forward(x, offset) for consecutive ones")
-        if positions.is_floating_point() and not isinstance(self, PositionalEncoding):
-            raise ValueError(f"{type(self).__name__}: a learned table has rows for integer positions only, but got {positions.dtype} positions")
         return self._add(x, 0, positions)
 
     def forward_padded(self, x: Tensor, padding_mask: Tensor) -> Tensor:
         """Positions counted from each sequence's first real token; padding gets a zero vector."""
-        return self._add(x, 0, _positions_from_padding_mask(padding_mask, self.batch_first))
-
-
-def _computed_sum(x: Tensor, table_dtype: torch.dtype, scale: float, offset: int, base: float, batch_first: bool,
-                  positions: Optional[Tensor], layout: str = "interleaved", spacing: str = "paper") -> Tensor:
-    """x * scale + rows computed from the float64 definition, rounded as posenc's kernels round
-    their table path: rows in the table's dtype, the product in float32 (float64 for float64
-    inputs), then the sum, then the input's dtype."""
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scaled = x.to(acc) if scale == 1.0 else x.to(acc) * scale
-    if acc == torch.float64 and table_dtype != torch.float64:
-        # float32 rows (as the table's) added in float64: the operator adds them to zeros first
-        rows = _ops.add_positional_encoding(torch.zeros(x.shape, dtype=torch.float32, device=x.device), offset, base,
-                                            batch_first, positions, 1.0, layout, spacing)
-        return scaled + rows.to(torch.float64)
-    out = _ops.add_positional_encoding(scaled, offset, base, batch_first, positions, 1.0, layout, spacing)
-    return out.to(x.dtype)
+        return self._add(x, 0, _ops.positions_from_padding_mask(padding_mask, self.batch_first))
 
 
 class PositionalEncoding(_SequenceEncoding, _DerivedTables):
@@ -219,6 +183,7 @@ class PositionalEncoding(_SequenceEncoding, _DerivedTables):
     offset=0)`` returns ``dropout(x * scale + pe[:, offset : offset + L])``."""
 
     _tables = ("pe",)
+    _definitions = ("_columns",)
 
     def __init__(self, d_model: int, max_len: int, *, base: float = 10000.0, dropout: float = 0.0,
                  batch_first: bool = True, layout: str = "interleaved", spacing: str = "paper",
@@ -232,38 +197,17 @@ class PositionalEncoding(_SequenceEncoding, _DerivedTables):
         self.beyond_max_len = _choice("PositionalEncoding", "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         self._build_tables(torch.float32, torch.device("cpu"))
 
-    def _computed(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> bool:
-        """Whether the call's rows come from the definition: fractional positions, or positions
-        past the table with beyond_max_len="extrapolate"."""
-        if positions is not None and positions.is_floating_point():
-            return True
-        if self.beyond_max_len != "extrapolate" or x.dim() != 3:
-            return False
-        if positions is None:
-            return offset + x.shape[1 if self.batch_first else 0] > self.max_len
-        if positions.device.type != "cpu":
-            # Not read back from the device (no synchronisation): every row comes from the
-            # definition, computed where the positions lie (equal to the table's rows).
-            return True
-        return positions.numel() > 0 and int(positions.max().item()) >= self.max_len
-
-    def _add(self, x: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
-        if not self._computed(x, offset, positions):
-            return super()._add(x, offset, positions)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"PositionalEncoding: expected inputs of width d_model = {self.d_model}, but got shape {tuple(x.shape)}")
-        out = _computed_sum(x, self.pe.dtype, self.scale, offset, self.base, self.batch_first, positions,
-                            self.layout, self.spacing)
-        if self.inplace:
-            out = x.copy_(out)
-        if self.training and self.dropout > 0.0:
-            out = torch.nn.functional.dropout(out, self.dropout, True, self.inplace)
-        return out
+    def _columns_and_extrapolate(self) -> Tuple[Optional[Tensor], bool]:
+        return self._columns, self.beyond_max_len == "extrapolate"
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         table = _ops.sinusoidal_table(self.max_len, self.d_model, self.base, 0, self.layout,
                                       self.spacing, dtype=dtype, device=device)
         self.register_buffer("pe", table.unsqueeze(0))
+        #: The encoding's definition as the operators take it (float64 ``[2, d_model]``: each
+        #: column's frequency and kind), on the table's device: what positions past ``max_len``
+        #: (``beyond_max_len="extrapolate"``) and fractional positions are computed from.
+        self._columns = _ops.sinusoidal_columns(self.d_model, self.base, self.layout, self.spacing).to(device)
 
     def _table(self) -> Tensor:
         return self.pe
@@ -344,36 +288,11 @@ class TokenAndPositionEmbedding(_Module):
         return self.positions.pe if self.kind == "sinusoidal" else self.positions.weight
 
     def _embed(self, ids: Tensor, offset: int, positions: Optional[Tensor]) -> Tensor:
-        if ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool:
-            raise ValueError(
-                f"TokenAndPositionEmbedding: expected integer token ids of shape {'[B, L]' if self.batch_first else '[L, B]'}, "
-                f"but got {ids.dtype} {tuple(ids.shape)}")
-        if positions is None and self.padding_idx is not None:
-            if offset < 0:
-                raise ValueError(f"TokenAndPositionEmbedding: offset must be >= 0, but got {offset}; positions start at 0")
-            positions = _positions_from_padding_mask(ids.eq(self.padding_idx), self.batch_first)
-            if offset != 0:
-                positions = positions.where(positions.lt(0), positions + offset)
-            offset = 0
-        ids = ids.to(torch.long)
-        # (the ids' shape stands for the embeddings' in the choice of the path: [B, L, 1])
-        if self.kind == "sinusoidal" and self.positions._computed(ids.unsqueeze(-1), offset, positions):
-            # rows past the table or at fractional positions, from the definition; the ids checked
-            # where they lie, as the operator does
-            _assert_on_device(((ids >= 0) & (ids < self.vocab_size)).all(),
-                              f"TokenAndPositionEmbedding: token ids must lie in [0, vocab_size) = [0, {self.vocab_size})")
-            emb = torch.nn.functional.embedding(ids, self.tokens.weight, self.padding_idx)
-            out = _computed_sum(emb, self.positions.pe.dtype, self.scale, offset, self.positions.base,
-                                self.batch_first, positions)
-            if self.training and self.dropout > 0.0:
-                out = torch.nn.functional.dropout(out, self.dropout, True)
-            return out
-        if self.kind == "learned" and positions is not None and positions.is_floating_point():
-            raise ValueError(f"TokenAndPositionEmbedding: learned positions are integers, but got {positions.dtype} positions")
-        out, _ = _ops.token_and_position_embedding(
-            ids, self.tokens.weight, self._table(), offset, self.batch_first, positions,
-            self.scale, -1 if self.padding_idx is None else self.padding_idx, self.dropout, self.training)
-        return out
+        # the C++ module's call: the token_and_position_embedding_call operator
+        columns, extrapolate = self.positions._columns_and_extrapolate()
+        return _ops.token_and_position_embedding_call(
+            ids, self.tokens.weight, self._table(), columns, offset, positions, self.batch_first, self.scale,
+            -1 if self.padding_idx is None else self.padding_idx, self.dropout, self.training, extrapolate)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         return self._embed(ids, offset, None)

@@ -11,9 +11,11 @@ What exports: the operators below, called as posenc.nn's modules call them.
 
 * ``add_position_table`` (``PositionalEncoding``, ``LearnedPositionalEmbedding``): consecutive rows
   from ``offset``, or integer positions ``[L]`` / ``[B, L]`` with -1 for padding; the sum in
-  float32 (float64 for float64 inputs) rounded once, as posenc's kernels round it;
-* ``add_positional_encoding`` (``PositionalEncoding``'s rows computed from the definition, with
-  fractional positions): float64 angles, as posenc computes them;
+  float32 (float64 for float64 inputs) rounded once, as posenc's kernels round it; with a
+  ``columns`` plan (``PositionalEncoding`` with ``beyond_max_len="extrapolate"`` or fractional
+  positions), rows past the table and at fractional positions from float64 angles, as posenc
+  computes them;
+* ``add_positional_encoding`` (rows computed from the definition): float64 angles, as posenc;
 * ``apply_rotary`` / ``apply_rotary_qk`` (``RotaryEmbedding.forward``, ``forward_positions`` with
   integer positions, ``forward_qk``) from the cached cos/sin tables: ONNX's ``RotaryEmbedding``
   (float32, and float16/bfloat16 turned in float32 as posenc turns them), plain operators for
@@ -29,7 +31,7 @@ What does not, refused at export by a message that says so (``ExportUnsupported`
 computed per call (``RotaryEmbedding`` with ``beyond_max_len="extrapolate"``, fewer cached rows than
 ``max_len``, length-dependent rope types, fractional positions: their frequencies depend on the
 call), multimodal ``[3, B, L]`` positions (M-RoPE), the vision and axial rotary tables (computed per
-call from the patch grid), a ``columns`` plan, and dropout in training mode. The table builders a
+call from the patch grid), and dropout in training mode. The table builders a
 module calls at construction (``sinusoidal_table``, ``rotary_tables``, ...) leave constants in the
 graph: the module's buffers.
 
@@ -162,18 +164,6 @@ def _sum_rounded_once(op, x, rows, scale: float, dtype: int):
 # --- the sequence encodings ----------------------------------------------------------------------
 
 
-def add_position_table(x, table, offset=0, batch_first=True, positions=None, scale=1.0, columns=None):
-    """posenc::add_position_table: x * scale + table rows (consecutive or at positions)."""
-    op = _opset()
-    if columns is not None:
-        _refuse("add_position_table", "with a columns plan (rows computed past the table): export the "
-                "module with beyond_max_len='error'")
-    if positions is not None and _dtype(positions) != _INT64:
-        _refuse("add_position_table", "with fractional positions: they need the columns plan")
-    added = _table_rows_of_call(op, x, _table_rows(table, "add_position_table"), offset, batch_first, positions)
-    return _sum_rounded_once(op, x, added, scale, _dtype(x))
-
-
 def _table_rows_of_call(op, x, rows, offset: int, batch_first: bool, positions):
     """The rows of the table `rows` [N, D] that a call on x ([B, L, ...] or [L, B, ...]) adds,
     broadcastable against it: a slice from offset, or the rows at positions (-1: zeros)."""
@@ -182,6 +172,49 @@ def _table_rows_of_call(op, x, rows, offset: int, batch_first: bool, positions):
         block = op.Slice(rows, start, op.Add(start, _size(op, x, 1 if batch_first else 0)), _ints(op, [0]))
         return op.Unsqueeze(block, _ints(op, [0 if batch_first else 1]))
     return _sequence_rows(op, x, offset, batch_first, positions, lambda p: _gather(op, rows, p, True))
+
+
+def _rows_with_columns(op, rows, columns, positions, fractional: bool):
+    """Rows [..., D] at positions of any shape, in the table's dtype: the table's rows where an
+    integer position lies in it (-1, padding: a zero row), elsewhere, and at every fractional
+    position, rows computed from the column plan `columns` (float64 [2, D]: each column's frequency
+    and kind, 0 sine, 1 cosine, 2 zero) with float64 angles and rounded once, as posenc's operators
+    compute rows past a table (op_arguments.cpp: extend_table)."""
+    frequency = op.Gather(columns, op.Constant(value_int=0), axis=0)
+    kind = op.Gather(columns, op.Constant(value_int=1), axis=0)
+    angle = op.Mul(op.Unsqueeze(op.Cast(positions, to=_DOUBLE), _ints(op, [-1])), frequency)
+    zero = _scalar(op, 0.0, _DOUBLE)
+    value = op.Where(op.Equal(kind, zero), op.Sin(angle),
+                     op.Where(op.Equal(kind, _scalar(op, 1.0, _DOUBLE)), op.Cos(angle), zero))
+    computed = op.CastLike(value, rows)
+    if fractional:
+        return computed
+    count = op.Squeeze(_size(op, rows, 0), _ints(op, [0]))
+    in_table = op.Unsqueeze(op.Less(positions, count), _ints(op, [-1]))
+    last = op.Sub(count, op.Constant(value_int=1))
+    return op.Where(in_table, _gather(op, rows, op.Min(positions, last), True), computed)
+
+
+def _rows_of_call(op, who: str, x, table, offset: int, batch_first: bool, positions, columns):
+    """The table rows a call adds (broadcastable against x); with `columns`, rows past the table
+    and at fractional positions computed from them."""
+    rows = _table_rows(table, who)
+    if columns is None:
+        if positions is not None and _dtype(positions) != _INT64:
+            _refuse(who, "with fractional positions and no columns plan: a learned table has rows for integer "
+                    "positions only")
+        return _table_rows_of_call(op, x, rows, offset, batch_first, positions)
+    fractional = positions is not None and _dtype(positions) != _INT64
+    return _sequence_rows(op, x, offset, batch_first, positions,
+                          lambda p: _rows_with_columns(op, rows, columns, p, fractional))
+
+
+def add_position_table(x, table, offset=0, batch_first=True, positions=None, scale=1.0, columns=None):
+    """posenc::add_position_table: x * scale + table rows (consecutive or at positions; with a
+    columns plan, rows past the table and at fractional positions computed from it)."""
+    op = _opset()
+    added = _rows_of_call(op, "add_position_table", x, table, offset, batch_first, positions, columns)
+    return _sum_rounded_once(op, x, added, scale, _dtype(x))
 
 
 def _sinusoid_plan(width: int, base: float, channels: str, frequencies: str) -> Tuple[list, list]:
@@ -243,11 +276,8 @@ def token_and_position_embedding(tokens, weight, table, offset=0, batch_first=Tr
     op = _opset()
     if train and dropout > 0.0:
         _refuse("token_and_position_embedding", "in training mode with dropout: export the module in eval mode")
-    if columns is not None:
-        _refuse("token_and_position_embedding", "with a columns plan (rows computed past the table)")
     embedded = op.Gather(weight, tokens, axis=0)
-    added = _table_rows_of_call(op, tokens, _table_rows(table, "token_and_position_embedding"), offset,
-                                batch_first, positions)
+    added = _rows_of_call(op, "token_and_position_embedding", tokens, table, offset, batch_first, positions, columns)
     out = _sum_rounded_once(op, embedded, added, scale, _dtype(weight))
     mask = op.Cast(op.ConstantOfShape(_ints(op, [0])), to=_BOOL)
     return out, mask

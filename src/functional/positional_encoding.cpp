@@ -71,18 +71,10 @@ at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64
 
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
   constexpr const char* who = "positions_from_padding_mask";
-  const char* layout = posenc::detail::sequence_layout(batch_first);
-  TORCH_CHECK(padding_mask.defined(), who, ": expected a padding mask of shape ", layout,
-              ", but got an undefined tensor");
-  TORCH_CHECK(padding_mask.dim() == 2, who, ": expected a padding mask of shape ", layout,
-              ", but got a ", padding_mask.dim(), "-D tensor of shape ", padding_mask.sizes());
-  TORCH_CHECK(
-      padding_mask.scalar_type() == at::kBool, who,
-      ": expected a bool padding mask (true = padding), but got ", padding_mask.scalar_type(),
-      "; compare token ids with the padding id, e.g. tokens == pad, or use positions_from_tokens");
-  // Each real token's position is the number of real tokens before it in its sequence.
-  const at::Tensor real = padding_mask.logical_not().to(at::kLong);
-  return (real.cumsum(batch_first ? 1 : 0) - 1).masked_fill(padding_mask, -1);
+  TORCH_CHECK(padding_mask.defined(), who, ": expected a padding mask of shape ",
+              posenc::detail::sequence_layout(batch_first), ", but got an undefined tensor");
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, who);
+  return ops::positions_from_padding_mask(padding_mask, batch_first);
 }
 
 at::Tensor positions_from_tokens(const at::Tensor& tokens, int64_t padding_idx, bool batch_first) {

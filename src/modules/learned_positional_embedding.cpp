@@ -2,6 +2,7 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/sequence_module.h"
 
 #include <torch/nn/init.h>
 #include <torch/utils.h>
@@ -58,10 +59,13 @@ void LearnedPositionalEmbeddingImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor LearnedPositionalEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                                          const torch::Tensor& positions) {
-  const detail::CallerScope caller(kName);
-  return functional::detail::positional_encoding(
-      x, weight, offset, positions, options.batch_first(), options.scale(), options.dropout(),
-      is_training(), options.inplace());
+  ops::SequenceModuleCall call;
+  call.who = kName;
+  call.batch_first = options.batch_first();
+  call.scale = options.scale();
+  call.dropout = options.dropout();
+  return ops::sequence_module_forward(call, x, weight, /*columns=*/torch::Tensor(), offset,
+                                      positions, is_training(), options.inplace());
 }
 
 } // namespace posenc

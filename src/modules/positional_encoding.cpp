@@ -2,6 +2,7 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/sequence_module.h"
 
 #include <c10/util/Exception.h>
 
@@ -68,15 +69,14 @@ void PositionalEncodingImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor PositionalEncodingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                                  const torch::Tensor& positions) {
-  const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  const detail::CallerScope caller(
-      kName, extrapolate ? "" : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)");
-  // Floating-point positions are computed from the encoding's definition (the column plan), at any
-  // position: they never read (or interpolate) the table.
-  const bool computed = extrapolate || detail::is_continuous(positions);
-  return functional::detail::positional_encoding(
-      x, pe, offset, positions, options.batch_first(), options.scale(), options.dropout(),
-      is_training(), options.inplace(), computed ? columns_ : torch::Tensor());
+  ops::SequenceModuleCall call;
+  call.who = kName;
+  call.batch_first = options.batch_first();
+  call.scale = options.scale();
+  call.dropout = options.dropout();
+  call.extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
+  return ops::sequence_module_forward(call, x, pe, columns_, offset, positions, is_training(),
+                                      options.inplace());
 }
 
 } // namespace posenc

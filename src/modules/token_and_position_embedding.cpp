@@ -1,8 +1,8 @@
-#include <posenc/functional/positions.h>
 #include <posenc/modules/token_and_position_embedding.h>
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/sequence_module.h"
 
 #include <c10/util/Exception.h>
 
@@ -103,40 +103,17 @@ void TokenAndPositionEmbeddingImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids, int64_t offset,
-                                                        const torch::Tensor& given) {
-  // What the operator cannot know: the accepted id dtypes (any integer type, as
-  // torch::nn::Embedding) and where positions come from with padding_idx. Values are checked once,
-  // by the operator.
-  const char* layout = detail::sequence_layout(options.batch_first());
-  TORCH_CHECK(ids.defined(), kWho, ": expected token ids of shape ", layout,
-              ", but got an undefined tensor");
-  TORCH_CHECK(ids.dim() == 2, kWho, ": expected token ids of shape ", layout, ", but got a ",
-              ids.dim(), "-D tensor of shape ", ids.sizes());
-  TORCH_CHECK(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false), kWho,
-              ": expected integer token ids, but got ", ids.scalar_type());
-  torch::Tensor positions = given;
-  if (!given.defined() && options.padding_idx()) {
-    // (offset + L must fit in int64 too: the positions below are formed by adding them)
-    detail::check_offset_start(kWho, offset, ids.size(options.batch_first() ? 1 : 0));
-    positions =
-        functional::positions_from_tokens(ids, *options.padding_idx(), options.batch_first());
-    if (offset != 0) {
-      positions = positions.where(positions.lt(0), positions + offset);
-    }
-    offset = 0;
-  }
-  const bool extrapolate = sinusoidal && options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  const detail::CallerScope caller(
-      kWho, sinusoidal && !extrapolate
-                ? " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)"
-                : "");
-  return functional::detail::token_and_position_embedding(
-      ids.to(torch::kLong), tokens->weight, sinusoidal ? sinusoidal->pe : learned->weight, offset,
-      positions, options.batch_first(), options.scale(), options.padding_idx().value_or(-1),
-      options.dropout(), is_training(),
-      // sinusoidal positions past the table, or floating-point ones: computed from the definition
-      extrapolate || (sinusoidal && detail::is_continuous(positions)) ? sinusoidal->column_plan()
-                                                                       : torch::Tensor());
+                                                        const torch::Tensor& positions) {
+  ops::SequenceModuleCall call;
+  call.who = kWho;
+  call.batch_first = options.batch_first();
+  call.scale = options.scale();
+  call.dropout = options.dropout();
+  call.extrapolate = sinusoidal && options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
+  call.padding_idx = options.padding_idx().value_or(-1);
+  return ops::token_module_forward(
+      call, ids, tokens->weight, sinusoidal ? sinusoidal->pe : learned->weight,
+      sinusoidal ? sinusoidal->column_plan() : torch::Tensor(), offset, positions, is_training());
 }
 
 } // namespace posenc

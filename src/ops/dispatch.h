@@ -20,6 +20,11 @@ c10::TypedOperatorHandle<Signature> typed_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
 
+/// An optional tensor argument from a tensor that may be undefined (undefined: none given).
+inline c10::optional<at::Tensor> optional_tensor(const at::Tensor& tensor) {
+  return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
+}
+
 /// posenc::_add_position_table_backward: the gradient of add_position_table with respect to
 /// `table`, shaped like `table`, holding `grad` summed into the rows it was added from.
 at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table,

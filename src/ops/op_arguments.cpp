@@ -208,6 +208,18 @@ void extend_table(const char* who, TableCall& call, const at::Tensor& host,
     call.offset = 0;
     return;
   }
+  const at::Tensor values = flat.contiguous();
+  const int64_t* first = values.data_ptr<int64_t>();
+  if (std::all_of(first, first + values.numel(),
+                  [max_len](int64_t p) { return p < 0 || p >= max_len; })) {
+    // No position in the table (decoding past max_len): its rows computed alone (padding, -1:
+    // a zero row, as below), without a gather.
+    const at::Tensor rows = detail::table_rows(call.table);
+    call.table = detail::sinusoidal_rows(values, plan, rows.scalar_type()).to(rows.device());
+    call.positions = index_positions(host, rows.device());
+    call.offset = 0;
+    return;
+  }
   const at::Tensor in_table = at::where(flat.lt(max_len), flat, -1);
   const at::Tensor past = at::where(flat.ge(max_len), flat, -1);
   const at::Tensor rows = detail::table_rows(call.table);

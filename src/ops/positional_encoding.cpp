@@ -32,6 +32,22 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
   m.def(
       "add_position_table_out(Tensor x, Tensor table, int offset=0, bool batch_first=True, "
       "Tensor? positions=None, float scale=1.0, Tensor? columns=None, *, Tensor(a!) out) -> ()");
+  // The sinusoidal encoding's definition as add_position_table takes it (`columns`): float64
+  // [2, d_model], each column's frequency and kind (0 sine, 1 cosine, 2 zero).
+  m.def(
+      "sinusoidal_columns(int d_model, float base=10000.0, str channels=\"interleaved\", "
+      "str frequencies=\"paper\", Device? device=None) -> Tensor");
+  // The call of posenc.nn's PositionalEncoding (with `columns`, its column plan) or
+  // LearnedPositionalEmbedding (without), src/ops/sequence_module.cpp: dropout(x * scale + rows),
+  // the rows computed from the columns past the table (`extrapolate`) or at fractional positions.
+  m.def(
+      "positional_encoding_call(Tensor x, Tensor table, Tensor? columns, int offset=0, "
+      "Tensor? positions=None, bool batch_first=True, float scale=1.0, float dropout=0.0, "
+      "bool train=False, bool extrapolate=False) -> Tensor");
+  m.def(
+      "positional_encoding_call_(Tensor(a!) x, Tensor table, Tensor? columns, int offset=0, "
+      "Tensor? positions=None, bool batch_first=True, float scale=1.0, float dropout=0.0, "
+      "bool train=False, bool extrapolate=False) -> ()");
   m.def(
       "_add_position_table_backward(Tensor grad, Tensor table, int offset, bool batch_first, "
       "Tensor? positions=None) -> Tensor");

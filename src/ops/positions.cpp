@@ -1,6 +1,7 @@
-// The positions family: positions of packed sequences and of context-parallel shards, to pass as
-// `positions` to the other operators. Schemas, C++ entry points and kernels (composite: a small
-// host computation on the CPU, tensor operations where cu_seqlens lie elsewhere; Meta: the shape).
+// The positions family: positions of packed sequences, of context-parallel shards and of padded
+// sequences, to pass as `positions` to the other operators. Schemas, C++ entry points and kernels
+// (composite: a small host computation on the CPU, tensor operations where cu_seqlens lie
+// elsewhere; Meta: the shape).
 
 #include "ops/dispatch.h"
 #include "ops/sym_length.h"
@@ -26,6 +27,8 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
         " total, Tensor? start_positions=None) -> Tensor");
   m.def("context_parallel_positions(" POSENC_SYMINT
         " seq_len, int world_size, int rank, bool zigzag=False, Device? device=None) -> Tensor");
+  // Each real token's position counted from its sequence's first real token; padding (true) -1.
+  m.def("positions_from_padding_mask(Tensor padding_mask, bool batch_first=True) -> Tensor");
 }
 
 namespace ops {
@@ -96,7 +99,25 @@ at::Tensor context_parallel_positions_kernel(SymLength length, int64_t world_siz
       .to(device.value_or(at::Device(at::kCPU)));
 }
 
+at::Tensor positions_from_padding_mask_kernel(const at::Tensor& padding_mask, bool batch_first) {
+  const char* who = detail::caller_or("posenc::positions_from_padding_mask");
+  const char* layout = detail::sequence_layout(batch_first);
+  TORCH_CHECK(padding_mask.dim() == 2, who, ": expected a padding mask of shape ", layout,
+              ", but got a ", padding_mask.dim(), "-D tensor of shape ", padding_mask.sizes());
+  TORCH_CHECK(
+      padding_mask.scalar_type() == at::kBool, who,
+      ": expected a bool padding mask (true = padding), but got ", padding_mask.scalar_type(),
+      "; compare token ids with the padding id, e.g. tokens == pad, or use positions_from_tokens");
+  // Each real token's position is the number of real tokens before it in its sequence.
+  const at::Tensor real = padding_mask.logical_not().to(at::kLong);
+  return (real.cumsum(batch_first ? 1 : 0) - 1).masked_fill(padding_mask, -1);
+}
+
 } // namespace
+
+TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
+  m.impl("positions_from_padding_mask", TORCH_FN(positions_from_padding_mask_kernel));
+}
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("packed_positions", TORCH_FN(packed_positions_kernel));
@@ -121,6 +142,12 @@ at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64
                                       bool zigzag, c10::optional<at::Device> device) {
   static const auto op = typed_op<ShardSignature>("posenc::context_parallel_positions");
   return op.call(SymLength(seq_len), world_size, rank, zigzag, device);
+}
+
+at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
+  static const auto op =
+      typed_op<at::Tensor(const at::Tensor&, bool)>("posenc::positions_from_padding_mask");
+  return op.call(padding_mask, batch_first);
 }
 
 } // namespace ops

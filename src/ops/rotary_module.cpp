@@ -2,6 +2,7 @@
 // which posenc.nn's module makes it.
 
 #include "ops/rotary_module.h"
+#include "ops/dispatch.h"
 #include "ops/sym_length.h"
 
 #include "detail/checks.h"
@@ -58,10 +59,6 @@ c10::IntArrayRef shape_of(const at::Tensor& t) {
   return t.sizes();
 }
 #endif
-
-c10::optional<at::Tensor> given(const at::Tensor& t) {
-  return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
-}
 
 /// The last position + 1 of a call (explicit positions: their maximum, one host read), or unset
 /// when the call is invalid (the operator reports it).
@@ -239,7 +236,7 @@ CallTables call_tables(const RotaryModuleCall& call, const RotaryModuleTensors& 
       const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
                                        "multimodal_rotary_tables");
       return multimodal_rotary_tables(tables.cos, tables.sin, positions, options.mrope_section(),
-                                      options.mrope_interleaved(), given(tables.inv_freq),
+                                      options.mrope_interleaved(), optional_tensor(tables.inv_freq),
                                       call.attention_factor);
     }();
     const Size tokens = size_of(positions, 1) * size_of(positions, 2);
@@ -305,9 +302,9 @@ at::Tensor rotary_module_forward(const RotaryModuleCall& call, const RotaryModul
   const CallTables tables = call_tables(call, tensors, x, offset, positions);
   const RotaryEmbeddingOptions& options = call.options;
   return apply_rotary(regrouped(options, x), tables.cos, tables.sin, offset,
-                      given(tables.positions), options.pairing() == RotaryPairing::kInterleaved,
-                      options.heads_first(), options.inverse(), given(tables.inv_freq),
-                      call.attention_factor);
+                      optional_tensor(tables.positions),
+                      options.pairing() == RotaryPairing::kInterleaved, options.heads_first(),
+                      options.inverse(), optional_tensor(tables.inv_freq), call.attention_factor);
 }
 
 std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCall& call,
@@ -327,9 +324,9 @@ std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCa
     // With deinterleave: pairs (2i, 2i + 1) turned where they lie (the operator checks q and k
     // before writing either), then regrouped into halves: the arithmetic of turning regrouped
     // copies.
-    apply_rotary_qk_(q_, k_, tables.cos, tables.sin, offset, given(tables.positions),
+    apply_rotary_qk_(q_, k_, tables.cos, tables.sin, offset, optional_tensor(tables.positions),
                      interleaved || options.deinterleave(), options.heads_first(),
-                     options.inverse(), given(tables.inv_freq), call.attention_factor);
+                     options.inverse(), optional_tensor(tables.inv_freq), call.attention_factor);
     if (options.deinterleave()) {
       const int64_t rotary_dim = options.rotated_width();
       for (const at::Tensor* t : {&q, &k}) {
@@ -340,8 +337,9 @@ std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCa
     return {q, k};
   }
   return apply_rotary_qk(regrouped(options, q), regrouped(options, k), tables.cos, tables.sin,
-                         offset, given(tables.positions), interleaved, options.heads_first(),
-                         options.inverse(), given(tables.inv_freq), call.attention_factor);
+                         offset, optional_tensor(tables.positions), interleaved,
+                         options.heads_first(), options.inverse(), optional_tensor(tables.inv_freq),
+                         call.attention_factor);
 }
 
 namespace {

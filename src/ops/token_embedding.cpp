@@ -14,6 +14,14 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "token_and_position_embedding(Tensor tokens, Tensor weight, Tensor table, int offset=0, "
       "bool batch_first=True, Tensor? positions=None, float scale=1.0, int padding_idx=-1, "
       "float dropout=0.0, bool train=False, Tensor? columns=None) -> (Tensor, Tensor)");
+  // The call of posenc.nn's TokenAndPositionEmbedding (src/ops/sequence_module.cpp): positions of
+  // the real tokens with padding_idx, rows from the sinusoidal `columns` past the table
+  // (`extrapolate`) or at fractional positions.
+  m.def(
+      "token_and_position_embedding_call(Tensor ids, Tensor weight, Tensor table, "
+      "Tensor? columns, int offset=0, Tensor? positions=None, bool batch_first=True, "
+      "float scale=1.0, int padding_idx=-1, float dropout=0.0, bool train=False, "
+      "bool extrapolate=False) -> Tensor");
   m.def(
       "_token_and_position_embedding_backward(Tensor grad, Tensor mask, Tensor tokens, "
       "Tensor weight, Tensor table, int offset, bool batch_first, Tensor? positions, float scale, "

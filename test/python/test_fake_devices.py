@@ -222,6 +222,22 @@ OPERATOR_CASES = [
         T(randn(2, 5, 8)), lambda x: ops.add_position_table_(x, T(table(16, 8)), 4))),
     _case("add_position_table_", "positions_BL_columns", lambda ops, T: _inplace(
         T(randn(2, 5, 8)), lambda x: ops.add_position_table_(x, T(table(16, 8)), 0, True, T(ints(POS_BL)), 2.0, T(columns_of(8))))),
+    _case("sinusoidal_columns", "default", lambda ops, T: ops.sinusoidal_columns(8, device=T.device)),
+    _case("sinusoidal_columns", "tensor2tensor_odd", lambda ops, T: ops.sinusoidal_columns(
+        7, 500.0, "concatenated", "tensor2tensor", device=T.device)),
+    # posenc.nn's sequence modules' calls (src/ops/sequence_module.cpp)
+    _case("positional_encoding_call", "extrapolate_past_table", lambda ops, T: ops.positional_encoding_call(
+        T(randn(2, 5, 8)), T(table3(16, 8)), T(columns_of(8)), 14, None, True, 1.0, 0.0, False, True)),
+    _case("positional_encoding_call", "learned_positions_BL", lambda ops, T: ops.positional_encoding_call(
+        T(randn(2, 5, 8)), T(table(16, 8)), None, 0, T(ints(POS_BL)), True, 2.0)),
+    _case("positional_encoding_call", "fractional_dropout_train", lambda ops, T: ops.positional_encoding_call(
+        T(randn(2, 5, 8)), T(table3(16, 8)), T(columns_of(8)), 0, T(torch.tensor(POS_FLOAT)), True, 1.0, 0.0, True)),
+    _case("positional_encoding_call_", "offset", lambda ops, T: _inplace(
+        T(randn(2, 5, 8)), lambda x: ops.positional_encoding_call_(x, T(table3(16, 8)), T(columns_of(8)), 4))),
+    _case("positions_from_padding_mask", "batch_first", lambda ops, T: ops.positions_from_padding_mask(
+        T(torch.tensor([[True, False, False], [False, True, False]])))),
+    _case("positions_from_padding_mask", "seq_first", lambda ops, T: ops.positions_from_padding_mask(
+        T(torch.tensor([[True, False], [False, False], [False, True]])), False)),
     _case("add_position_table_out", "resized", lambda ops, T: _inplace(
         T(torch.empty(0)), lambda out: ops.add_position_table_out(T(randn(2, 5, 8)), T(table(16, 8)), 1, out=out))),
     _case("add_position_table_out", "positions_L", lambda ops, T: _inplace(
@@ -295,6 +311,11 @@ OPERATOR_CASES = [
         T(ints([[1, 2, 0, 4, 5], [6, 7, 8, 9, 0]])), T(table(30, 8)), T(table(16, 8)), 0, True, T(ints(POS_BL)), 1.0, 0)),
     _case("token_and_position_embedding", "dropout_train", lambda ops, T: ops.token_and_position_embedding(
         T(ints([[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]])), T(table(30, 8)), T(table(16, 8)), 0, True, None, 1.0, -1, 0.5, True)),
+    _case("token_and_position_embedding_call", "padding_idx_offset_extrapolate", lambda ops, T: ops.token_and_position_embedding_call(
+        T(ints([[0, 2, 3, 4, 5], [6, 0, 8, 9, 1]])), T(table(30, 8)), T(table3(16, 8)), T(columns_of(8)), 13, None, True,
+        2.0, 0, 0.0, False, True)),
+    _case("token_and_position_embedding_call", "learned_positions_L", lambda ops, T: ops.token_and_position_embedding_call(
+        T(ints([[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]])), T(table(30, 8)), T(table(16, 8)), None, 0, T(ints(POS_L)))),
     _case("token_and_position_embedding", "positions_float_columns", lambda ops, T: ops.token_and_position_embedding(
         T(ints([[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]])), T(table(30, 8)), T(table(16, 8)), 0, True, T(torch.tensor(POS_FLOAT)),
         1.0, -1, 0.0, False, T(columns_of(8)))),

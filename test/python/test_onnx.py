@@ -131,15 +131,45 @@ def test_fractional_positions_equal_posenc(posenc, ort):
                                    rtol=FLOAT32_ULP, atol=FLOAT32_ULP / 2)
 
 
+def test_rows_past_the_table_equal_posenc(posenc, ort):
+    """beyond_max_len="extrapolate": the table's rows, and past them rows computed from the column
+    plan with float64 angles (the module's columns, a constant of the graph), for consecutive
+    positions past the table and for integer positions with padding."""
+    module = posenc.nn.PositionalEncoding(64, 16, beyond_max_len="extrapolate").eval()
+    d = dims(length=(1, 512))
+    program = posenc.onnx.export(module, (torch.randn(2, 10, 64),), dynamic_shapes=({1: d["length"]},))
+    for l in (1, 16, 17, 512):
+        x = torch.randn(2, l, 64)
+        out = run(ort, program, x)[0]
+        torch.testing.assert_close(out, expected(module, x)[0], rtol=FLOAT32_ULP, atol=FLOAT32_ULP / 2)
+        assert torch.equal(out[:, :16], expected(module, x)[0][:, :16]), l  # the table's rows: exact
+    method = posenc.onnx.Method(module, "forward_positions")
+    program = posenc.onnx.export(method, (torch.randn(2, 10, 64), torch.randint(-1, 64, (2, 10))),
+                                 dynamic_shapes=({1: d["length"]}, {1: d["length"]}))
+    positions = torch.tensor([[-1, 0, 15, 16, 4000, 7], [3, 17, -1, 2, 16, 900]])
+    x = torch.randn(2, 6, 64)
+    out = run(ort, program, x, positions)[0]
+    torch.testing.assert_close(out, expected(module.forward_positions, x, positions)[0], rtol=FLOAT32_ULP,
+                               atol=FLOAT32_ULP / 2)
+    assert torch.equal(out[0, 0], x[0, 0]) and torch.equal(out[1, 2], x[1, 2])  # padding: nothing added
+
+
 def test_token_and_position_embedding_equals_posenc(posenc, ort):
-    for kind in ("sinusoidal", "learned"):
-        module = posenc.nn.TokenAndPositionEmbedding(100, 64, 128, positions=kind, padding_idx=0).eval()
+    for kind in ("sinusoidal", "learned", "extrapolate"):
+        # (extrapolating: a 16-row table, rows past it from float64 angles, one ulp as above)
+        options = {"positions": "sinusoidal", "beyond_max_len": "extrapolate"} if kind == "extrapolate" else {"positions": kind}
+        module = posenc.nn.TokenAndPositionEmbedding(100, 64, 16 if kind == "extrapolate" else 128, padding_idx=0,
+                                                     **options).eval()
         d = dims(batch=(1, 8), length=(1, 128))
         program = posenc.onnx.export(module, (torch.randint(0, 100, (2, 10)),),
                                      dynamic_shapes=({0: d["batch"], 1: d["length"]},))
         for b, l in ((2, 10), (1, 1), (4, 128)):
             ids = torch.randint(0, 100, (b, l))
-            assert torch.equal(run(ort, program, ids)[0], expected(module, ids)[0]), (kind, b, l)
+            if kind == "extrapolate":
+                torch.testing.assert_close(run(ort, program, ids)[0], expected(module, ids)[0], rtol=FLOAT32_ULP,
+                                           atol=FLOAT32_ULP / 2)
+            else:
+                assert torch.equal(run(ort, program, ids)[0], expected(module, ids)[0]), (kind, b, l)
 
 
 # --- rotary --------------------------------------------------------------------------------------

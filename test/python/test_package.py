@@ -105,6 +105,11 @@ def test_positional_encoding_extrapolates_and_takes_fractional_positions(posenc,
     torch.testing.assert_close(ours, scripted(x, 13), rtol=0, atol=2.0**-23 * 4)
     whole = posenc.nn.PositionalEncoding(12, 64)(x, 13)
     assert torch.equal(ours, whole)  # computed rows equal a longer table's rows
+    # every position past the table (decoding past max_len; padding adds nothing): the same rows
+    assert torch.equal(module(x, 40), posenc.nn.PositionalEncoding(12, 64)(x, 40))
+    past = torch.tensor([[-1, 20, 63, 17, -1, 16], [30, 31, 32, 33, 34, 35]])
+    assert torch.equal(module.forward_positions(x, past), posenc.nn.PositionalEncoding(12, 64).forward_positions(x, past))
+    assert torch.equal(module.forward_positions(x, past)[0, 0], x[0, 0])
     for dtype, scale in ((torch.float32, 2.5), (torch.float16, 1.5), (torch.bfloat16, 1.0), (torch.float64, 0.5)):
         # the product rounded as the table path's kernel rounds it, then the sum, then the dtype
         a = posenc.nn.PositionalEncoding(12, 16, beyond_max_len="extrapolate", scale=scale)(x.to(dtype), 13)
@@ -120,7 +125,7 @@ def test_positional_encoding_extrapolates_and_takes_fractional_positions(posenc,
     torch.testing.assert_close(added, torch.sin(2.5 * w).expand(2, 6), rtol=0, atol=4 * 2.0**-23 * float(x.abs().max() + 1))
     with pytest.raises(RuntimeError, match="max_len"):
         posenc.nn.PositionalEncoding(12, 16)(x, 13)
-    with pytest.raises(ValueError, match="integer positions"):
+    with pytest.raises(RuntimeError, match=r"LearnedPositionalEmbedding: floating-point positions \(Float\) are computed from the encoding's definition"):
         posenc.nn.LearnedPositionalEmbedding(12, 16).forward_positions(x, torch.zeros(6))
 
 
@@ -515,7 +520,7 @@ def test_token_and_position_embedding_is_the_cpp_module(posenc, test_tool, tmp_p
     if padding_idx is None:  # the module is the operator with its tables (bit for bit)
         expected, _ = posenc.ops.token_and_position_embedding(ids, module.tokens.weight, module._table(), 7, True, None, math.sqrt(10))
         assert torch.equal(module(ids, 7), expected)
-    with pytest.raises(ValueError, match="integer token ids"):
+    with pytest.raises(RuntimeError, match="TokenAndPositionEmbedding: expected integer token ids"):  # the C++ module's message
         module(ids.float())
 
 

@@ -1,11 +1,11 @@
 #pragma once
 
 /// @file
-/// posenc's operators: positions of packed sequences and context-parallel shards. Each function calls its operator
-/// `posenc::<name>` through the dispatcher (`torch.ops.posenc.<name>` from Python and
-/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/positions.cpp` (kernels:
-/// the same file). What positions, padding and rows past a table mean for every operator is
-/// in <posenc/ops.h>.
+/// posenc's operators: positions of packed sequences, context-parallel shards and padded sequences.
+/// Each function calls its operator `posenc::<name>` through the dispatcher
+/// (`torch.ops.posenc.<name>` from Python and TorchScript); its schema is the `m.def` beside its
+/// entry point in `src/ops/positions.cpp` (kernels: the same file). What positions, padding and
+/// rows past a table mean for every operator is in <posenc/ops.h>.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -31,6 +31,11 @@ at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
 at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
                                       bool zigzag = false,
                                       c10::optional<at::Device> device = c10::nullopt);
+
+/// Positions of padded sequences (fairseq's): each real token's position is the number of real
+/// tokens before it in its sequence, padding (`true` in the bool `padding_mask`, `[B, L]`, or
+/// `[L, B]` with `batch_first = false`) gets -1. int64, on the mask's device.
+at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first = true);
 
 } // namespace ops
 } // namespace posenc

@@ -126,6 +126,19 @@ at::Tensor sinusoidal_table(SymLength length, int64_t d_model, double base, int6
   return detail::sinusoidal_table(max_len, offset, spec, out_dtype, out_device);
 }
 
+at::Tensor sinusoidal_columns(int64_t d_model, double base, c10::string_view channels,
+                              c10::string_view frequencies, c10::optional<at::Device> device) {
+  constexpr const char* who = "posenc::sinusoidal_columns";
+  detail::check_table_arguments(who, /*max_len=*/1, d_model, base);
+  const detail::SinusoidSpec spec{d_model, base, detail::parse_channel_layout(who, channels),
+                                  detail::parse_frequency_spacing(who, frequencies)};
+  const at::Device out_device = device.value_or(at::Device(at::kCPU));
+  if (out_device.is_meta()) {
+    return at::empty({2, d_model}, at::TensorOptions().dtype(at::kDouble).device(out_device));
+  }
+  return detail::column_plan_tensor(spec).to(out_device);
+}
+
 // add_positional_encoding with device-resident positions: checked and turned into rows where
 // they lie (no read back; see detail/device_checks.h), padding (-1) adding zeros.
 at::Tensor add_positional_encoding_on_device(const at::Tensor& x, const at::Tensor& positions,
@@ -201,6 +214,7 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("sinusoidal_table", TORCH_FN(composite::sinusoidal_table));
+  m.impl("sinusoidal_columns", TORCH_FN(composite::sinusoidal_columns));
   m.impl("add_positional_encoding", TORCH_FN(composite::add_positional_encoding));
   using composite::add_loop;
   using composite::empty;
