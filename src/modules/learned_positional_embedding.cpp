@@ -59,13 +59,9 @@ void LearnedPositionalEmbeddingImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor LearnedPositionalEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                                          const torch::Tensor& positions) {
-  ops::SequenceModuleCall call;
-  call.who = kName;
-  call.batch_first = options.batch_first();
-  call.scale = options.scale();
-  call.dropout = options.dropout();
-  return ops::sequence_module_forward(call, x, weight, /*columns=*/torch::Tensor(), offset,
-                                      positions, is_training(), options.inplace());
+  return ops::sequence_module_forward(ops::sequence_module_call(kName, options), x, weight,
+                                      /*columns=*/torch::Tensor(), offset, positions, is_training(),
+                                      options.inplace());
 }
 
 } // namespace posenc

@@ -69,13 +69,9 @@ void PositionalEncodingImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor PositionalEncodingImpl::forward_at(const torch::Tensor& x, int64_t offset,
                                                  const torch::Tensor& positions) {
-  ops::SequenceModuleCall call;
-  call.who = kName;
-  call.batch_first = options.batch_first();
-  call.scale = options.scale();
-  call.dropout = options.dropout();
-  call.extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  return ops::sequence_module_forward(call, x, pe, columns_, offset, positions, is_training(),
+  const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
+  return ops::sequence_module_forward(ops::sequence_module_call(kName, options, extrapolate), x, pe,
+                                      columns_, offset, positions, is_training(),
                                       options.inplace());
 }
 

@@ -104,12 +104,8 @@ void TokenAndPositionEmbeddingImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids, int64_t offset,
                                                         const torch::Tensor& positions) {
-  ops::SequenceModuleCall call;
-  call.who = kWho;
-  call.batch_first = options.batch_first();
-  call.scale = options.scale();
-  call.dropout = options.dropout();
-  call.extrapolate = sinusoidal && options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
+  ops::SequenceModuleCall call = ops::sequence_module_call(
+      kWho, options, sinusoidal && options.beyond_max_len() == BeyondMaxLen::kExtrapolate);
   call.padding_idx = options.padding_idx().value_or(-1);
   return ops::token_module_forward(
       call, ids, tokens->weight, sinusoidal ? sinusoidal->pe : learned->weight,

@@ -32,6 +32,19 @@ struct SequenceModuleCall {
   bool python = false;
 };
 
+/// The call of a C++ module named `who` with these options (batch_first, scale, dropout).
+template <typename Options>
+SequenceModuleCall sequence_module_call(const char* who, const Options& options,
+                                        bool extrapolate = false) {
+  SequenceModuleCall call;
+  call.who = who;
+  call.batch_first = options.batch_first();
+  call.scale = options.scale();
+  call.dropout = options.dropout();
+  call.extrapolate = extrapolate;
+  return call;
+}
+
 /// `dropout(x * scale + rows)` (in training, with the module's probability) for positions
 /// `offset .. offset + L - 1`, or `positions` where they are defined, of `table` (`[max_len, D]`
 /// or `[1, max_len, D]`). `columns`: the sinusoidal encoding's column plan (undefined for a
