@@ -181,12 +181,8 @@ def _rows_with_columns(op, rows, columns, positions, fractional: bool):
     and kind, 0 sine, 1 cosine, 2 zero) with float64 angles and rounded once, as posenc's operators
     compute rows past a table (op_arguments.cpp: extend_table)."""
     frequency = op.Gather(columns, op.Constant(value_int=0), axis=0)
-    kind = op.Gather(columns, op.Constant(value_int=1), axis=0)
-    angle = op.Mul(op.Unsqueeze(op.Cast(positions, to=_DOUBLE), _ints(op, [-1])), frequency)
-    zero = _scalar(op, 0.0, _DOUBLE)
-    value = op.Where(op.Equal(kind, zero), op.Sin(angle),
-                     op.Where(op.Equal(kind, _scalar(op, 1.0, _DOUBLE)), op.Cos(angle), zero))
-    computed = op.CastLike(value, rows)
+    kind = op.Cast(op.Gather(columns, op.Constant(value_int=1), axis=0), to=_INT64)
+    computed = op.CastLike(_sinusoid_rows(op, positions, frequency, kind, padding=False), rows)
     if fractional:
         return computed
     count = op.Squeeze(_size(op, rows, 0), _ints(op, [0]))
@@ -218,35 +214,27 @@ def add_position_table(x, table, offset=0, batch_first=True, positions=None, sca
 
 
 def _sinusoid_plan(width: int, base: float, channels: str, frequencies: str) -> Tuple[list, list]:
-    """Each column's frequency and kind (0 sine, 1 cosine, 2 zero) of posenc's sinusoidal encodings
-    (detail::column_plan): float64 base^(-2k/d) (paper) or base^(-k/(d/2 - 1)) (tensor2tensor)."""
-    paper = frequencies == "paper"
-    count = (width + 1) // 2 if paper else width // 2
-    frequency = [0.0] * width
-    kind = [2] * width
-    for c in range(width):
-        if channels == "interleaved":
-            k, sort = c // 2, c % 2
-        elif c < count:
-            k, sort = c, 0
-        else:
-            k, sort = c - count, 1
-        if k < count and (sort == 0 or k < width - count):
-            exponent = -float(2 * k) / float(width) if paper else -float(k) / float(max(count - 1, 1))
-            frequency[c] = math.pow(base, exponent)
-            kind[c] = sort
-    return frequency, kind
+    """Each column's frequency and kind (0 sine, 1 cosine, 2 zero) of posenc's sinusoidal encodings:
+    the column plan posenc's sinusoidal_columns operator makes (detail::column_plan), read at export."""
+    columns = torch.ops.posenc.sinusoidal_columns(width, base, channels, frequencies)
+    return columns[0].tolist(), [int(k) for k in columns[1].tolist()]
+
+
+def _plan_constants(op, width: int, base: float, channels: str, frequencies: str):
+    """_sinusoid_plan as constants of the graph: frequencies float64 [D], kinds int64 [D]."""
+    frequency, kind = _sinusoid_plan(width, base, channels, frequencies)
+    return _double_vector(op, frequency), op.Constant(value_ints=list(kind))
 
 
 def _sinusoid_rows(op, positions, frequency, kind, padding: bool):
-    """Rows [..., D] of the sinusoid at positions (any shape), float64; with `padding`, a zero row
-    where an (integer) position is -1."""
+    """Rows [..., D] of the sinusoid at positions (any shape), float64, from each column's
+    `frequency` (float64 [D]) and `kind` (int64 [D]: 0 sine, 1 cosine, 2 zero), values of the
+    graph; with `padding`, a zero row where an (integer) position is -1."""
     where = op.Cast(positions, to=_DOUBLE)
-    angle = op.Mul(op.Unsqueeze(where, _ints(op, [-1])), _double_vector(op, frequency))
+    angle = op.Mul(op.Unsqueeze(where, _ints(op, [-1])), frequency)
     zero = _scalar(op, 0.0, _DOUBLE)
-    kinds = op.Constant(value_ints=list(kind))
-    value = op.Where(op.Equal(kinds, op.Constant(value_int=0)), op.Sin(angle),
-                     op.Where(op.Equal(kinds, op.Constant(value_int=1)), op.Cos(angle), zero))
+    value = op.Where(op.Equal(kind, op.Constant(value_int=0)), op.Sin(angle),
+                     op.Where(op.Equal(kind, op.Constant(value_int=1)), op.Cos(angle), zero))
     if padding:
         where_padding = op.Unsqueeze(op.Less(positions, op.Constant(value_int=0)), _ints(op, [-1]))
         value = op.Where(where_padding, zero, value)
@@ -261,7 +249,7 @@ def add_positional_encoding(x, offset=0, base=10000.0, batch_first=True, positio
     width = x.shape[-1]
     if not isinstance(width, int):
         _refuse("add_positional_encoding", "with a symbolic width: d_model must be fixed")
-    frequency, kind = _sinusoid_plan(width, float(base), channels, frequencies)
+    frequency, kind = _plan_constants(op, width, float(base), channels, frequencies)
     rows_dtype = _DOUBLE if _dtype(x) == _DOUBLE else _FLOAT
     padding = positions is not None and _dtype(positions) == _INT64
     added = _sequence_rows(op, x, offset, batch_first, positions,
@@ -529,7 +517,7 @@ def sinusoidal_table(max_len, d_model, base=10000.0, offset=0, channels="interle
                      dtype=None, device=None):
     """posenc::sinusoidal_table: rows offset .. offset + max_len - 1, float64 angles rounded once."""
     op = _opset()
-    frequency, kind = _sinusoid_plan(int(d_model), float(base), channels, frequencies)
+    frequency, kind = _plan_constants(op, int(d_model), float(base), channels, frequencies)
     rows = _sinusoid_rows(op, _range(op, offset, _as_length(op, max_len)), frequency, kind, padding=False)
     return op.Cast(rows, to=_onnx_dtype(dtype, _FLOAT, "sinusoidal_table"))
 

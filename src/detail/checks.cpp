@@ -37,6 +37,11 @@ const char* sequence_layout(bool batch_first) {
   return batch_first ? "[B, L] (batch_first=true)" : "[L, B] (batch_first=false)";
 }
 
+const char* extrapolate_hint(bool python) {
+  return python ? " or pass beyond_max_len='extrapolate'"
+                : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)";
+}
+
 void check_dropout(const char* who, double p) {
   TORCH_CHECK(p >= 0.0 && p <= 1.0, who, ": dropout must be in [0, 1], but got ", p,
               "; pass the probability of zeroing an element (0 disables dropout)");

@@ -58,6 +58,10 @@ class CallerScope {
   Caller previous_;
 };
 
+/// A module's advice on positions past max_len when it does not extrapolate (appended to the
+/// messages through its CallerScope), spelt for C++ or for posenc.nn (`python`).
+const char* extrapolate_hint(bool python);
+
 /// The name of the current CallerScope, or `op_name` outside one.
 inline const char* caller_or(const char* op_name) {
   const char* name = CallerScope::current().name;

@@ -4,8 +4,8 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/sequence_module.h"
 
-#include <ATen/ops/dropout.h>
 #include <c10/util/Exception.h>
 
 namespace posenc {
@@ -26,25 +26,16 @@ at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table, int
                                const at::Tensor& positions, bool batch_first, double scale,
                                double dropout, bool training, bool inplace,
                                const at::Tensor& columns) {
-  // Called by a module, the messages keep the module's name; called directly, they name this.
-  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "positional_encoding");
-  pd::check_dropout(pd::caller_or(""), dropout);
-  const c10::optional<at::Tensor> given =
-      positions.defined() ? c10::optional<at::Tensor>(positions) : c10::nullopt;
-  const c10::optional<at::Tensor> plan =
-      columns.defined() ? c10::optional<at::Tensor>(columns) : c10::nullopt;
-  at::Tensor out;
-  if (inplace) {
-    out = x;
-    ops::add_position_table_(out, table, offset, batch_first, given, scale, plan);
-  } else {
-    out = ops::add_position_table(x, table, offset, batch_first, given, scale, plan);
-  }
-  if (!training || dropout == 0.0) {
-    return out;
-  }
-  return inplace ? at::dropout_(out, dropout, /*train=*/true)
-                 : at::dropout(out, dropout, /*train=*/true);
+  // The modules' call, named as called (a module's name when a module calls this; otherwise
+  // this), with rows computed from `columns` wherever they are given.
+  ops::SequenceModuleCall call;
+  call.who = pd::caller_or("positional_encoding");
+  call.batch_first = batch_first;
+  call.scale = scale;
+  call.dropout = dropout;
+  call.extrapolate = columns.defined();
+  return ops::sequence_module_forward(call, x, table, columns, offset, positions, training,
+                                      inplace);
 }
 
 } // namespace detail

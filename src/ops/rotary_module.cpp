@@ -289,8 +289,7 @@ RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const
   call.attention_factor = detail::rope_frequencies(spec, c10::nullopt, who).attention_factor;
   call.switch_length = detail::rope_switch_length(spec);
   if (options.beyond_max_len() != BeyondMaxLen::kExtrapolate) {
-    call.hint = python ? " or pass beyond_max_len='extrapolate'"
-                       : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)";
+    call.hint = detail::extrapolate_hint(python);
   }
   return call;
 }
@@ -298,7 +297,7 @@ RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const
 at::Tensor rotary_module_forward(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
                                  const at::Tensor& x, int64_t offset,
                                  const at::Tensor& positions) {
-  const detail::CallerScope caller(kName, call.hint.c_str());
+  const detail::CallerScope caller(kName, call.hint);
   const CallTables tables = call_tables(call, tensors, x, offset, positions);
   const RotaryEmbeddingOptions& options = call.options;
   return apply_rotary(regrouped(options, x), tables.cos, tables.sin, offset,
@@ -313,7 +312,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCa
                                                             const at::Tensor& k, int64_t offset,
                                                             const at::Tensor& positions,
                                                             bool in_place) {
-  const detail::CallerScope caller(kName, call.hint.c_str());
+  const detail::CallerScope caller(kName, call.hint);
   const RotaryEmbeddingOptions& options = call.options;
   check_heads(options, k);
   const CallTables tables = call_tables(call, tensors, q, offset, positions);

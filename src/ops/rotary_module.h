@@ -12,7 +12,6 @@
 #include <c10/util/Optional.h>
 
 #include <cstdint>
-#include <string>
 #include <tuple>
 
 namespace posenc {
@@ -28,7 +27,7 @@ struct RotaryModuleCall {
   double attention_factor = 1.0;
   /// The advice on positions past max_len in the caller's language (C++ or Python; "" when the
   /// module extrapolates).
-  std::string hint;
+  const char* hint = "";
 };
 
 /// The call of a module with these options: checks them (the messages name `who`) and resolves

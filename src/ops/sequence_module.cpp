@@ -26,8 +26,7 @@ const char* beyond_table_hint(const SequenceModuleCall& call, bool sinusoidal) {
   if (!sinusoidal || call.extrapolate) {
     return "";
   }
-  return call.python ? " or pass beyond_max_len='extrapolate'"
-                     : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)";
+  return detail::extrapolate_hint(call.python);
 }
 
 // The column plan where the call's rows come from the definition: positions past the table
