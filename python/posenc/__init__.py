@@ -77,7 +77,8 @@ def _register_fake_kernels() -> None:
     """Fake kernels of the operators that may take no tensor (FakeTensorMode, torch.compile and
     torch.export cannot infer their device): rope_frequencies returns float64 tensors, inv_freq on
     the device of its positions when given, else on `device` (default: the CPU);
-    sinusoidal_columns a float64 [2, d_model] plan on `device`."""
+    sinusoidal_columns a float64 [2, d_model] plan on `device`; rotary_embedding_frequencies the
+    module's float64 frequencies on the CPU."""
     register = getattr(torch.library, "register_fake", None)
     if register is None:  # torch < 2.4: no fake kernels from Python
         return
@@ -100,6 +101,17 @@ def _register_fake_kernels() -> None:
         return torch.empty(2, d_model, dtype=torch.float64, device=device or "cpu")
 
     register("posenc::sinusoidal_columns", sinusoidal_columns)
+
+    def rotary_embedding_frequencies(module):
+        # (made on the host from the options alone, whose variant sets the shapes: computed, then
+        # described)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            computed = torch.ops.posenc.rotary_embedding_frequencies(module)
+        return tuple(torch.empty(t.shape, dtype=t.dtype, device="cpu") for t in computed)
+
+    register("posenc::rotary_embedding_frequencies", rotary_embedding_frequencies)
 
 
 _register_fake_kernels()

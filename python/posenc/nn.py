@@ -461,7 +461,8 @@ class RotaryEmbedding(_DerivedTables):
     ``rope_scaling`` is Hugging Face's block (``{"rope_type": "llama3", "factor": 8.0, ...}``, the
     parameter names of ``modeling_rope_utils.py``) for every rope type: ``default``, ``linear``,
     ``dynamic``, ``yarn``, ``longrope``, ``llama3``, ``proportional`` (read by the
-    ``rope_frequencies`` operator, which knows the types; an unknown type or key is a ValueError). ``attention_factor_in_cos_sin`` folds the
+    ``rotary_embedding_frequencies`` operator, which knows the types and checks every option as the C++
+    module does; an unknown type or key is a ValueError). ``attention_factor_in_cos_sin`` folds the
     variant's attention factor into cos/sin (HF) or leaves it to the caller's softmax scale
     (DeepSeek; read it from ``attention_factor``). ``dynamic`` and ``longrope`` switch, per call, to
     the frequencies of the call's length once it passes ``max_position_embeddings`` /
@@ -488,78 +489,51 @@ class RotaryEmbedding(_DerivedTables):
         who = "RotaryEmbedding"
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
-        if not 2 <= self.rotary_dim <= head_dim:
-            raise ValueError(f"{who}: rotary_dim must be in [2, head_dim = {head_dim}], but got {self.rotary_dim}")
-        if max_len < 1:
-            raise ValueError(f"{who}: max_len must be >= 1, but got {max_len}; pass the number of positions the module rotates")
         #: Positions whose cos/sin rows are cached (the C++ options' cached_rows()).
         self.cached_len = max_len if cached_len is None else cached_len
-        if not 1 <= self.cached_len <= max_len:
-            raise ValueError(f"{who}: cached_len must be in [1, max_len = {max_len}], but got {self.cached_len}; "
-                             "leave it unset to cache every position")
-        length = "max_len" if cached_len is None else "cached_len"
-        half = self.rotary_dim // 2  # (a width over the limit: the operator's message)
-        if half <= _MAX_TABLE_ELEMENTS and self.cached_len > _MAX_TABLE_ELEMENTS // half:
-            raise ValueError(f"{who}: the cos/sin caches hold {length} * rotary_dim / 2 = {self.cached_len} * "
-                             f"{half} elements, which is over posenc's limit of 2^28 elements (1 GiB in "
-                             "float32); " + ("set cached_len (e.g. 8192; positions past it are computed on each call) "
-                                             "or lower max_len" if cached_len is None else
-                                             "lower cached_len (positions past it are computed on each call)"))
         self.pairing = _choice(who, "pairing", pairing, ("half_split", "interleaved"))
-        if deinterleave and self.pairing != "half_split":
-            raise ValueError(f"{who}: deinterleave regroups pairs (2i, 2i + 1) into halves (i, i + R/2), the layout of "
-                             f"pairing 'half_split', but pairing is '{self.pairing}'; pass pairing='half_split' with "
-                             "deinterleave, or drop deinterleave for pairs (2i, 2i + 1) kept in place")
         self.deinterleave = deinterleave
         #: Turned by -theta (NanoChat's rotation; the C++ options' inverse).
         self.inverse = inverse
         self.heads_first = heads_first
         self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         scaling = dict(rope_scaling or {})
-        for key, value in scaling.items():  # (JSON has no NaN or infinity)
+        # (JSON has no NaN or infinity: the numbers the options' text carries are checked here)
+        for name, value in [("base", base), ("freq_factors", freq_factors)] + [
+                (f"rope_scaling.{key}", value) for key, value in scaling.items()]:
             values = value if isinstance(value, (list, tuple)) else [value]
             if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-                raise ValueError(f"{who}: rope_scaling.{key} must be a finite number, but got {value}")
+                raise ValueError(f"{who}: {name} must be a finite number, but got {value}")
         self.rope_type = str(scaling.pop("rope_type", scaling.pop("type", "default")))
         self.rope_scaling = scaling
-        #: The rope parameters as the operator reads them (max_position_embeddings: max_len by default).
-        self._rope_parameters = json.dumps({"rope_type": self.rope_type, "max_position_embeddings": max_len, **scaling})
         self.freq_factors = list(freq_factors) if freq_factors else None
         self.attention_factor_in_cos_sin = attention_factor_in_cos_sin
         self.mrope_section = list(mrope_section) if mrope_section else None
         self.mrope_interleaved = mrope_interleaved
-        max_positions = scaling.get("max_position_embeddings", max_len)
-        #: dynamic / longrope: calls ending past this length use the frequencies of their length
-        self.switch_length: Optional[int] = {
-            "dynamic": max_positions,
-            "longrope": scaling.get("original_max_position_embeddings", max_positions),
-        }.get(self.rope_type)
-        try:  # the operator checks the rope parameters (posenc's table of rope types)
-            inv_freq, factor = self._frequencies()
+        #: The options as the rotary_embedding operators read them (JSON text; the rope parameters'
+        #: max_position_embeddings is max_len by default, as in the C++ options).
+        self._module = json.dumps({
+            "head_dim": head_dim, "max_len": max_len, "cached_len": cached_len, "base": base,
+            "rotary_dim": self.rotary_dim, "pairing": self.pairing, "deinterleave": deinterleave, "inverse": inverse,
+            "heads_first": heads_first, "beyond_max_len": self.beyond_max_len,
+            "rope_parameters": {"rope_type": self.rope_type, **scaling},
+            "freq_factors": self.freq_factors, "attention_factor_in_cos_sin": attention_factor_in_cos_sin,
+            "mrope_section": self.mrope_section, "mrope_interleaved": mrope_interleaved})
+        try:  # the operator checks the options as the C++ module's reset() (posenc's table of rope types)
+            inv_freq, long_inv_freq, factor = _ops.rotary_embedding_frequencies(self._module)
         except RuntimeError as error:
-            raise ValueError(f"{who}: {error}") from None
+            raise ValueError(str(error).split("\nException raised from")[0]) from None
         #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``), on
         #: the caches' device.
         self.inv_freq = inv_freq
         self._host_inv_freq = inv_freq  # what the caches are computed from (CPU)
+        #: longrope: the frequencies of the calls past its original context (None for the other types)
+        self._long_inv_freq = long_inv_freq if long_inv_freq.numel() > 0 else None
         #: The variant's attention factor (YaRN's mscale, LongRoPE's; 1 for the others).
         self.attention_factor = float(factor)
         #: The factor in the rows (cached or computed): the attention factor, or 1 when it is left out.
         self._rows_factor = self.attention_factor if self.attention_factor_in_cos_sin else 1.0
-        self._long_inv_freq = (self._frequencies(self.switch_length + 1)[0]
-                               if self.rope_type == "longrope" else None)
         self._build_tables(torch.float32, torch.device("cpu"))
-        #: The options as the rotary_embedding_call operators read them (JSON text).
-        self._module = json.dumps({
-            "head_dim": head_dim, "max_len": max_len, "cached_len": self.cached_len, "base": base,
-            "rotary_dim": self.rotary_dim, "pairing": self.pairing, "deinterleave": deinterleave, "inverse": inverse,
-            "heads_first": heads_first, "beyond_max_len": self.beyond_max_len,
-            "rope_parameters": json.loads(self._rope_parameters), "freq_factors": self.freq_factors,
-            "attention_factor_in_cos_sin": attention_factor_in_cos_sin, "mrope_section": self.mrope_section,
-            "mrope_interleaved": mrope_interleaved})
-        if self.mrope_section is not None:  # the operator's checks of the sections, at construction
-            _ops.multimodal_rotary_tables(self.cos, self.sin, torch.zeros(3, 1, 0, dtype=torch.long),
-                                          self.mrope_section, self.mrope_interleaved)
 
     @classmethod
     def from_hf_config(cls, config: Any, *, layer: Optional[int] = None, layer_type: Optional[str] = None,
@@ -581,12 +555,6 @@ class RotaryEmbedding(_DerivedTables):
         if "pairing" in kwargs:  # a pairing asked for replaces the config's regrouping too (as the CLI's --pairing)
             module.pop("deinterleave", None)
         return cls(**{**module, **kwargs})
-
-    def _frequencies(self, seq_len: Optional[int] = None, positions: Optional[Tensor] = None,
-                     frequencies: Optional[Tensor] = None,
-                     device: Optional[torch.device] = None) -> Tuple[Tensor, Tensor]:
-        return _ops.rope_frequencies(self.rotary_dim, self.base, self._rope_parameters, self.freq_factors, seq_len,
-                                     positions, frequencies, device)
 
     def _build_tables(self, dtype: torch.dtype, device: torch.device) -> None:
         # (the frequencies do not depend on the dtype: computed once, in __init__.) Made beside them

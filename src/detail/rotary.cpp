@@ -40,6 +40,14 @@ void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim
   check_table_arguments(who, max_len, rotary_dim / 2, base);
 }
 
+at::Tensor rope_long_inv_freq(const RopeSpec& spec, const char* who) {
+  if (rope_type_entry(spec.scaling.type()).switches != RopeSwitch::kLongFactors) {
+    return at::Tensor();
+  }
+  return at::tensor(rope_frequencies(spec, *rope_switch_length(spec) + 1, who).inv_freq,
+                    at::TensorOptions().dtype(at::kDouble));
+}
+
 at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequencies,
                                const at::Tensor& positions, const char* who) {
   const int64_t half = spec.rotary_dim / 2;

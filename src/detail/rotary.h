@@ -56,6 +56,12 @@ void check_rope_spec(const char* who, const RopeSpec& spec);
 /// do.
 c10::optional<int64_t> rope_switch_length(const RopeSpec& spec);
 
+/// The frequencies every call past rope_switch_length uses whatever its end (LongRoPE's long
+/// factors: rope_frequencies(spec, original_max_position_embeddings + 1)), float64 `[R/2]` on the
+/// host; undefined for the variants whose frequencies past the switch depend on the call's length
+/// (dynamic NTK) and for those that never switch.
+at::Tensor rope_long_inv_freq(const RopeSpec& spec, const char* who);
+
 /// The spec a RotaryEmbedding's options define (the module, its caches and its export all use
 /// it): max_position_embeddings defaults to max_len, original_max_position_embeddings to
 /// max_position_embeddings.

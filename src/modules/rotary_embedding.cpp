@@ -31,58 +31,25 @@ RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_)
 }
 
 void RotaryEmbeddingImpl::reset() {
-  TORCH_CHECK(options.head_dim() >= 2, kName, ": head_dim must be >= 2, but got ",
-              options.head_dim());
-  const int64_t rotary_dim = options.rotated_width();
-  TORCH_CHECK(rotary_dim <= options.head_dim(), kName, ": rotary_dim (", rotary_dim,
-              ") must be <= head_dim (", options.head_dim(), ")");
-  TORCH_CHECK(!options.deinterleave() || options.pairing() == RotaryPairing::kHalfSplit, kName,
-              ": deinterleave regroups pairs (2i, 2i + 1) into halves (i, i + R/2), the "
-              "layout of pairing kHalfSplit, but pairing is ",
-              options.pairing(),
-              "; pass pairing(kHalfSplit) with deinterleave, or drop "
-              "deinterleave for pairs (2i, 2i + 1) kept in place");
-  TORCH_CHECK(options.max_len() >= 1, kName, ": max_len must be >= 1, but got ", options.max_len(),
-              "; pass the number of positions the module rotates");
-  // (the width and base first: a cache of a width over the limit is reported as such)
-  detail::check_rotary_arguments(kName, 1, rotary_dim, options.base());
-  const int64_t cached = options.cached_rows();
-  const char* length = options.cached_len() ? "cached_len" : "max_len";
-  TORCH_CHECK(cached >= 1 && cached <= options.max_len(), kName,
-              ": cached_len must be in [1, max_len = ", options.max_len(), "], but got ", cached,
-              "; leave it unset to cache every position");
-  TORCH_CHECK(rotary_dim < 2 || cached <= detail::kMaxTableElements / (rotary_dim / 2), kName,
-              ": the cos/sin caches hold ", length, " * rotary_dim / 2 = ", cached, " * ",
-              rotary_dim / 2,
-              " elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); ",
-              options.cached_len()
-                  ? "lower cached_len (positions past it are computed on each call)"
-                  : "set cached_len (e.g. 8192; positions past it are computed on each call) or "
-                    "lower max_len");
-  detail::check_rotary_arguments(kName, options.cached_rows(), rotary_dim, options.base());
-  if (!options.mrope_section().empty()) {
-    detail::mrope_axes(kName, options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);
-  }
+  // (the options are checked by ops::rotary_module_call, before anything is built)
   build_tables(cos.defined() ? cos.scalar_type() : torch::kFloat,
                cos.defined() ? cos.device() : torch::Device(torch::kCPU));
 }
 
 void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device) {
-  // rope_frequencies checks every scaling parameter before anything is built.
+  // The options' checks (the same for posenc.nn's module), before anything is built.
+  auto call = std::make_shared<const ops::RotaryModuleCall>(
+      ops::rotary_module_call(options, kName, /*python=*/false));
   const detail::RopeSpec spec = detail::rope_spec(options);
   const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, kName);
   // The frequencies stay float64, on the caches' device (passed with them). Everything is computed
   // before the first member changes.
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
   torch::Tensor inv_freq = at::tensor(frequencies.inv_freq, float64).to(device);
-  const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
-  auto call = std::make_shared<const ops::RotaryModuleCall>(
-      ops::rotary_module_call(options, kName, /*python=*/false));
-  torch::Tensor long_inv_freq =
-      detail::rope_type_entry(spec.scaling.type()).switches == detail::RopeSwitch::kLongFactors
-          ? at::tensor(detail::rope_frequencies(spec, *switch_length + 1, kName).inv_freq, float64)
-                .to(device)
-          : torch::Tensor();
+  torch::Tensor long_inv_freq = detail::rope_long_inv_freq(spec, kName);
+  if (long_inv_freq.defined()) {
+    long_inv_freq = long_inv_freq.to(device);
+  }
   const auto positions =
       torch::arange(options.cached_rows(), torch::TensorOptions().dtype(torch::kLong));
   auto tables = detail::rotary_rows(positions, frequencies, dtype);

@@ -43,6 +43,12 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "rotary_embedding_call_qk(Tensor q, Tensor k, Tensor cos, Tensor sin, Tensor inv_freq, "
       "Tensor? long_inv_freq, str module, int offset=0, Tensor? positions=None) "
       "-> (Tensor, Tensor)");
+  // The float64 frequencies a RotaryEmbedding with these options (`module`, as above) holds, on
+  // the host: inv_freq [R/2], longrope's long ones [R/2] (empty [0] for the other variants) and
+  // the variant's attention factor (0-dim); checks the options. CompositeExplicitAutograd.
+  m.def(
+      "rotary_embedding_frequencies(str module) -> (Tensor inv_freq, Tensor long_inv_freq, "
+      "Tensor attention_factor)");
   m.def(
       "multimodal_rotary_tables(Tensor cos, Tensor sin, Tensor positions, int[] mrope_section, "
       "bool interleaved=False, Tensor? inv_freq=None, float attention_factor=1.0) "

@@ -15,10 +15,13 @@
 #include <ATen/ops/_assert_async.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 #include <torch/library.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -283,6 +286,38 @@ at::Tensor regrouped(const RotaryEmbeddingOptions& options, const at::Tensor& x)
 
 RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* who,
                                     bool python) {
+  TORCH_CHECK(options.head_dim() >= 2, who, ": head_dim must be >= 2, but got ",
+              options.head_dim());
+  const int64_t rotary_dim = options.rotated_width();
+  TORCH_CHECK(rotary_dim <= options.head_dim(), who, ": rotary_dim (", rotary_dim,
+              ") must be <= head_dim (", options.head_dim(), ")");
+  TORCH_CHECK(!options.deinterleave() || options.pairing() == RotaryPairing::kHalfSplit, who,
+              ": deinterleave regroups pairs (2i, 2i + 1) into halves (i, i + R/2), the "
+              "layout of pairing ",
+              python ? "'half_split', but pairing is 'interleaved'; pass pairing='half_split'"
+                     : "kHalfSplit, but pairing is interleaved; pass pairing(kHalfSplit)",
+              " with deinterleave, or drop deinterleave for pairs (2i, 2i + 1) kept in place");
+  TORCH_CHECK(options.max_len() >= 1, who, ": max_len must be >= 1, but got ", options.max_len(),
+              "; pass the number of positions the module rotates");
+  // (the width and base first: a cache of a width over the limit is reported as such)
+  detail::check_rotary_arguments(who, 1, rotary_dim, options.base());
+  const int64_t cached = options.cached_rows();
+  const char* length = options.cached_len() ? "cached_len" : "max_len";
+  TORCH_CHECK(cached >= 1 && cached <= options.max_len(), who,
+              ": cached_len must be in [1, max_len = ", options.max_len(), "], but got ", cached,
+              "; leave it unset to cache every position");
+  TORCH_CHECK(rotary_dim < 2 || cached <= detail::kMaxTableElements / (rotary_dim / 2), who,
+              ": the cos/sin caches hold ", length, " * rotary_dim / 2 = ", cached, " * ",
+              rotary_dim / 2,
+              " elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); ",
+              options.cached_len()
+                  ? "lower cached_len (positions past it are computed on each call)"
+                  : "set cached_len (e.g. 8192; positions past it are computed on each call) or "
+                    "lower max_len");
+  detail::check_rotary_arguments(who, options.cached_rows(), rotary_dim, options.base());
+  if (!options.mrope_section().empty()) {
+    detail::mrope_axes(who, options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);
+  }
   const detail::RopeSpec spec = detail::rope_spec(options);
   RotaryModuleCall call;
   call.options = options;
@@ -449,11 +484,27 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_call_qk(
                                   k, offset, positions ? *positions : none, /*in_place=*/false);
 }
 
+// The frequencies posenc.nn's module holds beside its caches, as the C++ module's (reset()).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_embedding_frequencies(
+    c10::string_view module) {
+  const detail::RopeSpec spec = detail::rope_spec(module_call(module)->options);
+  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, kName);
+  const at::Tensor long_inv_freq = detail::rope_long_inv_freq(spec, kName);
+  const auto float64 = at::TensorOptions().dtype(at::kDouble);
+  return {at::tensor(frequencies.inv_freq, float64),
+          long_inv_freq.defined() ? long_inv_freq : at::empty({0}, float64),
+          at::scalar_tensor(frequencies.variant_attention_factor, float64)};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
   m.impl("rotary_embedding_call", &rotary_embedding_call);
   m.impl("rotary_embedding_call_qk", &rotary_embedding_call_qk);
+}
+
+TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
+  m.impl("rotary_embedding_frequencies", &rotary_embedding_frequencies);
 }
 
 } // namespace ops

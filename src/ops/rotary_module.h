@@ -30,8 +30,10 @@ struct RotaryModuleCall {
   const char* hint = "";
 };
 
-/// The call of a module with these options: checks them (the messages name `who`) and resolves
-/// the switch length and the factor of the rows. `python`: the advice is spelt for posenc.nn.
+/// The call of a module with these options: checks every option (the C++ module's reset() and
+/// posenc.nn's constructor, through rotary_embedding_frequencies; the messages name `who`) and
+/// resolves the switch length and the factor of the rows. `python`: the advice is spelt for
+/// posenc.nn.
 RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* who,
                                     bool python);
 

@@ -295,6 +295,11 @@ OPERATOR_CASES = [
     _case("rope_frequencies", "default", lambda ops, T: ops.rope_frequencies(16), cpu_outputs=True),
     _case("rope_frequencies", "yarn", lambda ops, T: ops.rope_frequencies(
         16, 10000.0, '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}'), cpu_outputs=True),
+    # a module's frequencies (longrope: the long ones too; empty for the others)
+    _case("rotary_embedding_frequencies", "default", lambda ops, T: ops.rotary_embedding_frequencies(ROTARY_MODULE),
+          cpu_outputs=True),
+    _case("rotary_embedding_frequencies", "longrope", lambda ops, T: ops.rotary_embedding_frequencies(json.dumps(
+        {"head_dim": 8, "max_len": 32, "rope_parameters": LONGROPE})), cpu_outputs=True),
     # the frequencies of a length on a device: made on the host, placed there without a copy
     _case("rope_frequencies", "dynamic_device", lambda ops, T: ops.rope_frequencies(
         16, 10000.0, DYNAMIC_JSON, seq_len=40, device=T.device)[:1]),
@@ -801,16 +806,21 @@ def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_s
     instead of libm's; dynamic NTK's frequencies are rescaled by ATen's pow of the length ratio
     (within 8 ulp of float64 of the host's formula)."""
     module = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=rope_scaling)
+    parameters = json.dumps({"max_position_embeddings": 32, **json.loads(module._module)["rope_parameters"]})
+
+    def frequencies_of(seq_len=None, **kwargs):  # the rope_frequencies operator, of the module's parameters
+        return posenc.ops.rope_frequencies(8, module.base, parameters, None, seq_len, **kwargs)
+
     x = randn(2, 5, 3, 8)
     expected = module.forward_positions(x, positions)
     own = module.inv_freq if module._long_inv_freq is None else torch.stack([module.inv_freq, module._long_inv_freq])
-    inv_freq = module._frequencies(positions=positions, frequencies=own)[0]
-    assert torch.equal(inv_freq, module._frequencies(positions=positions)[0])
+    inv_freq = frequencies_of(positions=positions, frequencies=own)[0]
+    assert torch.equal(inv_freq, frequencies_of(positions=positions)[0])
     got = posenc.ops.apply_rotary(x, module.cos.narrow(0, 0, 0), module.sin.narrow(0, 0, 0), 0, positions, False,
                                   False, False, inv_freq, module._rows_factor)
     torch.testing.assert_close(got, expected, rtol=0, atol=2 * 6 * 2.0 ** -23)
     end = int(positions.max().floor().item()) + 1
-    host = module._frequencies(end)[0]
+    host = frequencies_of(end)[0]
     if rope_scaling is LONGROPE:
         assert torch.equal(inv_freq, host)
     else:

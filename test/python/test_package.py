@@ -266,8 +266,9 @@ def _hf_rope(posenc, posenc_cli, tmp_path, config, **module_options):
                                        rope_scaling=scaling, mrope_section=mrope_section, **module_options)
     from_config = posenc.nn.RotaryEmbedding.from_hf_config(path, **module_options)
     same_state(from_config, scripted)
-    assert (from_config.rope_type, from_config.switch_length, from_config.mrope_section) == \
-        (module.rope_type, module.switch_length, module.mrope_section)
+    assert (from_config.rope_type, from_config.mrope_section) == (module.rope_type, module.mrope_section)
+    assert torch.equal(from_config.inv_freq, module.inv_freq)
+    assert (from_config._long_inv_freq is None) == (module._long_inv_freq is None)
     return module, scripted
 
 
@@ -289,6 +290,12 @@ def test_length_dependent_rope_is_the_cpp_module(posenc, posenc_cli, tmp_path, s
               "hidden_size": 32, "rope_scaling": scaling}
     module, scripted = _hf_rope(posenc, posenc_cli, tmp_path, config, beyond_max_len="extrapolate", flags=["--extrapolate"])
     same_state(module, scripted)
+    # the frequencies past the switch: longrope's long ones (the C++ module's), dynamic's per call
+    assert torch.equal(module.inv_freq, scripted.inv_freq)
+    if scaling["rope_type"] == "longrope":
+        assert torch.equal(module._long_inv_freq, scripted.long_inv_freq) and module._long_inv_freq.numel() == 8
+    else:
+        assert module._long_inv_freq is None and scripted.long_inv_freq.numel() == 0
     x = torch.randn(2, 12, 2, 16)
     for offset in (0, 20, 40, 70):  # inside the original length, across it, past it, past max_len
         _close_rotation(module(x, offset), scripted(x, offset), x)
@@ -413,7 +420,7 @@ def test_rotary_embedding_errors(posenc):
         posenc.nn.RotaryEmbedding(8, 16, rotary_dim=10)
     with pytest.raises(ValueError, match="rope type 'linear' needs a scaling factor"):  # the operator's check
         posenc.nn.RotaryEmbedding(8, 16, rope_scaling={"rope_type": "linear"})
-    with pytest.raises(RuntimeError):  # sections summing to 5 pairs, not 4
+    with pytest.raises(ValueError, match="mrope_section must hold three"):  # sections summing to 5 pairs, not 4
         posenc.nn.RotaryEmbedding(8, 16, mrope_section=[1, 2, 2])
     with pytest.raises(RuntimeError, match="max_len"):
         posenc.nn.RotaryEmbedding(8, 16)(torch.randn(1, 4, 1, 8), 13)

@@ -484,7 +484,7 @@ def test_hunyuan_reads_dynamic_with_alpha_as_ntk_alpha(posenc_package, posenc_cl
         inv_freq64, factor = rotary_class.compute_ntk_alpha_rope_parameters(hf)
     exported = export(posenc_cli, tmp_path, config, "--max-len", str(2 * MAX_POS))
     module = posenc_package.nn.RotaryEmbedding.from_hf_config(hf, heads_first=True, max_len=2 * MAX_POS)
-    assert module.rope_type == "ntk_alpha" and module.switch_length is None
+    assert module.rope_type == "ntk_alpha" and module._long_inv_freq is None
     torch.testing.assert_close(exported.inv_freq, inv_freq64, rtol=1e-14, atol=0)
     torch.testing.assert_close(module.inv_freq, inv_freq64, rtol=1e-14, atol=0)
     assert exported.switch_len == -1 and factor == 1.0  # fixed frequencies: no switch by length

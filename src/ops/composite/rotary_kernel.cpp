@@ -163,12 +163,9 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     } else {
       // (made on the host, placed on the positions' device without waiting for it)
       base = at::tensor(frequencies.inv_freq, float64);
-      const c10::optional<int64_t> switch_length = detail::rope_switch_length(spec);
-      if (detail::rope_type_entry(spec.scaling.type()).switches ==
-          detail::RopeSwitch::kLongFactors) { // the second set: past the switch
-        base = at::stack(
-            {base,
-             at::tensor(detail::rope_frequencies(spec, *switch_length + 1, who).inv_freq, float64)});
+      const at::Tensor long_inv_freq = detail::rope_long_inv_freq(spec, who);
+      if (long_inv_freq.defined()) { // the second set: past the switch
+        base = at::stack({base, long_inv_freq});
       }
       base = detail::upload(base, positions->device());
     }
