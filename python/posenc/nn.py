@@ -633,11 +633,6 @@ class TimestepEmbedder(_Module):
         return self.mlp(self.frequencies(timesteps).to(weight.dtype))
 
 
-def _rotation_dtype(x: Tensor) -> torch.dtype:
-    # float64 inputs rotate by float64 tables, every other dtype by float32 ones (as in C++)
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
 class AxialRotaryEmbedding(_Module):
     """Axial RoPE of token coordinates (Flux's ``FluxPosEmbed``, ``posenc::AxialRotaryEmbedding``):
     ``forward(x, ids)`` rotates ``x`` ``[B, L, H, Dh]`` by the coordinates ``ids`` ``[L, A]``, axis
@@ -654,15 +649,9 @@ class AxialRotaryEmbedding(_Module):
         return _ops.axial_rotary_tables(ids, self.axes_dim, self.theta, dtype=dtype)
 
     def forward(self, x: Tensor, ids: Tensor) -> Tensor:
-        length_dim = 2 if self.heads_first else 1
-        if x.dim() != 4:
-            raise ValueError(f"AxialRotaryEmbedding: expected a 4-D query or key tensor of shape "
-                             f"{'[B, H, L, Dh]' if self.heads_first else '[B, L, H, Dh]'}, but got shape {tuple(x.shape)}")
-        if ids.dim() != 2 or ids.shape[0] != x.shape[length_dim]:
-            raise ValueError(f"AxialRotaryEmbedding: ids must hold one row per token, [L, {len(self.axes_dim)}] with "
-                             f"L = {x.shape[length_dim]}, but got shape {tuple(ids.shape)}")
-        cos, sin = self.tables(ids, _rotation_dtype(x))
-        return _ops.apply_rotary(x, cos, sin, 0, None, self.pairing == "interleaved", self.heads_first)
+        # the C++ module's call: the axial_rotary_embedding_call operator
+        return _ops.axial_rotary_embedding_call(x, ids, self.axes_dim, self.theta, self.pairing == "interleaved",
+                                                self.heads_first)
 
 
 class VisionRotaryEmbedding(_Module):
@@ -694,20 +683,10 @@ class VisionRotaryEmbedding(_Module):
         return _ops.axial_rotary_tables(ids, [self.dim // 2, self.dim // 2], self.temperature, dtype=dtype)
 
     def forward(self, x: Tensor, feat_shape: List[int]) -> Tensor:
-        if len(feat_shape) != 2:
-            raise ValueError(f"VisionRotaryEmbedding: feat_shape must be the patch grid [H, W], but got {list(feat_shape)}")
-        length_dim = 2 if self.heads_first else 1
-        patches = feat_shape[0] * feat_shape[1]
-        prefix = self.num_prefix_tokens
-        if x.dim() != 4 or x.shape[length_dim] != prefix + patches:
-            raise ValueError(
-                f"VisionRotaryEmbedding: expected {prefix} prefix tokens + {feat_shape[0]} x {feat_shape[1]} = "
-                f"{prefix + patches} tokens along dimension {length_dim} of a 4-D input, but got shape {tuple(x.shape)}; "
-                "pass the patch grid of this input")
-        cos, sin = self.tables(feat_shape, _rotation_dtype(x), x.device)
-        rotated = _ops.apply_rotary(x.narrow(length_dim, prefix, patches), cos, sin, 0, None,
-                                    self.pairing == "interleaved", self.heads_first)
-        return rotated if prefix == 0 else torch.cat([x.narrow(length_dim, 0, prefix), rotated], length_dim)
+        # the C++ module's call: the vision_rotary_embedding_call operator
+        return _ops.vision_rotary_embedding_call(x, list(feat_shape), self.dim, self.temperature, self.ref_feat_shape,
+                                                 self.grid_offset, self.grid_indexing, self.pairing == "interleaved",
+                                                 self.num_prefix_tokens, self.heads_first)
 
 
 class ALiBi(_Module):

@@ -2,7 +2,7 @@
 #include <posenc/ops.h>
 
 #include "detail/checks.h"
-#include "detail/vision.h"
+#include "ops/vision_module.h"
 
 namespace posenc {
 namespace functional {
@@ -58,15 +58,8 @@ std::tuple<at::Tensor, at::Tensor> grid_rotary_tables(const std::vector<int64_t>
                                                       c10::optional<at::ScalarType> dtype,
                                                       c10::optional<at::Device> device) {
   const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "grid_rotary_tables");
-  pd::check_grid_rotary_arguments(pd::caller_or("grid_rotary_tables"), feat_shape, options.dim(),
-                                  options.temperature(), options.ref_feat_shape(),
-                                  options.grid_offset(),
-                                  grid_indexing_name(options.grid_indexing()));
-  const at::Tensor ids =
-      ops::grid_ids(feat_shape, options.ref_feat_shape(), options.grid_offset(),
-                    grid_indexing_name(options.grid_indexing()), at::kDouble, device);
-  return ops::axial_rotary_tables(ids, {options.dim() / 2, options.dim() / 2},
-                                  options.temperature(), dtype);
+  return ops::vision_rotary_tables(options, pd::caller_or("grid_rotary_tables"), feat_shape, dtype,
+                                   device);
 }
 
 at::Tensor crop_position_table(const at::Tensor& posemb, const CropPositionTableOptions& options) {

@@ -5,11 +5,11 @@
 
 #include "detail/checks.h"
 #include "detail/vision.h"
+#include "ops/vision_module.h"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
 
-#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -142,25 +142,7 @@ std::tuple<torch::Tensor, torch::Tensor> AxialRotaryEmbeddingImpl::tables(
 }
 
 torch::Tensor AxialRotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::Tensor& ids) {
-  const detail::CallerScope caller(kName);
-  const int64_t length_dim = options.heads_first() ? 2 : 1;
-  TORCH_CHECK(x.defined() && x.dim() == 4, kName,
-              ": expected a 4-D query or key tensor of shape ",
-              options.heads_first() ? "[B, H, L, Dh] (heads_first=true)"
-                                    : "[B, L, H, Dh] (heads_first=false)",
-              ", but got ", x.defined() ? "shape " + c10::str(x.sizes()) : "an undefined tensor");
-  TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) == x.size(length_dim), kName,
-              ": ids must hold one row per token, [L, ", options.axes_dim().size(), "] with L = ",
-              x.size(length_dim), ", but got ",
-              ids.defined() ? "shape " + c10::str(ids.sizes()) : "an undefined tensor");
-  TORCH_CHECK(ids.device() == x.device(), kName, ": expected ids on the input's device (",
-              x.device(), "), but got ids on ", ids.device());
-  // float64 inputs rotate by float64 tables; every other dtype by float32 ones (computed in float32)
-  const auto rows =
-      tables(ids, x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
-  return ops::apply_rotary(x, std::get<0>(rows), std::get<1>(rows), /*offset=*/0,
-                           /*positions=*/c10::nullopt,
-                           options.pairing() == RotaryPairing::kInterleaved, options.heads_first());
+  return ops::axial_rotary_module_forward(options, x, ids);
 }
 
 // ---- timm's axial RoPE of patch grids (EVA-02) ----
@@ -212,36 +194,7 @@ std::tuple<torch::Tensor, torch::Tensor> VisionRotaryEmbeddingImpl::tables(
 
 torch::Tensor VisionRotaryEmbeddingImpl::forward(const torch::Tensor& x,
                                                  const std::vector<int64_t>& feat_shape) {
-  const detail::CallerScope caller(kName);
-  const int64_t length_dim = options.heads_first() ? 2 : 1;
-  TORCH_CHECK(x.defined() && x.dim() == 4, kName,
-              ": expected a 4-D query or key tensor of shape ",
-              options.heads_first() ? "[B, H, N, Dh] (heads_first=true)"
-                                    : "[B, N, H, Dh] (heads_first=false)",
-              ", but got ", x.defined() ? "shape " + c10::str(x.sizes()) : "an undefined tensor");
-  detail::check_grid_rotary_arguments(kName, feat_shape, options.dim(), options.temperature(),
-                                      options.ref_feat_shape(), options.grid_offset(),
-                                      grid_indexing_name(options.grid_indexing()));
-  const int64_t patches = feat_shape[0] * feat_shape[1];
-  const int64_t prefix = options.num_prefix_tokens();
-  TORCH_CHECK(x.size(length_dim) == prefix + patches, kName, ": expected ", prefix,
-              " prefix tokens + ", feat_shape[0], " x ", feat_shape[1], " = ", prefix + patches,
-              " tokens along dimension ", length_dim, ", but got ", x.size(length_dim),
-              " (shape ", x.sizes(), "); pass the patch grid of this input");
-  TORCH_CHECK(x.size(3) >= options.dim(), kName, ": the head width ", x.size(3),
-              " is smaller than the rotated width dim = ", options.dim());
-  // float64 inputs rotate by float64 tables; every other dtype by float32 ones
-  const auto rows = tables(feat_shape,
-                           x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat,
-                           x.device());
-  const torch::Tensor rotated =
-      ops::apply_rotary(x.narrow(length_dim, prefix, patches), std::get<0>(rows),
-                        std::get<1>(rows), /*offset=*/0, /*positions=*/c10::nullopt,
-                        options.pairing() == RotaryPairing::kInterleaved, options.heads_first());
-  if (prefix == 0) {
-    return rotated;
-  }
-  return at::cat({x.narrow(length_dim, 0, prefix), rotated}, length_dim);
+  return ops::vision_rotary_module_forward(options, x, feat_shape);
 }
 
 } // namespace posenc

@@ -37,31 +37,7 @@ namespace {
 
 constexpr const char* kName = "RotaryEmbedding";
 
-// Sizes of the inputs, which torch.export and torch.compile may keep symbolic (LibTorch 1.13:
-// integers): a size the call's logic needs as a number is specialized (guarded) to its value.
-#if POSENC_SYMBOLIC_LENGTHS
-using Size = c10::SymInt;
-Size size_of(const at::Tensor& t, int64_t dim) {
-  return t.sym_size(dim);
-}
-int64_t number_of(const Size& size) {
-  return size.guard_int(__FILE__, __LINE__);
-}
-c10::SymIntArrayRef shape_of(const at::Tensor& t) {
-  return t.sym_sizes();
-}
-#else
-using Size = int64_t;
-Size size_of(const at::Tensor& t, int64_t dim) {
-  return t.size(dim);
-}
-int64_t number_of(Size size) {
-  return size;
-}
-c10::IntArrayRef shape_of(const at::Tensor& t) {
-  return t.sizes();
-}
-#endif
+// (sizes of the inputs: ops/sym_length.h's SymLength, size_of, shape_of and value_of)
 
 /// The last position + 1 of a call (explicit positions: their maximum, one host read), or unset
 /// when the call is invalid (the operator reports it).
@@ -139,7 +115,7 @@ void check_within_max_len(const RotaryEmbeddingOptions& options, const at::Tenso
                           int64_t offset, const at::Tensor& positions) {
   const int64_t max_len = options.max_len();
   if (!positions.defined()) {
-    const int64_t length = number_of(size_of(x, options.heads_first() ? 2 : 1));
+    const int64_t length = value_of(size_of(x, options.heads_first() ? 2 : 1));
     if (offset >= 0 && length >= 1) { // (other offsets and lengths get the operator's message)
       detail::check_offset(kName, offset, length, max_len, detail::caller_hint());
     }
@@ -162,7 +138,7 @@ void check_heads(const RotaryEmbeddingOptions& options, const at::Tensor& x) {
   if (!x.defined() || x.dim() != 4) {
     return;
   }
-  const Size width = size_of(x, 3);
+  const SymLength width = size_of(x, 3);
   TORCH_CHECK(width == options.head_dim() || width < options.rotated_width(), kName,
               ": expected heads of width head_dim = ", options.head_dim(), ", but got ", width,
               " (input shape ", shape_of(x), "); build the module with head_dim = ", width,
@@ -218,7 +194,7 @@ CallTables call_tables(const RotaryModuleCall& call, const RotaryModuleTensors& 
     // with the frequencies of its own length (longrope: the long ones, computed once), for
     // exactly the rows it uses (an empty slice of the caches makes every position one "past the
     // caches"). Other calls take the cached path.
-    const int64_t length = number_of(size_of(x, options.heads_first() ? 2 : 1));
+    const int64_t length = value_of(size_of(x, options.heads_first() ? 2 : 1));
     const c10::optional<int64_t> end = call_end(offset, length, positions);
     if (end && *end > *call.switch_length &&
         (extrapolate || continuous || *end <= options.max_len())) {
@@ -242,10 +218,10 @@ CallTables call_tables(const RotaryModuleCall& call, const RotaryModuleTensors& 
                                       options.mrope_interleaved(), optional_tensor(tables.inv_freq),
                                       call.attention_factor);
     }();
-    const Size tokens = size_of(positions, 1) * size_of(positions, 2);
-    const Size half = size_of(tensors.cos, 1);
-    const std::vector<Size> flat = {tokens, half};
-    const std::vector<Size> grid = {size_of(positions, 1), size_of(positions, 2)};
+    const SymLength tokens = size_of(positions, 1) * size_of(positions, 2);
+    const SymLength half = size_of(tensors.cos, 1);
+    const std::vector<SymLength> flat = {tokens, half};
+    const std::vector<SymLength> grid = {size_of(positions, 1), size_of(positions, 2)};
     tables = {std::get<0>(rows).POSENC_SYM(view)(flat), std::get<1>(rows).POSENC_SYM(view)(flat),
               at::Tensor(),
               at::arange(c10::Scalar(tokens),
@@ -263,13 +239,13 @@ at::Tensor regrouped(const RotaryEmbeddingOptions& options, const at::Tensor& x)
     return x; // (other inputs get the operator's messages)
   }
   const at::Tensor part = x.narrow(-1, 0, rotary_dim);
-  std::vector<Size> pairs;
+  std::vector<SymLength> pairs;
   for (int64_t d = 0; d + 1 < part.dim(); ++d) {
     pairs.push_back(size_of(part, d));
   }
   pairs.emplace_back(rotary_dim / 2);
   pairs.emplace_back(2);
-  std::vector<Size> same;
+  std::vector<SymLength> same;
   for (int64_t d = 0; d < part.dim(); ++d) {
     same.push_back(size_of(part, d));
   }
@@ -279,7 +255,7 @@ at::Tensor regrouped(const RotaryEmbeddingOptions& options, const at::Tensor& x)
   if (size_of(x, -1) == rotary_dim) {
     return halves;
   }
-  return at::cat({halves, x.narrow(-1, rotary_dim, number_of(size_of(x, -1)) - rotary_dim)}, -1);
+  return at::cat({halves, x.narrow(-1, rotary_dim, value_of(size_of(x, -1)) - rotary_dim)}, -1);
 }
 
 } // namespace

@@ -82,6 +82,17 @@ inline at::Tensor empty_with_lengths(c10::ArrayRef<SymLength> sizes,
                                      const at::TensorOptions& options) {
   return at::empty_symint(sizes, options);
 }
+
+/// A size of a tensor, symbolic under torch.export and torch.compile (a module's call compares
+/// and prints it without fixing it; value_of specializes it where a number is needed).
+inline SymLength size_of(const at::Tensor& tensor, int64_t dim) {
+  return tensor.sym_size(dim);
+}
+
+/// A tensor's sizes, symbolic under torch.export and torch.compile (for messages and views).
+inline SymLengths shape_of(const at::Tensor& tensor) {
+  return tensor.sym_sizes();
+}
 #else
 using SymLength = int64_t;
 using SymLengths = c10::IntArrayRef;
@@ -109,6 +120,14 @@ inline std::vector<int64_t> lengths_of(const at::Tensor& tensor) {
 inline at::Tensor empty_with_lengths(c10::ArrayRef<int64_t> sizes,
                                      const at::TensorOptions& options) {
   return at::empty(sizes, options);
+}
+
+inline int64_t size_of(const at::Tensor& tensor, int64_t dim) {
+  return tensor.size(dim);
+}
+
+inline c10::IntArrayRef shape_of(const at::Tensor& tensor) {
+  return tensor.sizes();
 }
 #endif
 

@@ -59,6 +59,17 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
   m.def("grid_ids(" POSENC_SYMINT
         "[] feat_shape, int[] ref_feat_shape=[], float grid_offset=0., "
         "str grid_indexing=\"ij\", ScalarType? dtype=None, Device? device=None) -> Tensor");
+  // An AxialRotaryEmbedding module's call (ops/vision_module.h), for posenc.nn's module: its
+  // options as arguments. Composite: axial_rotary_tables, then apply_rotary.
+  m.def(
+      "axial_rotary_embedding_call(Tensor x, Tensor ids, int[] axes_dim, float theta, "
+      "bool interleaved, bool heads_first) -> Tensor");
+  // A VisionRotaryEmbedding module's call (ops/vision_module.h), for posenc.nn's module: its
+  // options as arguments. Composite: grid_ids, axial_rotary_tables, apply_rotary of the patches.
+  m.def(
+      "vision_rotary_embedding_call(Tensor x, int[] feat_shape, int dim, float temperature, "
+      "int[] ref_feat_shape, float grid_offset, str grid_indexing, bool interleaved, "
+      "int num_prefix_tokens, bool heads_first) -> Tensor");
 }
 
 namespace ops {

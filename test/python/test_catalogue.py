@@ -679,9 +679,9 @@ NN_ERRORS = [
     err("VisionRotaryEmbedding-ref_feat_shape=0", lambda o, n: n.VisionRotaryEmbedding(8, ref_feat_shape=[0, 2]), RuntimeError, "ref_feat_shape must be empty or the pretraining grid [H, W] of sizes >= 1"),
     err("VisionRotaryEmbedding-grid_indexing-unknown", lambda o, n: n.VisionRotaryEmbedding(8, grid_indexing="ji"), ValueError, "grid_indexing must be one of 'ij', 'xy'"),
     err("VisionRotaryEmbedding-num_prefix_tokens=-1", lambda o, n: n.VisionRotaryEmbedding(8, num_prefix_tokens=-1), ValueError, "num_prefix_tokens must be >= 0"),
-    err("VisionRotaryEmbedding-forward-token-count-mismatch", call(lambda n: n.VisionRotaryEmbedding(8), "forward", torch.zeros(1, 2, 4, 8), [2, 2]), ValueError, "expected 1 prefix tokens + 2 x 2 = 5 tokens along dimension 2 of a 4-D input"),
-    err("VisionRotaryEmbedding-forward-feat_shape=2^31", call(lambda n: n.VisionRotaryEmbedding(8), "forward", torch.zeros(1, 2, 5, 8), [2**31, 2**31]), ValueError, "expected 1 prefix tokens + 2147483648 x 2147483648 = 4611686018427387905 tokens along"),
-    err("VisionRotaryEmbedding-forward-feat_shape-one-entry", call(lambda n: n.VisionRotaryEmbedding(8), "forward", torch.zeros(1, 2, 5, 8), [4]), ValueError, "feat_shape must be"),
+    err("VisionRotaryEmbedding-forward-token-count-mismatch", call(lambda n: n.VisionRotaryEmbedding(8), "forward", torch.zeros(1, 2, 4, 8), [2, 2]), RuntimeError, "VisionRotaryEmbedding: expected 1 prefix tokens + 2 x 2 = 5 tokens along dimension 2, but got 4 (shape [1, 2, 4, 8]); pass the patch grid of this input"),
+    err("VisionRotaryEmbedding-forward-feat_shape=2^31", call(lambda n: n.VisionRotaryEmbedding(8), "forward", torch.zeros(1, 2, 5, 8), [2**31, 2**31]), RuntimeError, "VisionRotaryEmbedding: feat_shape must hold sizes in [1, 2^28], but got [2147483648, 2147483648]"),
+    err("VisionRotaryEmbedding-forward-feat_shape-one-entry", call(lambda n: n.VisionRotaryEmbedding(8), "forward", torch.zeros(1, 2, 5, 8), [4]), RuntimeError, "feat_shape must be"),
     # ALiBi
     err("ALiBi-num_heads=0", lambda o, n: n.ALiBi(0), RuntimeError, "num_heads must be in [1, 2^28] (posenc's limit of heads)"),
     err("ALiBi-num_heads=-1", lambda o, n: n.ALiBi(-1), RuntimeError, "num_heads must be in [1, 2^28] (posenc's limit of heads)"),

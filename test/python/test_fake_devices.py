@@ -375,6 +375,15 @@ OPERATOR_CASES = [
     _case("crop_position_table", "default", lambda ops, T: ops.crop_position_table(T(randn(1, 36, 8)), [3, 4], [6, 6])),
     _case("crop_position_table", "prefix_2d", lambda ops, T: ops.crop_position_table(T(randn(37, 8)), [2, 5], [6, 6], 1)),
     _case("grid_ids", "default", lambda ops, T: ops.grid_ids([3, 4], device=T.device)),
+    # the vision rotary modules' calls (the options as arguments)
+    _case("axial_rotary_embedding_call", "interleaved", lambda ops, T: ops.axial_rotary_embedding_call(
+        T(randn(2, 9, 2, 16)), T(randn(9, 3, dtype=torch.float64)), [4, 6, 6], 10000.0, True, False)),
+    _case("axial_rotary_embedding_call", "heads_first_half_split", lambda ops, T: ops.axial_rotary_embedding_call(
+        T(randn(2, 2, 9, 16)), T(randn(9, 2)), [8, 8], 256.0, False, True)),
+    _case("vision_rotary_embedding_call", "prefix", lambda ops, T: ops.vision_rotary_embedding_call(
+        T(randn(2, 3, 1 + 12, 16)), [3, 4], 16, 10000.0, [], 0.0, "ij", True, 1, True)),
+    _case("vision_rotary_embedding_call", "ref_grid_xy_no_prefix", lambda ops, T: ops.vision_rotary_embedding_call(
+        T(randn(2, 12, 3, 16)), [3, 4], 8, 100.0, [6, 8], 0.5, "xy", False, 0, False)),
     _case("grid_ids", "xy_reference_float32", lambda ops, T: ops.grid_ids([3, 4], [6, 8], 0.5, "xy", torch.float32, device=T.device)),
 ]
 

@@ -498,8 +498,38 @@ def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
     ids = posenc_ops.grid_ids([3, 4], [2, 2], dtype=torch.float64)
     cos, sin = posenc_ops.axial_rotary_tables(ids, [8, 8], dtype=torch.float32)
     assert torch.equal(out[:, :, 1:], posenc_ops.apply_rotary(q[:, :, 1:], cos, sin, interleaved=True, heads_first=True))
-    with pytest.raises(ValueError, match="prefix tokens"):
-        rope(q, [4, 4])
+    with pytest.raises(RuntimeError, match="VisionRotaryEmbedding: expected 1 prefix tokens \\+ 4 x 4 = 17 tokens"):
+        rope(q, [4, 4])  # (the C++ module's message)
+
+
+@pytest.mark.parametrize("heads_first", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_vision_rotary_modules_make_the_cpp_modules_call(posenc, posenc_ops, heads_first, dtype):
+    """AxialRotaryEmbedding and VisionRotaryEmbedding call the C++ modules' call
+    (src/ops/vision_module.cpp) through axial_rotary_embedding_call / vision_rotary_embedding_call:
+    the same operators in the same order, float64 tables for float64 inputs and float32 ones
+    otherwise, the prefix tokens left as they are; so equal, bit for bit, to those operators."""
+    generator = torch.Generator().manual_seed(11)
+    tables_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    along = 2 if heads_first else 1
+    for pairing in ("interleaved", "half_split"):
+        axial = posenc.nn.AxialRotaryEmbedding([4, 6, 2], theta=500.0, pairing=pairing, heads_first=heads_first)
+        ids = torch.randn(7, 3, generator=generator, dtype=torch.float64) * 40
+        x = torch.randn((2, 3, 7, 14) if heads_first else (2, 7, 3, 14), generator=generator).to(dtype)
+        cos, sin = posenc_ops.axial_rotary_tables(ids, [4, 6, 2], 500.0, tables_dtype)
+        assert torch.equal(axial(x, ids), posenc_ops.apply_rotary(x, cos, sin, 0, None, pairing == "interleaved", heads_first))
+
+        rope = posenc.nn.VisionRotaryEmbedding(16, temperature=100.0, ref_feat_shape=[4, 6], grid_offset=0.5,
+                                               grid_indexing="xy", pairing=pairing, num_prefix_tokens=2,
+                                               heads_first=heads_first)
+        grid = [3, 5]
+        x = torch.randn((2, 3, 2 + 15, 18) if heads_first else (2, 2 + 15, 3, 18), generator=generator).to(dtype)
+        ids = posenc_ops.grid_ids(grid, [4, 6], 0.5, "xy", torch.float64)
+        cos, sin = posenc_ops.axial_rotary_tables(ids, [8, 8], 100.0, tables_dtype)
+        rotated = posenc_ops.apply_rotary(x.narrow(along, 2, 15), cos, sin, 0, None, pairing == "interleaved", heads_first)
+        assert torch.equal(rope(x, grid), torch.cat([x.narrow(along, 0, 2), rotated], along))
+    with pytest.raises(RuntimeError, match="AxialRotaryEmbedding: expected ids on the input's device"):
+        posenc.nn.AxialRotaryEmbedding([4, 6, 2])(torch.zeros(1, 7, 2, 12), torch.zeros(7, 3, device="meta"))
 
 
 @pytest.mark.parametrize("flags", [[], ["--learned"], ["--padding-idx", 0], ["--learned", "--padding-idx", 3]])
@@ -649,6 +679,34 @@ def test_modules_compile_fullgraph_and_export(posenc):
     program = torch.export.export(model, (x,), dynamic_shapes={"x": {1: length}})
     other = torch.randn(2, 30, 8)
     assert torch.equal(program.module()(other), model(other))
+
+
+@requires_torch(2, 4, "torch.compile(fullgraph=True) of custom operators")
+def test_vision_rotary_modules_compile_and_export_with_dynamic_shapes(posenc):
+    """The vision modules' call operators compare the input's sizes without reading them
+    (src/ops/vision_module.cpp): torch.export keeps the token count and the batch symbolic."""
+    axial = posenc.nn.AxialRotaryEmbedding([4, 6, 6]).eval()
+    length = torch.export.Dim("length", min=2, max=512)
+    program = torch.export.export(axial, (torch.randn(2, 9, 2, 16), torch.randn(9, 3)),
+                                  dynamic_shapes=({1: length}, {0: length}))
+    x, ids = torch.randn(2, 30, 2, 16), torch.randn(30, 3)
+    assert torch.equal(program.module()(x, ids), axial(x, ids))
+    compiled = torch.compile(axial, fullgraph=True, backend="aot_eager", dynamic=True)
+    assert torch.equal(compiled(x, ids), axial(x, ids))
+
+    class Patches(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = posenc.nn.VisionRotaryEmbedding(16)
+
+        def forward(self, q):
+            return self.rope(q, [3, 4])
+
+    patches = Patches()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(patches, (torch.randn(2, 3, 13, 16),), dynamic_shapes=({0: batch},))
+    q = torch.randn(5, 3, 13, 16)
+    assert torch.equal(program.module()(q), patches(q))
 
 
 STEPS, WORLD_SIZE = 3, 2
