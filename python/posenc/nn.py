@@ -621,6 +621,7 @@ class TimestepEmbedder(_Module):
             raise ValueError(f"TimestepEmbedder: hidden_size must be >= 1, but got {hidden_size}")
         _check_table("TimestepEmbedder", "a weight of hidden_size * hidden_size", hidden_size, hidden_size, "hidden_size")
         self.hidden_size, self.frequency_embedding_size = hidden_size, frequency_embedding_size
+        self.max_period = max_period
         self.frequencies = Timesteps(frequency_embedding_size, flip_sin_to_cos=True,
                                      downscale_freq_shift=0.0, max_period=max_period)  # (its checks first)
         _check_table("TimestepEmbedder", "a weight of hidden_size * frequency_embedding_size", hidden_size,
@@ -629,8 +630,10 @@ class TimestepEmbedder(_Module):
                                        torch.nn.SiLU(), torch.nn.Linear(hidden_size, hidden_size))
 
     def forward(self, timesteps: Tensor) -> Tensor:
-        weight = self.mlp[0].weight
-        return self.mlp(self.frequencies(timesteps).to(weight.dtype))
+        # the C++ module's call: the timestep_embedder_call operator
+        first, second = self.mlp[0], self.mlp[2]
+        return _ops.timestep_embedder_call(timesteps, self.hidden_size, self.frequency_embedding_size,
+                                           self.max_period, first.weight, first.bias, second.weight, second.bias)
 
 
 class AxialRotaryEmbedding(_Module):
@@ -671,16 +674,17 @@ class VisionRotaryEmbedding(_Module):
         self.grid_offset = grid_offset
         self.grid_indexing = _choice("VisionRotaryEmbedding", "grid_indexing", grid_indexing, ("ij", "xy"))
         self.pairing = _choice("VisionRotaryEmbedding", "pairing", pairing, ("half_split", "interleaved"))
-        if num_prefix_tokens < 0:
-            raise ValueError(f"VisionRotaryEmbedding: num_prefix_tokens must be >= 0, but got {num_prefix_tokens}")
+        if not 0 <= num_prefix_tokens <= _MAX_TABLE_ELEMENTS:
+            raise ValueError(f"VisionRotaryEmbedding: num_prefix_tokens must be in [0, 2^28] (the class and register "
+                             f"tokens before the patches), but got {num_prefix_tokens}")
         self.num_prefix_tokens, self.heads_first = num_prefix_tokens, heads_first
         self.tables([1, 1])  # the operators' argument checks
 
     def tables(self, feat_shape: List[int], dtype: Optional[torch.dtype] = None,
                device: Optional[torch.device] = None) -> Tuple[Tensor, Tensor]:
-        ids = _ops.grid_ids(feat_shape, self.ref_feat_shape, self.grid_offset, self.grid_indexing,
-                            dtype=torch.float64, device=device)
-        return _ops.axial_rotary_tables(ids, [self.dim // 2, self.dim // 2], self.temperature, dtype=dtype)
+        # the C++ module's tables: the vision_rotary_embedding_tables operator
+        return _ops.vision_rotary_embedding_tables(list(feat_shape), self.dim, self.temperature, self.ref_feat_shape,
+                                                   self.grid_offset, self.grid_indexing, dtype=dtype, device=device)
 
     def forward(self, x: Tensor, feat_shape: List[int]) -> Tensor:
         # the C++ module's call: the vision_rotary_embedding_call operator
@@ -859,27 +863,9 @@ class RelPositionalEncoding(_Module):
         self.register_buffer("pe", table)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
-        if x.dim() != 3 or x.shape[2] != self.d_model:
-            raise ValueError(f"RelPositionalEncoding: expected x of shape [B, L, {self.d_model}], but got {tuple(x.shape)}")
-        if x.device != self.pe.device:
-            raise ValueError(f"RelPositionalEncoding: expected the input on the device of the encoding table "
-                             f"({self.pe.device}), but got an input on {x.device}; move the module with "
-                             f".to({x.device}) or the input with x.to({self.pe.device})")
-        length = x.shape[1]
-        if offset < 0 or offset + length > self.max_len:
-            raise ValueError(
-                f"RelPositionalEncoding: the {offset} cached and {length} new positions must fit in the "
-                f"table's max_len = {self.max_len} (offset >= 0, offset + L <= max_len); build the module with a larger max_len")
-        if self.legacy:
-            pos_emb = self.pe.narrow(0, offset, length)
-        else:
-            pos_emb = self.pe.narrow(0, self.max_len - offset - length, offset + 2 * length - 1)
-        scaled = x * math.sqrt(self.d_model) if self.scale_input else x
-        positions = pos_emb.unsqueeze(0).to(x.dtype)
-        if self.dropout > 0 and self.training:
-            scaled = torch.nn.functional.dropout(scaled, self.dropout, True)
-            positions = torch.nn.functional.dropout(positions, self.dropout, True)
-        return scaled, positions
+        # the C++ module's call: the rel_positional_encoding_call operator
+        scale = math.sqrt(self.d_model) if self.scale_input else 1.0
+        return _ops.rel_positional_encoding_call(x, self.pe, offset, self.legacy, scale, self.dropout, self.training)
 
 
 class RelPositionMultiheadAttention(_Module):
@@ -911,29 +897,10 @@ class RelPositionMultiheadAttention(_Module):
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, pos_emb: Tensor,
                 mask: Optional[Tensor] = None) -> Tensor:
-        width, heads = self.embed_dim, self.num_heads
-        for t in (query, key, value, pos_emb):
-            if t.dim() != 3 or t.shape[-1] != width:
-                raise ValueError(f"RelPositionMultiheadAttention: query, key, value and pos_emb must be [B, L, embed_dim = {width}], but got {tuple(t.shape)}")
-        batch, queries, keys = query.shape[0], query.shape[1], key.shape[1]
-        if pos_emb.shape[0] not in (1, batch) or pos_emb.shape[1] != queries + keys - 1:
-            raise ValueError(
-                f"RelPositionMultiheadAttention: pos_emb must be [1 or B, Lq + Lk - 1, embed_dim] = [1 or {batch}, "
-                f"{queries + keys - 1}, {width}], but got {tuple(pos_emb.shape)}")
-
-        def split(t: Tensor) -> Tensor:  # [B, L, D] -> [B, H, L, d_k]
-            return t.view(t.shape[0], t.shape[1], heads, width // heads).transpose(1, 2)
-
-        q, k, v = split(self.linear_q(query)), split(self.linear_k(key)), split(self.linear_v(value))
-        p = split(self.linear_pos(pos_emb))
-        depth = width // heads
-        content = torch.matmul(q + self.pos_bias_u.unsqueeze(1), k.transpose(-2, -1))
-        position = _ops.rel_shift(torch.matmul(q + self.pos_bias_v.unsqueeze(1), p.transpose(-2, -1)))
-        scores = (content + position) * (1.0 / math.sqrt(depth))
-        if mask is not None:
-            scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
-        weights = torch.softmax(scores, -1)
-        if self.dropout > 0 and self.training:
-            weights = torch.nn.functional.dropout(weights, self.dropout, True)
-        attended = torch.matmul(weights, v)
-        return self.linear_out(attended.transpose(1, 2).reshape(batch, queries, width))
+        # the C++ module's call: the rel_position_multihead_attention_call operator
+        return _ops.rel_position_multihead_attention_call(
+            query, key, value, pos_emb, mask, self.embed_dim, self.num_heads,
+            self.linear_q.weight, self.linear_q.bias, self.linear_k.weight, self.linear_k.bias,
+            self.linear_v.weight, self.linear_v.bias, self.linear_pos.weight,
+            self.linear_out.weight, self.linear_out.bias, self.pos_bias_u, self.pos_bias_v,
+            self.dropout, self.training)

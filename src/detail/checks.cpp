@@ -1,4 +1,5 @@
 #include "detail/checks.h"
+#include "detail/sym_size.h"
 
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/cat.h>
@@ -101,16 +102,17 @@ void check_sequence_input(const char* who, const at::Tensor& x, int64_t d_model,
   TORCH_CHECK(x.defined(), who, ": expected an input tensor of shape ", layout,
               ", but got an undefined tensor");
   TORCH_CHECK(x.dim() == 3, who, ": expected a 3-D input of shape ", layout, ", but got a ",
-              x.dim(), "-D tensor of shape ", x.sizes(),
+              x.dim(), "-D tensor of shape ", shape_of(x),
               "; add the missing dimension, e.g. x.unsqueeze(", batch_first ? 0 : 1,
               ") for a single sequence");
   TORCH_CHECK(is_supported_float(x.scalar_type()), who,
               ": expected a floating-point input (float16, bfloat16, float32 or float64), but got ",
               x.scalar_type(), "; embed integer token ids first, e.g. with torch::nn::Embedding");
-  TORCH_CHECK(d_model == kAnyWidth || x.size(2) == d_model, who,
+  // (the sizes compared, not read: torch.export keeps the length and the batch symbolic)
+  TORCH_CHECK(d_model == kAnyWidth || size_of(x, 2) == d_model, who,
               ": expected the last dimension of the input to be d_model = ", d_model, ", but got ",
-              x.size(2), " (input shape ", x.sizes(),
-              "); build the module with d_model = ", x.size(2), " or project the input to ",
+              size_of(x, 2), " (input shape ", shape_of(x),
+              "); build the module with d_model = ", size_of(x, 2), " or project the input to ",
               d_model, " features");
   check_input_device(who, x, device, "the encoding table");
 }

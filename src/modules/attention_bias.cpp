@@ -5,6 +5,7 @@
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/relative_module.h"
 
 #include <torch/nn/init.h>
 #include <torch/nn/options/embedding.h>
@@ -219,36 +220,24 @@ torch::Tensor RelPositionMultiheadAttentionImpl::forward(const torch::Tensor& qu
                                                          const torch::Tensor& value,
                                                          const torch::Tensor& pos_emb,
                                                          const torch::Tensor& mask) {
-  const detail::CallerScope caller(kName);
-  const int64_t width = options.embed_dim();
-  const int64_t heads = options.num_heads();
-  for (const torch::Tensor* t : {&query, &key, &value, &pos_emb}) {
-    TORCH_CHECK(t->defined() && t->dim() == 3 && t->size(-1) == width, kName,
-                ": query, key, value and pos_emb must be [B, L, embed_dim = ", width,
-                "], but got ", t->defined() ? c10::str(t->sizes()) : "an undefined tensor");
-  }
-  TORCH_CHECK(key.sizes() == value.sizes() && key.size(0) == query.size(0), kName,
-              ": key and value must be [B, Lk, ", width, "] with the batch of query ",
-              query.sizes(), ", but got ", key.sizes(), " and ", value.sizes());
-  const int64_t batch = query.size(0);
-  const int64_t queries = query.size(1);
-  const int64_t keys = key.size(1);
-  TORCH_CHECK((pos_emb.size(0) == 1 || pos_emb.size(0) == batch) &&
-                  pos_emb.size(1) == queries + keys - 1,
-              kName, ": pos_emb must be [1 or B, Lq + Lk - 1, embed_dim] = [1 or ", batch, ", ",
-              queries + keys - 1, ", ", width, "] for Lq = ", queries, " queries and Lk = ", keys,
-              " keys, but got ", pos_emb.sizes(),
-              "; pass the table of relative positions Lk - 1 .. -(Lq - 1)");
-  const auto split = [&](const torch::Tensor& t) { // [B, L, D] -> [B, H, L, d_k]
-    return t.view({t.size(0), t.size(1), heads, width / heads}).transpose(1, 2);
-  };
-  const torch::Tensor q = split(linear_q(query));
-  const torch::Tensor k = split(linear_k(key));
-  const torch::Tensor v = split(linear_v(value));
-  const torch::Tensor p = split(linear_pos(pos_emb));
-  const torch::Tensor attended = functional::relative_position_attention(
-      q, k, v, p, pos_bias_u, pos_bias_v, mask, options.dropout(), is_training());
-  return linear_out(attended.transpose(1, 2).reshape({batch, queries, width}));
+  ops::RelPositionAttentionState state;
+  state.embed_dim = options.embed_dim();
+  state.num_heads = options.num_heads();
+  state.dropout = options.dropout();
+  state.q_weight = linear_q->weight;
+  state.q_bias = linear_q->bias;
+  state.k_weight = linear_k->weight;
+  state.k_bias = linear_k->bias;
+  state.v_weight = linear_v->weight;
+  state.v_bias = linear_v->bias;
+  state.pos_weight = linear_pos->weight;
+  state.out_weight = linear_out->weight;
+  state.out_bias = linear_out->bias;
+  state.pos_bias_u = pos_bias_u;
+  state.pos_bias_v = pos_bias_v;
+  return ops::rel_position_multihead_attention_forward(
+      state, query, key, value, pos_emb,
+      mask.defined() ? c10::optional<torch::Tensor>(mask) : c10::nullopt, is_training());
 }
 
 } // namespace posenc

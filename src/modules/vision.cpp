@@ -100,15 +100,10 @@ void TimestepEmbedderImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& timesteps) {
-  const detail::CallerScope caller(kName);
-  const torch::Tensor& weight = mlp->ptr<torch::nn::LinearImpl>(0)->weight;
-  TORCH_CHECK(!timesteps.defined() || timesteps.device() == weight.device(), kName,
-              ": expected the timesteps on the module's device (", weight.device(),
-              "), but got timesteps on ", timesteps.device(), "; move them with .to(",
-              weight.device(), ")");
-  const torch::Tensor frequencies =
-      functional::timestep_embedding(timesteps, dit_frequencies(options));
-  return mlp->forward(frequencies.to(weight.scalar_type()));
+  const auto* first = mlp->ptr<torch::nn::LinearImpl>(0).get();
+  const auto* second = mlp->ptr<torch::nn::LinearImpl>(2).get();
+  return ops::timestep_embedder_forward(options, timesteps, first->weight, first->bias,
+                                        second->weight, second->bias);
 }
 
 // ---- axial RoPE ----

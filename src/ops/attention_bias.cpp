@@ -51,6 +51,21 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
         " length, int d_model, float base=10000., " POSENC_SYMINT
         "? key_length=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("rel_shift(Tensor x) -> Tensor");
+  // A RelPositionalEncoding module's call (ops/relative_module.h), for posenc.nn's module: its
+  // table `pe` and options as arguments; returns (dropout(x * scale), dropout(pos_emb)).
+  // Composite: a narrow of the table, a scale and dropout.
+  m.def(
+      "rel_positional_encoding_call(Tensor x, Tensor pe, int offset, bool legacy, float scale, "
+      "float dropout, bool training) -> (Tensor, Tensor)");
+  // A RelPositionMultiheadAttention module's call (ops/relative_module.h), for posenc.nn's
+  // module: its options and parameters (ESPnet's linear_q/k/v/pos/out, pos_bias_u/v) as
+  // arguments. Composite: the projections, matmuls, rel_shift, softmax and dropout.
+  m.def(
+      "rel_position_multihead_attention_call(Tensor query, Tensor key, Tensor value, "
+      "Tensor pos_emb, Tensor? mask, int embed_dim, int num_heads, Tensor q_weight, "
+      "Tensor? q_bias, Tensor k_weight, Tensor? k_bias, Tensor v_weight, Tensor? v_bias, "
+      "Tensor pos_weight, Tensor out_weight, Tensor? out_bias, Tensor pos_bias_u, "
+      "Tensor pos_bias_v, float dropout, bool training) -> Tensor");
   m.def(
       "attention_temperature(Tensor query, Tensor? positions=None, int offset=0, "
       "float floor_scale=8192., float attn_scale=0.1, bool heads_first=False, "
@@ -442,28 +457,33 @@ at::Tensor rel_shift_kernel(const at::Tensor& x) {
   const char* who = detail::caller_or(kRelShift);
   TORCH_CHECK(x.defined() && x.dim() >= 2, who,
               ": x must be scores [..., Lq, Lq + Lk - 1] against a relative table, but got ",
-              x.defined() ? "shape " + c10::str(x.sizes()) : "an undefined tensor");
-  const int64_t queries = x.size(-2);
-  const int64_t relative = x.size(-1);
+              x.defined() ? "shape " + c10::str(shape_of(x)) : "an undefined tensor");
+  // (the sizes compared, not read: torch.export keeps the batch and the lengths symbolic)
+  const SymLength queries = size_of(x, -2);
+  const SymLength relative = size_of(x, -1);
   TORCH_CHECK(queries >= 1 && relative >= queries, who,
               ": the last dimension of x (", relative,
               ") must hold the Lq + Lk - 1 relative positions of its Lq = ", queries,
               " queries, so it must be >= Lq >= 1; build the table with "
               "relative_sinusoidal_table(Lq, d_model, key_length=Lk)");
-  const int64_t keys = relative - queries + 1;
+  const SymLength keys = relative - queries + 1;
   if (queries == 1) {
     return x.clone(at::MemoryFormat::Contiguous);
   }
-  std::vector<int64_t> flat(x.sizes().begin(), x.sizes().end() - 2);
+  const SymLengths sizes = shape_of(x);
+  std::vector<SymLength> flat(sizes.begin(), sizes.end() - 2);
   flat.push_back(queries * relative);
-  std::vector<int64_t> rows(x.sizes().begin(), x.sizes().end() - 2);
+  std::vector<SymLength> rows(sizes.begin(), sizes.end() - 2);
   rows.push_back(queries);
   rows.push_back(relative - 1);
-  return x.reshape(flat)
-      .narrow(-1, queries - 1, queries * (relative - 1))
-      .reshape(rows)
-      .narrow(-1, 0, keys)
-      .contiguous();
+  const at::Tensor shifted = POSENC_SYM(x.reshape)(flat);
+  const at::Tensor diagonals =
+      POSENC_SYM(shifted.narrow)(-1, queries - 1, queries * (relative - 1));
+  const at::Tensor by_query = POSENC_SYM(diagonals.reshape)(rows);
+  // (copied into a fresh tensor rather than made contiguous: whether the narrow is already
+  // contiguous depends on Lk == Lq + Lk - 2, which torch.export would have to decide)
+  rows.back() = keys;
+  return empty_with_lengths(rows, x.options()).copy_(POSENC_SYM(by_query.narrow)(-1, 0, keys));
 }
 
 // Llama 4's query temperature, in the form of Llama4TextAttention.forward (its layers without

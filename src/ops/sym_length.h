@@ -10,6 +10,8 @@
 // where it is concrete (a symbolic one is checked when the exported program runs, by the kernel
 // that then receives its value). LibTorch 1.13 declares them `int`.
 
+#include "detail/sym_size.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/SymInt.h>
 #include <c10/util/ArrayRef.h>
@@ -82,17 +84,6 @@ inline at::Tensor empty_with_lengths(c10::ArrayRef<SymLength> sizes,
                                      const at::TensorOptions& options) {
   return at::empty_symint(sizes, options);
 }
-
-/// A size of a tensor, symbolic under torch.export and torch.compile (a module's call compares
-/// and prints it without fixing it; value_of specializes it where a number is needed).
-inline SymLength size_of(const at::Tensor& tensor, int64_t dim) {
-  return tensor.sym_size(dim);
-}
-
-/// A tensor's sizes, symbolic under torch.export and torch.compile (for messages and views).
-inline SymLengths shape_of(const at::Tensor& tensor) {
-  return tensor.sym_sizes();
-}
 #else
 using SymLength = int64_t;
 using SymLengths = c10::IntArrayRef;
@@ -121,15 +112,12 @@ inline at::Tensor empty_with_lengths(c10::ArrayRef<int64_t> sizes,
                                      const at::TensorOptions& options) {
   return at::empty(sizes, options);
 }
-
-inline int64_t size_of(const at::Tensor& tensor, int64_t dim) {
-  return tensor.size(dim);
-}
-
-inline c10::IntArrayRef shape_of(const at::Tensor& tensor) {
-  return tensor.sizes();
-}
 #endif
+
+// A tensor's sizes and one of them, symbolic under torch.export and torch.compile (a call compares
+// and prints them without fixing them; value_of specializes one where a number is needed).
+using detail::shape_of;
+using detail::size_of;
 
 /// An optional length's concrete value: nullopt when it is absent or symbolic (`known` tells
 /// which).

@@ -70,6 +70,19 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "vision_rotary_embedding_call(Tensor x, int[] feat_shape, int dim, float temperature, "
       "int[] ref_feat_shape, float grid_offset, str grid_indexing, bool interleaved, "
       "int num_prefix_tokens, bool heads_first) -> Tensor");
+  // A VisionRotaryEmbedding module's cos/sin tables of the patch grid feat_shape
+  // (ops/vision_module.h), for posenc.nn's module's `tables`: its options as arguments.
+  // Composite: grid_ids, then axial_rotary_tables.
+  m.def(
+      "vision_rotary_embedding_tables(int[] feat_shape, int dim, float temperature, "
+      "int[] ref_feat_shape, float grid_offset, str grid_indexing, ScalarType? dtype=None, "
+      "Device? device=None) -> (Tensor, Tensor)");
+  // A TimestepEmbedder module's call (ops/vision_module.h), for posenc.nn's module: its options
+  // and the weights of its mlp (Linear, SiLU, Linear) as arguments. Composite:
+  // timestep_embedding, then the MLP.
+  m.def(
+      "timestep_embedder_call(Tensor timesteps, int hidden_size, int frequency_embedding_size, "
+      "int max_period, Tensor weight0, Tensor? bias0, Tensor weight2, Tensor? bias2) -> Tensor");
 }
 
 namespace ops {

@@ -11,6 +11,8 @@
 #include <posenc/ops/vision.h>
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/silu.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -23,6 +25,7 @@ namespace ops {
 namespace {
 constexpr const char* kAxialName = "AxialRotaryEmbedding";
 constexpr const char* kVisionName = "VisionRotaryEmbedding";
+constexpr const char* kTimestepEmbedderName = "TimestepEmbedder";
 
 // float64 inputs rotate by float64 tables; every other dtype by float32 ones (computed in float32)
 at::ScalarType rotation_dtype(const at::Tensor& x) {
@@ -101,6 +104,24 @@ at::Tensor vision_rotary_module_forward(const VisionRotaryEmbeddingOptions& opti
   return at::cat({x.narrow(length_dim, 0, prefix), rotated}, length_dim);
 }
 
+at::Tensor timestep_embedder_forward(const TimestepEmbedderOptions& options,
+                                     const at::Tensor& timesteps, const at::Tensor& weight0,
+                                     const at::Tensor& bias0, const at::Tensor& weight2,
+                                     const at::Tensor& bias2) {
+  const detail::CallerScope caller(kTimestepEmbedderName);
+  TORCH_CHECK(!timesteps.defined() || timesteps.device() == weight0.device(), kTimestepEmbedderName,
+              ": expected the timesteps on the module's device (", weight0.device(),
+              "), but got timesteps on ", timesteps.device(), "; move them with .to(",
+              weight0.device(), ")");
+  // DiT's embedding: cos first, frequencies exp(-ln(max_period) k / half)
+  const at::Tensor frequencies = ops::timestep_embedding(
+      timesteps, options.frequency_embedding_size(), /*flip_sin_to_cos=*/true,
+      /*downscale_freq_shift=*/0.0, /*scale=*/1.0, options.max_period());
+  const at::Tensor hidden =
+      at::silu(at::linear(frequencies.to(weight0.scalar_type()), weight0, bias0));
+  return at::linear(hidden, weight2, bias2);
+}
+
 namespace {
 
 // --- the operators: posenc.nn's modules pass their options as arguments ---------------------
@@ -119,23 +140,51 @@ at::Tensor axial_rotary_embedding_call(const at::Tensor& x, const at::Tensor& id
                                      x, ids);
 }
 
+// A VisionRotaryEmbedding's options given as the operators' arguments
+VisionRotaryEmbeddingOptions vision_options(int64_t dim, double temperature,
+                                            c10::IntArrayRef ref_feat_shape, double grid_offset,
+                                            c10::string_view grid_indexing) {
+  TORCH_CHECK(grid_indexing == "ij" || grid_indexing == "xy", kVisionName,
+              ": grid_indexing must be 'ij' or 'xy', but got '", std::string(grid_indexing), "'");
+  return VisionRotaryEmbeddingOptions(dim)
+      .temperature(temperature)
+      .ref_feat_shape(ref_feat_shape.vec())
+      .grid_offset(grid_offset)
+      .grid_indexing(grid_indexing == "xy" ? GridIndexing::kXY : GridIndexing::kIJ);
+}
+
 at::Tensor vision_rotary_embedding_call(const at::Tensor& x, c10::IntArrayRef feat_shape,
                                         int64_t dim, double temperature,
                                         c10::IntArrayRef ref_feat_shape, double grid_offset,
                                         c10::string_view grid_indexing, bool interleaved,
                                         int64_t num_prefix_tokens, bool heads_first) {
-  TORCH_CHECK(grid_indexing == "ij" || grid_indexing == "xy", kVisionName,
-              ": grid_indexing must be 'ij' or 'xy', but got '", std::string(grid_indexing), "'");
   return vision_rotary_module_forward(
-      VisionRotaryEmbeddingOptions(dim)
-          .temperature(temperature)
-          .ref_feat_shape(ref_feat_shape.vec())
-          .grid_offset(grid_offset)
-          .grid_indexing(grid_indexing == "xy" ? GridIndexing::kXY : GridIndexing::kIJ)
+      vision_options(dim, temperature, ref_feat_shape, grid_offset, grid_indexing)
           .pairing(pairing_of(interleaved))
           .num_prefix_tokens(num_prefix_tokens)
           .heads_first(heads_first),
       x, feat_shape);
+}
+
+std::tuple<at::Tensor, at::Tensor> vision_rotary_embedding_tables(
+    c10::IntArrayRef feat_shape, int64_t dim, double temperature, c10::IntArrayRef ref_feat_shape,
+    double grid_offset, c10::string_view grid_indexing, c10::optional<at::ScalarType> dtype,
+    c10::optional<at::Device> device) {
+  return vision_rotary_tables(
+      vision_options(dim, temperature, ref_feat_shape, grid_offset, grid_indexing), kVisionName,
+      feat_shape, dtype, device);
+}
+
+at::Tensor timestep_embedder_call(const at::Tensor& timesteps, int64_t hidden_size,
+                                  int64_t frequency_embedding_size, int64_t max_period,
+                                  const at::Tensor& weight0, const c10::optional<at::Tensor>& bias0,
+                                  const at::Tensor& weight2,
+                                  const c10::optional<at::Tensor>& bias2) {
+  return timestep_embedder_forward(TimestepEmbedderOptions(hidden_size)
+                                       .frequency_embedding_size(frequency_embedding_size)
+                                       .max_period(max_period),
+                                   timesteps, weight0, bias0.value_or(at::Tensor()), weight2,
+                                   bias2.value_or(at::Tensor()));
 }
 
 } // namespace
@@ -143,6 +192,8 @@ at::Tensor vision_rotary_embedding_call(const at::Tensor& x, c10::IntArrayRef fe
 TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
   m.impl("axial_rotary_embedding_call", &axial_rotary_embedding_call);
   m.impl("vision_rotary_embedding_call", &vision_rotary_embedding_call);
+  m.impl("vision_rotary_embedding_tables", &vision_rotary_embedding_tables);
+  m.impl("timestep_embedder_call", &timestep_embedder_call);
 }
 
 } // namespace ops

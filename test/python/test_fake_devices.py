@@ -385,6 +385,26 @@ OPERATOR_CASES = [
     _case("vision_rotary_embedding_call", "ref_grid_xy_no_prefix", lambda ops, T: ops.vision_rotary_embedding_call(
         T(randn(2, 12, 3, 16)), [3, 4], 8, 100.0, [6, 8], 0.5, "xy", False, 0, False)),
     _case("grid_ids", "xy_reference_float32", lambda ops, T: ops.grid_ids([3, 4], [6, 8], 0.5, "xy", torch.float32, device=T.device)),
+    _case("vision_rotary_embedding_tables", "ref_grid_xy_float64", lambda ops, T: ops.vision_rotary_embedding_tables(
+        [3, 4], 16, 100.0, [6, 8], 0.5, "xy", torch.float64, device=T.device)),
+    _case("vision_rotary_embedding_tables", "default", lambda ops, T: ops.vision_rotary_embedding_tables(
+        [2, 5], 8, 10000.0, [], 0.0, "ij", device=T.device)),
+    # the timestep embedder's and the relative modules' calls (options and parameters as arguments)
+    _case("timestep_embedder_call", "no_second_bias", lambda ops, T: ops.timestep_embedder_call(
+        T(torch.tensor([1.0, 250.0, 999.0])), 8, 6, 10000, T(randn(8, 6)), T(randn(8)), T(randn(8, 8)), None)),
+    _case("rel_positional_encoding_call", "relative_offset", lambda ops, T: ops.rel_positional_encoding_call(
+        T(randn(2, 5, 8)), T(torch.ops.posenc.relative_sinusoidal_table(16, 8, 10000.0, 16)), 3, False, 2.0, 0.0, False)),
+    _case("rel_positional_encoding_call", "legacy_bf16", lambda ops, T: ops.rel_positional_encoding_call(
+        T(randn(2, 5, 8, dtype=torch.bfloat16)), T(table(16, 8)), 2, True, 1.0, 0.0, False)),
+    _case("rel_position_multihead_attention_call", "bool_mask", lambda ops, T: ops.rel_position_multihead_attention_call(
+        T(randn(2, 4, 8)), T(randn(2, 6, 8)), T(randn(2, 6, 8)), T(randn(1, 9, 8)),
+        T(torch.arange(6).expand(2, 1, 1, 6) < torch.tensor([6, 4]).view(2, 1, 1, 1)), 8, 2,
+        T(randn(8, 8)), T(randn(8)), T(randn(8, 8)), T(randn(8)), T(randn(8, 8)), T(randn(8)), T(randn(8, 8)),
+        T(randn(8, 8)), T(randn(8)), T(randn(2, 4)), T(randn(2, 4)), 0.0, False)),
+    _case("rel_position_multihead_attention_call", "additive_mask_no_biases", lambda ops, T: ops.rel_position_multihead_attention_call(
+        T(randn(2, 4, 8)), T(randn(2, 4, 8)), T(randn(2, 4, 8)), T(randn(2, 7, 8)), T(randn(1, 1, 4, 4)), 8, 4,
+        T(randn(8, 8)), None, T(randn(8, 8)), None, T(randn(8, 8)), None, T(randn(8, 8)),
+        T(randn(8, 8)), None, T(randn(4, 2)), T(randn(4, 2)), 0.0, False)),
 ]
 
 

@@ -623,7 +623,7 @@ def test_rel_positional_encoding_is_the_cpp_module(posenc, test_tool, tmp_path, 
     for offset in (0, 13):
         ours, theirs = module(x, offset), scripted(x, offset)
         assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(RuntimeError, match="RelPositionalEncoding: the 14 cached and 7 new positions must fit in the table's max_len = 20"):
         module(x, 14)
 
 
@@ -647,7 +647,7 @@ def test_conformer_attention_is_the_cpp_module(posenc, test_tool, tmp_path):
     with torch.no_grad():
         masked = attention(x, x, x, pos_emb, mask)
     assert torch.isfinite(masked).all() and not torch.equal(masked[1], expected[1]) and torch.equal(masked[0], expected[0])
-    with pytest.raises(ValueError, match="pos_emb"):
+    with pytest.raises(RuntimeError, match="RelPositionMultiheadAttention: pos_emb must be"):
         attention(x, x, x, pos_emb[:, :5])
 
 
@@ -707,6 +707,41 @@ def test_vision_rotary_modules_compile_and_export_with_dynamic_shapes(posenc):
     program = torch.export.export(patches, (torch.randn(2, 3, 13, 16),), dynamic_shapes=({0: batch},))
     q = torch.randn(5, 3, 13, 16)
     assert torch.equal(program.module()(q), patches(q))
+
+
+@requires_torch(2, 4, "torch.export of custom operators with dynamic shapes")
+def test_relative_and_timestep_modules_compile_and_export_with_dynamic_shapes(posenc):
+    """The relative modules' and the timestep embedder's call operators compare the inputs' sizes
+    without reading them (src/ops/relative_module.cpp, vision_module.cpp): torch.export keeps a
+    Conformer block's batch and frame count, and the timestep count, symbolic."""
+
+    class Conformer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.positions = posenc.nn.RelPositionalEncoding(16, max_len=64)
+            self.attention = posenc.nn.RelPositionMultiheadAttention(16, 4)
+
+        def forward(self, x):
+            x, pos_emb = self.positions(x)
+            return self.attention(x, x, x, pos_emb)
+
+    torch.manual_seed(0)
+    model = Conformer().eval()
+    batch, length = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("length", min=2, max=64)
+    program = torch.export.export(model, (torch.randn(2, 9, 16),), dynamic_shapes=({0: batch, 1: length},))
+    x = torch.randn(3, 30, 16)
+    with torch.no_grad():
+        expected = model(x)
+        assert torch.equal(program.module()(x), expected)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
+        assert torch.equal(compiled(x), expected)
+
+    embedder = posenc.nn.TimestepEmbedder(16, frequency_embedding_size=8).eval()
+    count = torch.export.Dim("count", min=2, max=256)
+    program = torch.export.export(embedder, (torch.rand(4) * 1000,), dynamic_shapes=({0: count},))
+    t = torch.rand(37) * 1000
+    with torch.no_grad():
+        assert torch.equal(program.module()(t), embedder(t))
 
 
 STEPS, WORLD_SIZE = 3, 2
