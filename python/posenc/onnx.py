@@ -23,6 +23,9 @@ What exports: the operators below, called as posenc.nn's modules call them.
   padding;
 * ``token_and_position_embedding`` (``TokenAndPositionEmbedding``, eval mode);
 * ``timestep_embedding`` (``Timesteps``, ``TimestepEmbedder``): float64 angles, as posenc;
+* ``RelPositionalEncoding`` and ``RelPositionMultiheadAttention`` (eval mode): ATen operations below
+  their call operators (``rel_shift`` a reshape and narrow of the scores), batch and frame count
+  dynamic;
 * ``alibi_bias`` (``ALiBi.forward``), ``alibi_causal_bias`` without an attention mask
   (``ALiBi.forward_causal``) and ``relative_position_bias`` (T5's ``RelativePositionBias``): the
   lengths may be sizes of the model's inputs and stay dynamic.

@@ -294,6 +294,31 @@ def test_timestep_embedder_equals_posenc(posenc, ort):
     torch.testing.assert_close(run(ort, program, t)[0], expected(module, t)[0], rtol=1e-5, atol=1e-5)
 
 
+def test_conformer_block_equals_posenc(posenc, ort):
+    """RelPositionalEncoding and RelPositionMultiheadAttention are ATen operations below their call
+    operators (CompositeImplicitAutograd, src/ops/relative_module.cpp; rel_shift a reshape and
+    narrow of the scores): the export traces them with the batch and the frame count symbolic."""
+
+    class Conformer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.positions = posenc.nn.RelPositionalEncoding(16, max_len=64)
+            self.attention = posenc.nn.RelPositionMultiheadAttention(16, 4)
+
+        def forward(self, x):
+            x, pos_emb = self.positions(x)
+            return self.attention(x, x, x, pos_emb)
+
+    torch.manual_seed(0)
+    module = Conformer().eval()
+    d = dims(batch=(1, 16), length=(2, 64))
+    program = posenc.onnx.export(module, (torch.randn(2, 9, 16),), dynamic_shapes=({0: d["batch"], 1: d["length"]},))
+    for shape in ((3, 30, 16), (1, 2, 16), (2, 64, 16)):
+        x = torch.randn(*shape)
+        # the projections' and scores' matrix products: ONNX Runtime's and ATen's sum orders differ
+        torch.testing.assert_close(run(ort, program, x)[0], expected(module, x)[0], rtol=1e-5, atol=1e-5)
+
+
 # --- attention biases, lengths from the inputs' shapes -------------------------------------------
 
 
