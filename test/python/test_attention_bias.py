@@ -220,6 +220,7 @@ def test_gradients(posenc_ops):
 @requires_torch(2, 4, "torch.library.opcheck")
 def test_opcheck(posenc_ops):
     slopes = posenc_ops.alibi_slopes(6)
+    weight = lambda *shape: torch.randn(*shape, requires_grad=True)  # noqa: E731
     cases = [
         (posenc_ops.alibi_bias.default, (slopes, 4, 7), {"causal": True}),
         (posenc_ops.alibi_bias.default, (torch.stack([slopes, slopes * 2]), 3, 3), {"offset": 5}),
@@ -229,6 +230,15 @@ def test_opcheck(posenc_ops):
         (posenc_ops.relative_position_bias.default, (torch.randn(32, 4, requires_grad=True), 5, 8), {"offset": 3}),
         (posenc_ops.relative_sinusoidal_table.default, (5, 8), {"key_length": 7, "dtype": torch.float64}),
         (posenc_ops.alibi_slopes.default, (12,), {"first_head": 4, "heads": 4}),
+        # the module calls posenc.nn makes (composite: a table narrow, the projections, rel_shift)
+        (posenc_ops.rel_positional_encoding_call.default,
+         (torch.randn(2, 5, 8, requires_grad=True), posenc_ops.relative_sinusoidal_table(16, 8, key_length=16), 3, False, 2.0, 0.0, False), {}),
+        (posenc_ops.rel_positional_encoding_call.default,
+         (torch.randn(2, 5, 8, requires_grad=True), posenc_ops.relative_sinusoidal_table(16, 8), 1, True, 1.0, 0.0, False), {}),
+        (posenc_ops.rel_position_multihead_attention_call.default,
+         (weight(2, 4, 8), weight(2, 6, 8), weight(2, 6, 8), weight(1, 9, 8), torch.arange(6).expand(2, 1, 1, 6) < torch.tensor([6, 4]).view(2, 1, 1, 1), 8, 2,
+          weight(8, 8), weight(8), weight(8, 8), weight(8), weight(8, 8), weight(8), weight(8, 8), weight(8, 8), weight(8),
+          weight(2, 4), weight(2, 4), 0.0, False), {}),
     ]
     for op, args, kwargs in cases:
         torch.library.opcheck(op, args, kwargs)

@@ -193,6 +193,11 @@ def test_opcheck_and_compile(posenc_ops):
     torch.library.opcheck(posenc_ops.timestep_embedding.default, (t, 64, True, 0.0, 1.0, 10000, None))
     torch.library.opcheck(posenc_ops.sincos_2d_table.default, (64, [4, 6], True, 1, 1.0, 16, None, None))
     torch.library.opcheck(posenc_ops.sincos_2d_grid_table.default, ([4, 6], 32, 10000.0, False, True, None, None))
+    # the module calls posenc.nn makes (composite: the operators above and ATen)
+    weight = lambda *shape: torch.randn(*shape, requires_grad=True)  # noqa: E731
+    torch.library.opcheck(posenc_ops.timestep_embedder_call.default,
+                          (t, 8, 6, 10000, weight(8, 6), weight(8), weight(8, 8), None))
+    torch.library.opcheck(posenc_ops.vision_rotary_embedding_tables.default, ([3, 4], 16, 100.0, [6, 8], 0.5, "xy"))
 
     def condition(t, x):
         return x + posenc_ops.timestep_embedding(t, 64, True, 0.0).unsqueeze(1) + posenc_ops.sincos_2d_table(64, [2, 3])
