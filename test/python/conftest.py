@@ -83,3 +83,20 @@ def skip_unless_pinned(module, error):
     pytest.skip(f"{module.__name__} {installed} lacks what these tests compare with ({error}); "
                 f"they are written against the pinned {pinned} (scripts/setup.sh)", allow_module_level=True)
 
+
+
+def conformer_block(nn, d_model=16, num_heads=4, max_len=64):
+    """A Conformer block's positions and self-attention from posenc.nn (``nn``): x -> attention of
+    RelPositionalEncoding's scaled x against its relative positions."""
+
+    class ConformerBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.positions = nn.RelPositionalEncoding(d_model, max_len=max_len)
+            self.attention = nn.RelPositionMultiheadAttention(d_model, num_heads)
+
+        def forward(self, x):
+            x, pos_emb = self.positions(x)
+            return self.attention(x, x, x, pos_emb)
+
+    return ConformerBlock()

@@ -21,7 +21,7 @@ import sys
 import pytest
 import torch
 
-from conftest import TORCH_VERSION, pinned_version
+from conftest import TORCH_VERSION, conformer_block, pinned_version
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
@@ -298,19 +298,8 @@ def test_conformer_block_equals_posenc(posenc, ort):
     """RelPositionalEncoding and RelPositionMultiheadAttention are ATen operations below their call
     operators (CompositeImplicitAutograd, src/ops/relative_module.cpp; rel_shift a reshape and
     narrow of the scores): the export traces them with the batch and the frame count symbolic."""
-
-    class Conformer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.positions = posenc.nn.RelPositionalEncoding(16, max_len=64)
-            self.attention = posenc.nn.RelPositionMultiheadAttention(16, 4)
-
-        def forward(self, x):
-            x, pos_emb = self.positions(x)
-            return self.attention(x, x, x, pos_emb)
-
     torch.manual_seed(0)
-    module = Conformer().eval()
+    module = conformer_block(posenc.nn).eval()
     d = dims(batch=(1, 16), length=(2, 64))
     program = posenc.onnx.export(module, (torch.randn(2, 9, 16),), dynamic_shapes=({0: d["batch"], 1: d["length"]},))
     for shape in ((3, 30, 16), (1, 2, 16), (2, 64, 16)):

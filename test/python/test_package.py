@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import TORCH_VERSION
+from conftest import TORCH_VERSION, conformer_block
 
 SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE_ROOT, "python"))
@@ -714,19 +714,8 @@ def test_relative_and_timestep_modules_compile_and_export_with_dynamic_shapes(po
     """The relative modules' and the timestep embedder's call operators compare the inputs' sizes
     without reading them (src/ops/relative_module.cpp, vision_module.cpp): torch.export keeps a
     Conformer block's batch and frame count, and the timestep count, symbolic."""
-
-    class Conformer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.positions = posenc.nn.RelPositionalEncoding(16, max_len=64)
-            self.attention = posenc.nn.RelPositionMultiheadAttention(16, 4)
-
-        def forward(self, x):
-            x, pos_emb = self.positions(x)
-            return self.attention(x, x, x, pos_emb)
-
     torch.manual_seed(0)
-    model = Conformer().eval()
+    model = conformer_block(posenc.nn).eval()
     batch, length = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("length", min=2, max=64)
     program = torch.export.export(model, (torch.randn(2, 9, 16),), dynamic_shapes=({0: batch, 1: length},))
     x = torch.randn(3, 30, 16)
