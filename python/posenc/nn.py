@@ -15,6 +15,7 @@ Rows that ``PositionalEncoding`` and ``TokenAndPositionEmbedding`` compute (past
 ``beyond_max_len="extrapolate"``, fractional positions) are rounded as the table's rows are.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -63,9 +64,20 @@ def _check_table(who: str, what: str, rows: int, width: int, lower: str) -> None
                          f"(1 GiB in float32); lower {lower}")
 
 
+@contextlib.contextmanager
+def _cpp_checks():
+    """The C++ checks' errors (c10::Error, a RuntimeError here) raised as the ValueError of a
+    constructor's argument, with the C++ message."""
+    try:
+        yield
+    except RuntimeError as error:
+        raise ValueError(str(error).split("\nException raised from")[0]) from None
+
+
 def _check_dropout(who: str, p: float) -> None:
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{who}: dropout must be a probability in [0, 1], but got {p}")
+        raise ValueError(f"{who}: dropout must be in [0, 1], but got {p}; pass the probability of zeroing an element "
+                         "(0 disables dropout)")  # (detail::check_dropout's message)
 
 
 def _table_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -161,6 +173,15 @@ class _SequenceEncoding(_Module):
             return x
         return _ops.positional_encoding_call(x, *arguments)
 
+    def _check_options(self) -> None:
+        """The C++ module's call checks the options it reads (scale, dropout), and its reset() at
+        construction: here a call of an empty input, the messages raised as ValueError."""
+        table = self._table()
+        width = table.shape[-1]
+        with _cpp_checks():
+            self._add(torch.zeros((1, 0, width) if self.batch_first else (0, 1, width), dtype=table.dtype,
+                                  device=table.device), 0, None)
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """`dropout(x * scale + table[offset : offset + L])`."""
         return self._add(x, offset, None)
@@ -189,13 +210,13 @@ class PositionalEncoding(_SequenceEncoding, _DerivedTables):
                  batch_first: bool = True, layout: str = "interleaved", spacing: str = "paper",
                  beyond_max_len: str = "error", scale: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
-        _check_dropout("PositionalEncoding", dropout)
         self.d_model, self.max_len, self.base = d_model, max_len, base
         self.dropout, self.batch_first, self.scale, self.inplace = dropout, batch_first, scale, inplace
         self.layout = _choice("PositionalEncoding", "layout", layout, ("interleaved", "concatenated"))
         self.spacing = _choice("PositionalEncoding", "spacing", spacing, ("paper", "tensor2tensor"))
         self.beyond_max_len = _choice("PositionalEncoding", "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
         self._build_tables(torch.float32, torch.device("cpu"))
+        self._check_options()
 
     def _columns_and_extrapolate(self) -> Tuple[Optional[Tensor], bool]:
         return self._columns, self.beyond_max_len == "extrapolate"
@@ -223,7 +244,6 @@ class LearnedPositionalEmbedding(_SequenceEncoding):
     def __init__(self, d_model: int, max_len: int, *, init_std: float = 0.02, dropout: float = 0.0,
                  batch_first: bool = True, scale: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
-        _check_dropout("LearnedPositionalEmbedding", dropout)
         if d_model < 1:
             raise ValueError(f"LearnedPositionalEmbedding: d_model must be >= 1, but got {d_model}")
         if max_len < 1:
@@ -234,6 +254,7 @@ class LearnedPositionalEmbedding(_SequenceEncoding):
         self.d_model, self.max_len, self.init_std = d_model, max_len, init_std
         self.dropout, self.batch_first, self.scale, self.inplace = dropout, batch_first, scale, inplace
         self.weight = torch.nn.Parameter(torch.empty(max_len, d_model))
+        self._check_options()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -276,6 +297,12 @@ class TokenAndPositionEmbedding(_Module):
         self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
         self.scale = math.sqrt(d_model) if scale is None else scale
         self.padding_idx, self.dropout, self.batch_first = padding_idx, dropout, batch_first
+        with _cpp_checks():  # the C++ call's checks of the options it reads (scale, dropout), on the meta device
+            meta = torch.device("meta")
+            _ops.token_and_position_embedding_call(
+                torch.zeros(1, 0, dtype=torch.long, device=meta), torch.empty(vocab_size, d_model, device=meta),
+                torch.empty(max_len, d_model, device=meta), None, 0, None, batch_first, self.scale,
+                -1 if padding_idx is None else padding_idx, dropout, True, False)
         self.tokens = torch.nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         if self.kind == "sinusoidal":
             self.positions = PositionalEncoding(d_model, max_len, base=base, dropout=dropout, batch_first=batch_first,
@@ -346,10 +373,8 @@ def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[in
         raise ImportError("read_hf_rope_config: posenc's config reader (libposenc_io.so) is not loaded: it was not "
                           "found beside libposenc.so; install the package with 'pip install --no-build-isolation .' "
                           "or set POSENC_IO_LIBRARY to the libposenc_io.so built with libposenc.so") from None
-    try:
+    with _cpp_checks():
         read = json.loads(reader(text, strict, source, layer, layer_type or ""))
-    except RuntimeError as error:
-        raise ValueError(str(error).split("\nException raised from")[0]) from None
     for message in read.pop("warnings"):
         warnings.warn(message, UserWarning, stacklevel=3)
     return read
@@ -519,10 +544,8 @@ class RotaryEmbedding(_DerivedTables):
             "rope_parameters": {"rope_type": self.rope_type, **scaling},
             "freq_factors": self.freq_factors, "attention_factor_in_cos_sin": attention_factor_in_cos_sin,
             "mrope_section": self.mrope_section, "mrope_interleaved": mrope_interleaved})
-        try:  # the operator checks the options as the C++ module's reset() (posenc's table of rope types)
+        with _cpp_checks():  # the operator checks the options as the C++ module's reset() (posenc's table of rope types)
             inv_freq, long_inv_freq, factor = _ops.rotary_embedding_frequencies(self._module)
-        except RuntimeError as error:
-            raise ValueError(str(error).split("\nException raised from")[0]) from None
         #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``), on
         #: the caches' device.
         self.inv_freq = inv_freq
@@ -853,7 +876,6 @@ class RelPositionalEncoding(_Module):
     def __init__(self, d_model: int, *, max_len: int = 5000, dropout: float = 0.0, scale_input: bool = True,
                  legacy: bool = False, base: float = 10000.0) -> None:
         super().__init__()
-        _check_dropout("RelPositionalEncoding", dropout)
         self.d_model, self.max_len, self.dropout = d_model, max_len, dropout
         self.scale_input, self.legacy, self.base = scale_input, legacy, base
         if legacy:
@@ -861,6 +883,8 @@ class RelPositionalEncoding(_Module):
         else:
             table = _ops.relative_sinusoidal_table(max_len, d_model, base, max_len)
         self.register_buffer("pe", table)
+        with _cpp_checks():  # the C++ call's checks of the options (dropout), as its reset()
+            self.forward(torch.zeros(1, 0, d_model))
 
     def forward(self, x: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         # the C++ module's call: the rel_positional_encoding_call operator

@@ -55,10 +55,12 @@ std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(
               " new positions must fit in the table's max_len = ", max_len,
               " (offset + L <= ", max_len, "); build the module with a larger max_len");
   const at::Tensor rows = detail::table_rows(table);
-  // legacy: positions offset .. offset + L - 1; relative: row r holds max_len - 1 - r
-  const at::Tensor pos_emb =
-      legacy ? POSENC_SYM(rows.narrow)(0, offset, length)
-             : POSENC_SYM(rows.narrow)(0, max_len - offset - length, offset + 2 * length - 1);
+  // legacy: positions offset .. offset + L - 1; relative: row r holds max_len - 1 - r, and no
+  // frames have no relative positions (ESPnet's empty slice)
+  const at::Tensor pos_emb = legacy        ? POSENC_SYM(rows.narrow)(0, offset, length)
+                             : length == 0 ? rows.narrow(0, 0, 0)
+                                           : POSENC_SYM(rows.narrow)(0, max_len - offset - length,
+                                                                     offset + 2 * length - 1);
   at::Tensor scaled = scale == 1.0 ? x : x * scale;
   at::Tensor positions = pos_emb.unsqueeze(0).to(x.scalar_type());
   if (dropout > 0 && training) {

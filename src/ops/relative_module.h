@@ -21,7 +21,7 @@ namespace ops {
 /// `(dropout(x * scale), dropout(rows))` of `x` `[B, L, D]` after `offset` cached frames: `rows`
 /// `[1, 2 L + offset - 1, D]`, the relative positions `offset + L - 1 .. -(L - 1)` of the
 /// relative `table` (`2 max_len - 1` rows), or, `legacy`, `[1, L, D]`, the absolute positions
-/// `offset .. offset + L - 1`. Messages name `who`.
+/// `offset .. offset + L - 1` (no rows for L = 0). Messages name `who`.
 std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(
     const char* who, const at::Tensor& x, const at::Tensor& table, int64_t offset, bool legacy,
     double scale, double dropout, bool training);

@@ -305,6 +305,13 @@ TEST_F(AttentionBias, RelPositionalEncodingStreamsChunks) {
   EXPECT_POSENC_ERROR(legacy->forward(torch::randn({1, 21, 8})), "max_len = 20");
   EXPECT_POSENC_ERROR(pos->forward(torch::randn({1, 3, 4})), "RelPositionalEncoding");
   EXPECT_TRUE(torch::equal(pos->pe, before));
+  // no frames (an empty chunk): no relative positions, as ESPnet's empty slice
+  for (const int64_t offset : {0, 7}) {
+    EXPECT_EQ(std::get<1>(pos->forward(torch::randn({2, 0, 8}), offset)).sizes(),
+              torch::IntArrayRef({1, 0, 8}));
+    EXPECT_EQ(std::get<1>(legacy->forward(torch::randn({2, 0, 8}), offset)).sizes(),
+              torch::IntArrayRef({1, 0, 8}));
+  }
 }
 
 TEST_F(AttentionBias, RelPositionAttentionStreamsLikeTheWholeSequence) {

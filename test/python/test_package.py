@@ -623,6 +623,8 @@ def test_rel_positional_encoding_is_the_cpp_module(posenc, test_tool, tmp_path, 
     for offset in (0, 13):
         ours, theirs = module(x, offset), scripted(x, offset)
         assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+        no_frames = torch.randn(2, 0, 12)  # an empty chunk: no positions
+        assert module(no_frames, offset)[1].shape == scripted(no_frames, offset)[1].shape == (1, 0, 12)
     with pytest.raises(RuntimeError, match="RelPositionalEncoding: the 14 cached and 7 new positions must fit in the table's max_len = 20"):
         module(x, 14)
 

@@ -83,7 +83,7 @@ at::Tensor attention_temperature(const at::Tensor& query, const at::Tensor& posi
 /// positions `max_len - 1 .. -(max_len - 1)`), the relative positions `offset + L - 1 ..
 /// -(L - 1)` of `L = x.size(1)` queries after `offset` cached frames; or, `legacy`, from an
 /// absolute sinusoidal table of `max_len` rows, the positions `offset .. offset + L - 1`.
-/// `x` is `[B, L, D]`.
+/// `x` is `[B, L, D]`; no frames (L = 0) have no rows.
 std::tuple<at::Tensor, at::Tensor> relative_positional_encoding(const at::Tensor& x,
                                                                 const at::Tensor& table,
                                                                 int64_t offset, bool legacy,

@@ -29,6 +29,8 @@ class RelPositionalEncodingMethods:
             raise RuntimeError(self.who + ": the " + str(offset) + " cached and " + str(length) + " new positions must fit in the table's max_len = " + str(self.max_len) + " (offset + L <= " + str(self.max_len) + "); build the module with a larger max_len")
         if self.legacy:
             pos_emb = self.pe.narrow(0, offset, length)
+        elif length == 0:
+            pos_emb = self.pe.narrow(0, 0, 0)
         else:
             pos_emb = self.pe.narrow(0, self.max_len - offset - length, offset + 2 * length - 1)
         scaled = x

@@ -12,9 +12,10 @@ namespace meta {
 namespace {
 
 at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t, bool,
-                              OptionalTensor positions, double, OptionalTensor columns) {
+                              OptionalTensor positions, double scale, OptionalTensor columns) {
   const char* who = detail::caller_or("posenc::add_position_table");
   check_input(who, x, 3);
+  detail::check_scale(who, scale, x.scalar_type());
   check_table(who, table, x);
   check_positions(who, positions, x, has_value(columns), "columns");
   check_definition_device(who, columns, "columns", x.device());

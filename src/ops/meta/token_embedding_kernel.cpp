@@ -16,7 +16,7 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t, bool,
-    OptionalTensor positions, double, int64_t padding_idx, double dropout, bool train,
+    OptionalTensor positions, double scale, int64_t padding_idx, double dropout, bool train,
     OptionalTensor columns) {
   const char* who = detail::caller_or("posenc::token_and_position_embedding");
   TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, who,
@@ -26,6 +26,8 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
   TORCH_CHECK(tokens.device() == weight.device(), who,
               ": expected the token ids on the module's device (", weight.device(), "), but got ",
               tokens.device());
+  detail::check_dropout(who, dropout);
+  detail::check_scale(who, scale, weight.scalar_type());
   check_padding_idx(who, padding_idx, weight.size(0));
   TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the table as [max_len, D] or [1, max_len, D]");
