@@ -15,7 +15,8 @@
 ///   <posenc/ops/rotary.h>               apply_rotary[_], apply_rotary_qk[_], rope_frequencies,
 ///                                       rotary_tables, multimodal_rotary_tables
 ///   <posenc/ops/token_embedding.h>      token_and_position_embedding
-///   <posenc/ops/positions.h>            packed_positions, context_parallel_positions
+///   <posenc/ops/positions.h>            packed_positions, context_parallel_positions,
+///                                       positions_from_padding_mask, mrope_position_ids
 ///   <posenc/ops/attention_bias.h>       alibi_slopes, alibi_bias, alibi_causal_bias,
 ///                                       relative_position_bucket, relative_position_bias,
 ///                                       relative_sinusoidal_table, rel_shift

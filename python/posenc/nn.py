@@ -401,81 +401,14 @@ def mrope_position_ids(token_types: Tensor, image_grid_thw: Optional[Tensor] = N
     own (Qwen3-VL and Qwen3.5, whose frames are separated by timestamp tokens); the intervals then
     have no effect.
     ``attention_mask`` ``[B, L]``: tokens where it is 0 are left out of the numbering and get
-    position 0, as transformers gives them."""
-    who = "mrope_position_ids"
-    if token_types.dim() != 2:
-        raise ValueError(f"{who}: token_types must be [B, L], but got shape {tuple(token_types.shape)}")
-    if spatial_merge_size < 1:
-        raise ValueError(f"{who}: spatial_merge_size must be >= 1, but got {spatial_merge_size}")
-    if attention_mask is not None and attention_mask.shape != token_types.shape:
-        raise ValueError(f"{who}: attention_mask must have token_types' shape {tuple(token_types.shape)}, "
-                         f"but got {tuple(attention_mask.shape)}")
-    grids = {}
-    for kind, name, given in ((1, "image_grid_thw", image_grid_thw), (2, "video_grid_thw", video_grid_thw)):
-        rows = [] if given is None else given.tolist()
-        if given is not None and (given.dim() != 2 or given.shape[1] != 3):
-            raise ValueError(f"{who}: {name} must be [N, 3] (t, h, w), but got shape {tuple(given.shape)}")
-        for t, h, w in rows:
-            if t < 1 or h < spatial_merge_size or w < spatial_merge_size or h % spatial_merge_size or w % spatial_merge_size:
-                raise ValueError(f"{who}: each grid of {name} must have t >= 1 and h, w multiples of "
-                                 f"spatial_merge_size = {spatial_merge_size}, but one is {[t, h, w]}")
-        intervals = [1.0] * len(rows)
-        if kind == 2 and video_time_intervals is not None:
-            intervals = [float(value) for value in video_time_intervals]
-            if len(intervals) != len(rows):
-                raise ValueError(f"{who}: video_time_intervals must give one interval per video ({len(rows)}), "
-                                 f"but gives {len(intervals)}")
-        if kind == 2 and frames_apart:  # one grid per frame
-            rows, intervals = ([[1, h, w] for t, h, w in rows for _ in range(t)],
-                               [i for (t, _, _), i in zip(rows, intervals) for _ in range(t)])
-        grids[kind] = (name, list(zip(rows, intervals)))
-    used = {1: 0, 2: 0}
-    batch, length = token_types.shape
-    positions = torch.zeros(3, batch, length, dtype=torch.long)
-    deltas = torch.zeros(batch, 1, dtype=torch.long)
-    for b in range(batch):
-        keep = (torch.ones(length, dtype=torch.bool) if attention_mask is None
-                else attention_mask[b].to("cpu", torch.bool))
-        types = token_types[b].to("cpu")[keep].tolist()
-        pieces, start, i = [], 0, 0
-        while i < len(types):
-            kind = types[i]
-            end = i
-            while end < len(types) and types[end] == kind:
-                end += 1
-            if kind == 0:
-                pieces.append(torch.arange(start, start + end - i).expand(3, -1))
-                start += end - i
-            elif kind in grids:
-                name, available = grids[kind]
-                filled = 0
-                while filled < end - i:
-                    if used[kind] == len(available):
-                        raise ValueError(f"{who}: row {b} has more {'image' if kind == 1 else 'video'} tokens than "
-                                         f"{name} has grids for ({len(available)} grids)")
-                    (t, h, w), interval = available[used[kind]]
-                    used[kind] += 1
-                    h, w = h // spatial_merge_size, w // spatial_merge_size
-                    axes = torch.meshgrid((torch.arange(t) * interval).long() + start, torch.arange(h) + start,
-                                          torch.arange(w) + start, indexing="ij")
-                    pieces.append(torch.stack(axes).reshape(3, -1))
-                    filled += t * h * w
-                    start += max(h, w)
-                if filled != end - i:
-                    raise ValueError(f"{who}: row {b}'s run of {end - i} {'image' if kind == 1 else 'video'} tokens at "
-                                     f"{i}..{end - 1} does not match its grids in {name}, which hold {filled} tokens "
-                                     f"(t * h/{spatial_merge_size} * w/{spatial_merge_size} each)")
-            else:
-                raise ValueError(f"{who}: token_types must hold 0 (text), 1 (image) or 2 (video), but row {b} holds {kind}")
-            i = end
-        if pieces:
-            row = torch.cat(pieces, dim=1)
-            positions[:, b, keep] = row
-            deltas[b, 0] = int(row.max()) + 1 - len(types)
-    for kind, (name, available) in grids.items():
-        if used[kind] != len(available):
-            raise ValueError(f"{who}: {name} has {len(available)} grids, but the tokens use {used[kind]}")
-    return positions.to(token_types.device), deltas.to(token_types.device)
+    position 0, as transformers gives them. The ``posenc::mrope_position_ids`` operator (the C++
+    ``posenc::functional::mrope_position_ids``) computes them on the host; a mismatch between the
+    tokens and the grids is a ValueError."""
+    with _cpp_checks():  # the posenc::mrope_position_ids operator (the C++ functional form's)
+        return tuple(_ops.mrope_position_ids(
+            token_types, image_grid_thw, video_grid_thw, attention_mask, spatial_merge_size=spatial_merge_size,
+            video_time_intervals=None if video_time_intervals is None else [float(v) for v in video_time_intervals],
+            frames_apart=frames_apart))
 
 
 class RotaryEmbedding(_DerivedTables):

@@ -11,6 +11,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace posenc {
@@ -125,6 +127,143 @@ std::vector<int64_t> context_parallel_positions(const char* who, int64_t seq_len
     append(chunks - 1 - rank);
   }
   return positions;
+}
+
+namespace {
+
+const char* mrope_kind_name(int64_t kind) {
+  return kind == 1 ? "image" : "video";
+}
+
+// Checks each grid (t >= 1, h and w positive multiples of the merge size, at most 2^28 tokens) and
+// its interval (finite, >= 0, its last frame's temporal position within 2^62).
+void check_mrope_grids(const char* who, const MRopeGrids& grids, int64_t merge) {
+  for (size_t g = 0; g < grids.thw.size(); ++g) {
+    const int64_t t = grids.thw[g][0];
+    const int64_t h = grids.thw[g][1];
+    const int64_t w = grids.thw[g][2];
+    TORCH_CHECK(t >= 1 && h >= merge && w >= merge && h % merge == 0 && w % merge == 0, who,
+                ": each grid of ", grids.name,
+                " must have t >= 1 and h, w multiples of spatial_merge_size = ", merge,
+                ", but one is [", t, ", ", h, ", ", w, "]");
+    TORCH_CHECK(t <= kMaxTableElements / (h / merge) / (w / merge), who, ": grid ", g, " of ",
+                grids.name, ", [", t, ", ", h, ", ", w,
+                "], holds more than 2^28 tokens (posenc's limit of positions in one call)");
+    const double interval = grids.intervals[g];
+    TORCH_CHECK(std::isfinite(interval) && interval >= 0.0 &&
+                    static_cast<float>(t - 1) * static_cast<float>(interval) < 0x1p62f,
+                who,
+                ": video_time_intervals must be finite and >= 0 (each video's temporal spacing) "
+                "with (t - 1) * interval < 2^62, but video ",
+                g, " of ", t, " frames has ", interval);
+  }
+}
+
+} // namespace
+
+MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& token_types,
+                                  const std::vector<uint8_t>& keep, int64_t batch, int64_t length,
+                                  MRopeGrids images, MRopeGrids videos, int64_t spatial_merge_size,
+                                  bool frames_apart) {
+  const int64_t merge = spatial_merge_size;
+  TORCH_CHECK(merge >= 1, who, ": spatial_merge_size must be >= 1, but got ", merge);
+  TORCH_CHECK(videos.intervals.size() == videos.thw.size(), who,
+              ": video_time_intervals must give one interval per video (", videos.thw.size(),
+              "), but gives ", videos.intervals.size());
+  TORCH_INTERNAL_ASSERT(images.intervals.size() == images.thw.size());
+  check_mrope_grids(who, images, merge);
+  check_mrope_grids(who, videos, merge);
+  if (frames_apart) { // each frame a grid of its own (its interval then has no effect)
+    MRopeGrids frames{videos.name, {}, {}};
+    for (const auto& thw : videos.thw) {
+      frames.thw.insert(frames.thw.end(), static_cast<size_t>(thw[0]), {1, thw[1], thw[2]});
+    }
+    frames.intervals.assign(frames.thw.size(), 1.0); // (one frame each: no spacing)
+    videos = std::move(frames);
+  }
+  const MRopeGrids* grids[2] = {&images, &videos};
+  size_t used[2] = {0, 0};
+  MRopeNumbering out;
+  out.positions.assign(static_cast<size_t>(3 * batch * length), 0);
+  out.deltas.assign(static_cast<size_t>(batch), 0);
+  const auto plane = static_cast<size_t>(batch * length);
+  std::vector<int64_t> kept; // the indices of the row's tokens that are numbered
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto row = static_cast<size_t>(b * length);
+    kept.clear();
+    for (int64_t j = 0; j < length; ++j) {
+      if (keep.empty() || keep[row + static_cast<size_t>(j)] != 0) {
+        kept.push_back(j);
+      }
+    }
+    const auto n = static_cast<int64_t>(kept.size());
+    const auto type_of = [&](int64_t i) { return token_types[row + static_cast<size_t>(kept[i])]; };
+    int64_t largest = std::numeric_limits<int64_t>::min();
+    const auto put = [&](int64_t i, int64_t temporal, int64_t height, int64_t width) {
+      const size_t at = row + static_cast<size_t>(kept[static_cast<size_t>(i)]);
+      out.positions[at] = temporal;
+      out.positions[plane + at] = height;
+      out.positions[2 * plane + at] = width;
+      largest = std::max({largest, temporal, height, width});
+    };
+    int64_t start = 0;
+    for (int64_t i = 0, end = 0; i < n; i = end) {
+      const int64_t kind = type_of(i);
+      for (end = i; end < n && type_of(end) == kind; ++end) {
+      }
+      const int64_t run = end - i;
+      if (kind == 0) {
+        for (int64_t j = 0; j < run; ++j) {
+          put(i + j, start + j, start + j, start + j);
+        }
+        start += run;
+        continue;
+      }
+      TORCH_CHECK(kind == 1 || kind == 2, who,
+                  ": token_types must hold 0 (text), 1 (image) or 2 (video), but row ", b,
+                  " holds ", kind);
+      const MRopeGrids& available = *grids[kind - 1];
+      size_t& next = used[kind - 1];
+      int64_t filled = 0;
+      while (filled < run) {
+        TORCH_CHECK(next < available.thw.size(), who, ": row ", b, " has more ",
+                    mrope_kind_name(kind), " tokens than ", available.name, " has grids for (",
+                    available.thw.size(), " grids)");
+        const auto& thw = available.thw[next];
+        const double interval = available.intervals[next];
+        ++next;
+        const int64_t t = thw[0];
+        const int64_t h = thw[1] / merge;
+        const int64_t w = thw[2] / merge;
+        if (filled + t * h * w <= run) { // (a grid past the run is an error below)
+          int64_t token = i + filled;
+          for (int64_t f = 0; f < t; ++f) {
+            // frame * interval in float32, truncated (transformers' float32 tensors)
+            const auto frame =
+                static_cast<int64_t>(static_cast<float>(f) * static_cast<float>(interval));
+            for (int64_t r = 0; r < h; ++r) {
+              for (int64_t c = 0; c < w; ++c) {
+                put(token++, start + frame, start + r, start + c);
+              }
+            }
+          }
+        }
+        filled += t * h * w;
+        start += std::max(h, w);
+      }
+      TORCH_CHECK(filled == run, who, ": row ", b, "'s run of ", run, " ", mrope_kind_name(kind),
+                  " tokens at ", i, "..", end - 1, " does not match its grids in ", available.name,
+                  ", which hold ", filled, " tokens (t * h/", merge, " * w/", merge, " each)");
+    }
+    if (n > 0) {
+      out.deltas[static_cast<size_t>(b)] = largest + 1 - n;
+    }
+  }
+  for (size_t kind = 0; kind < 2; ++kind) {
+    TORCH_CHECK(used[kind] == grids[kind]->thw.size(), who, ": ", grids[kind]->name, " has ",
+                grids[kind]->thw.size(), " grids, but the tokens use ", used[kind]);
+  }
+  return out;
 }
 
 } // namespace detail

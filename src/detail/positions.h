@@ -1,9 +1,10 @@
 #pragma once
 
-// Positions of packed sequences and of context-parallel shards: the one definition the operators
-// (posenc::packed_positions, posenc::context_parallel_positions), the functional forms and
-// RotaryEmbedding::forward_packed use.
+// Positions of packed sequences, of context-parallel shards and of multimodal batches: the one
+// definition the operators (posenc::packed_positions, posenc::context_parallel_positions,
+// posenc::mrope_position_ids), the functional forms and RotaryEmbedding::forward_packed use.
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -32,6 +33,37 @@ at::Tensor packed_positions_from(const char* who, const at::Tensor& cu_seqlens, 
 /// `2 * world_size`).
 std::vector<int64_t> context_parallel_positions(const char* who, int64_t seq_len,
                                                 int64_t world_size, int64_t rank, bool zigzag);
+
+/// The image or the video grids of a multimodal batch, as multimodal RoPE numbers them: each
+/// grid's temporal, height and width patches (before merging) and its frames' temporal spacing.
+struct MRopeGrids {
+  /// The argument that gave them (`image_grid_thw`, `video_grid_thw`), for messages.
+  const char* name;
+  /// `[t, h, w]` of each grid.
+  std::vector<std::array<int64_t, 3>> thw;
+  /// Each grid's temporal spacing, one per grid (checked for the videos: the caller's list).
+  std::vector<double> intervals;
+};
+
+/// The numbering of a multimodal batch: `[3, B, L]` positions (row-major) and each row's delta.
+struct MRopeNumbering {
+  std::vector<int64_t> positions;
+  std::vector<int64_t> deltas;
+};
+
+/// Multimodal RoPE's positions of `batch` rows of `length` tokens (transformers' get_rope_index
+/// of Qwen2-VL, Qwen2.5-VL and Qwen3-VL): `token_types` (row-major, 0 text, 1 image, 2 video),
+/// `keep` (empty: every token; else 0 for tokens left out, which get position 0). Text counts up
+/// by one on all three axes; each run of image or video tokens takes the next grids of its kind
+/// until it is filled, a grid of t * (h / m) * (w / m) tokens (m = `spatial_merge_size`)
+/// numbered start + floor(frame * interval), start + row, start + column, the next token starting
+/// at start + max(h, w) / m. `frames_apart`: each frame of a video is a grid of its own. A row's
+/// delta is its largest position + 1 - its number of kept tokens (0 for a row of none). Checks
+/// the grids, the intervals, the token types and that the runs and the grids match exactly.
+MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& token_types,
+                                  const std::vector<uint8_t>& keep, int64_t batch, int64_t length,
+                                  MRopeGrids images, MRopeGrids videos, int64_t spatial_merge_size,
+                                  bool frames_apart);
 
 } // namespace detail
 } // namespace posenc

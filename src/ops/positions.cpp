@@ -1,7 +1,7 @@
-// The positions family: positions of packed sequences, of context-parallel shards and of padded
-// sequences, to pass as `positions` to the other operators. Schemas, C++ entry points and kernels
-// (composite: a small host computation on the CPU, tensor operations where cu_seqlens lie
-// elsewhere; Meta: the shape).
+// The positions family: positions of packed sequences, of context-parallel shards, of padded
+// sequences and of multimodal batches, to pass as `positions` to the other operators. Schemas, C++
+// entry points and kernels (composite: a small host computation on the CPU, tensor operations where
+// cu_seqlens lie elsewhere; Meta: the shape).
 
 #include "ops/dispatch.h"
 #include "ops/sym_length.h"
@@ -17,6 +17,8 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace posenc {
@@ -29,6 +31,12 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
         " seq_len, int world_size, int rank, bool zigzag=False, Device? device=None) -> Tensor");
   // Each real token's position counted from its sequence's first real token; padding (true) -1.
   m.def("positions_from_padding_mask(Tensor padding_mask, bool batch_first=True) -> Tensor");
+  // Multimodal RoPE's [3, B, L] positions of text, image and video tokens and each row's delta
+  // [B, 1] (transformers' get_rope_index; read on the host: the grids decide the numbering).
+  m.def(
+      "mrope_position_ids(Tensor token_types, Tensor? image_grid_thw=None, "
+      "Tensor? video_grid_thw=None, Tensor? attention_mask=None, *, int spatial_merge_size=2, "
+      "float[]? video_time_intervals=None, bool frames_apart=False) -> (Tensor, Tensor)");
 }
 
 namespace ops {
@@ -113,6 +121,87 @@ at::Tensor positions_from_padding_mask_kernel(const at::Tensor& padding_mask, bo
   return (real.cumsum(batch_first ? 1 : 0) - 1).masked_fill(padding_mask, -1);
 }
 
+constexpr const char* kMRope = "posenc::mrope_position_ids";
+
+// The shapes and dtypes mrope_position_ids requires (token_types [B, L] of integers, the grids
+// [N, 3] of integers, the mask token_types' shape); the values are the host numbering's.
+void check_mrope_arguments(const at::Tensor& token_types, OptionalTensor image_grid_thw,
+                           OptionalTensor video_grid_thw, OptionalTensor attention_mask) {
+  const char* who = detail::caller_or(kMRope);
+  TORCH_CHECK(token_types.dim() == 2 && at::isIntegralType(token_types.scalar_type(),
+                                                           /*includeBool=*/false),
+              who, ": token_types must be [B, L] integers (0 text, 1 image, 2 video), but got ",
+              token_types.scalar_type(), " of shape ", shape_of(token_types));
+  if (attention_mask.has_value() && attention_mask->defined()) {
+    TORCH_CHECK(shape_of(*attention_mask) == shape_of(token_types), who,
+                ": attention_mask must have token_types' shape ", shape_of(token_types),
+                ", but got ", shape_of(*attention_mask));
+    detail::check_argument_device(who, *attention_mask, "attention_mask", token_types.device());
+  }
+  for (const auto& grid : {std::make_pair("image_grid_thw", &image_grid_thw),
+                           std::make_pair("video_grid_thw", &video_grid_thw)}) {
+    const c10::optional<at::Tensor>& given = *grid.second;
+    if (given.has_value() && given->defined()) {
+      TORCH_CHECK(given->dim() == 2 && size_of(*given, 1) == 3 &&
+                      at::isIntegralType(given->scalar_type(), /*includeBool=*/false),
+                  who, ": ", grid.first, " must be [N, 3] (t, h, w) integers, but got ",
+                  given->scalar_type(), " of shape ", shape_of(*given));
+    }
+  }
+}
+
+detail::MRopeGrids mrope_grids(const char* name, OptionalTensor given,
+                               c10::optional<at::ArrayRef<double>> intervals) {
+  detail::MRopeGrids grids{name, {}, {}};
+  if (given.has_value() && given->defined()) {
+    const std::vector<int64_t> values = host_values(given->reshape({-1}));
+    for (size_t g = 0; g + 2 < values.size(); g += 3) {
+      grids.thw.push_back({values[g], values[g + 1], values[g + 2]});
+    }
+  }
+  grids.intervals =
+      intervals.has_value() ? intervals->vec() : std::vector<double>(grids.thw.size(), 1.0);
+  return grids;
+}
+
+std::tuple<at::Tensor, at::Tensor> mrope_position_ids_kernel(
+    const at::Tensor& token_types, OptionalTensor image_grid_thw, OptionalTensor video_grid_thw,
+    OptionalTensor attention_mask, int64_t spatial_merge_size,
+    c10::optional<at::ArrayRef<double>> video_time_intervals, bool frames_apart) {
+  check_mrope_arguments(token_types, image_grid_thw, video_grid_thw, attention_mask);
+  const int64_t batch = token_types.size(0);
+  const int64_t length = token_types.size(1);
+  std::vector<uint8_t> keep;
+  if (attention_mask.has_value() && attention_mask->defined()) {
+    const at::Tensor host = attention_mask->ne(0).to(at::kCPU, at::kByte).contiguous();
+    keep.assign(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + host.numel());
+  }
+  const detail::MRopeNumbering numbering = detail::mrope_position_ids(
+      detail::caller_or(kMRope), host_values(token_types.reshape({-1})), keep, batch, length,
+      mrope_grids("image_grid_thw", image_grid_thw, c10::nullopt),
+      mrope_grids("video_grid_thw", video_grid_thw, video_time_intervals), spatial_merge_size,
+      frames_apart);
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  return {
+      at::tensor(numbering.positions, longs).reshape({3, batch, length}).to(token_types.device()),
+      at::tensor(numbering.deltas, longs).reshape({batch, 1}).to(token_types.device())};
+}
+
+// The shapes only (fake tensors: the numbering needs the values).
+std::tuple<at::Tensor, at::Tensor> mrope_position_ids_meta(
+    const at::Tensor& token_types, OptionalTensor image_grid_thw, OptionalTensor video_grid_thw,
+    OptionalTensor attention_mask, int64_t spatial_merge_size,
+    c10::optional<at::ArrayRef<double>> /*video_time_intervals*/, bool /*frames_apart*/) {
+  check_mrope_arguments(token_types, image_grid_thw, video_grid_thw, attention_mask);
+  TORCH_CHECK(spatial_merge_size >= 1, detail::caller_or(kMRope),
+              ": spatial_merge_size must be >= 1, but got ", spatial_merge_size);
+  const auto longs = token_types.options().dtype(at::kLong);
+  const SymLength three(3);
+  const SymLength one(1);
+  return {empty_with_lengths({three, size_of(token_types, 0), size_of(token_types, 1)}, longs),
+          empty_with_lengths({size_of(token_types, 0), one}, longs)};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
@@ -122,10 +211,18 @@ TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("packed_positions", TORCH_FN(packed_positions_kernel));
   m.impl("context_parallel_positions", TORCH_FN(context_parallel_positions_kernel));
+  m.impl("mrope_position_ids", TORCH_FN(mrope_position_ids_kernel));
 }
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {
   m.impl("packed_positions", TORCH_FN(packed_positions_meta));
+  m.impl("mrope_position_ids", TORCH_FN(mrope_position_ids_meta));
+}
+
+// Integer positions have no gradient: autograd passes mrope_position_ids through to its kernels
+// (LibTorch 1.13 has no AutogradMeta kernel for CompositeExplicitAutograd operators otherwise).
+TORCH_LIBRARY_IMPL(posenc, Autograd, m) {
+  m.impl("mrope_position_ids", torch::CppFunction::makeFallthrough());
 }
 
 using PackedSignature = at::Tensor(const at::Tensor&, int64_t, OptionalTensor);
@@ -148,6 +245,18 @@ at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batc
   static const auto op =
       typed_op<at::Tensor(const at::Tensor&, bool)>("posenc::positions_from_padding_mask");
   return op.call(padding_mask, batch_first);
+}
+
+std::tuple<at::Tensor, at::Tensor> mrope_position_ids(
+    const at::Tensor& token_types, const c10::optional<at::Tensor>& image_grid_thw,
+    const c10::optional<at::Tensor>& video_grid_thw,
+    const c10::optional<at::Tensor>& attention_mask, int64_t spatial_merge_size,
+    c10::optional<at::ArrayRef<double>> video_time_intervals, bool frames_apart) {
+  static const auto op = typed_op<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, OptionalTensor, OptionalTensor, OptionalTensor, int64_t,
+      c10::optional<at::ArrayRef<double>>, bool)>("posenc::mrope_position_ids");
+  return op.call(token_types, image_grid_thw, video_grid_thw, attention_mask, spatial_merge_size,
+                 video_time_intervals, frames_apart);
 }
 
 } // namespace ops

@@ -531,6 +531,98 @@ TEST_F(RotaryQk, MultimodalErrors) {
                       "the module has no mrope_section");
 }
 
+// The positions of multimodal batches (posenc::mrope_position_ids), written out by hand from
+// transformers' get_rope_index rules; test_rope_qk_mrope.py compares them with transformers' own.
+TEST_F(RotaryQk, MultimodalPositionIds) {
+  const auto longs = [](std::vector<int64_t> values) { return torch::tensor(values); };
+  // text, text, an image of 1 x 4 x 4 patches (2 x 2 tokens after the merge), text
+  const auto types = torch::tensor({{0, 0, 1, 1, 1, 1, 0}});
+  const auto images = torch::tensor({{1, 4, 4}});
+  auto [positions, deltas] =
+      F::mrope_position_ids(types, F::MRopePositionIdsFuncOptions().image_grid_thw(images));
+  EXPECT_TRUE(torch::equal(positions,
+                           torch::stack({longs({0, 1, 2, 2, 2, 2, 4}), longs({0, 1, 2, 2, 3, 3, 4}),
+                                         longs({0, 1, 2, 3, 2, 3, 4})})
+                               .reshape({3, 1, 7})));
+  EXPECT_TRUE(torch::equal(deltas, torch::tensor({{-2}})));
+  // A video of 3 frames of 2 x 2 patches (one token each), 0.5 positions apart (floored), after
+  // a left-padded token and a text token; the padding gets 0 and is not counted.
+  const auto video_types = torch::tensor({{0, 0, 2, 2, 2, 0}});
+  const auto mask = torch::tensor({{0, 1, 1, 1, 1, 1}});
+  const auto videos = torch::tensor({{3, 2, 2}});
+  std::tie(positions, deltas) =
+      F::mrope_position_ids(video_types, F::MRopePositionIdsFuncOptions()
+                                             .video_grid_thw(videos)
+                                             .attention_mask(mask)
+                                             .video_time_intervals(std::vector<double>{0.5}));
+  EXPECT_TRUE(
+      torch::equal(positions, torch::stack({longs({0, 0, 1, 1, 2, 2}), longs({0, 0, 1, 1, 1, 2}),
+                                            longs({0, 0, 1, 1, 1, 2})})
+                                  .reshape({3, 1, 6})));
+  EXPECT_TRUE(torch::equal(deltas, torch::tensor({{2 + 1 - 5}})));
+  // Frames apart (Qwen3-VL): each frame a grid of its own, the next one max(h, w) / m further.
+  std::tie(positions, deltas) = F::mrope_position_ids(
+      video_types,
+      F::MRopePositionIdsFuncOptions().video_grid_thw(videos).attention_mask(mask).frames_apart(
+          true));
+  EXPECT_TRUE(torch::equal(positions[0], torch::tensor({{0, 0, 1, 2, 3, 4}})));
+  EXPECT_TRUE(torch::equal(deltas, torch::tensor({{4 + 1 - 5}})));
+  // The positions drive a multimodal RotaryEmbedding.
+  posenc::RotaryEmbedding rope(
+      posenc::RotaryEmbeddingOptions(8, 16).mrope_section(std::vector<int64_t>{2, 1, 1}));
+  const auto x = torch::randn({1, 6, 2, 8});
+  EXPECT_EQ(rope->forward_positions(x, positions).sizes(), x.sizes());
+  // The shapes on the meta device (torch.compile's fake tensors).
+  std::tie(positions, deltas) = F::mrope_position_ids(
+      torch::zeros({2, 5}, torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta)));
+  EXPECT_EQ(positions.sizes(), (std::vector<int64_t>{3, 2, 5}));
+  EXPECT_EQ(deltas.sizes(), (std::vector<int64_t>{2, 1}));
+}
+
+TEST_F(RotaryQk, MultimodalPositionIdsErrors) {
+  const auto types = torch::tensor({{0, 0, 1, 1, 1, 1, 0}});
+  const auto images = torch::tensor({{1, 4, 4}});
+  const auto with = [&](const torch::Tensor& grids) {
+    return F::MRopePositionIdsFuncOptions().image_grid_thw(grids);
+  };
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(images).spatial_merge_size(1)),
+                      "mrope_position_ids: row 0's run of 4 image tokens at 2..5 does not match "
+                      "its grids in image_grid_thw, which hold 16 tokens (t * h/1 * w/1 each)");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types),
+                      "row 0 has more image tokens than image_grid_thw has grids for (0 grids)");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(torch::cat({images, images}))),
+                      "image_grid_thw has 2 grids, but the tokens use 1");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types * 3, with(images)),
+                      "token_types must hold 0 (text), 1 (image) or 2 (video), but row 0 holds 3");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(torch::tensor({{1, 3, 4}}))),
+                      "each grid of image_grid_thw must have t >= 1 and h, w multiples of "
+                      "spatial_merge_size = 2, but one is [1, 3, 4]");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(torch::tensor({{1 << 20, 1 << 10, 2}}))),
+                      "holds more than 2^28 tokens");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(images.to(torch::kFloat))),
+                      "image_grid_thw must be [N, 3] (t, h, w) integers, but got Float");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types.to(torch::kFloat), with(images)),
+                      "token_types must be [B, L] integers");
+  EXPECT_POSENC_ERROR(
+      F::mrope_position_ids(types, with(images).attention_mask(torch::ones({1, 6}))),
+      "attention_mask must have token_types' shape [1, 7], but got [1, 6]");
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(images).spatial_merge_size(0)),
+                      "spatial_merge_size must be >= 1, but got 0");
+  const auto video = F::MRopePositionIdsFuncOptions().video_grid_thw(torch::tensor({{2, 2, 2}}));
+  const auto video_types = torch::tensor({{2, 2}});
+  EXPECT_POSENC_ERROR(
+      F::mrope_position_ids(video_types, F::MRopePositionIdsFuncOptions(video).video_time_intervals(
+                                             std::vector<double>{1.0, 2.0})),
+      "video_time_intervals must give one interval per video (1), but gives 2");
+  for (const double bad : {-1.0, std::nan(""), static_cast<double>(INFINITY), 1e30}) {
+    EXPECT_POSENC_ERROR(F::mrope_position_ids(
+                            video_types, F::MRopePositionIdsFuncOptions(video).video_time_intervals(
+                                             std::vector<double>{bad})),
+                        "video_time_intervals must be finite and >= 0");
+  }
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(torch::Tensor()), "mrope_position_ids: token_types");
+}
+
 // --- RoPE variants through the operators --------------------------------------------------------
 
 TEST_F(RotaryQk, RopeFrequenciesOperatorIsTheModulesDefinition) {

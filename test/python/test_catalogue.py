@@ -238,6 +238,30 @@ OP_ERRORS += [
     err("context_parallel_positions-zigzag-not-divisible", lambda o, n: o.context_parallel_positions(6, 2, 0, True), RuntimeError, "the sequence length (6) must be a multiple of 2 * world_size = 4 to split it into equal"),
     err("context_parallel_positions-seq_len=2^62", lambda o, n: o.context_parallel_positions(2**62, 2, 0), RuntimeError, "a rank's shard of seq_len = 4611686018427387904 over 2 chunks holds 2305843009213693952"),
     err("context_parallel_positions-seq_len=i64max", lambda o, n: o.context_parallel_positions(I64, 1, 0), RuntimeError, "a rank's shard of seq_len = 9223372036854775807 over 1 chunks holds 9223372036854775807"),
+    # mrope_position_ids(token_types, image_grid_thw, video_grid_thw, attention_mask, *, spatial_merge_size, video_time_intervals, frames_apart)
+    err("mrope_position_ids-token_types-1d", lambda o, n: o.mrope_position_ids(torch.zeros(5, dtype=i64)), RuntimeError, "token_types must be [B, L] integers (0 text, 1 image, 2 video), but got Long of shape [5]"),
+    err("mrope_position_ids-token_types-float", lambda o, n: o.mrope_position_ids(torch.zeros(1, 5)), RuntimeError, "token_types must be [B, L] integers (0 text, 1 image, 2 video), but got Float"),
+    err("mrope_position_ids-token_type=i64max", lambda o, n: o.mrope_position_ids(torch.tensor([[0, I64]])), RuntimeError, "token_types must hold 0 (text), 1 (image) or 2 (video), but row 0 holds 9223372036854775807"),
+    err("mrope_position_ids-token_type=-1", lambda o, n: o.mrope_position_ids(torch.tensor([[0, -1]])), RuntimeError, "token_types must hold 0 (text), 1 (image) or 2 (video), but row 0 holds -1"),
+    err("mrope_position_ids-spatial_merge_size=0", lambda o, n: o.mrope_position_ids(torch.zeros(1, 2, dtype=i64), spatial_merge_size=0), RuntimeError, "spatial_merge_size must be >= 1, but got 0"),
+    err("mrope_position_ids-spatial_merge_size=-1", lambda o, n: o.mrope_position_ids(torch.zeros(1, 2, dtype=i64), spatial_merge_size=-1), RuntimeError, "spatial_merge_size must be >= 1, but got -1"),
+    err("mrope_position_ids-spatial_merge_size=i64max", lambda o, n: o.mrope_position_ids(torch.ones(1, 1, dtype=i64), torch.tensor([[1, 2, 2]]), spatial_merge_size=I64), RuntimeError, "each grid of image_grid_thw must have t >= 1 and h, w multiples of spatial_merge_size = 9223372036854775807"),
+    err("mrope_position_ids-grid-wrong-shape", lambda o, n: o.mrope_position_ids(torch.ones(1, 1, dtype=i64), torch.tensor([1, 2, 2])), RuntimeError, "image_grid_thw must be [N, 3] (t, h, w) integers, but got Long of shape [3]"),
+    err("mrope_position_ids-grid-float", lambda o, n: o.mrope_position_ids(torch.ones(1, 1, dtype=i64), torch.tensor([[1.0, 2.0, 2.0]])), RuntimeError, "image_grid_thw must be [N, 3] (t, h, w) integers, but got Float"),
+    err("mrope_position_ids-grid-t=0", lambda o, n: o.mrope_position_ids(torch.ones(1, 1, dtype=i64), torch.tensor([[0, 2, 2]])), RuntimeError, "each grid of image_grid_thw must have t >= 1 and h, w multiples of spatial_merge_size = 2, but one is [0, 2, 2]"),
+    err("mrope_position_ids-grid-h=-2", lambda o, n: o.mrope_position_ids(torch.ones(1, 1, dtype=i64), torch.tensor([[1, -2, 2]])), RuntimeError, "but one is [1, -2, 2]"),
+    err("mrope_position_ids-grid=2^62", lambda o, n: o.mrope_position_ids(torch.ones(1, 1, dtype=i64), torch.tensor([[1, 2**62, 2**62]])), RuntimeError, "holds more than 2^28 tokens (posenc's limit of positions in one call)"),
+    err("mrope_position_ids-grid-t=i64max", lambda o, n: o.mrope_position_ids(torch.full((1, 1), 2, dtype=i64), None, torch.tensor([[I64, 2, 2]])), RuntimeError, "holds more than 2^28 tokens"),
+    err("mrope_position_ids-run-does-not-fill-grid", lambda o, n: o.mrope_position_ids(torch.ones(1, 3, dtype=i64), torch.tensor([[1, 4, 4]])), RuntimeError, "row 0's run of 3 image tokens at 0..2 does not match its grids in image_grid_thw, which hold 4 tokens (t * h/2 * w/2 each)"),
+    err("mrope_position_ids-no-grids", lambda o, n: o.mrope_position_ids(torch.full((1, 2), 2, dtype=i64)), RuntimeError, "row 0 has more video tokens than video_grid_thw has grids for (0 grids)"),
+    err("mrope_position_ids-grid-left-over", lambda o, n: o.mrope_position_ids(torch.zeros(1, 2, dtype=i64), torch.tensor([[1, 2, 2]])), RuntimeError, "image_grid_thw has 1 grids, but the tokens use 0"),
+    err("mrope_position_ids-mask-shape", lambda o, n: o.mrope_position_ids(torch.zeros(1, 2, dtype=i64), attention_mask=torch.ones(2, 1)), RuntimeError, "attention_mask must have token_types' shape [1, 2], but got [2, 1]"),
+    err("mrope_position_ids-mask-on-meta", lambda o, n: o.mrope_position_ids(torch.zeros(1, 2, dtype=i64), attention_mask=torch.ones(1, 2, device="meta")), RuntimeError, "attention_mask is on meta"),
+    err("mrope_position_ids-intervals-count", lambda o, n: o.mrope_position_ids(torch.full((1, 2), 2, dtype=i64), None, torch.tensor([[2, 2, 2]]), video_time_intervals=[]), RuntimeError, "video_time_intervals must give one interval per video (1), but gives 0"),
+    err("mrope_position_ids-interval=nan", lambda o, n: o.mrope_position_ids(torch.full((1, 2), 2, dtype=i64), None, torch.tensor([[2, 2, 2]]), video_time_intervals=[math.nan]), RuntimeError, "video_time_intervals must be finite and >= 0 (each video's temporal spacing) with (t - 1) * interval < 2^62, but video 0 of 2 frames has nan"),
+    err("mrope_position_ids-interval=-1", lambda o, n: o.mrope_position_ids(torch.full((1, 2), 2, dtype=i64), None, torch.tensor([[2, 2, 2]]), video_time_intervals=[-1.0]), RuntimeError, "but video 0 of 2 frames has -1"),
+    err("mrope_position_ids-interval=2^62", lambda o, n: o.mrope_position_ids(torch.full((1, 2), 2, dtype=i64), None, torch.tensor([[2, 2, 2]]), video_time_intervals=[2.0**62]), RuntimeError, "(t - 1) * interval < 2^62"),
+    err("nn.mrope_position_ids-mismatch", lambda o, n: n.mrope_position_ids(torch.ones(1, 3, dtype=i64), torch.tensor([[1, 4, 4]])), ValueError, "posenc::mrope_position_ids: row 0's run of 3 image tokens at 0..2 does not match"),
     err("context_parallel_positions-seq_len=2^31", lambda o, n: o.context_parallel_positions(2**31, 1, 0), RuntimeError, "a rank's shard of seq_len = 2147483648 over 1 chunks holds 2147483648 positions, over"),
 ]
 OP_ERRORS += [
@@ -342,6 +366,13 @@ def like(shape, dtype, values=None):
     return check
 
 
+def holds(predicate):
+    """A check that the result satisfies ``predicate`` (for results that are not one tensor)."""
+    def check(result, ops):
+        assert predicate(result), f"unexpected result {result}"
+    return check
+
+
 def pair(first, second):
     return lambda result, o: (first(result[0], o), second(result[1], o))
 
@@ -350,6 +381,13 @@ X = torch.arange(24, dtype=f32).reshape(1, 3, 2, 4) / 7  # a [B, L, H, Dh] query
 
 
 OP_RESULTS = [
+    # mrope_position_ids: empty batches, padding, large spacing, int32 types and a bool mask
+    ok("mrope_position_ids-empty-batch", lambda o, n: o.mrope_position_ids(torch.zeros(0, 4, dtype=i64)), holds(lambda r: r[0].shape == (3, 0, 4) and r[1].shape == (0, 1))),
+    ok("mrope_position_ids-length-0", lambda o, n: o.mrope_position_ids(torch.zeros(2, 0, dtype=i64)), holds(lambda r: r[0].shape == (3, 2, 0) and torch.equal(r[1], torch.zeros(2, 1, dtype=i64)))),
+    ok("mrope_position_ids-one-kept-token", lambda o, n: o.mrope_position_ids(torch.ones(1, 4, dtype=i64), torch.tensor([[1, 2, 2]]), attention_mask=torch.tensor([[0, 0, 0, 1]])), holds(lambda r: torch.equal(r[0], torch.zeros(3, 1, 4, dtype=i64)) and torch.equal(r[1], torch.tensor([[0]])))),
+    ok("mrope_position_ids-all-masked", lambda o, n: o.mrope_position_ids(torch.zeros(2, 3, dtype=i64), attention_mask=torch.zeros(2, 3, dtype=i64)), holds(lambda r: torch.equal(r[0], torch.zeros(3, 2, 3, dtype=i64)) and torch.equal(r[1], torch.zeros(2, 1, dtype=i64)))),
+    ok("mrope_position_ids-interval-large", lambda o, n: o.mrope_position_ids(torch.full((1, 2), 2, dtype=i64), None, torch.tensor([[2, 2, 2]]), video_time_intervals=[2.0**61]), holds(lambda r: r[0][0].tolist() == [[0, 2**61]] and r[1].item() == 2**61 - 1)),
+    ok("mrope_position_ids-int32-bool-mask", lambda o, n: o.mrope_position_ids(torch.tensor([[0, 0, 0]], dtype=torch.int32), attention_mask=torch.tensor([[False, True, True]])), holds(lambda r: r[0].dtype == i64 and r[0][1].tolist() == [[0, 0, 1]])),
     ok("sinusoidal_table-max_len=1-d_model=1", lambda o, n: o.sinusoidal_table(1, 1), like((1, 1), f32, torch.zeros(1, 1))),
     ok("sinusoidal_table-d_model-odd", lambda o, n: o.sinusoidal_table(2, 3), like((2, 3), f32)),
     ok("sinusoidal_table-float16", lambda o, n: o.sinusoidal_table(4, 4, dtype=f16), like((4, 4), f16, lambda o: o.sinusoidal_table(4, 4, dtype=f64).to(f16))),

@@ -355,6 +355,10 @@ OPERATOR_CASES = [
     _case("packed_positions", "start_positions", lambda ops, T: ops.packed_positions(T(ints([0, 3, 7])), 7, T(ints([5, 0])))),
     _case("context_parallel_positions", "contiguous", lambda ops, T: ops.context_parallel_positions(8, 2, 1, device=T.device)),
     _case("context_parallel_positions", "zigzag", lambda ops, T: ops.context_parallel_positions(8, 2, 0, True, device=T.device)),
+    _case("mrope_position_ids", "text_only", lambda ops, T: ops.mrope_position_ids(T(torch.zeros(2, 5, dtype=torch.long)))),
+    _case("mrope_position_ids", "image_video_mask", lambda ops, T: ops.mrope_position_ids(
+        T(ints([[0, 1, 1, 2, 2, 0], [0, 0, 0, 0, 0, 0]])), T(ints([[1, 2, 4]])), T(ints([[2, 2, 2]])),
+        T(ints([[1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]])), spatial_merge_size=2, video_time_intervals=[0.5])),
     # vision and diffusion
     _case("timestep_embedding", "default", lambda ops, T: ops.timestep_embedding(T(torch.tensor([1.0, 250.5, 999.0])), 16)),
     _case("timestep_embedding", "flip_int_bf16", lambda ops, T: ops.timestep_embedding(

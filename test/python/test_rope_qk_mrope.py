@@ -409,3 +409,27 @@ def test_multimodal_position_ids_say_what_does_not_match(posenc_package):
     text = torch.zeros(2, 5, dtype=torch.long)
     positions, deltas = posenc_nn.mrope_position_ids(text)
     assert torch.equal(positions, torch.arange(5).expand(3, 2, 5)) and torch.equal(deltas, torch.zeros(2, 1, dtype=torch.long))
+
+
+def test_multimodal_position_ids_are_one_operator(posenc_package):
+    """posenc.nn.mrope_position_ids is the posenc::mrope_position_ids operator (the C++ functional
+    form's): equal results; opcheck (schema, fake-tensor shapes through its Meta kernel); and a
+    torch.compile(fullgraph=True) graph that holds the operator and feeds a multimodal
+    RotaryEmbedding, equal to eager."""
+    posenc_nn = posenc_package.nn
+    types, images, videos, mask = multimodal_batch()
+    ours = posenc_nn.mrope_position_ids(types, images, videos, mask, video_time_intervals=[0.5, 2.0])
+    direct = torch.ops.posenc.mrope_position_ids(types, images, videos, mask, video_time_intervals=[0.5, 2.0])
+    assert all(torch.equal(a, b) for a, b in zip(ours, direct))
+    torch.library.opcheck(torch.ops.posenc.mrope_position_ids.default, (types, images, videos, mask),
+                          {"spatial_merge_size": 2, "video_time_intervals": [0.5, 2.0]},
+                          test_utils=("test_schema", "test_faketensor"))
+    rope = posenc_nn.RotaryEmbedding(16, 64, mrope_section=[4, 2, 2])
+
+    def rotate(x, types, images, videos, mask):
+        positions, _ = posenc_nn.mrope_position_ids(types, images, videos, mask)
+        return rope.forward_positions(x, positions)
+
+    x = torch.randn(*types.shape, 2, 16)
+    compiled = torch.compile(rotate, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x, types, images, videos, mask), rotate(x, types, images, videos, mask))

@@ -106,5 +106,24 @@ inline void rotary_embedding_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor&
                               /*in_place=*/true, options.inverse());
 }
 
+/// The `[3, B, L]` (temporal, height, width) positions of multimodal RoPE for a batch of text,
+/// image and video tokens (`token_types` `[B, L]`: 0 text, 1 image, 2 video), as Qwen2-VL,
+/// Qwen2.5-VL and Qwen3-VL number them (transformers' `get_rope_index`), and each row's delta
+/// `[B, 1]`: decoding continues at `token index + delta` on all axes. Pass the positions to
+/// `RotaryEmbedding::forward_positions` of a module with `mrope_section`. The functional form of
+/// the posenc::mrope_position_ids operator (`ops::mrope_position_ids` says how it numbers).
+///
+/// Example:
+/// ```
+/// namespace F = posenc::functional;
+/// // two text tokens, an image of 1 x 4 x 4 patches (4 tokens after a 2 x 2 merge), a text token
+/// auto types = torch::tensor({{0, 0, 1, 1, 1, 1, 0}});
+/// auto [positions, deltas] = F::mrope_position_ids(
+///     types, F::MRopePositionIdsFuncOptions().image_grid_thw(torch::tensor({{1, 4, 4}})));
+/// // temporal [[0, 1, 2, 2, 2, 2, 4]], height [[0, 1, 2, 2, 3, 3, 4]], deltas [[-2]]
+/// ```
+std::tuple<at::Tensor, at::Tensor> mrope_position_ids(
+    const at::Tensor& token_types, const MRopePositionIdsFuncOptions& options = {});
+
 } // namespace functional
 } // namespace posenc

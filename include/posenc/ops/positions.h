@@ -1,7 +1,8 @@
 #pragma once
 
 /// @file
-/// posenc's operators: positions of packed sequences, context-parallel shards and padded sequences.
+/// posenc's operators: positions of packed sequences, context-parallel shards, padded sequences and
+/// multimodal batches.
 /// Each function calls its operator `posenc::<name>` through the dispatcher
 /// (`torch.ops.posenc.<name>` from Python and TorchScript); its schema is the `m.def` beside its
 /// entry point in `src/ops/positions.cpp` (kernels: the same file). What positions, padding and
@@ -9,9 +10,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/Optional.h>
 
 #include <cstdint>
+#include <tuple>
 
 namespace posenc {
 namespace ops {
@@ -36,6 +39,24 @@ at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64
 /// tokens before it in its sequence, padding (`true` in the bool `padding_mask`, `[B, L]`, or
 /// `[L, B]` with `batch_first = false`) gets -1. int64, on the mask's device.
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first = true);
+
+/// Multimodal RoPE's positions of a batch of text, image and video tokens (transformers'
+/// `get_rope_index` of Qwen2-VL, Qwen2.5-VL and Qwen3-VL): int64 `[3, B, L]` (temporal, height,
+/// width) and each row's delta `[B, 1]` (its largest position + 1 - its token count), on the
+/// device of `token_types` (`[B, L]` integers: 0 text, 1 image, 2 video). Text counts up by one
+/// on all axes; a run of image or video tokens takes the next grids of `image_grid_thw` /
+/// `video_grid_thw` (`[N, 3]`: t, h, w patches before merging) until it is filled, a grid of
+/// t * (h / m) * (w / m) tokens (m = `spatial_merge_size`) numbered start + floor(frame *
+/// interval), start + row, start + column; the next token starts at start + max(h, w) / m.
+/// `video_time_intervals`: each video's temporal spacing (default 1). `frames_apart`: each frame
+/// of a video is a grid of its own (Qwen3-VL). Tokens where `attention_mask` is 0 get position 0
+/// and are not counted. The values are read on the host (the grids decide the numbering).
+std::tuple<at::Tensor, at::Tensor> mrope_position_ids(
+    const at::Tensor& token_types, const c10::optional<at::Tensor>& image_grid_thw = c10::nullopt,
+    const c10::optional<at::Tensor>& video_grid_thw = c10::nullopt,
+    const c10::optional<at::Tensor>& attention_mask = c10::nullopt, int64_t spatial_merge_size = 2,
+    c10::optional<c10::ArrayRef<double>> video_time_intervals = c10::nullopt,
+    bool frames_apart = false);
 
 } // namespace ops
 } // namespace posenc

@@ -202,5 +202,26 @@ struct RotaryEmbeddingFuncOptions {
   TORCH_ARG(bool, inverse) = false;
 };
 
+/// Options for `posenc::functional::mrope_position_ids`: a multimodal batch's grids and how its
+/// model numbers them.
+struct MRopePositionIdsFuncOptions {
+  /// `[N, 3]` integers: each image's temporal, height and width patches before merging, in the
+  /// order of the images' tokens. Default: undefined (no images).
+  TORCH_ARG(torch::Tensor, image_grid_thw) = torch::Tensor();
+  /// `[N, 3]` integers: each video's grid, as `image_grid_thw`. Default: undefined (no videos).
+  TORCH_ARG(torch::Tensor, video_grid_thw) = torch::Tensor();
+  /// `[B, L]`: tokens where it is 0 are left out of the numbering and get position 0. Default:
+  /// undefined (every token).
+  TORCH_ARG(torch::Tensor, attention_mask) = torch::Tensor();
+  /// The vision encoder's merge of `m * m` patches into one token. Default: 2.
+  TORCH_ARG(int64_t, spatial_merge_size) = 2;
+  /// Each video's temporal spacing (Qwen2.5-VL: `tokens_per_second * second_per_grid_ts`).
+  /// Default: unset (1, Qwen2-VL's).
+  TORCH_ARG(c10::optional<std::vector<double>>, video_time_intervals) = c10::nullopt;
+  /// Each frame of a video is a grid of its own (Qwen3-VL and Qwen3.5, whose frames are separated
+  /// by timestamp tokens). Default: `false`.
+  TORCH_ARG(bool, frames_apart) = false;
+};
+
 } // namespace functional
 } // namespace posenc
