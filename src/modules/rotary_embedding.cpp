@@ -7,7 +7,6 @@
 #include "detail/rotary.h"
 #include "ops/rotary_module.h"
 
-#include <ATen/ops/arange.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
@@ -40,24 +39,19 @@ void RotaryEmbeddingImpl::build_tables(torch::Dtype dtype, torch::Device device)
   // The options' checks (the same for posenc.nn's module), before anything is built.
   auto call = std::make_shared<const ops::RotaryModuleCall>(
       ops::rotary_module_call(options, kName, /*python=*/false));
-  const detail::RopeSpec spec = detail::rope_spec(options);
-  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, kName);
   // The frequencies stay float64, on the caches' device (passed with them). Everything is computed
   // before the first member changes.
-  const auto float64 = at::TensorOptions().dtype(at::kDouble);
-  torch::Tensor inv_freq = at::tensor(frequencies.inv_freq, float64).to(device);
-  torch::Tensor long_inv_freq = detail::rope_long_inv_freq(spec, kName);
-  if (long_inv_freq.defined()) {
-    long_inv_freq = long_inv_freq.to(device);
-  }
-  const auto positions =
-      torch::arange(options.cached_rows(), torch::TensorOptions().dtype(torch::kLong));
-  auto tables = detail::rotary_rows(positions, frequencies, dtype);
-  detail::set_buffer(*this, "cos", cos, tables.first.to(device));
-  detail::set_buffer(*this, "sin", sin, tables.second.to(device));
+  const ops::RotaryModuleState state = ops::rotary_module_state(*call, dtype);
+  torch::Tensor inv_freq = state.inv_freq.to(device);
+  torch::Tensor long_inv_freq =
+      state.long_inv_freq.defined() ? state.long_inv_freq.to(device) : torch::Tensor();
+  torch::Tensor new_cos = state.cos.to(device);
+  torch::Tensor new_sin = state.sin.to(device);
+  detail::set_buffer(*this, "cos", cos, std::move(new_cos));
+  detail::set_buffer(*this, "sin", sin, std::move(new_sin));
   inv_freq_ = std::move(inv_freq);
   long_inv_freq_ = std::move(long_inv_freq);
-  variant_attention_factor_ = frequencies.variant_attention_factor;
+  variant_attention_factor_ = call->variant_attention_factor;
   call_ = std::move(call);
 }
 

@@ -28,6 +28,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -297,12 +298,31 @@ RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const
   const detail::RopeSpec spec = detail::rope_spec(options);
   RotaryModuleCall call;
   call.options = options;
-  call.attention_factor = detail::rope_frequencies(spec, c10::nullopt, who).attention_factor;
+  detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, who);
+  call.attention_factor = frequencies.attention_factor;
+  call.inv_freq = std::move(frequencies.inv_freq);
+  call.variant_attention_factor = frequencies.variant_attention_factor;
   call.switch_length = detail::rope_switch_length(spec);
   if (options.beyond_max_len() != BeyondMaxLen::kExtrapolate) {
     call.hint = detail::extrapolate_hint(python);
   }
   return call;
+}
+
+RotaryModuleState rotary_module_state(const RotaryModuleCall& call,
+                                      c10::optional<at::ScalarType> caches_dtype) {
+  const auto float64 = at::TensorOptions().dtype(at::kDouble);
+  RotaryModuleState state;
+  state.inv_freq = at::tensor(call.inv_freq, float64);
+  state.long_inv_freq = detail::rope_long_inv_freq(detail::rope_spec(call.options), kName);
+  if (caches_dtype.has_value()) {
+    const detail::RopeFrequencies frequencies{call.inv_freq, call.attention_factor,
+                                              call.variant_attention_factor};
+    std::tie(state.cos, state.sin) = detail::rotary_rows(
+        at::arange(call.options.cached_rows(), at::TensorOptions().dtype(at::kLong)), frequencies,
+        *caches_dtype);
+  }
+  return state;
 }
 
 at::Tensor rotary_module_forward(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
@@ -463,13 +483,12 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_call_qk(
 // The frequencies posenc.nn's module holds beside its caches, as the C++ module's (reset()).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_embedding_frequencies(
     c10::string_view module) {
-  const detail::RopeSpec spec = detail::rope_spec(module_call(module)->options);
-  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, kName);
-  const at::Tensor long_inv_freq = detail::rope_long_inv_freq(spec, kName);
+  const auto call = module_call(module);
+  const RotaryModuleState state = rotary_module_state(*call, c10::nullopt);
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
-  return {at::tensor(frequencies.inv_freq, float64),
-          long_inv_freq.defined() ? long_inv_freq : at::empty({0}, float64),
-          at::scalar_tensor(frequencies.variant_attention_factor, float64)};
+  return {state.inv_freq,
+          state.long_inv_freq.defined() ? state.long_inv_freq : at::empty({0}, float64),
+          at::scalar_tensor(call->variant_attention_factor, float64)};
 }
 
 } // namespace

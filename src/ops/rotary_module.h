@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 namespace posenc {
 namespace ops {
@@ -25,6 +26,11 @@ struct RotaryModuleCall {
   c10::optional<int64_t> switch_length;
   /// The factor cos/sin carry (the variant's attention factor, or 1 where it is left out).
   double attention_factor = 1.0;
+  /// The float64 frequencies `[R/2]` of calls within the model's context.
+  std::vector<double> inv_freq;
+  /// The variant's attention factor (YaRN's mscale, LongRoPE's; 1 for the others), whether or not
+  /// cos/sin carry it.
+  double variant_attention_factor = 1.0;
   /// The advice on positions past max_len in the caller's language (C++ or Python; "" when the
   /// module extrapolates).
   const char* hint = "";
@@ -36,6 +42,20 @@ struct RotaryModuleCall {
 /// posenc.nn.
 RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* who,
                                     bool python);
+
+/// What a module with this call holds, computed on the CPU from `call`'s frequencies: its float64
+/// frequencies `[R/2]`, longrope's long ones (undefined for the other variants) and, where
+/// `caches_dtype` is given, its caches `[cached_len, R/2]` of that dtype (float64 angles rounded
+/// once). The C++ module's reset() and posenc.nn's constructor (rotary_embedding_frequencies)
+/// take their tensors from here.
+struct RotaryModuleState {
+  at::Tensor inv_freq;
+  at::Tensor long_inv_freq;
+  at::Tensor cos;
+  at::Tensor sin;
+};
+RotaryModuleState rotary_module_state(const RotaryModuleCall& call,
+                                      c10::optional<at::ScalarType> caches_dtype);
 
 /// The module's tensors: its caches `[cached_len, R/2]`, its float64 frequencies `[R/2]` and
 /// longrope's long ones (undefined for the other variants), all on the caches' device.
