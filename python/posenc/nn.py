@@ -387,14 +387,16 @@ def mrope_position_ids(token_types: Tensor, image_grid_thw: Optional[Tensor] = N
     """The ``[3, B, L]`` (temporal, height, width) positions of multimodal RoPE for a batch of
     text, image and video tokens, as Qwen2-VL, Qwen2.5-VL and Qwen3-VL / Qwen3.5 number them
     (transformers' ``get_rope_index``), and each row's ``rope_deltas`` ``[B, 1]`` (its largest
-    position + 1 - its token count: decoding continues at ``token index + delta`` on all axes).
+    position + 1 - its number of kept tokens: decoding continues at ``token index + delta`` on
+    all axes).
 
     ``token_types`` ``[B, L]``: 0 text, 1 image, 2 video (transformers' ``mm_token_type_ids``).
     Text tokens count up by one on all three axes. A run of image or video tokens takes the next
     grids of ``image_grid_thw`` / ``video_grid_thw`` (``[N, 3]``: temporal, height and width
     patches, before merging) until it is filled: a grid of ``t * (h / m) * (w / m)`` tokens, with
-    ``m = spatial_merge_size``, is numbered ``start + floor(frame * interval)``, ``start + row``,
-    ``start + column``, and the next token starts at ``start + max(h, w) / m``.
+    ``m = spatial_merge_size``, is numbered ``start + int(frame * interval)`` (the product in
+    float32, truncated, as transformers computes it), ``start + row``, ``start + column``, and the
+    next token starts at ``start + max(h, w) / m``.
     ``video_time_intervals``: each video's temporal spacing (default 1, Qwen2-VL's). Qwen2.5-VL:
     ``tokens_per_second * second_per_grid_ts``, and ``tokens_per_second`` for each video where
     ``second_per_grid_ts`` is not given. ``frames_apart``: each frame of a video is a grid of its

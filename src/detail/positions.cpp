@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 
 namespace posenc {
 namespace detail {
@@ -136,8 +138,9 @@ const char* mrope_kind_name(int64_t kind) {
 }
 
 // Checks each grid (t >= 1, h and w positive multiples of the merge size, at most 2^28 tokens) and
-// its interval (finite, >= 0, its last frame's temporal position within 2^62).
+// its interval (its last frame's temporal position within 2^62; finite and >= 0 is the caller's).
 void check_mrope_grids(const char* who, const MRopeGrids& grids, int64_t merge) {
+  TORCH_INTERNAL_ASSERT(grids.intervals.size() == grids.thw.size());
   for (size_t g = 0; g < grids.thw.size(); ++g) {
     const int64_t t = grids.thw[g][0];
     const int64_t h = grids.thw[g][1];
@@ -145,49 +148,87 @@ void check_mrope_grids(const char* who, const MRopeGrids& grids, int64_t merge) 
     TORCH_CHECK(t >= 1 && h >= merge && w >= merge && h % merge == 0 && w % merge == 0, who,
                 ": each grid of ", grids.name,
                 " must have t >= 1 and h, w multiples of spatial_merge_size = ", merge,
-                ", but one is [", t, ", ", h, ", ", w, "]");
+                ", but grid ", g, " is [", t, ", ", h, ", ", w, "]");
     TORCH_CHECK(t <= kMaxTableElements / (h / merge) / (w / merge), who, ": grid ", g, " of ",
                 grids.name, ", [", t, ", ", h, ", ", w,
                 "], holds more than 2^28 tokens (posenc's limit of positions in one call)");
-    const double interval = grids.intervals[g];
-    TORCH_CHECK(std::isfinite(interval) && interval >= 0.0 &&
-                    static_cast<float>(t - 1) * static_cast<float>(interval) < 0x1p62f,
-                who,
-                ": video_time_intervals must be finite and >= 0 (each video's temporal spacing) "
-                "with (t - 1) * interval < 2^62, but video ",
-                g, " of ", t, " frames has ", interval);
+    TORCH_CHECK(static_cast<double>(t - 1) * grids.intervals[g] < 0x1p62, who, ": video ", g,
+                " of ", t, " frames, ", grids.intervals[g],
+                " positions apart (video_time_intervals), reaches temporal positions past 2^62; "
+                "pass each video's spacing in positions (tokens_per_second * "
+                "second_per_grid_ts)");
   }
 }
+
+// The grids of one kind in the order the tokens take them: each grid, or (`per_frame`,
+// frames_apart) each frame of each grid as a grid of one frame of its own.
+class GridCursor {
+ public:
+  GridCursor(const MRopeGrids& grids, bool per_frame) : grids_(grids), per_frame_(per_frame) {
+    for (const auto& thw : grids.thw) {
+      available_ += per_frame ? thw[0] : 1;
+    }
+  }
+
+  bool exhausted() const {
+    return taken_ == available_;
+  }
+
+  // The next grid ([t, h, w]) and the spacing of its frames.
+  std::pair<std::array<int64_t, 3>, double> next() {
+    const std::array<int64_t, 3>& thw = grids_.thw[grid_];
+    ++taken_;
+    if (!per_frame_) {
+      return {thw, grids_.intervals[grid_++]};
+    }
+    if (++frame_ == thw[0]) {
+      frame_ = 0;
+      ++grid_;
+    }
+    return {{1, thw[1], thw[2]}, 1.0};
+  }
+
+  // What the messages count: "3 grids", or "5 frames (frames_apart: ...)".
+  std::string counted(int64_t count) const {
+    return std::to_string(count) +
+           (per_frame_ ? " frames (frames_apart: each frame is a grid)" : " grids");
+  }
+
+  int64_t available() const {
+    return available_;
+  }
+  int64_t taken() const {
+    return taken_;
+  }
+  const char* name() const {
+    return grids_.name;
+  }
+
+ private:
+  const MRopeGrids& grids_;
+  bool per_frame_;
+  int64_t available_ = 0;
+  int64_t taken_ = 0;
+  size_t grid_ = 0;
+  int64_t frame_ = 0;
+};
 
 } // namespace
 
 MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& token_types,
                                   const std::vector<uint8_t>& keep, int64_t batch, int64_t length,
-                                  MRopeGrids images, MRopeGrids videos, int64_t spatial_merge_size,
-                                  bool frames_apart) {
+                                  const MRopeGrids& images, const MRopeGrids& videos,
+                                  int64_t spatial_merge_size, bool frames_apart) {
   const int64_t merge = spatial_merge_size;
   TORCH_CHECK(merge >= 1, who, ": spatial_merge_size must be >= 1, but got ", merge);
-  TORCH_CHECK(videos.intervals.size() == videos.thw.size(), who,
-              ": video_time_intervals must give one interval per video (", videos.thw.size(),
-              "), but gives ", videos.intervals.size());
-  TORCH_INTERNAL_ASSERT(images.intervals.size() == images.thw.size());
   check_mrope_grids(who, images, merge);
   check_mrope_grids(who, videos, merge);
-  if (frames_apart) { // each frame a grid of its own (its interval then has no effect)
-    MRopeGrids frames{videos.name, {}, {}};
-    for (const auto& thw : videos.thw) {
-      frames.thw.insert(frames.thw.end(), static_cast<size_t>(thw[0]), {1, thw[1], thw[2]});
-    }
-    frames.intervals.assign(frames.thw.size(), 1.0); // (one frame each: no spacing)
-    videos = std::move(frames);
-  }
-  const MRopeGrids* grids[2] = {&images, &videos};
-  size_t used[2] = {0, 0};
+  GridCursor cursors[2] = {GridCursor(images, false), GridCursor(videos, frames_apart)};
   MRopeNumbering out;
   out.positions.assign(static_cast<size_t>(3 * batch * length), 0);
   out.deltas.assign(static_cast<size_t>(batch), 0);
   const auto plane = static_cast<size_t>(batch * length);
-  std::vector<int64_t> kept; // the indices of the row's tokens that are numbered
+  std::vector<int64_t> kept; // the columns of the row's tokens that are numbered
   for (int64_t b = 0; b < batch; ++b) {
     const auto row = static_cast<size_t>(b * length);
     kept.clear();
@@ -197,10 +238,13 @@ MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& t
       }
     }
     const auto n = static_cast<int64_t>(kept.size());
-    const auto type_of = [&](int64_t i) { return token_types[row + static_cast<size_t>(kept[i])]; };
+    const auto column = [&](int64_t i) { return kept[static_cast<size_t>(i)]; };
+    const auto type_of = [&](int64_t i) {
+      return token_types[row + static_cast<size_t>(column(i))];
+    };
     int64_t largest = std::numeric_limits<int64_t>::min();
     const auto put = [&](int64_t i, int64_t temporal, int64_t height, int64_t width) {
-      const size_t at = row + static_cast<size_t>(kept[static_cast<size_t>(i)]);
+      const size_t at = row + static_cast<size_t>(column(i));
       out.positions[at] = temporal;
       out.positions[plane + at] = height;
       out.positions[2 * plane + at] = width;
@@ -221,26 +265,26 @@ MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& t
       }
       TORCH_CHECK(kind == 1 || kind == 2, who,
                   ": token_types must hold 0 (text), 1 (image) or 2 (video), but row ", b,
-                  " holds ", kind);
-      const MRopeGrids& available = *grids[kind - 1];
-      size_t& next = used[kind - 1];
+                  " holds ", kind, " at column ", column(i),
+                  "; pass transformers' mm_token_type_ids");
+      GridCursor& grids = cursors[kind - 1];
       int64_t filled = 0;
       while (filled < run) {
-        TORCH_CHECK(next < available.thw.size(), who, ": row ", b, " has more ",
-                    mrope_kind_name(kind), " tokens than ", available.name, " has grids for (",
-                    available.thw.size(), " grids)");
-        const auto& thw = available.thw[next];
-        const double interval = available.intervals[next];
-        ++next;
-        const int64_t t = thw[0];
-        const int64_t h = thw[1] / merge;
-        const int64_t w = thw[2] / merge;
+        TORCH_CHECK(!grids.exhausted(), who, ": row ", b, " has more ", mrope_kind_name(kind),
+                    " tokens than ", grids.name(), " has grids for (",
+                    grids.counted(grids.available()), "); pass one [t, h, w] row per ",
+                    mrope_kind_name(kind), ", in the order of the tokens");
+        const auto grid = grids.next();
+        const int64_t t = grid.first[0];
+        const int64_t h = grid.first[1] / merge;
+        const int64_t w = grid.first[2] / merge;
         if (filled + t * h * w <= run) { // (a grid past the run is an error below)
           int64_t token = i + filled;
           for (int64_t f = 0; f < t; ++f) {
-            // frame * interval in float32, truncated (transformers' float32 tensors)
+            // frame * interval in float32, truncated (transformers' float32 tensors); the
+            // interval is below 2^62 here (check_mrope_grids)
             const auto frame =
-                static_cast<int64_t>(static_cast<float>(f) * static_cast<float>(interval));
+                static_cast<int64_t>(static_cast<float>(f) * static_cast<float>(grid.second));
             for (int64_t r = 0; r < h; ++r) {
               for (int64_t c = 0; c < w; ++c) {
                 put(token++, start + frame, start + r, start + c);
@@ -252,16 +296,19 @@ MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& t
         start += std::max(h, w);
       }
       TORCH_CHECK(filled == run, who, ": row ", b, "'s run of ", run, " ", mrope_kind_name(kind),
-                  " tokens at ", i, "..", end - 1, " does not match its grids in ", available.name,
-                  ", which hold ", filled, " tokens (t * h/", merge, " * w/", merge, " each)");
+                  " tokens at columns ", column(i), "..", column(end - 1),
+                  " does not match its grids in ", grids.name(), ", which hold ", filled,
+                  " tokens (t * h/", merge, " * w/", merge,
+                  " each); each run of tokens must fill whole grids");
     }
     if (n > 0) {
       out.deltas[static_cast<size_t>(b)] = largest + 1 - n;
     }
   }
-  for (size_t kind = 0; kind < 2; ++kind) {
-    TORCH_CHECK(used[kind] == grids[kind]->thw.size(), who, ": ", grids[kind]->name, " has ",
-                grids[kind]->thw.size(), " grids, but the tokens use ", used[kind]);
+  for (const GridCursor& grids : cursors) {
+    TORCH_CHECK(grids.taken() == grids.available(), who, ": ", grids.name(), " has ",
+                grids.counted(grids.available()), ", but the tokens use ", grids.taken(),
+                "; pass one [t, h, w] row per image or video that the tokens hold");
   }
   return out;
 }

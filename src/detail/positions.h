@@ -41,7 +41,7 @@ struct MRopeGrids {
   const char* name;
   /// `[t, h, w]` of each grid.
   std::vector<std::array<int64_t, 3>> thw;
-  /// Each grid's temporal spacing, one per grid (checked for the videos: the caller's list).
+  /// Each grid's temporal spacing, one per grid (finite and >= 0: checked by the caller).
   std::vector<double> intervals;
 };
 
@@ -56,14 +56,15 @@ struct MRopeNumbering {
 /// `keep` (empty: every token; else 0 for tokens left out, which get position 0). Text counts up
 /// by one on all three axes; each run of image or video tokens takes the next grids of its kind
 /// until it is filled, a grid of t * (h / m) * (w / m) tokens (m = `spatial_merge_size`)
-/// numbered start + floor(frame * interval), start + row, start + column, the next token starting
-/// at start + max(h, w) / m. `frames_apart`: each frame of a video is a grid of its own. A row's
-/// delta is its largest position + 1 - its number of kept tokens (0 for a row of none). Checks
-/// the grids, the intervals, the token types and that the runs and the grids match exactly.
+/// numbered start + (frame * interval in float32, truncated), start + row, start + column, the
+/// next token starting at start + max(h, w) / m. `frames_apart`: each frame of a video is a grid
+/// of its own (its interval then has no effect). A row's delta is its largest position + 1 - its
+/// number of kept tokens (0 for a row of none). Checks the grids, the token types and that the
+/// runs and the grids match exactly.
 MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& token_types,
                                   const std::vector<uint8_t>& keep, int64_t batch, int64_t length,
-                                  MRopeGrids images, MRopeGrids videos, int64_t spatial_merge_size,
-                                  bool frames_apart);
+                                  const MRopeGrids& images, const MRopeGrids& videos,
+                                  int64_t spatial_merge_size, bool frames_apart);
 
 } // namespace detail
 } // namespace posenc

@@ -17,6 +17,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -126,7 +127,8 @@ constexpr const char* kMRope = "posenc::mrope_position_ids";
 // The shapes and dtypes mrope_position_ids requires (token_types [B, L] of integers, the grids
 // [N, 3] of integers, the mask token_types' shape); the values are the host numbering's.
 void check_mrope_arguments(const at::Tensor& token_types, OptionalTensor image_grid_thw,
-                           OptionalTensor video_grid_thw, OptionalTensor attention_mask) {
+                           OptionalTensor video_grid_thw, OptionalTensor attention_mask,
+                           c10::optional<at::ArrayRef<double>> video_time_intervals) {
   const char* who = detail::caller_or(kMRope);
   TORCH_CHECK(token_types.dim() == 2 && at::isIntegralType(token_types.scalar_type(),
                                                            /*includeBool=*/false),
@@ -146,6 +148,20 @@ void check_mrope_arguments(const at::Tensor& token_types, OptionalTensor image_g
                       at::isIntegralType(given->scalar_type(), /*includeBool=*/false),
                   who, ": ", grid.first, " must be [N, 3] (t, h, w) integers, but got ",
                   given->scalar_type(), " of shape ", shape_of(*given));
+    }
+  }
+  if (video_time_intervals.has_value()) {
+    const bool videos = video_grid_thw.has_value() && video_grid_thw->defined();
+    const detail::SymSize count = videos ? size_of(*video_grid_thw, 0) : detail::SymSize(0);
+    TORCH_CHECK(count == static_cast<int64_t>(video_time_intervals->size()), who,
+                ": video_time_intervals must give one interval per video (", count, "), but gives ",
+                video_time_intervals->size());
+    for (size_t g = 0; g < video_time_intervals->size(); ++g) {
+      const double interval = (*video_time_intervals)[g];
+      TORCH_CHECK(std::isfinite(interval) && interval >= 0.0, who,
+                  ": video_time_intervals must be finite and >= 0 (each video's temporal "
+                  "spacing in positions), but video ",
+                  g, " has ", interval);
     }
   }
 }
@@ -168,7 +184,8 @@ std::tuple<at::Tensor, at::Tensor> mrope_position_ids_kernel(
     const at::Tensor& token_types, OptionalTensor image_grid_thw, OptionalTensor video_grid_thw,
     OptionalTensor attention_mask, int64_t spatial_merge_size,
     c10::optional<at::ArrayRef<double>> video_time_intervals, bool frames_apart) {
-  check_mrope_arguments(token_types, image_grid_thw, video_grid_thw, attention_mask);
+  check_mrope_arguments(token_types, image_grid_thw, video_grid_thw, attention_mask,
+                        video_time_intervals);
   const int64_t batch = token_types.size(0);
   const int64_t length = token_types.size(1);
   std::vector<uint8_t> keep;
@@ -191,8 +208,9 @@ std::tuple<at::Tensor, at::Tensor> mrope_position_ids_kernel(
 std::tuple<at::Tensor, at::Tensor> mrope_position_ids_meta(
     const at::Tensor& token_types, OptionalTensor image_grid_thw, OptionalTensor video_grid_thw,
     OptionalTensor attention_mask, int64_t spatial_merge_size,
-    c10::optional<at::ArrayRef<double>> /*video_time_intervals*/, bool /*frames_apart*/) {
-  check_mrope_arguments(token_types, image_grid_thw, video_grid_thw, attention_mask);
+    c10::optional<at::ArrayRef<double>> video_time_intervals, bool /*frames_apart*/) {
+  check_mrope_arguments(token_types, image_grid_thw, video_grid_thw, attention_mask,
+                        video_time_intervals);
   TORCH_CHECK(spatial_merge_size >= 1, detail::caller_or(kMRope),
               ": spatial_merge_size must be >= 1, but got ", spatial_merge_size);
   const auto longs = token_types.options().dtype(at::kLong);

@@ -585,9 +585,10 @@ TEST_F(RotaryQk, MultimodalPositionIdsErrors) {
   const auto with = [&](const torch::Tensor& grids) {
     return F::MRopePositionIdsFuncOptions().image_grid_thw(grids);
   };
-  EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(images).spatial_merge_size(1)),
-                      "mrope_position_ids: row 0's run of 4 image tokens at 2..5 does not match "
-                      "its grids in image_grid_thw, which hold 16 tokens (t * h/1 * w/1 each)");
+  EXPECT_POSENC_ERROR(
+      F::mrope_position_ids(types, with(images).spatial_merge_size(1)),
+      "mrope_position_ids: row 0's run of 4 image tokens at columns 2..5 does not match "
+      "its grids in image_grid_thw, which hold 16 tokens (t * h/1 * w/1 each)");
   EXPECT_POSENC_ERROR(F::mrope_position_ids(types),
                       "row 0 has more image tokens than image_grid_thw has grids for (0 grids)");
   EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(torch::cat({images, images}))),
@@ -596,7 +597,7 @@ TEST_F(RotaryQk, MultimodalPositionIdsErrors) {
                       "token_types must hold 0 (text), 1 (image) or 2 (video), but row 0 holds 3");
   EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(torch::tensor({{1, 3, 4}}))),
                       "each grid of image_grid_thw must have t >= 1 and h, w multiples of "
-                      "spatial_merge_size = 2, but one is [1, 3, 4]");
+                      "spatial_merge_size = 2, but grid 0 is [1, 3, 4]");
   EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(torch::tensor({{1 << 20, 1 << 10, 2}}))),
                       "holds more than 2^28 tokens");
   EXPECT_POSENC_ERROR(F::mrope_position_ids(types, with(images.to(torch::kFloat))),
@@ -614,12 +615,25 @@ TEST_F(RotaryQk, MultimodalPositionIdsErrors) {
       F::mrope_position_ids(video_types, F::MRopePositionIdsFuncOptions(video).video_time_intervals(
                                              std::vector<double>{1.0, 2.0})),
       "video_time_intervals must give one interval per video (1), but gives 2");
-  for (const double bad : {-1.0, std::nan(""), static_cast<double>(INFINITY), 1e30}) {
+  for (const double bad : {-1.0, std::nan(""), static_cast<double>(INFINITY)}) {
     EXPECT_POSENC_ERROR(F::mrope_position_ids(
                             video_types, F::MRopePositionIdsFuncOptions(video).video_time_intervals(
                                              std::vector<double>{bad})),
                         "video_time_intervals must be finite and >= 0");
   }
+  EXPECT_POSENC_ERROR(
+      F::mrope_position_ids(video_types, F::MRopePositionIdsFuncOptions(video).video_time_intervals(
+                                             std::vector<double>{1e30})),
+      "video 0 of 2 frames, 1e+30 positions apart (video_time_intervals), reaches temporal "
+      "positions past 2^62");
+  // frames_apart counts frames, one at a time (a grid of 2^28 frames is not expanded)
+  EXPECT_POSENC_ERROR(
+      F::mrope_position_ids(torch::tensor({{2}}),
+                            F::MRopePositionIdsFuncOptions()
+                                .video_grid_thw(torch::tensor({{1 << 28, 2, 2}}))
+                                .frames_apart(true)),
+      "video_grid_thw has 268435456 frames (frames_apart: each frame is a grid), but the tokens "
+      "use 1");
   EXPECT_POSENC_ERROR(F::mrope_position_ids(torch::Tensor()), "mrope_position_ids: token_types");
 }
 

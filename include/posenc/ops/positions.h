@@ -42,15 +42,17 @@ at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batc
 
 /// Multimodal RoPE's positions of a batch of text, image and video tokens (transformers'
 /// `get_rope_index` of Qwen2-VL, Qwen2.5-VL and Qwen3-VL): int64 `[3, B, L]` (temporal, height,
-/// width) and each row's delta `[B, 1]` (its largest position + 1 - its token count), on the
-/// device of `token_types` (`[B, L]` integers: 0 text, 1 image, 2 video). Text counts up by one
-/// on all axes; a run of image or video tokens takes the next grids of `image_grid_thw` /
+/// width) and each row's delta `[B, 1]` (its largest position + 1 - its number of kept tokens),
+/// on the device of `token_types` (`[B, L]` integers: 0 text, 1 image, 2 video). Text counts up
+/// by one on all axes; a run of image or video tokens takes the next grids of `image_grid_thw` /
 /// `video_grid_thw` (`[N, 3]`: t, h, w patches before merging) until it is filled, a grid of
-/// t * (h / m) * (w / m) tokens (m = `spatial_merge_size`) numbered start + floor(frame *
-/// interval), start + row, start + column; the next token starts at start + max(h, w) / m.
-/// `video_time_intervals`: each video's temporal spacing (default 1). `frames_apart`: each frame
-/// of a video is a grid of its own (Qwen3-VL). Tokens where `attention_mask` is 0 get position 0
-/// and are not counted. The values are read on the host (the grids decide the numbering).
+/// t * (h / m) * (w / m) tokens (m = `spatial_merge_size`) numbered start + (frame * interval,
+/// multiplied in float32 and truncated, as transformers' float32 tensors), start + row, start +
+/// column; the next token starts at start + max(h, w) / m. `video_time_intervals`: each video's
+/// temporal spacing in positions (finite, >= 0; default 1). `frames_apart`: each frame of a video
+/// is a grid of its own (Qwen3-VL; the intervals then have no effect). Tokens where
+/// `attention_mask` (on the device of `token_types`) is 0 get position 0 and are not counted. The
+/// values are read on the host (the grids decide the numbering).
 std::tuple<at::Tensor, at::Tensor> mrope_position_ids(
     const at::Tensor& token_types, const c10::optional<at::Tensor>& image_grid_thw = c10::nullopt,
     const c10::optional<at::Tensor>& video_grid_thw = c10::nullopt,
