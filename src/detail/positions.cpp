@@ -138,7 +138,8 @@ const char* mrope_kind_name(int64_t kind) {
 }
 
 // Checks each grid (t >= 1, h and w positive multiples of the merge size, at most 2^28 tokens) and
-// its interval (its last frame's temporal position within 2^62; finite and >= 0 is the caller's).
+// its interval (below 2^62, and its last frame's temporal position too; finite and >= 0 is the
+// caller's).
 void check_mrope_grids(const char* who, const MRopeGrids& grids, int64_t merge) {
   TORCH_INTERNAL_ASSERT(grids.intervals.size() == grids.thw.size());
   for (size_t g = 0; g < grids.thw.size(); ++g) {
@@ -152,10 +153,14 @@ void check_mrope_grids(const char* who, const MRopeGrids& grids, int64_t merge) 
     TORCH_CHECK(t <= kMaxTableElements / (h / merge) / (w / merge), who, ": grid ", g, " of ",
                 grids.name, ", [", t, ", ", h, ", ", w,
                 "], holds more than 2^28 tokens (posenc's limit of positions in one call)");
-    TORCH_CHECK(static_cast<double>(t - 1) * grids.intervals[g] < 0x1p62, who, ": video ", g,
-                " of ", t, " frames, ", grids.intervals[g],
-                " positions apart (video_time_intervals), reaches temporal positions past 2^62; "
-                "pass each video's spacing in positions (tokens_per_second * "
+    // (below 2^62, the interval and its float32 products with the frame indices convert exactly
+    // enough: the temporal positions stay within int64)
+    const double interval = grids.intervals[g];
+    TORCH_CHECK(interval < 0x1p62 && static_cast<double>(t - 1) * interval < 0x1p62, who,
+                ": video_time_intervals must keep each video's interval and temporal positions "
+                "below 2^62, but video ",
+                g, " of ", t, " frames has ", interval,
+                "; pass each video's spacing in positions (tokens_per_second * "
                 "second_per_grid_ts)");
   }
 }

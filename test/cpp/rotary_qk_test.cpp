@@ -624,8 +624,14 @@ TEST_F(RotaryQk, MultimodalPositionIdsErrors) {
   EXPECT_POSENC_ERROR(
       F::mrope_position_ids(video_types, F::MRopePositionIdsFuncOptions(video).video_time_intervals(
                                              std::vector<double>{1e30})),
-      "video 0 of 2 frames, 1e+30 positions apart (video_time_intervals), reaches temporal "
-      "positions past 2^62");
+      "video_time_intervals must keep each video's interval and temporal positions below 2^62, "
+      "but video 0 of 2 frames has 1e+30");
+  // (one frame: its temporal position is 0 * interval, but the interval is refused all the same)
+  EXPECT_POSENC_ERROR(F::mrope_position_ids(torch::tensor({{2}}),
+                                            F::MRopePositionIdsFuncOptions()
+                                                .video_grid_thw(torch::tensor({{1, 2, 2}}))
+                                                .video_time_intervals(std::vector<double>{1e39})),
+                      "but video 0 of 1 frames has 1e+39");
   // frames_apart counts frames, one at a time (a grid of 2^28 frames is not expanded)
   EXPECT_POSENC_ERROR(
       F::mrope_position_ids(torch::tensor({{2}}),
