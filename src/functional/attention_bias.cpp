@@ -2,6 +2,7 @@
 #include <posenc/ops.h>
 
 #include "detail/checks.h"
+#include "ops/op_arguments.h"
 #include "ops/relative_module.h"
 
 #include <c10/util/Exception.h>
@@ -11,11 +12,7 @@ namespace functional {
 
 namespace pd = posenc::detail;
 
-namespace {
-c10::optional<at::Tensor> optional_of(const at::Tensor& tensor) {
-  return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
-}
-} // namespace
+using ops::optional_of;
 
 at::Tensor alibi_slopes(int64_t num_heads, double max_bias, int64_t first_head,
                         c10::optional<int64_t> heads) {

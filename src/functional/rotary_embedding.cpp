@@ -3,6 +3,7 @@
 
 #include "detail/checks.h"
 #include "detail/rotary.h"
+#include "ops/op_arguments.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/tensor.h>
@@ -92,6 +93,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
 }
 
 } // namespace detail
+
 std::tuple<at::Tensor, at::Tensor> mrope_position_ids(const at::Tensor& token_types,
                                                       const MRopePositionIdsFuncOptions& options) {
   constexpr const char* who = "mrope_position_ids";
@@ -99,13 +101,11 @@ std::tuple<at::Tensor, at::Tensor> mrope_position_ids(const at::Tensor& token_ty
               ": token_types must be [B, L] integers (0 text, 1 image, 2 video), but got an "
               "undefined tensor");
   const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, who);
-  const auto given = [](const at::Tensor& tensor) {
-    return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
-  };
   const auto& intervals = options.video_time_intervals();
   return ops::mrope_position_ids(
-      token_types, given(options.image_grid_thw()), given(options.video_grid_thw()),
-      given(options.attention_mask()), options.spatial_merge_size(),
+      token_types, ops::optional_of(options.image_grid_thw()),
+      ops::optional_of(options.video_grid_thw()), ops::optional_of(options.attention_mask()),
+      options.spatial_merge_size(),
       intervals.has_value() ? c10::optional<at::ArrayRef<double>>(*intervals) : c10::nullopt,
       options.frames_apart());
 }
