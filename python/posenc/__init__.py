@@ -41,10 +41,20 @@ torch.ops.load_library(library_path)
 
 
 def _find_io_library():
+    here = os.path.dirname(library_path)
     override = os.environ.get("POSENC_IO_LIBRARY")
     if override:
+        # The io library links the libposenc of its own build: one from another build would bring a
+        # second libposenc into the process, whose operators' registration aborts it.
+        where = os.path.dirname(os.path.realpath(override))
+        beside = os.path.realpath(here)
+        if where not in (beside, os.path.join(beside, "io")):
+            raise ImportError(
+                f"posenc: POSENC_IO_LIBRARY={override} is not the config reader of the operator library "
+                f"{library_path} (it must lie beside it, or in its io/ folder, as a build or the package "
+                "places them); point POSENC_LIBRARY and POSENC_IO_LIBRARY at the same build, or unset "
+                "POSENC_IO_LIBRARY to use the one beside the operators")
         return os.path.abspath(override)
-    here = os.path.dirname(library_path)
     for candidate in (os.path.join(here, "libposenc_io.so"), os.path.join(here, "io", "libposenc_io.so")):
         if os.path.exists(candidate):  # (the package's lib/, or a build tree's src/io/)
             return os.path.abspath(candidate)
@@ -53,8 +63,9 @@ def _find_io_library():
 
 #: libposenc_io, the config.json reader (``torch.ops.posenc.read_hf_rope_config``, used by
 #: ``posenc.nn.read_hf_rope_config``): beside libposenc.so (the package, a build's ``src/io/``), or
-#: the one named by the environment variable ``POSENC_IO_LIBRARY``; None where there is none (the
-#: config reader then says so).
+#: the one named by the environment variable ``POSENC_IO_LIBRARY``, which must be of the same build
+#: (beside it, or in its ``io/`` folder; ImportError otherwise); None where there is none (the config
+#: reader then says so).
 io_library_path = _find_io_library()
 if io_library_path is not None:
     try:

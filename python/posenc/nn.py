@@ -46,22 +46,28 @@ __all__ = [
 _ops = torch.ops.posenc
 
 
-def _choice(who: str, name: str, value: str, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise ValueError(f"{who}: {name} must be one of {', '.join(map(repr, allowed))}, but got {value!r}")
-    return value
+def _json_value(value: Any) -> Any:
+    """A keyword argument as the operators' JSON takes it: numbers JSON cannot hold as the strings
+    "nan", "inf", "-inf" (the C++ check then says what must hold), integer-like and float-like
+    objects (numpy scalars, 0-dim tensors) as numbers, lists item by item."""
+    if isinstance(value, (bool, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item) for item in value]
+    if isinstance(value, float) or (not hasattr(value, "__index__") and hasattr(value, "__float__")):
+        number = float(value)
+        return number if math.isfinite(number) else ("nan" if math.isnan(number) else ("inf" if number > 0 else "-inf"))
+    if hasattr(value, "__index__"):
+        return int(value.__index__())
+    return value  # (the operator says it has the wrong type)
 
 
-#: posenc's limit of elements in one table or weight (1 GiB in float32), as in C++ (detail/checks.h).
-_MAX_TABLE_ELEMENTS = 1 << 28
-
-
-def _check_table(who: str, what: str, rows: int, width: int, lower: str) -> None:
-    """`rows` rows of `width` (both >= 1) within posenc's limit, checked before anything is
-    allocated; the message names the table, its sizes and what to lower."""
-    if rows > _MAX_TABLE_ELEMENTS // width:
-        raise ValueError(f"{who}: {what} = {rows} * {width} elements is over posenc's limit of 2^28 elements "
-                         f"(1 GiB in float32); lower {lower}")
+def _check_options(module: str, **options: Any) -> None:
+    """The C++ module's checks of its options (its reset(), before anything is allocated), through
+    the check_module_options operator, raised as ValueError with the C++ message."""
+    text = json.dumps({name: _json_value(value) for name, value in options.items()}, default=repr)
+    with _cpp_checks():
+        _ops.check_module_options(module, text)
 
 
 @contextlib.contextmanager
@@ -72,12 +78,6 @@ def _cpp_checks():
         yield
     except RuntimeError as error:
         raise ValueError(str(error).split("\nException raised from")[0]) from None
-
-
-def _check_dropout(who: str, p: float) -> None:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{who}: dropout must be in [0, 1], but got {p}; pass the probability of zeroing an element "
-                         "(0 disables dropout)")  # (detail::check_dropout's message)
 
 
 def _table_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -173,15 +173,6 @@ class _SequenceEncoding(_Module):
             return x
         return _ops.positional_encoding_call(x, *arguments)
 
-    def _check_options(self) -> None:
-        """The C++ module's call checks the options it reads (scale, dropout), and its reset() at
-        construction: here a call of an empty input, the messages raised as ValueError."""
-        table = self._table()
-        width = table.shape[-1]
-        with _cpp_checks():
-            self._add(torch.zeros((1, 0, width) if self.batch_first else (0, 1, width), dtype=table.dtype,
-                                  device=table.device), 0, None)
-
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """`dropout(x * scale + table[offset : offset + L])`."""
         return self._add(x, offset, None)
@@ -210,13 +201,13 @@ class PositionalEncoding(_SequenceEncoding, _DerivedTables):
                  batch_first: bool = True, layout: str = "interleaved", spacing: str = "paper",
                  beyond_max_len: str = "error", scale: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
+        _check_options("PositionalEncoding", d_model=d_model, max_len=max_len, base=base, dropout=dropout,
+                       batch_first=batch_first, layout=layout, spacing=spacing, beyond_max_len=beyond_max_len,
+                       scale=scale, inplace=inplace)
         self.d_model, self.max_len, self.base = d_model, max_len, base
         self.dropout, self.batch_first, self.scale, self.inplace = dropout, batch_first, scale, inplace
-        self.layout = _choice("PositionalEncoding", "layout", layout, ("interleaved", "concatenated"))
-        self.spacing = _choice("PositionalEncoding", "spacing", spacing, ("paper", "tensor2tensor"))
-        self.beyond_max_len = _choice("PositionalEncoding", "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
+        self.layout, self.spacing, self.beyond_max_len = layout, spacing, beyond_max_len
         self._build_tables(torch.float32, torch.device("cpu"))
-        self._check_options()
 
     def _columns_and_extrapolate(self) -> Tuple[Optional[Tensor], bool]:
         return self._columns, self.beyond_max_len == "extrapolate"
@@ -244,17 +235,11 @@ class LearnedPositionalEmbedding(_SequenceEncoding):
     def __init__(self, d_model: int, max_len: int, *, init_std: float = 0.02, dropout: float = 0.0,
                  batch_first: bool = True, scale: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
-        if d_model < 1:
-            raise ValueError(f"LearnedPositionalEmbedding: d_model must be >= 1, but got {d_model}")
-        if max_len < 1:
-            raise ValueError(f"LearnedPositionalEmbedding: max_len must be >= 1, but got {max_len}")
-        _check_table("LearnedPositionalEmbedding", "a table of max_len * d_model", max_len, d_model, "max_len")
-        if not init_std >= 0.0:
-            raise ValueError(f"LearnedPositionalEmbedding: init_std must be finite and >= 0, but got {init_std}")
+        _check_options("LearnedPositionalEmbedding", d_model=d_model, max_len=max_len, init_std=init_std,
+                       dropout=dropout, batch_first=batch_first, scale=scale, inplace=inplace)
         self.d_model, self.max_len, self.init_std = d_model, max_len, init_std
         self.dropout, self.batch_first, self.scale, self.inplace = dropout, batch_first, scale, inplace
         self.weight = torch.nn.Parameter(torch.empty(max_len, d_model))
-        self._check_options()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -280,29 +265,14 @@ class TokenAndPositionEmbedding(_Module):
                  scale: Optional[float] = None, padding_idx: Optional[int] = None, dropout: float = 0.0,
                  batch_first: bool = True, base: float = 10000.0, beyond_max_len: str = "error") -> None:
         super().__init__()
-        who = "TokenAndPositionEmbedding"
-        self.kind = _choice(who, "positions", positions, ("sinusoidal", "learned"))
-        self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
-        if self.kind == "learned" and self.beyond_max_len == "extrapolate":
-            raise ValueError(f"{who}: learned positions cannot extrapolate past max_len; use positions='sinusoidal' or beyond_max_len='error'")
-        if vocab_size < 1 or d_model < 1:
-            raise ValueError(f"{who}: vocab_size and d_model must be >= 1, but got {vocab_size} and {d_model}")
-        if padding_idx is not None and not 0 <= padding_idx < vocab_size:
-            raise ValueError(f"{who}: padding_idx must be in [0, vocab_size) = [0, {vocab_size}), but got {padding_idx}")
-        if max_len < 1:
-            raise ValueError(f"{who}: max_len must be >= 1, but got {max_len}")
         # (every table checked before the first is allocated)
-        _check_table(who, "a token table of vocab_size * d_model", vocab_size, d_model, "vocab_size or d_model")
-        _check_table(who, "a position table of max_len * d_model", max_len, d_model, "max_len")
+        _check_options("TokenAndPositionEmbedding", vocab_size=vocab_size, d_model=d_model, max_len=max_len,
+                       positions=positions, scale=scale, padding_idx=padding_idx, dropout=dropout,
+                       batch_first=batch_first, base=base, beyond_max_len=beyond_max_len)
+        self.kind, self.beyond_max_len = positions, beyond_max_len
         self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
         self.scale = math.sqrt(d_model) if scale is None else scale
         self.padding_idx, self.dropout, self.batch_first = padding_idx, dropout, batch_first
-        with _cpp_checks():  # the C++ call's checks of the options it reads (scale, dropout), on the meta device
-            meta = torch.device("meta")
-            _ops.token_and_position_embedding_call(
-                torch.zeros(1, 0, dtype=torch.long, device=meta), torch.empty(vocab_size, d_model, device=meta),
-                torch.empty(max_len, d_model, device=meta), None, 0, None, batch_first, self.scale,
-                -1 if padding_idx is None else padding_idx, dropout, True, False)
         self.tokens = torch.nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         if self.kind == "sinusoidal":
             self.positions = PositionalEncoding(d_model, max_len, base=base, dropout=dropout, batch_first=batch_first,
@@ -451,12 +421,12 @@ class RotaryEmbedding(_DerivedTables):
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
         #: Positions whose cos/sin rows are cached (the C++ options' cached_rows()).
         self.cached_len = max_len if cached_len is None else cached_len
-        self.pairing = _choice(who, "pairing", pairing, ("half_split", "interleaved"))
+        self.pairing = pairing
         self.deinterleave = deinterleave
         #: Turned by -theta (NanoChat's rotation; the C++ options' inverse).
         self.inverse = inverse
         self.heads_first = heads_first
-        self.beyond_max_len = _choice(who, "beyond_max_len", beyond_max_len, ("error", "extrapolate"))
+        self.beyond_max_len = beyond_max_len
         scaling = dict(rope_scaling or {})
         # (JSON has no NaN or infinity: the numbers the options' text carries are checked here)
         for name, value in [("base", base), ("freq_factors", freq_factors)] + [
@@ -557,9 +527,10 @@ class Timesteps(_Module):
     def __init__(self, embedding_dim: int, *, flip_sin_to_cos: bool = False,
                  downscale_freq_shift: float = 1.0, scale: float = 1.0, max_period: int = 10000) -> None:
         super().__init__()
+        _check_options("Timesteps", embedding_dim=embedding_dim, flip_sin_to_cos=flip_sin_to_cos,
+                       downscale_freq_shift=downscale_freq_shift, scale=scale, max_period=max_period)
         self.embedding_dim, self.flip_sin_to_cos = embedding_dim, flip_sin_to_cos
         self.downscale_freq_shift, self.scale, self.max_period = downscale_freq_shift, scale, max_period
-        self.forward(torch.zeros(0))  # the operator's argument checks, at construction
 
     def forward(self, timesteps: Tensor) -> Tensor:
         return _ops.timestep_embedding(timesteps, self.embedding_dim, self.flip_sin_to_cos,
@@ -575,15 +546,12 @@ class TimestepEmbedder(_Module):
 
     def __init__(self, hidden_size: int, *, frequency_embedding_size: int = 256, max_period: int = 10000) -> None:
         super().__init__()
-        if hidden_size < 1:
-            raise ValueError(f"TimestepEmbedder: hidden_size must be >= 1, but got {hidden_size}")
-        _check_table("TimestepEmbedder", "a weight of hidden_size * hidden_size", hidden_size, hidden_size, "hidden_size")
+        _check_options("TimestepEmbedder", hidden_size=hidden_size, frequency_embedding_size=frequency_embedding_size,
+                       max_period=max_period)
         self.hidden_size, self.frequency_embedding_size = hidden_size, frequency_embedding_size
         self.max_period = max_period
         self.frequencies = Timesteps(frequency_embedding_size, flip_sin_to_cos=True,
-                                     downscale_freq_shift=0.0, max_period=max_period)  # (its checks first)
-        _check_table("TimestepEmbedder", "a weight of hidden_size * frequency_embedding_size", hidden_size,
-                     frequency_embedding_size, "hidden_size or frequency_embedding_size")
+                                     downscale_freq_shift=0.0, max_period=max_period)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(frequency_embedding_size, hidden_size),
                                        torch.nn.SiLU(), torch.nn.Linear(hidden_size, hidden_size))
 
@@ -602,9 +570,9 @@ class AxialRotaryEmbedding(_Module):
     def __init__(self, axes_dim: List[int], *, theta: float = 10000.0, pairing: str = "interleaved",
                  heads_first: bool = False) -> None:
         super().__init__()
+        _check_options("AxialRotaryEmbedding", axes_dim=axes_dim, theta=theta, pairing=pairing, heads_first=heads_first)
         self.axes_dim, self.theta, self.heads_first = list(axes_dim), theta, heads_first
-        self.pairing = _choice("AxialRotaryEmbedding", "pairing", pairing, ("half_split", "interleaved"))
-        self.tables(torch.zeros(0, len(self.axes_dim)))  # the operator's argument checks
+        self.pairing = pairing
 
     def tables(self, ids: Tensor, dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
         return _ops.axial_rotary_tables(ids, self.axes_dim, self.theta, dtype=dtype)
@@ -624,19 +592,13 @@ class VisionRotaryEmbedding(_Module):
                  grid_offset: float = 0.0, grid_indexing: str = "ij", pairing: str = "interleaved",
                  num_prefix_tokens: int = 1, heads_first: bool = True) -> None:
         super().__init__()
-        if not (4 <= dim <= _MAX_TABLE_ELEMENTS and dim % 4 == 0):
-            raise ValueError(f"VisionRotaryEmbedding: dim must be a positive multiple of 4 (a pair of channels per "
-                             f"frequency and axis) within posenc's limit of 2^28 columns, but got {dim}")
+        _check_options("VisionRotaryEmbedding", dim=dim, temperature=temperature, ref_feat_shape=ref_feat_shape,
+                       grid_offset=grid_offset, grid_indexing=grid_indexing, pairing=pairing,
+                       num_prefix_tokens=num_prefix_tokens, heads_first=heads_first)
         self.dim, self.temperature = dim, temperature
         self.ref_feat_shape = list(ref_feat_shape or [])
-        self.grid_offset = grid_offset
-        self.grid_indexing = _choice("VisionRotaryEmbedding", "grid_indexing", grid_indexing, ("ij", "xy"))
-        self.pairing = _choice("VisionRotaryEmbedding", "pairing", pairing, ("half_split", "interleaved"))
-        if not 0 <= num_prefix_tokens <= _MAX_TABLE_ELEMENTS:
-            raise ValueError(f"VisionRotaryEmbedding: num_prefix_tokens must be in [0, 2^28] (the class and register "
-                             f"tokens before the patches), but got {num_prefix_tokens}")
+        self.grid_offset, self.grid_indexing, self.pairing = grid_offset, grid_indexing, pairing
         self.num_prefix_tokens, self.heads_first = num_prefix_tokens, heads_first
-        self.tables([1, 1])  # the operators' argument checks
 
     def tables(self, feat_shape: List[int], dtype: Optional[torch.dtype] = None,
                device: Optional[torch.device] = None) -> Tuple[Tensor, Tensor]:
@@ -660,6 +622,7 @@ class ALiBi(_Module):
     def __init__(self, num_heads: int, *, max_bias: float = 8.0, first_head: int = 0,
                  heads: Optional[int] = None) -> None:
         super().__init__()
+        _check_options("ALiBi", num_heads=num_heads, max_bias=max_bias, first_head=first_head, heads=heads)
         self.num_heads, self.max_bias, self.first_head = num_heads, max_bias, first_head
         self.register_buffer("slopes", _ops.alibi_slopes(num_heads, max_bias, first_head, heads))
 
@@ -722,14 +685,10 @@ class AttentionTemperature(_Module):
     def __init__(self, *, floor_scale: float = 8192.0, attn_scale: float = 0.1, form: str = "llama4",
                  heads_first: bool = False) -> None:
         super().__init__()
+        _check_options("AttentionTemperature", floor_scale=floor_scale, attn_scale=attn_scale, form=form,
+                       heads_first=heads_first)
         self.floor_scale, self.attn_scale = float(floor_scale), float(attn_scale)
         self.form, self.heads_first = form, heads_first
-        try:  # the operator's checks of the options, at construction
-            _ops.attention_temperature(torch.empty(1, 1, 1, 2, device="meta"), None, 0, self.floor_scale,
-                                       self.attn_scale, False, form)
-        except RuntimeError as error:
-            raise ValueError(str(error).split("\nException raised from")[0]
-                             .replace("posenc::attention_temperature", "AttentionTemperature")) from None
 
     @classmethod
     def from_hf_config(cls, config: Any, *, layer: Optional[int] = None, layer_type: Optional[str] = None,
@@ -764,14 +723,10 @@ class RelativePositionBias(_Module):
     def __init__(self, num_heads: int, *, num_buckets: int = 32, max_distance: int = 128,
                  bidirectional: bool = True) -> None:
         super().__init__()
-        if num_heads < 1:
-            raise ValueError(f"RelativePositionBias: num_heads must be >= 1, but got {num_heads}")
+        _check_options("RelativePositionBias", num_heads=num_heads, num_buckets=num_buckets,
+                       max_distance=max_distance, bidirectional=bidirectional)
         self.num_heads, self.num_buckets = num_heads, num_buckets
         self.max_distance, self.bidirectional = max_distance, bidirectional
-        # the operator's checks of the bucket arguments, at construction
-        _ops.relative_position_bucket(torch.zeros(0, dtype=torch.long), bidirectional, num_buckets, max_distance)
-        _check_table("RelativePositionBias", "a bias table of num_buckets * num_heads", num_buckets, num_heads,
-                     "num_buckets or num_heads")
         self.relative_attention_bias = torch.nn.Embedding(num_buckets, num_heads)
 
     def forward(self, query_length: int, key_length: int, offset: int = 0) -> Tensor:
@@ -811,6 +766,8 @@ class RelPositionalEncoding(_Module):
     def __init__(self, d_model: int, *, max_len: int = 5000, dropout: float = 0.0, scale_input: bool = True,
                  legacy: bool = False, base: float = 10000.0) -> None:
         super().__init__()
+        _check_options("RelPositionalEncoding", d_model=d_model, max_len=max_len, dropout=dropout,
+                       scale_input=scale_input, legacy=legacy, base=base)
         self.d_model, self.max_len, self.dropout = d_model, max_len, dropout
         self.scale_input, self.legacy, self.base = scale_input, legacy, base
         if legacy:
@@ -818,8 +775,6 @@ class RelPositionalEncoding(_Module):
         else:
             table = _ops.relative_sinusoidal_table(max_len, d_model, base, max_len)
         self.register_buffer("pe", table)
-        with _cpp_checks():  # the C++ call's checks of the options (dropout), as its reset()
-            self.forward(torch.zeros(1, 0, d_model))
 
     def forward(self, x: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         # the C++ module's call: the rel_positional_encoding_call operator
@@ -836,13 +791,7 @@ class RelPositionMultiheadAttention(_Module):
 
     def __init__(self, embed_dim: int, num_heads: int, *, dropout: float = 0.0) -> None:
         super().__init__()
-        if num_heads < 1 or embed_dim < 1 or embed_dim % num_heads != 0:
-            raise ValueError(
-                "RelPositionMultiheadAttention: embed_dim must be a positive multiple of num_heads >= 1, "
-                f"but got embed_dim = {embed_dim} and num_heads = {num_heads}")
-        _check_dropout("RelPositionMultiheadAttention", dropout)
-        _check_table("RelPositionMultiheadAttention", "a weight of embed_dim * embed_dim", embed_dim, embed_dim,
-                     "embed_dim")
+        _check_options("RelPositionMultiheadAttention", embed_dim=embed_dim, num_heads=num_heads, dropout=dropout)
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
         self.linear_q = torch.nn.Linear(embed_dim, embed_dim)
         self.linear_k = torch.nn.Linear(embed_dim, embed_dim)

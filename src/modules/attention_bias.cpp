@@ -5,6 +5,7 @@
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/module_options.h"
 #include "ops/relative_module.h"
 
 #include <torch/nn/init.h>
@@ -36,6 +37,7 @@ ALiBiImpl::ALiBiImpl(const ALiBiOptions& options_) : options(options_) {
 
 void ALiBiImpl::reset() {
   const detail::CallerScope caller(kName);
+  ops::check_options(kName, options);
   slopes = register_buffer("slopes", ops::alibi_slopes(options.num_heads(), options.max_bias(),
                                                        options.first_head(), options.heads()));
 }
@@ -69,7 +71,7 @@ AttentionTemperatureImpl::AttentionTemperatureImpl(const AttentionTemperatureOpt
 }
 
 void AttentionTemperatureImpl::reset() {
-  detail::check_attention_temperature(kName, options.floor_scale(), options.attn_scale());
+  ops::check_options(kName, options);
 }
 
 void AttentionTemperatureImpl::pretty_print(std::ostream& stream) const {
@@ -105,12 +107,7 @@ RelativePositionBiasImpl::RelativePositionBiasImpl(const RelativePositionBiasOpt
 }
 
 void RelativePositionBiasImpl::reset() {
-  TORCH_CHECK(options.num_heads() >= 1, kName, ": num_heads must be >= 1, but got ",
-              options.num_heads());
-  detail::check_bucket_arguments(kName, options.bidirectional(), options.num_buckets(),
-                                 options.max_distance());
-  detail::check_table_size(kName, "a bias table of num_buckets * num_heads",
-                           options.num_buckets(), options.num_heads(), "num_buckets or num_heads");
+  ops::check_options(kName, options);
   relative_attention_bias = register_module(
       "relative_attention_bias",
       torch::nn::Embedding(torch::nn::EmbeddingOptions(options.num_buckets(), options.num_heads())));
@@ -144,18 +141,14 @@ RelPositionalEncodingImpl::RelPositionalEncodingImpl(const RelPositionalEncoding
 
 void RelPositionalEncodingImpl::reset() {
   const detail::CallerScope caller(kName);
-  detail::check_dropout(kName, options.dropout());
+  ops::check_options(kName, options);
   detail::SinusoidSpec spec;
   spec.d_model = options.d_model();
   spec.base = options.base();
   torch::Tensor table;
   if (options.legacy()) {
-    detail::check_table_request(kName, options.max_len(), options.d_model(), options.base(), 0,
-                                torch::kFloat);
     table = detail::sinusoidal_table(options.max_len(), 0, spec, torch::kFloat, torch::kCPU);
   } else {
-    detail::check_relative_table_arguments(kName, options.max_len(), options.max_len(),
-                                           options.d_model(), options.base());
     table = detail::relative_sinusoidal_table(options.max_len(), options.max_len(), spec,
                                               torch::kFloat, torch::kCPU);
   }
@@ -192,11 +185,7 @@ RelPositionMultiheadAttentionImpl::RelPositionMultiheadAttentionImpl(
 void RelPositionMultiheadAttentionImpl::reset() {
   const int64_t width = options.embed_dim();
   const int64_t heads = options.num_heads();
-  TORCH_CHECK(heads >= 1 && width >= 1 && width % heads == 0, kName,
-              ": embed_dim must be a positive multiple of num_heads >= 1, but got embed_dim = ",
-              width, " and num_heads = ", heads);
-  detail::check_dropout(kName, options.dropout());
-  detail::check_table_size(kName, "a weight of embed_dim * embed_dim", width, width, "embed_dim");
+  ops::check_options(kName, options);
   linear_q = register_module("linear_q", torch::nn::Linear(width, width));
   linear_k = register_module("linear_k", torch::nn::Linear(width, width));
   linear_v = register_module("linear_v", torch::nn::Linear(width, width));

@@ -2,6 +2,7 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/module_options.h"
 #include "ops/sequence_module.h"
 
 #include <torch/nn/init.h>
@@ -26,11 +27,7 @@ LearnedPositionalEmbeddingImpl::LearnedPositionalEmbeddingImpl(
 }
 
 void LearnedPositionalEmbeddingImpl::reset() {
-  detail::check_table_arguments(kName, options.max_len(), options.d_model(), /*base=*/1.0);
-  detail::check_dropout(kName, options.dropout());
-  TORCH_CHECK(std::isfinite(options.init_std()) && options.init_std() >= 0, kName,
-              ": init_std must be finite and >= 0, but got ", options.init_std());
-  detail::check_scale(kName, options.scale());
+  ops::check_options(kName, options);
   if (named_parameters(/*recurse=*/false).contains("weight")) {
     torch::NoGradGuard no_grad;
     weight.set_data(torch::empty({options.max_len(), options.d_model()}, weight.options()));

@@ -2,6 +2,7 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/module_options.h"
 #include "ops/sequence_module.h"
 
 #include <c10/util/Exception.h>
@@ -21,9 +22,7 @@ PositionalEncodingImpl::PositionalEncodingImpl(const PositionalEncodingOptions& 
 }
 
 void PositionalEncodingImpl::reset() {
-  detail::check_table_arguments(kName, options.max_len(), options.d_model(), options.base());
-  detail::check_dropout(kName, options.dropout());
-  detail::check_scale(kName, options.scale());
+  ops::check_options(kName, options);
   // A reset() after .to() keeps the table's dtype and device.
   build_tables(pe.defined() ? pe.scalar_type() : torch::kFloat,
                pe.defined() ? pe.device() : torch::Device(torch::kCPU));

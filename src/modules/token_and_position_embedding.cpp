@@ -2,6 +2,7 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
+#include "ops/module_options.h"
 #include "ops/sequence_module.h"
 
 #include <c10/util/Exception.h>
@@ -41,23 +42,7 @@ TokenAndPositionEmbeddingImpl::TokenAndPositionEmbeddingImpl(
 }
 
 void TokenAndPositionEmbeddingImpl::reset() {
-  TORCH_CHECK(options.vocab_size() >= 1, kWho, ": vocab_size must be >= 1, but got ",
-              options.vocab_size());
-  TORCH_CHECK(options.d_model() >= 1, kWho, ": d_model must be >= 1, but got ", options.d_model());
-  detail::check_table_size(kWho, "a token table of vocab_size * d_model", options.vocab_size(),
-                           options.d_model(), "vocab_size");
-  detail::check_scale(kWho, options.scale());
-  if (options.padding_idx()) {
-    const int64_t pad = *options.padding_idx();
-    TORCH_CHECK(pad >= 0 && pad < options.vocab_size(), kWho,
-                ": padding_idx must be in [0, vocab_size) = [0, ", options.vocab_size(),
-                "), but got ", pad);
-  }
-  TORCH_CHECK(options.positions() == PositionKind::kSinusoidal ||
-                  options.beyond_max_len() == BeyondMaxLen::kError,
-              kWho,
-              ": learned positions cannot extrapolate past max_len; use PositionKind::kSinusoidal "
-              "or BeyondMaxLen::kError");
+  ops::check_options(kWho, options);
   // Build everything before registering anything, so that invalid options change nothing.
   torch::nn::EmbeddingOptions token_options(options.vocab_size(), options.d_model());
   if (options.padding_idx()) {

@@ -5,6 +5,7 @@
 
 #include "detail/checks.h"
 #include "detail/vision.h"
+#include "ops/module_options.h"
 #include "ops/vision_module.h"
 
 #include <torch/nn/modules/activation.h>
@@ -34,16 +35,6 @@ CropPositionTableOptions::CropPositionTableOptions(std::vector<int64_t> new_size
     : new_size_(std::move(new_size)) {}
 VisionRotaryEmbeddingOptions::VisionRotaryEmbeddingOptions(int64_t dim) : dim_(dim) {}
 
-namespace {
-// DiT's embedding: cos first, frequencies exp(-ln(max_period) k / half)
-TimestepEmbeddingOptions dit_frequencies(const TimestepEmbedderOptions& options) {
-  return TimestepEmbeddingOptions(options.frequency_embedding_size())
-      .flip_sin_to_cos(true)
-      .downscale_freq_shift(0.0)
-      .max_period(options.max_period());
-}
-} // namespace
-
 // ---- Timesteps ----
 
 TimestepsImpl::TimestepsImpl(const TimestepEmbeddingOptions& options_) : options(options_) {
@@ -52,7 +43,7 @@ TimestepsImpl::TimestepsImpl(const TimestepEmbeddingOptions& options_) : options
 }
 
 void TimestepsImpl::reset() {
-  detail::check_timestep_spec(kName, detail::timestep_spec(options));
+  ops::check_options(kName, options);
 }
 
 void TimestepsImpl::pretty_print(std::ostream& stream) const {
@@ -80,14 +71,7 @@ TimestepEmbedderImpl::TimestepEmbedderImpl(const TimestepEmbedderOptions& option
 }
 
 void TimestepEmbedderImpl::reset() {
-  TORCH_CHECK(options.hidden_size() >= 1, kName, ": hidden_size must be >= 1, but got ",
-              options.hidden_size());
-  detail::check_timestep_spec(kName, detail::timestep_spec(dit_frequencies(options)));
-  detail::check_table_size(kName, "a weight of hidden_size * hidden_size", options.hidden_size(),
-                           options.hidden_size(), "hidden_size");
-  detail::check_table_size(kName, "a weight of hidden_size * frequency_embedding_size",
-                           options.hidden_size(), options.frequency_embedding_size(),
-                           "hidden_size or frequency_embedding_size");
+  ops::check_options(kName, options);
   mlp = register_module(
       "mlp", torch::nn::Sequential(
                  torch::nn::Linear(options.frequency_embedding_size(), options.hidden_size()),
@@ -115,10 +99,7 @@ AxialRotaryEmbeddingImpl::AxialRotaryEmbeddingImpl(const AxialRotaryEmbeddingOpt
 }
 
 void AxialRotaryEmbeddingImpl::reset() {
-  // The argument checks of the tables, on no tokens.
-  detail::check_axial_rotary_arguments(
-      kName, at::empty({0, static_cast<int64_t>(options.axes_dim().size())}),
-      options.axes_dim(), options.theta());
+  ops::check_options(kName, options);
 }
 
 void AxialRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
@@ -149,16 +130,7 @@ VisionRotaryEmbeddingImpl::VisionRotaryEmbeddingImpl(const VisionRotaryEmbedding
 }
 
 void VisionRotaryEmbeddingImpl::reset() {
-  // The argument checks of the tables, on a 1 x 1 grid.
-  detail::check_grid_rotary_arguments(kName, {1, 1}, options.dim(), options.temperature(),
-                                      options.ref_feat_shape(), options.grid_offset(),
-                                      grid_indexing_name(options.grid_indexing()));
-  TORCH_CHECK(options.num_prefix_tokens() >= 0 &&
-                  options.num_prefix_tokens() <= detail::kMaxTableElements,
-              kName,
-              ": num_prefix_tokens must be in [0, 2^28] (the class and register tokens before the "
-              "patches), but got ",
-              options.num_prefix_tokens());
+  ops::check_options(kName, options);
 }
 
 void VisionRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {

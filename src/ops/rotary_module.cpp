@@ -409,6 +409,13 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text) {
   }
   RotaryEmbeddingOptions options(read<int64_t>(module, "head_dim", 0),
                                  read<int64_t>(module, "max_len", 0));
+  const auto choice = [&module](const char* key, const char* fallback, const char* first,
+                                const char* second) {
+    const std::string value = read<std::string>(module, key, fallback);
+    TORCH_CHECK(value == first || value == second, kName, ": ", key, " must be one of '", first,
+                "', '", second, "', but got '", value, "'");
+    return value == second;
+  };
   const double base = read<double>(module, "base", 10000.0);
   const auto rope = module.find("rope_parameters");
   options.base(base)
@@ -419,10 +426,10 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text) {
       .attention_factor_in_cos_sin(read<bool>(module, "attention_factor_in_cos_sin", true))
       .mrope_section(read<std::vector<int64_t>>(module, "mrope_section", {}))
       .mrope_interleaved(read<bool>(module, "mrope_interleaved", false))
-      .pairing(read<std::string>(module, "pairing", "half_split") == "interleaved"
+      .pairing(choice("pairing", "half_split", "half_split", "interleaved")
                    ? RotaryPairing::kInterleaved
                    : RotaryPairing::kHalfSplit)
-      .beyond_max_len(read<std::string>(module, "beyond_max_len", "error") == "extrapolate"
+      .beyond_max_len(choice("beyond_max_len", "error", "error", "extrapolate")
                           ? BeyondMaxLen::kExtrapolate
                           : BeyondMaxLen::kError)
       .scaling(detail::rope_scaling_from_json(

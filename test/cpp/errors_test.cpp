@@ -11,8 +11,10 @@
 
 #include <unistd.h>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 using posenc::PositionalEncoding;
 using posenc::PositionalEncodingOptions;
@@ -191,4 +193,124 @@ TEST_F(PositionalEncodingErrors, FunctionalTableOfWrongShape) {
                                              F::sinusoidal_table(16, 8),
                                              F::PositionalEncodingFuncOptions().dropout(2)),
                       "positional_encoding: dropout must be in [0, 1], but got 2");
+}
+
+// ---- the options' checks, once for both front ends ---------------------------------------------
+
+// posenc::check_module_options (what posenc.nn's constructors call) and the C++ module's
+// constructor raise the same message for the same options: both run ops::check_options.
+namespace {
+std::string options_error(const std::string& module, const std::string& options) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("posenc::check_module_options", "")
+                             .typed<void(c10::string_view, c10::string_view)>();
+  return posenc_test::error_message([&] { op.call(module, options); });
+}
+} // namespace
+
+TEST(ModuleOptions, OperatorAndConstructorsRaiseTheSameMessage) {
+  using namespace posenc;
+  struct Case {
+    const char* module;
+    const char* options;
+    std::function<void()> construct;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"PositionalEncoding", R"({"d_model": 0, "max_len": 8})", [] { PositionalEncoding(0, 8); },
+       "PositionalEncoding: d_model must be >= 1, but got 0"},
+      {"PositionalEncoding", R"({"d_model": 4, "max_len": 8, "scale": "inf"})",
+       [] { PositionalEncoding(PositionalEncodingOptions(4, 8).scale(kInf)); },
+       "PositionalEncoding: scale must be finite, but got inf"},
+      {"LearnedPositionalEmbedding", R"({"d_model": 4, "max_len": 4611686018427387904})",
+       [] { LearnedPositionalEmbedding(4, int64_t{1} << 62); },
+       "LearnedPositionalEmbedding: a table of max_len * d_model = 4611686018427387904 * 4 "
+       "elements is over posenc's limit of 2^28 elements"},
+      {"LearnedPositionalEmbedding", R"({"d_model": 4, "max_len": 8, "init_std": "nan"})",
+       [] { LearnedPositionalEmbedding(LearnedPositionalEmbeddingOptions(4, 8).init_std(kNaN)); },
+       "LearnedPositionalEmbedding: init_std must be finite and >= 0, but got nan"},
+      {"TokenAndPositionEmbedding", R"({"vocab_size": 10, "d_model": 4, "max_len": 0})",
+       [] { TokenAndPositionEmbedding(10, 4, 0); },
+       "TokenAndPositionEmbedding: max_len must be >= 1, but got 0"},
+      {"TokenAndPositionEmbedding",
+       R"({"vocab_size": 4611686018427387904, "d_model": 4, "max_len": 8})",
+       [] { TokenAndPositionEmbedding(int64_t{1} << 62, 4, 8); },
+       "TokenAndPositionEmbedding: a token table of vocab_size * d_model = 4611686018427387904 * "
+       "4 elements"},
+      {"TokenAndPositionEmbedding",
+       R"({"vocab_size": 10, "d_model": 4, "max_len": 8, "padding_idx": 10})",
+       [] {
+         TokenAndPositionEmbedding(TokenAndPositionEmbeddingOptions(10, 4, 8).padding_idx(10));
+       },
+       "TokenAndPositionEmbedding: padding_idx must be in [0, vocab_size) = [0, 10), but got 10"},
+      {"Timesteps", R"({"embedding_dim": 1})", [] { Timesteps(1); },
+       "Timesteps: embedding_dim must be in [2, 2^28]"},
+      {"TimestepEmbedder", R"({"hidden_size": 0})", [] { TimestepEmbedder(0); },
+       "TimestepEmbedder: hidden_size must be >= 1, but got 0"},
+      {"AxialRotaryEmbedding", R"({"axes_dim": [4, 3]})",
+       [] {
+         AxialRotaryEmbedding(AxialRotaryEmbeddingOptions({4, 3}));
+       },
+       "AxialRotaryEmbedding: every axes_dim must be even and >= 2"},
+      {"VisionRotaryEmbedding", R"({"dim": 8, "num_prefix_tokens": -1})",
+       [] { VisionRotaryEmbedding(VisionRotaryEmbeddingOptions(8).num_prefix_tokens(-1)); },
+       "VisionRotaryEmbedding: num_prefix_tokens must be in [0, 2^28]"},
+      {"ALiBi", R"({"num_heads": 4, "max_bias": 0.0})",
+       [] { ALiBi(ALiBiOptions(4).max_bias(0.0)); }, "ALiBi: max_bias must be in (0, 64]"},
+      {"AttentionTemperature", R"({"floor_scale": 0.0})",
+       [] { AttentionTemperature(AttentionTemperatureOptions().floor_scale(0.0)); },
+       "AttentionTemperature: floor_scale"},
+      {"RelativePositionBias", R"({"num_heads": 2, "num_buckets": 2})",
+       [] { RelativePositionBias(RelativePositionBiasOptions(2).num_buckets(2)); },
+       "RelativePositionBias: num_buckets must be >= 4 when bidirectional"},
+      {"RelPositionalEncoding", R"({"d_model": 4, "dropout": 1.5})",
+       [] { RelPositionalEncoding(RelPositionalEncodingOptions(4).dropout(1.5)); },
+       "RelPositionalEncoding: dropout must be in [0, 1], but got 1.5"},
+      {"RelPositionMultiheadAttention", R"({"embed_dim": 6, "num_heads": 4})",
+       [] { RelPositionMultiheadAttention(6, 4); },
+       "RelPositionMultiheadAttention: embed_dim must be a positive multiple of num_heads >= 1, "
+       "but got embed_dim = 6 and num_heads = 4"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.module) + " " + c.options);
+    const std::string from_op = options_error(c.module, c.options);
+    EXPECT_NE(from_op.find(c.message), std::string::npos) << from_op;
+    EXPECT_EQ(from_op, posenc_test::error_message(c.construct));
+  }
+}
+
+TEST(ModuleOptions, ValidOptionsPassAndMistakesInTheTextAreNamed) {
+  EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "layout": )"
+                                                R"("concatenated", "beyond_max_len": null})"),
+            "<no error>");
+  EXPECT_EQ(options_error("TokenAndPositionEmbedding",
+                          R"({"vocab_size": 10, "d_model": 4, "max_len": 8, "scale": null})"),
+            "<no error>");
+  EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "layout": "x"})"),
+            "PositionalEncoding: layout must be one of 'interleaved', 'concatenated', but got 'x'");
+  EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "dmodel": 4})"),
+            "PositionalEncoding has no option 'dmodel'; see its keyword arguments "
+            "(help(posenc.nn.PositionalEncoding))");
+  EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4.5, "max_len": 8})"),
+            "PositionalEncoding: d_model must be an integer in int64's range, but got 4.5");
+  EXPECT_EQ(
+      options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 9223372036854775808})"),
+      "PositionalEncoding: max_len must be an integer in int64's range, but got "
+      "9223372036854775808");
+  EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "inplace": 1})"),
+            "PositionalEncoding: inplace must be True or False, but got 1");
+  EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "base": "x"})"),
+            "PositionalEncoding: base must be a number, but got \"x\"");
+  EXPECT_EQ(options_error("TokenAndPositionEmbedding",
+                          R"({"vocab_size": 10, "d_model": 4, "max_len": 8, )"
+                          R"("positions": "learned", "beyond_max_len": "extrapolate"})"),
+            "TokenAndPositionEmbedding: learned positions cannot extrapolate past max_len; use "
+            "positions='sinusoidal' or beyond_max_len='error'");
+  EXPECT_NE(options_error("RotaryEmbedding", "{}")
+                .find("posenc::check_module_options: module must name a posenc module with options "
+                      "(PositionalEncoding, LearnedPositionalEmbedding"),
+            std::string::npos);
+  EXPECT_EQ(options_error("ALiBi", "[4]"),
+            "posenc::check_module_options: options must be a JSON object of ALiBi's keyword "
+            "arguments (e.g. {\"d_model\": 512}), but got '[4]'");
 }

@@ -300,6 +300,10 @@ OPERATOR_CASES = [
           cpu_outputs=True),
     _case("rotary_embedding_frequencies", "longrope", lambda ops, T: ops.rotary_embedding_frequencies(json.dumps(
         {"head_dim": 8, "max_len": 32, "rope_parameters": LONGROPE})), cpu_outputs=True),
+    # a module's options checked on the host (posenc.nn's constructors): no tensor in or out, under any mode
+    _case("check_module_options", "token_and_position", lambda ops, T: ops.check_module_options(
+        "TokenAndPositionEmbedding", json.dumps({"vocab_size": 10, "d_model": 4, "max_len": 8, "padding_idx": 0})),
+          cpu_outputs=True),
     # the frequencies of a length on a device: made on the host, placed there without a copy
     _case("rope_frequencies", "dynamic_device", lambda ops, T: ops.rope_frequencies(
         16, 10000.0, DYNAMIC_JSON, seq_len=40, device=T.device)[:1]),

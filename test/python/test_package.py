@@ -64,6 +64,29 @@ def test_import_loads_the_operators(posenc):
         assert (issubclass(module, torch.nn.Module) if isinstance(module, type) else callable(module)) and module.__doc__
 
 
+def test_import_refuses_a_config_reader_of_another_build(posenc, tmp_path):
+    """POSENC_IO_LIBRARY naming an io library that is not beside the operators (another build's,
+    which would bring a second libposenc whose registration aborts the process) is an ImportError
+    that says what to do; the one beside them, named or not, loads."""
+    import shutil
+
+    elsewhere = tmp_path / "libposenc_io.so"
+    shutil.copy(posenc.io_library_path, elsewhere)
+    code = "import posenc, torch; print(posenc.io_library_path); print(hasattr(torch.ops.posenc, 'read_hf_rope_config'))"
+    run = lambda io: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    env={**os.environ, "PYTHONPATH": os.path.join(SOURCE_ROOT, "python"),
+                                         **({"POSENC_IO_LIBRARY": io} if io else {})})
+    refused = run(str(elsewhere))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert (f"ImportError: posenc: POSENC_IO_LIBRARY={elsewhere} is not the config reader of the operator library "
+            f"{posenc.library_path}") in refused.stderr, refused.stderr
+    assert "unset POSENC_IO_LIBRARY" in refused.stderr
+    for io in (posenc.io_library_path, None):
+        env = run(io)
+        assert env.returncode == 0, env.stderr
+        assert env.stdout.split() == [posenc.io_library_path, "True"], env.stdout
+
+
 @pytest.mark.parametrize("options, flags", [
     ({}, []),
     ({"base": 500.0, "layout": "concatenated", "spacing": "tensor2tensor", "scale": 2.5}, ["--base", 500.0, "--layout", "concatenated", "--spacing", "tensor2tensor", "--scale", 2.5]),
@@ -477,7 +500,7 @@ def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
     t = torch.tensor([0.0, 1.5, 999.0])
     steps = posenc.nn.Timesteps(33, flip_sin_to_cos=True, downscale_freq_shift=0.0)
     assert torch.equal(steps(t), posenc_ops.timestep_embedding(t, 33, True, 0.0))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match=r"Timesteps: embedding_dim must be in \[2, 2\^28\], but got 0"):
         posenc.nn.Timesteps(0)
     embedder = posenc.nn.TimestepEmbedder(48, frequency_embedding_size=16)
     assert sorted(embedder.state_dict()) == ["mlp.0.bias", "mlp.0.weight", "mlp.2.bias", "mlp.2.weight"]
@@ -590,7 +613,7 @@ def test_alibi_is_the_cpp_module(posenc, test_tool, tmp_path):
     assert torch.equal(module(5, 9, 3, True), scripted(5, 9, 3, True))
     mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 0, 0]])
     assert torch.equal(module.forward_causal(9, mask), scripted.forward_causal(9, mask))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match="ALiBi: a shard of heads first_head .. first_head \\+ heads - 1 must lie in the model's 12 heads"):
         posenc.nn.ALiBi(12, first_head=10, heads=4)  # heads 10..13 of 12
 
 
@@ -608,7 +631,7 @@ def test_relative_position_bias_is_the_cpp_module(posenc, test_tool, tmp_path, b
     expected = torch.load(str(tmp_path / "bias.pt"))
     with torch.no_grad():
         assert torch.equal(module(7, 50, 43), expected)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match="RelativePositionBias: num_buckets must be >= 4 when bidirectional"):
         posenc.nn.RelativePositionBias(6, num_buckets=1)
 
 

@@ -38,11 +38,18 @@ SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..
 INSTALLED_SUITES = ["test_ops.py", "test_rotary.py", "test_attention_bias.py", "test_transformers_integration.py"]
 
 
+def without_library_variables(*others):
+    """This process's environment without the variables that name posenc's libraries (the package
+    under test must load its own: a config reader of another build would bring a second libposenc,
+    which posenc refuses) and without `others`."""
+    return {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "POSENC_IO_LIBRARY", *others)}
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     pytest.importorskip("scikit_build_core", reason="the wheel needs scikit-build-core in this Python (scripts/setup.sh pip)")
     root = tmp_path_factory.mktemp("wheel")
-    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "POSENC_IO_LIBRARY")}
+    env = without_library_variables()
     env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
@@ -57,7 +64,7 @@ def wheel(tmp_path_factory):
 
 def test_pip_install_gives_import_posenc(wheel, tmp_path):
     target = tmp_path / "site"
-    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "POSENC_IO_LIBRARY")}
+    env = without_library_variables()
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
          "--target", str(target), str(wheel["path"])],
@@ -123,7 +130,7 @@ def test_wheel_installs_and_passes_the_tests_in_a_fresh_environment_without_a_co
              if os.path.isdir(p) and not os.path.exists(os.path.join(p, "posenc"))]
     with open(os.path.join(site, "outer_environment.pth"), "w") as pth:
         pth.write("".join(f"{path}\n" for path in [*outer, sysconfig.get_paths()["purelib"]]))
-    env = {k: v for k, v in os.environ.items() if k not in ("POSENC_LIBRARY", "PYTHONPATH", "VIRTUAL_ENV")}
+    env = without_library_variables("PYTHONPATH", "VIRTUAL_ENV")
     probe = subprocess.run([str(python), "-c", "import posenc"], capture_output=True, text=True, env=env, cwd=tmp_path)
     if probe.returncode == 0:
         pytest.skip("this environment has a posenc installed, which the fresh one would see through the .pth")
