@@ -47,7 +47,7 @@ def _find_io_library():
         # The io library links the libposenc of its own build: one from another build would bring a
         # second libposenc into the process, whose operators' registration aborts it.
         where = os.path.dirname(os.path.realpath(override))
-        beside = os.path.realpath(here)
+        beside = os.path.dirname(os.path.realpath(library_path))
         if where not in (beside, os.path.join(beside, "io")):
             raise ImportError(
                 f"posenc: POSENC_IO_LIBRARY={override} is not the config reader of the operator library "

@@ -47,19 +47,25 @@ _ops = torch.ops.posenc
 
 
 def _json_value(value: Any) -> Any:
-    """A keyword argument as the operators' JSON takes it: numbers JSON cannot hold as the strings
-    "nan", "inf", "-inf" (the C++ check then says what must hold), integer-like and float-like
-    objects (numpy scalars, 0-dim tensors) as numbers, lists item by item."""
-    if isinstance(value, (bool, str)) or value is None:
-        return value
+    """A keyword argument as the operators' JSON takes it: numpy scalars and one-element tensors
+    as the Python number or bool they hold, lists item by item, and numbers JSON cannot hold (not
+    finite, or integers past 2^64) as the strings "nan", "inf", "-inf" or a float, so that the
+    C++ check, not the JSON parser, says what must hold."""
     if isinstance(value, (list, tuple)):
         return [_json_value(item) for item in value]
-    if isinstance(value, float) or (not hasattr(value, "__index__") and hasattr(value, "__float__")):
-        number = float(value)
-        return number if math.isfinite(number) else ("nan" if math.isnan(number) else ("inf" if number > 0 else "-inf"))
-    if hasattr(value, "__index__"):
-        return int(value.__index__())
-    return value  # (the operator says it has the wrong type)
+    if not isinstance(value, (bool, int, float, str)) and value is not None and hasattr(value, "item"):
+        try:
+            value = value.item()  # (0-dim tensors and arrays, numpy scalars)
+        except (TypeError, ValueError, RuntimeError):
+            return repr(value)  # (the operator says it has the wrong type)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**64:
+        try:
+            value = float(value)
+        except OverflowError:
+            value = math.inf if value > 0 else -math.inf
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
 
 
 def _check_options(module: str, **options: Any) -> None:

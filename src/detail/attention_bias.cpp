@@ -12,8 +12,8 @@
 namespace posenc {
 namespace detail {
 
-std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_bias,
-                                 int64_t first_head, int64_t heads) {
+void check_alibi_arguments(const char* who, int64_t num_heads, double max_bias, int64_t first_head,
+                           int64_t heads) {
   TORCH_CHECK(num_heads >= 1 && num_heads <= kMaxTableElements, who,
               ": num_heads must be in [1, 2^28] (posenc's limit of heads), but got ", num_heads,
               "; pass the number of attention heads of the model");
@@ -27,6 +27,11 @@ std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_
               ": a shard of heads first_head .. first_head + heads - 1 must lie in the model's ",
               num_heads, " heads, but got first_head = ", first_head, " and heads = ", heads,
               "; pass heads in [1, ", num_heads - first_head, "]");
+}
+
+std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_bias,
+                                 int64_t first_head, int64_t heads) {
+  check_alibi_arguments(who, num_heads, max_bias, first_head, heads);
   int64_t n = 1; // the largest power of two <= num_heads
   while (n <= num_heads / 2) {
     n *= 2;

@@ -23,11 +23,16 @@ namespace detail {
 /// Default largest ALiBi bias exponent (the paper's and BLOOM's 8).
 constexpr double kDefaultAlibiMaxBias = 8.0;
 
+/// Checks ALiBi's arguments (num_heads in [1, 2^28], max_bias in (0, 64], the shard
+/// first_head .. first_head + heads - 1 inside the heads), computing nothing.
+void check_alibi_arguments(const char* who, int64_t num_heads, double max_bias, int64_t first_head,
+                           int64_t heads);
+
 /// The ALiBi slopes of heads `first_head .. first_head + heads - 1` of a model with `num_heads`
 /// heads: for n = 2^floor(log2 num_heads), head k (from 1) of the first n has 2^(-max_bias k / n);
 /// the remaining num_heads - n heads take the odd terms 2^(-max_bias (2m - 1) / (2n)) of the
 /// sequence for 2n heads (the interleaving rule of the ALiBi paper, BLOOM and MPT). Checks the
-/// arguments (num_heads >= 1, max_bias finite and > 0, the shard inside the heads).
+/// arguments first (check_alibi_arguments).
 std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_bias,
                                  int64_t first_head, int64_t heads);
 

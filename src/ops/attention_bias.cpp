@@ -121,7 +121,7 @@ at::Tensor alibi_slopes_meta(int64_t num_heads, double max_bias, int64_t first_h
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype(who, "dtype", type);
   const int64_t count = heads.value_or(num_heads > first_head ? num_heads - first_head : 0);
-  detail::alibi_slopes(who, num_heads, max_bias, first_head, count); // the checks
+  detail::check_alibi_arguments(who, num_heads, max_bias, first_head, count);
   return at::empty({count}, at::TensorOptions().dtype(type).device(at::kMeta));
 }
 

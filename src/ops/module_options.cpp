@@ -5,12 +5,12 @@
 //
 // `module` is the module's name ("PositionalEncoding", ..., as posenc.nn and the C++ kName spell
 // it) and `options` a JSON object of its keyword arguments under posenc.nn's names (those of the
-// C++ options; enumerations as their names, e.g. "layout": "concatenated"; null or a missing key:
-// the default). It reads them into the C++ options, refusing unknown keys, values of the wrong
-// type and names outside an enumeration, and makes the checks of the C++ module's reset(). Numbers
-// JSON cannot hold are passed as the strings "nan", "inf" and "-inf" (posenc.nn does so), so that
-// the check, not the reader, says what must hold. Returns nothing; CompositeExplicitAutograd (no
-// tensor argument).
+// C++ options; enumerations as their names, e.g. "layout": "concatenated"; a missing key: the
+// default, as a null is where posenc.nn's default is None). It reads them into the C++ options,
+// refusing unknown keys, values of the wrong type and names outside an enumeration, and makes the
+// checks of the C++ module's reset(). Numbers JSON cannot hold are passed as the strings "nan",
+// "inf" and "-inf" (posenc.nn does so), so that the check, not the reader, says what must hold.
+// Returns nothing; CompositeExplicitAutograd (no tensor argument).
 
 #include "ops/module_options.h"
 
@@ -124,10 +124,11 @@ void check_options(const char* who, const VisionRotaryEmbeddingOptions& options)
 }
 
 void check_options(const char* who, const ALiBiOptions& options) {
-  detail::alibi_slopes(who, options.num_heads(), options.max_bias(), options.first_head(),
-                       options.heads().value_or(options.num_heads() > options.first_head()
-                                                    ? options.num_heads() - options.first_head()
-                                                    : 0));
+  detail::check_alibi_arguments(
+      who, options.num_heads(), options.max_bias(), options.first_head(),
+      options.heads().value_or(options.num_heads() > options.first_head()
+                                   ? options.num_heads() - options.first_head()
+                                   : 0));
 }
 
 void check_options(const char* who, const AttentionTemperatureOptions& options) {
@@ -176,11 +177,18 @@ class OptionsReader {
  public:
   OptionsReader(const char* who, const json& options) : who_(who), options_(options) {}
 
-  // A present, non-null value.
-  const json* find(const char* key) {
+  // The value of `key`, or null where it is left out. Null (Python's None) stands for the default
+  // only where the option may be None (`nullable`: padding_idx, heads, ...); elsewhere posenc.nn
+  // would keep the None it was given while the check read the default.
+  const json* find(const char* key, bool nullable = false) {
     read_.insert(key);
     const auto found = options_.find(key);
-    return found == options_.end() || found->is_null() ? nullptr : &*found;
+    if (found == options_.end()) {
+      return nullptr;
+    }
+    TORCH_CHECK(nullable || !found->is_null(), who_, ": ", key,
+                " must not be None; leave it out for its default");
+    return found->is_null() ? nullptr : &*found;
   }
 
   int64_t integer(const char* key, int64_t fallback) {
@@ -189,12 +197,12 @@ class OptionsReader {
   }
 
   c10::optional<int64_t> optional_integer(const char* key) {
-    const json* value = find(key);
+    const json* value = find(key, /*nullable=*/true);
     return value == nullptr ? c10::nullopt : c10::make_optional(as_integer(key, *value));
   }
 
-  double number(const char* key, double fallback) {
-    const json* value = find(key);
+  double number(const char* key, double fallback, bool nullable = false) {
+    const json* value = find(key, nullable);
     return value == nullptr ? fallback : as_number(key, *value);
   }
 
@@ -208,8 +216,9 @@ class OptionsReader {
     return value->get<bool>();
   }
 
-  std::vector<int64_t> integers(const char* key, std::vector<int64_t> fallback) {
-    const json* value = find(key);
+  std::vector<int64_t> integers(const char* key, std::vector<int64_t> fallback,
+                                bool nullable = false) {
+    const json* value = find(key, nullable);
     if (value == nullptr) {
       return fallback;
     }
@@ -341,7 +350,7 @@ void check_token_and_position_embedding(const char* who, OptionsReader& read) {
           "positions",
           {{"sinusoidal", PositionKind::kSinusoidal}, {"learned", PositionKind::kLearned}},
           options.positions()))
-      .scale(read.number("scale", options.scale())) // (default: sqrt(d_model))
+      .scale(read.number("scale", options.scale(), /*nullable=*/true)) // (None: sqrt(d_model))
       .padding_idx(read.optional_integer("padding_idx"))
       .dropout(read.number("dropout", options.dropout()))
       .batch_first(read.boolean("batch_first", options.batch_first()))
@@ -383,7 +392,7 @@ void check_axial_rotary_embedding(const char* who, OptionsReader& read) {
 void check_vision_rotary_embedding(const char* who, OptionsReader& read) {
   VisionRotaryEmbeddingOptions options(read.integer("dim", 0));
   options.temperature(read.number("temperature", options.temperature()))
-      .ref_feat_shape(read.integers("ref_feat_shape", options.ref_feat_shape()))
+      .ref_feat_shape(read.integers("ref_feat_shape", options.ref_feat_shape(), /*nullable=*/true))
       .grid_offset(read.number("grid_offset", options.grid_offset()))
       .grid_indexing(read.choice<GridIndexing>(
           "grid_indexing", {{"ij", GridIndexing::kIJ}, {"xy", GridIndexing::kXY}},

@@ -281,7 +281,13 @@ TEST(ModuleOptions, OperatorAndConstructorsRaiseTheSameMessage) {
 
 TEST(ModuleOptions, ValidOptionsPassAndMistakesInTheTextAreNamed) {
   EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "layout": )"
-                                                R"("concatenated", "beyond_max_len": null})"),
+                                                R"("concatenated"})"),
+            "<no error>");
+  // null (None) is a default only where posenc.nn's default is None
+  EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "layout": null})"),
+            "PositionalEncoding: layout must not be None; leave it out for its default");
+  EXPECT_EQ(options_error("ALiBi", R"({"num_heads": 4, "heads": null})"), "<no error>");
+  EXPECT_EQ(options_error("VisionRotaryEmbedding", R"({"dim": 8, "ref_feat_shape": null})"),
             "<no error>");
   EXPECT_EQ(options_error("TokenAndPositionEmbedding",
                           R"({"vocab_size": 10, "d_model": 4, "max_len": 8, "scale": null})"),

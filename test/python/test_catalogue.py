@@ -662,6 +662,15 @@ NN_ERRORS = [
     err("TokenAndPositionEmbedding-learned-max_len=-1", lambda o, n: n.TokenAndPositionEmbedding(10, 4, -1, positions="learned"), ValueError, "max_len must be >= 1"),
     err("TokenAndPositionEmbedding-learned-max_len=2^62", lambda o, n: on_meta(lambda: n.TokenAndPositionEmbedding(10, 4, 2**62, positions="learned")), ValueError, "limit"),
     err("TokenAndPositionEmbedding-vocab_size=2^62", lambda o, n: on_meta(lambda: n.TokenAndPositionEmbedding(2**62, 4, 8)), ValueError, "limit"),
+    # None is the default only where the signature's default is None (padding_idx, scale here)
+    err("TokenAndPositionEmbedding-positions=None", lambda o, n: TPE(n, positions=None, beyond_max_len="extrapolate"), ValueError, "TokenAndPositionEmbedding: positions must not be None; leave it out for its default"),
+    err("PositionalEncoding-dropout=None", lambda o, n: PE(n, dropout=None), ValueError, "PositionalEncoding: dropout must not be None; leave it out for its default"),
+    err("PositionalEncoding-d_model-float", lambda o, n: n.PositionalEncoding(4.5, 8), ValueError, "PositionalEncoding: d_model must be an integer in int64's range, but got 4.5"),
+    err("PositionalEncoding-base=10^400", lambda o, n: PE(n, base=10**400), ValueError, "PositionalEncoding: base must be finite and >= 5.2e-290"),
+    err("PositionalEncoding-max_len=2^64", lambda o, n: n.PositionalEncoding(4, 2**64), ValueError, "PositionalEncoding: max_len must be an integer in int64's range, but got 1.8446744073709552e+19"),
+    err("PositionalEncoding-inplace=1", lambda o, n: PE(n, inplace=1), ValueError, "PositionalEncoding: inplace must be True or False, but got 1"),
+    err("PositionalEncoding-dropout-tensor-of-two", lambda o, n: PE(n, dropout=torch.tensor([0.1, 0.2])), ValueError, "PositionalEncoding: dropout must be a number, but got \"tensor([0.1000, 0.2000])\""),
+    err("PositionalEncoding-unknown-keyword", lambda o, n: PE(n, dmodel=4), TypeError, "unexpected keyword argument 'dmodel'"),
     err("TokenAndPositionEmbedding-positions-unknown", lambda o, n: TPE(n, positions="rotary"), ValueError, "positions must be one of 'sinusoidal', 'learned'"),
     err("TokenAndPositionEmbedding-learned-extrapolate", lambda o, n: TPE(n, positions="learned", beyond_max_len="extrapolate"), ValueError, "learned positions cannot extrapolate past max_len"),
     err("TokenAndPositionEmbedding-padding_idx=vocab_size", lambda o, n: TPE(n, padding_idx=10), ValueError, "padding_idx must be in [0, vocab_size) = [0, 10)"),
@@ -821,6 +830,10 @@ def norms_kept(shape, dtype):
 
 
 NN_RESULTS = [
+    # keyword arguments given as numpy scalars and 0-dim tensors: checked as the numbers they hold
+    ok("PositionalEncoding-numpy-and-tensor-arguments", lambda o, n: n.PositionalEncoding(
+        __import__("numpy").int64(4), torch.tensor(8), batch_first=__import__("numpy").bool_(True),
+        base=__import__("numpy").float32(10000.0))(torch.zeros(1, 2, 4)), like((1, 2, 4), f32, lambda o: o.sinusoidal_table(2, 4)[None])),
     ok("PositionalEncoding-max_len=1-d_model=1", lambda o, n: n.PositionalEncoding(1, 1)(torch.ones(1, 1, 1)), like((1, 1, 1), f32, torch.ones(1, 1, 1))),
     ok("PositionalEncoding-length-0", lambda o, n: PE(n)(torch.zeros(2, 0, 4)), like((2, 0, 4), f32)),
     ok("PositionalEncoding-last-row", lambda o, n: PE(n)(torch.zeros(1, 1, 4), 7), like((1, 1, 4), f32, lambda o: o.sinusoidal_table(8, 4)[7:][None])),

@@ -73,18 +73,29 @@ def test_import_refuses_a_config_reader_of_another_build(posenc, tmp_path):
     elsewhere = tmp_path / "libposenc_io.so"
     shutil.copy(posenc.io_library_path, elsewhere)
     code = "import posenc, torch; print(posenc.io_library_path); print(hasattr(torch.ops.posenc, 'read_hf_rope_config'))"
-    run = lambda io: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                    env={**os.environ, "PYTHONPATH": os.path.join(SOURCE_ROOT, "python"),
-                                         **({"POSENC_IO_LIBRARY": io} if io else {})})
+    def run(io, library=posenc.library_path):
+        env = {**os.environ, "PYTHONPATH": os.path.join(SOURCE_ROOT, "python"), "POSENC_LIBRARY": str(library)}
+        env.pop("POSENC_IO_LIBRARY", None)
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**env, **({"POSENC_IO_LIBRARY": io} if io else {})})
+
     refused = run(str(elsewhere))
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert (f"ImportError: posenc: POSENC_IO_LIBRARY={elsewhere} is not the config reader of the operator library "
             f"{posenc.library_path}") in refused.stderr, refused.stderr
     assert "unset POSENC_IO_LIBRARY" in refused.stderr
+    def loads_the_reader(result):  # (found by name, the reader may be the versioned file's link)
+        assert result.returncode == 0, result.stderr
+        found, registered = result.stdout.split()
+        assert os.path.samefile(found, posenc.io_library_path) and registered == "True", result.stdout
+
     for io in (posenc.io_library_path, None):
-        env = run(io)
-        assert env.returncode == 0, env.stderr
-        assert env.stdout.split() == [posenc.io_library_path, "True"], env.stdout
+        loads_the_reader(run(io))
+    # the operators named through a link elsewhere: their build's reader is still theirs
+    link = tmp_path / "link" / "libposenc.so"
+    link.parent.mkdir()
+    link.symlink_to(posenc.library_path)
+    loads_the_reader(run(posenc.io_library_path, link))
 
 
 @pytest.mark.parametrize("options, flags", [
