@@ -422,7 +422,6 @@ class RotaryEmbedding(_DerivedTables):
                  mrope_interleaved: bool = False, cached_len: Optional[int] = None,
                  deinterleave: bool = False, inverse: bool = False) -> None:
         super().__init__()
-        who = "RotaryEmbedding"
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
         #: Positions whose cos/sin rows are cached (the C++ options' cached_rows()).
@@ -434,27 +433,23 @@ class RotaryEmbedding(_DerivedTables):
         self.heads_first = heads_first
         self.beyond_max_len = beyond_max_len
         scaling = dict(rope_scaling or {})
-        # (JSON has no NaN or infinity: the numbers the options' text carries are checked here)
-        for name, value in [("base", base), ("freq_factors", freq_factors)] + [
-                (f"rope_scaling.{key}", value) for key, value in scaling.items()]:
-            values = value if isinstance(value, (list, tuple)) else [value]
-            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-                raise ValueError(f"{who}: {name} must be a finite number, but got {value}")
         self.rope_type = str(scaling.pop("rope_type", scaling.pop("type", "default")))
         self.rope_scaling = scaling
         self.freq_factors = list(freq_factors) if freq_factors else None
         self.attention_factor_in_cos_sin = attention_factor_in_cos_sin
         self.mrope_section = list(mrope_section) if mrope_section else None
         self.mrope_interleaved = mrope_interleaved
-        #: The options as the rotary_embedding operators read them (JSON text; the rope parameters'
-        #: max_position_embeddings is max_len by default, as in the C++ options).
-        self._module = json.dumps({
+        #: The options as the rotary_embedding operators read them (JSON text, numbers as
+        #: _json_value gives them; the rope parameters' max_position_embeddings is max_len by
+        #: default, as in the C++ options), which check them as the C++ module's reset().
+        self._module = json.dumps({key: _json_value(value) for key, value in {
             "head_dim": head_dim, "max_len": max_len, "cached_len": cached_len, "base": base,
             "rotary_dim": self.rotary_dim, "pairing": self.pairing, "deinterleave": deinterleave, "inverse": inverse,
             "heads_first": heads_first, "beyond_max_len": self.beyond_max_len,
-            "rope_parameters": {"rope_type": self.rope_type, **scaling},
             "freq_factors": self.freq_factors, "attention_factor_in_cos_sin": attention_factor_in_cos_sin,
-            "mrope_section": self.mrope_section, "mrope_interleaved": mrope_interleaved})
+            "mrope_section": self.mrope_section, "mrope_interleaved": mrope_interleaved}.items()} | {
+            "rope_parameters": {"rope_type": self.rope_type} | {
+                key: _json_value(value) for key, value in scaling.items()}})
         with _cpp_checks():  # the operator checks the options as the C++ module's reset() (posenc's table of rope types)
             inv_freq, long_inv_freq, factor = _ops.rotary_embedding_frequencies(self._module)
         #: float64 frequencies ``[rotary_dim / 2]`` (the same as the C++ module's ``inv_freq()``), on

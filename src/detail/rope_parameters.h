@@ -6,6 +6,7 @@
 
 #include <posenc/options/rotary_embedding.h>
 
+#include <c10/util/Optional.h>
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -35,11 +36,17 @@ enum class RopeBlockKind {
   kArguments,
 };
 
+/// The number a JSON value spells when JSON has no literal for it: the strings "nan", "inf" and
+/// "-inf" (posenc.nn sends a keyword argument that is not finite so, so that the check of the
+/// options, not the JSON reader, says what must hold); nullopt for any other value.
+c10::optional<double> spelled_number(const nlohmann::json& value);
+
 /// Reads `block` (a JSON object or null): the rope type from "rope_type" (else "type", else
 /// "default"), then every key of rope_parameter_keys() that is present, each checked for its type
 /// (numbers, whole numbers, booleans, lists of numbers), with transformers' readings (yarn's
 /// beta_fast / beta_slow of 0 mean the defaults, as `get(...) or 32` does). Messages name
 /// `source` and the key after `where` (e.g. "config.json", "text_config.rope_parameters.").
+/// kArguments blocks may spell numbers as spelled_number reads them; a config's may not.
 RopeBlock read_rope_block(const nlohmann::json& block, const std::string& source,
                           const std::string& where, RopeBlockKind kind);
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace posenc {
@@ -589,6 +590,20 @@ RopeFrequencies rope_frequencies(const RopeSpec& spec, c10::optional<int64_t> se
 
 // --- JSON ---------------------------------------------------------------------------------------
 
+c10::optional<double> spelled_number(const json& value) {
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    if (text == "nan") {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+    if (text == "inf" || text == "-inf") {
+      return text == "inf" ? std::numeric_limits<double>::infinity()
+                           : -std::numeric_limits<double>::infinity();
+    }
+  }
+  return c10::nullopt;
+}
+
 RopeBlock read_rope_block(const json& block, const std::string& source, const std::string& where,
                           RopeBlockKind kind) {
   const bool strict = kind == RopeBlockKind::kArguments;
@@ -629,8 +644,22 @@ RopeBlock read_rope_block(const json& block, const std::string& source, const st
     TORCH_CHECK(!strict || key != "alpha" || entry->type == RopeType::kNtkAlpha, context,
                 "alpha is read by rope type 'ntk_alpha' only, but rope_type is '", entry->name,
                 "'; Hunyuan's \"dynamic\" with an alpha is rope_type 'ntk_alpha'");
-    check_kind(item.value(), parameter->kind, context, key);
-    parameter->set(result.scaling, item.value());
+    // (the arguments of a call may spell the numbers JSON cannot hold; check_kind refuses them)
+    json value = item.value();
+    if (strict) {
+      const auto spelled = [](json& element) {
+        if (const c10::optional<double> number = spelled_number(element)) {
+          element = *number;
+        }
+      };
+      if (value.is_array()) {
+        std::for_each(value.begin(), value.end(), spelled);
+      } else {
+        spelled(value);
+      }
+    }
+    check_kind(value, parameter->kind, context, key);
+    parameter->set(result.scaling, value);
   }
   for (const std::string& key : result.other_keys) {
     // (transformers' block also carries its base and M-RoPE's sections: not rope parameters)

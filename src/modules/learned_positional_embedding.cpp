@@ -1,7 +1,5 @@
 #include <posenc/modules/learned_positional_embedding.h>
 
-#include "detail/checks.h"
-#include "detail/sinusoidal.h"
 #include "ops/module_options.h"
 #include "ops/sequence_module.h"
 
@@ -10,7 +8,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <cmath>
 #include <ios>
 
 namespace posenc {

@@ -1,6 +1,5 @@
 #include <posenc/modules/positional_encoding.h>
 
-#include "detail/checks.h"
 #include "detail/sinusoidal.h"
 #include "ops/module_options.h"
 #include "ops/sequence_module.h"

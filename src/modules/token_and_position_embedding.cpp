@@ -1,7 +1,5 @@
 #include <posenc/modules/token_and_position_embedding.h>
 
-#include "detail/checks.h"
-#include "detail/sinusoidal.h"
 #include "ops/module_options.h"
 #include "ops/sequence_module.h"
 

@@ -16,6 +16,7 @@
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
+#include "detail/rope_parameters.h"
 #include "detail/sinusoidal.h"
 #include "detail/vision.h"
 
@@ -286,15 +287,8 @@ class OptionsReader {
   }
 
   double as_number(const char* key, const json& value) const {
-    if (value.is_string()) { // (numbers JSON has no spelling for)
-      const std::string text = value.get<std::string>();
-      if (text == "nan") {
-        return std::numeric_limits<double>::quiet_NaN();
-      }
-      if (text == "inf" || text == "-inf") {
-        return text == "inf" ? std::numeric_limits<double>::infinity()
-                             : -std::numeric_limits<double>::infinity();
-      }
+    if (const c10::optional<double> spelled = detail::spelled_number(value)) {
+      return *spelled; // (a number JSON has no literal for)
     }
     TORCH_CHECK(value.is_number(), who_, ": ", key, " must be a number, but got ", value.dump());
     return value.get<double>();

@@ -7,6 +7,7 @@
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
+#include "detail/rope_parameters.h"
 #include "detail/rope_types.h"
 #include "detail/rotary.h"
 
@@ -378,6 +379,32 @@ namespace {
 
 using nlohmann::json;
 
+// A JSON value as T; a number may be spelled as detail::spelled_number reads it (posenc.nn passes
+// a base or freq_factors that is not finite so, for the options' checks to refuse).
+template <typename T>
+T value_as(const json& value) {
+  return value.get<T>();
+}
+
+template <>
+double value_as<double>(const json& value) {
+  const c10::optional<double> spelled = detail::spelled_number(value);
+  return spelled ? *spelled : value.get<double>();
+}
+
+template <>
+std::vector<double> value_as<std::vector<double>>(const json& value) {
+  if (!value.is_array()) {
+    return value.get<std::vector<double>>(); // (throws: not a list)
+  }
+  std::vector<double> numbers;
+  numbers.reserve(value.size());
+  for (const json& element : value) {
+    numbers.push_back(value_as<double>(element));
+  }
+  return numbers;
+}
+
 template <typename T>
 T read(const json& module, const char* key, T fallback) {
   const auto found = module.find(key);
@@ -385,7 +412,7 @@ T read(const json& module, const char* key, T fallback) {
     return fallback;
   }
   try {
-    return found->get<T>();
+    return value_as<T>(*found);
   } catch (const json::exception&) {
     TORCH_CHECK(false, "posenc::rotary_embedding_call: module.", key, " has the wrong type (",
                 found->dump(), "); pass the module's options as posenc.nn.RotaryEmbedding does");
