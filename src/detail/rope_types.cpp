@@ -355,6 +355,8 @@ void check_kind(const json& value, Kind kind, const std::string& context, const 
       for (const json& element : value) {
         TORCH_CHECK(element.is_number(), context, key, " must hold numbers only, but holds a ",
                     element.type_name());
+        TORCH_CHECK(std::isfinite(element.get<double>()), context, key,
+                    " must hold finite numbers, but holds ", element.get<double>());
       }
       break;
   }
@@ -652,9 +654,9 @@ RopeBlock read_rope_block(const json& block, const std::string& source, const st
           element = *number;
         }
       };
-      if (value.is_array()) {
+      if (parameter->kind == Kind::kNumbers && value.is_array()) {
         std::for_each(value.begin(), value.end(), spelled);
-      } else {
+      } else if (parameter->kind == Kind::kNumber || parameter->kind == Kind::kCount) {
         spelled(value);
       }
     }
@@ -701,8 +703,8 @@ RopeScalingOptions rope_scaling_from_json(const char* who, c10::string_view json
   const RopeBlock read = read_rope_block(block, who, "rope_parameters.", RopeBlockKind::kArguments);
   const auto theta = block.find("rope_theta");
   // transformers' block carries the base: it must be the base of the call (M-RoPE's sections do
-  // not change the frequencies)
-  TORCH_CHECK(theta == block.end() || theta->is_null() ||
+  // not change the frequencies); a base that is not finite is left to the base's own check
+  TORCH_CHECK(theta == block.end() || theta->is_null() || !std::isfinite(base) ||
                   (theta->is_number() && theta->get<double>() == base),
               who, ": rope_parameters.rope_theta (", theta == block.end() ? "" : theta->dump(),
               ") differs from base (", base, "); pass base = rope_theta or leave rope_theta out");

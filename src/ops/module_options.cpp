@@ -13,6 +13,7 @@
 // Returns nothing; CompositeExplicitAutograd (no tensor argument).
 
 #include "ops/module_options.h"
+#include "ops/options_reader.h"
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
@@ -172,132 +173,16 @@ namespace {
 
 using nlohmann::json;
 
-// The keyword arguments of one posenc.nn constructor: each read once, with its type checked;
-// finish() refuses the keys nothing read.
-class OptionsReader {
- public:
-  OptionsReader(const char* who, const json& options) : who_(who), options_(options) {}
-
-  // The value of `key`, or null where it is left out. Null (Python's None) stands for the default
-  // only where the option may be None (`nullable`: padding_idx, heads, ...); elsewhere posenc.nn
-  // would keep the None it was given while the check read the default.
-  const json* find(const char* key, bool nullable = false) {
-    read_.insert(key);
-    const auto found = options_.find(key);
-    if (found == options_.end()) {
-      return nullptr;
-    }
-    TORCH_CHECK(nullable || !found->is_null(), who_, ": ", key,
-                " must not be None; leave it out for its default");
-    return found->is_null() ? nullptr : &*found;
+// The operators' form names (detail::attention_temperature_form, its message).
+AttentionTemperatureForm temperature_form(const char* who, OptionsReader& read,
+                                          AttentionTemperatureForm fallback) {
+  const json* value = read.find("form");
+  if (value == nullptr) {
+    return fallback;
   }
-
-  int64_t integer(const char* key, int64_t fallback) {
-    const json* value = find(key);
-    return value == nullptr ? fallback : as_integer(key, *value);
-  }
-
-  c10::optional<int64_t> optional_integer(const char* key) {
-    const json* value = find(key, /*nullable=*/true);
-    return value == nullptr ? c10::nullopt : c10::make_optional(as_integer(key, *value));
-  }
-
-  double number(const char* key, double fallback, bool nullable = false) {
-    const json* value = find(key, nullable);
-    return value == nullptr ? fallback : as_number(key, *value);
-  }
-
-  bool boolean(const char* key, bool fallback) {
-    const json* value = find(key);
-    if (value == nullptr) {
-      return fallback;
-    }
-    TORCH_CHECK(value->is_boolean(), who_, ": ", key, " must be True or False, but got ",
-                value->dump());
-    return value->get<bool>();
-  }
-
-  std::vector<int64_t> integers(const char* key, std::vector<int64_t> fallback,
-                                bool nullable = false) {
-    const json* value = find(key, nullable);
-    if (value == nullptr) {
-      return fallback;
-    }
-    TORCH_CHECK(value->is_array(), who_, ": ", key, " must be a list of integers, but got ",
-                value->dump());
-    std::vector<int64_t> result;
-    for (const json& item : *value) {
-      result.push_back(as_integer(key, item));
-    }
-    return result;
-  }
-
-  // One of `names` (each with its value), e.g. layout: "interleaved" or "concatenated"; the
-  // message lists them as posenc.nn's keyword arguments take them.
-  template <typename Enum>
-  Enum choice(const char* key, const std::vector<std::pair<const char*, Enum>>& names,
-              Enum fallback) {
-    const json* value = find(key);
-    if (value == nullptr) {
-      return fallback;
-    }
-    if (value->is_string()) {
-      for (const auto& name : names) {
-        if (value->get<std::string>() == name.first) {
-          return name.second;
-        }
-      }
-    }
-    std::ostringstream allowed;
-    for (size_t i = 0; i < names.size(); ++i) {
-      allowed << (i == 0 ? "" : ", ") << "'" << names[i].first << "'";
-    }
-    TORCH_CHECK(false, who_, ": ", key, " must be one of ", allowed.str(), ", but got ",
-                value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump());
-  }
-
-  // The operators' form names (detail::attention_temperature_form, its message).
-  AttentionTemperatureForm form(const char* who, AttentionTemperatureForm fallback) {
-    const json* value = find("form");
-    if (value == nullptr) {
-      return fallback;
-    }
-    return detail::attention_temperature_form(
-        who, value->is_string() ? value->get<std::string>() : value->dump());
-  }
-
-  // Every key was read: a misspelt one is the cause of whatever follows, so it is refused first.
-  void finish() const {
-    for (const auto& item : options_.items()) {
-      TORCH_CHECK(read_.count(item.key()) == 1, who_, " has no option '", item.key(),
-                  "'; see its keyword arguments (help(posenc.nn.", who_, "))");
-    }
-  }
-
- private:
-  int64_t as_integer(const char* key, const json& value) const {
-    TORCH_CHECK(value.is_number_integer(), who_, ": ", key,
-                " must be an integer in int64's range, but got ", value.dump());
-    if (value.is_number_unsigned()) {
-      TORCH_CHECK(
-          value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), who_,
-          ": ", key, " must be an integer in int64's range, but got ", value.dump());
-    }
-    return value.get<int64_t>();
-  }
-
-  double as_number(const char* key, const json& value) const {
-    if (const c10::optional<double> spelled = detail::spelled_number(value)) {
-      return *spelled; // (a number JSON has no literal for)
-    }
-    TORCH_CHECK(value.is_number(), who_, ": ", key, " must be a number, but got ", value.dump());
-    return value.get<double>();
-  }
-
-  const char* who_;
-  const json& options_;
-  std::set<std::string> read_;
-};
+  return detail::attention_temperature_form(
+      who, value->is_string() ? value->get<std::string>() : value->dump());
+}
 
 const std::vector<std::pair<const char*, BeyondMaxLen>> kBeyondMaxLen = {
     {"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}};
@@ -411,7 +296,7 @@ void check_attention_temperature(const char* who, OptionsReader& read) {
   AttentionTemperatureOptions options;
   options.floor_scale(read.number("floor_scale", options.floor_scale()))
       .attn_scale(read.number("attn_scale", options.attn_scale()))
-      .form(read.form(who, options.form()))
+      .form(temperature_form(who, read, options.form()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();
   check_options(who, options);

@@ -3,11 +3,11 @@
 
 #include "ops/rotary_module.h"
 #include "ops/dispatch.h"
+#include "ops/options_reader.h"
 #include "ops/sym_length.h"
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
-#include "detail/rope_parameters.h"
 #include "detail/rope_types.h"
 #include "detail/rotary.h"
 
@@ -379,93 +379,44 @@ namespace {
 
 using nlohmann::json;
 
-// A JSON value as T; a number may be spelled as detail::spelled_number reads it (posenc.nn passes
-// a base or freq_factors that is not finite so, for the options' checks to refuse).
-template <typename T>
-T value_as(const json& value) {
-  return value.get<T>();
-}
-
-template <>
-double value_as<double>(const json& value) {
-  const c10::optional<double> spelled = detail::spelled_number(value);
-  return spelled ? *spelled : value.get<double>();
-}
-
-template <>
-std::vector<double> value_as<std::vector<double>>(const json& value) {
-  if (!value.is_array()) {
-    return value.get<std::vector<double>>(); // (throws: not a list)
-  }
-  std::vector<double> numbers;
-  numbers.reserve(value.size());
-  for (const json& element : value) {
-    numbers.push_back(value_as<double>(element));
-  }
-  return numbers;
-}
-
-template <typename T>
-T read(const json& module, const char* key, T fallback) {
-  const auto found = module.find(key);
-  if (found == module.end() || found->is_null()) {
-    return fallback;
-  }
-  try {
-    return value_as<T>(*found);
-  } catch (const json::exception&) {
-    TORCH_CHECK(false, "posenc::rotary_embedding_call: module.", key, " has the wrong type (",
-                found->dump(), "); pass the module's options as posenc.nn.RotaryEmbedding does");
-  }
-}
-
 RotaryEmbeddingOptions options_from_json(c10::string_view text) {
   const json module = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   TORCH_CHECK(module.is_object(), "posenc::rotary_embedding_call: module must be a JSON object "
               "of a RotaryEmbedding's options (posenc.nn.RotaryEmbedding passes its own), but got '",
               std::string(text), "'");
-  static const std::vector<std::string> keys = {
-      "head_dim",     "max_len",         "cached_len", "base",
-      "rotary_dim",   "pairing",         "deinterleave", "inverse",
-      "heads_first",  "beyond_max_len",  "rope_parameters", "freq_factors",
-      "attention_factor_in_cos_sin", "mrope_section", "mrope_interleaved"};
-  for (const auto& item : module.items()) {
-    TORCH_CHECK(std::find(keys.begin(), keys.end(), item.key()) != keys.end(),
-                "posenc::rotary_embedding_call: module holds an unknown option '", item.key(),
-                "'; the options are those of posenc.nn.RotaryEmbedding");
-  }
-  RotaryEmbeddingOptions options(read<int64_t>(module, "head_dim", 0),
-                                 read<int64_t>(module, "max_len", 0));
-  const auto choice = [&module](const char* key, const char* fallback, const char* first,
-                                const char* second) {
-    const std::string value = read<std::string>(module, key, fallback);
-    TORCH_CHECK(value == first || value == second, kName, ": ", key, " must be one of '", first,
-                "', '", second, "', but got '", value, "'");
-    return value == second;
-  };
-  const double base = read<double>(module, "base", 10000.0);
-  const auto rope = module.find("rope_parameters");
+  // (posenc.nn's reader of keyword arguments, as check_module_options reads the other modules';
+  // null: the default, as posenc.nn sends its None)
+  OptionsReader read(kName, module);
+  RotaryEmbeddingOptions options(read.integer("head_dim", 0), read.integer("max_len", 0));
+  const c10::optional<int64_t> cached_len = read.optional_integer("cached_len");
+  const c10::optional<int64_t> rotary_dim = read.optional_integer("rotary_dim");
+  const double base = read.number("base", options.base());
   options.base(base)
-      .deinterleave(read<bool>(module, "deinterleave", false))
-      .inverse(read<bool>(module, "inverse", false))
-      .heads_first(read<bool>(module, "heads_first", false))
-      .freq_factors(read<std::vector<double>>(module, "freq_factors", {}))
-      .attention_factor_in_cos_sin(read<bool>(module, "attention_factor_in_cos_sin", true))
-      .mrope_section(read<std::vector<int64_t>>(module, "mrope_section", {}))
-      .mrope_interleaved(read<bool>(module, "mrope_interleaved", false))
-      .pairing(choice("pairing", "half_split", "half_split", "interleaved")
-                   ? RotaryPairing::kInterleaved
-                   : RotaryPairing::kHalfSplit)
-      .beyond_max_len(choice("beyond_max_len", "error", "error", "extrapolate")
-                          ? BeyondMaxLen::kExtrapolate
-                          : BeyondMaxLen::kError)
-      .scaling(detail::rope_scaling_from_json(
-          kName, rope == module.end() ? std::string("{}") : rope->dump(), base));
-  if (module.contains("cached_len") && !module["cached_len"].is_null()) {
-    options.cached_len(read<int64_t>(module, "cached_len", 0));
+      .deinterleave(read.boolean("deinterleave", options.deinterleave()))
+      .inverse(read.boolean("inverse", options.inverse()))
+      .heads_first(read.boolean("heads_first", options.heads_first()))
+      .freq_factors(read.numbers("freq_factors", {}, /*nullable=*/true))
+      .attention_factor_in_cos_sin(
+          read.boolean("attention_factor_in_cos_sin", options.attention_factor_in_cos_sin()))
+      .mrope_section(read.integers("mrope_section", {}, /*nullable=*/true))
+      .mrope_interleaved(read.boolean("mrope_interleaved", options.mrope_interleaved()))
+      .pairing(read.choice<RotaryPairing>(
+          "pairing",
+          {{"half_split", RotaryPairing::kHalfSplit}, {"interleaved", RotaryPairing::kInterleaved}},
+          options.pairing()))
+      .beyond_max_len(read.choice<BeyondMaxLen>(
+          "beyond_max_len",
+          {{"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}},
+          options.beyond_max_len()));
+  const json* rope = read.find("rope_parameters", /*nullable=*/true);
+  read.finish();
+  options.scaling(detail::rope_scaling_from_json(
+      kName, rope == nullptr ? std::string("{}") : rope->dump(), base));
+  if (cached_len) {
+    options.cached_len(*cached_len);
   }
-  if (module.contains("rotary_dim") && !module["rotary_dim"].is_null()) {
-    options.rotary_dim(read<int64_t>(module, "rotary_dim", 0));
+  if (rotary_dim) {
+    options.rotary_dim(*rotary_dim);
   }
   return options;
 }

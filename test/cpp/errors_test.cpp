@@ -279,6 +279,56 @@ TEST(ModuleOptions, OperatorAndConstructorsRaiseTheSameMessage) {
   }
 }
 
+// posenc.nn.RotaryEmbedding's options text (rotary_embedding_frequencies, what its constructor
+// calls) is read by the same reader as the other modules' and checked by ops::rotary_module_call,
+// which the C++ module's reset() calls: a number that is not finite, spelled "nan" / "inf" in the
+// text, gets the C++ module's message.
+TEST(ModuleOptions, RotaryEmbeddingTextAndConstructorRaiseTheSameMessage) {
+  using namespace posenc;
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rotary_embedding_frequencies", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(c10::string_view)>();
+  const auto text_error = [](const std::string& text) {
+    return posenc_test::error_message([&] { op.call(text); });
+  };
+  const std::string base_error = text_error(R"({"head_dim": 4, "max_len": 8, "base": "nan"})");
+  EXPECT_NE(base_error.find("RotaryEmbedding: base must be finite and >= 5.2e-290"),
+            std::string::npos)
+      << base_error;
+  EXPECT_EQ(base_error, posenc_test::error_message(
+                            [] { RotaryEmbedding(RotaryEmbeddingOptions(4, 8).base(kNaN)); }));
+  const std::string factors_error =
+      text_error(R"({"head_dim": 4, "max_len": 8, "freq_factors": [1, "-inf"]})");
+  EXPECT_NE(factors_error.find("RotaryEmbedding: freq_factors must hold finite numbers > 0"),
+            std::string::npos)
+      << factors_error;
+  EXPECT_EQ(factors_error, posenc_test::error_message([] {
+              RotaryEmbedding(RotaryEmbeddingOptions(4, 8).freq_factors({1.0, -kInf}));
+            }));
+  // rope parameters: spelled numbers are read where a number is, then checked
+  EXPECT_EQ(text_error(R"({"head_dim": 4, "max_len": 8, "rope_parameters": )"
+                       R"({"rope_type": "linear", "factor": "inf"}})"),
+            "RotaryEmbedding: rope_parameters.factor must be finite, but is inf");
+  EXPECT_EQ(text_error(R"({"head_dim": 4, "max_len": 8, "rope_parameters": )"
+                       R"({"rope_type": "linear", "factor": 2, "truncate": "nan"}})"),
+            "RotaryEmbedding: rope_parameters.truncate must be true or false, but is a string");
+  // the reader of the other modules' keyword arguments
+  EXPECT_EQ(text_error(R"({"head_dim": 4.5, "max_len": 8})"),
+            "RotaryEmbedding: head_dim must be an integer in int64's range, but got 4.5");
+  EXPECT_EQ(text_error(R"({"head_dim": 4, "max_len": 8, "base": true})"),
+            "RotaryEmbedding: base must be a number, but got true");
+  EXPECT_EQ(text_error(R"({"head_dim": 4, "max_len": 8, "pairing": "nan"})"),
+            "RotaryEmbedding: pairing must be one of 'half_split', 'interleaved', but got 'nan'");
+  EXPECT_EQ(text_error(R"({"head_dim": 4, "max_len": 8, "heads": 2})"),
+            "RotaryEmbedding has no option 'heads'; see its keyword arguments "
+            "(help(posenc.nn.RotaryEmbedding))");
+  EXPECT_EQ(
+      text_error(R"({"head_dim": 4, "max_len": 8, "cached_len": null, "freq_factors": )"
+                 R"(null, "mrope_section": null, "rope_parameters": {"rope_type": "default"}})"),
+      "<no error>");
+}
+
 TEST(ModuleOptions, ValidOptionsPassAndMistakesInTheTextAreNamed) {
   EXPECT_EQ(options_error("PositionalEncoding", R"({"d_model": 4, "max_len": 8, "layout": )"
                                                 R"("concatenated"})"),

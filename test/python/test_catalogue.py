@@ -327,7 +327,12 @@ OP_ERRORS += [
     err("rope_frequencies-linear-factor-string", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "linear", "factor": "2"}'), RuntimeError, "rope_parameters.factor must be a number, but is a string"),
     # the numbers JSON has no literal for, spelled as posenc.nn spells them: read, then refused by the check
     err("rope_frequencies-linear-factor-spelled-inf", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "linear", "factor": "inf"}'), RuntimeError, "rope_parameters.factor must be finite, but is inf"),
-    err("rope_frequencies-longrope-factor-spelled-nan", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 4, "short_factor": [1, 1, 1, 1], "long_factor": [1, 1, 1, "nan"]}'), RuntimeError, "longrope's short_factor and long_factor must hold finite numbers > 0"),
+    err("rope_frequencies-longrope-factor-spelled-nan", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 4, "short_factor": [1, 1, 1, 1], "long_factor": [1, 1, 1, "nan"]}'), RuntimeError, "rope_parameters.long_factor must hold finite numbers, but holds nan"),
+    err("rope_frequencies-linear-short_factor-spelled-inf", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "linear", "factor": 2.0, "short_factor": ["inf"]}'), RuntimeError, "rope_parameters.short_factor must hold finite numbers, but holds inf"),
+    # (spellings are numbers only where a number is read: a flag or a list spelled so is the wrong type)
+    err("rope_frequencies-truncate-spelled-nan", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "yarn", "factor": 4.0, "truncate": "nan"}'), RuntimeError, "rope_parameters.truncate must be true or false, but is a string"),
+    err("rope_frequencies-short_factor-spelled-inf", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "linear", "factor": 2.0, "short_factor": "inf"}'), RuntimeError, "rope_parameters.short_factor must be a list of numbers (one per frequency), but is a string"),
+    err("rope_frequencies-original_max-spelled-inf", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "inf"}'), RuntimeError, "rope_parameters.original_max_position_embeddings must be a whole number, but is inf"),
     err("rope_frequencies-factor-NaN-literal", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "linear", "factor": NaN}'), RuntimeError, "rope_parameters must be a JSON object (transformers' rope parameters, e.g. {\"rope_type\": \""),
     err("rope_frequencies-yarn-factor=1e400", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "yarn", "factor": 1e400, "original_max_position_embeddings": 16}'), RuntimeError, "rope_parameters must be a JSON object (transformers' rope parameters, e.g. {\"rope_type\": \""),
     err("rope_frequencies-llama3-missing-keys", lambda o, n: o.rope_frequencies(8, 10000.0, '{"rope_type": "llama3", "factor": 8}'), RuntimeError, "rope type 'llama3' reads the model's context length"),
@@ -707,6 +712,14 @@ NN_ERRORS = [
     # (the C++ options' checks, reached with the numbers JSON cannot hold spelled "nan", "inf")
     err("RotaryEmbedding-base=nan", lambda o, n: ROPE(n, base=math.nan), ValueError, "RotaryEmbedding: base must be finite and >= 5.2e-290"),
     err("RotaryEmbedding-base=-inf", lambda o, n: ROPE(n, base=-math.inf), ValueError, "RotaryEmbedding: base must be finite and >= 5.2e-290"),
+    err("RotaryEmbedding-base=inf-rope_theta=inf", lambda o, n: ROPE(n, base=math.inf, rope_scaling={"rope_theta": math.inf}), ValueError, "RotaryEmbedding: base must be finite and >= 5.2e-290"),
+    err("RotaryEmbedding-rope_theta=nan", lambda o, n: ROPE(n, rope_scaling={"rope_theta": math.nan}), ValueError, 'RotaryEmbedding: rope_parameters.rope_theta ("nan") differs from base (10000)'),
+    # (the reader of posenc.nn's keyword arguments, as for the other modules)
+    err("RotaryEmbedding-head_dim=4.5", lambda o, n: n.RotaryEmbedding(4.5, 8), ValueError, "RotaryEmbedding: head_dim must be an integer in int64's range, but got 4.5"),
+    err("RotaryEmbedding-base=True", lambda o, n: ROPE(n, base=True), ValueError, "RotaryEmbedding: base must be a number, but got true"),
+    err("RotaryEmbedding-heads_first=1", lambda o, n: ROPE(n, heads_first=1), ValueError, "RotaryEmbedding: heads_first must be True or False, but got 1"),
+    err("RotaryEmbedding-max_len=None", lambda o, n: n.RotaryEmbedding(4, None), ValueError, "RotaryEmbedding: max_len must not be None; leave it out for its default"),
+    err("rotary_embedding_frequencies-unknown-option", lambda o, n: o.rotary_embedding_frequencies('{"head_dim": 4, "max_len": 8, "heads": 2}'), RuntimeError, "RotaryEmbedding has no option 'heads'; see its keyword arguments (help(posenc.nn.RotaryEmbedding))"),
     err("RotaryEmbedding-pairing-unknown", lambda o, n: ROPE(n, pairing="bogus"), ValueError, "pairing must be one of 'half_split', 'interleaved'"),
     err("RotaryEmbedding-deinterleave-interleaved", lambda o, n: ROPE(n, pairing="interleaved", deinterleave=True), ValueError, "RotaryEmbedding: deinterleave regroups pairs (2i, 2i + 1) into halves (i, i + R/2), the layout of pairing 'half_split', but pairing is 'interleaved'; pass pairing='half_split' with deinterleave"),
     err("RotaryEmbedding-freq_factors=inf", lambda o, n: ROPE(n, freq_factors=[1.0, math.inf]), ValueError, "RotaryEmbedding: freq_factors must hold finite numbers > 0, but holds inf"),
@@ -715,7 +728,8 @@ NN_ERRORS = [
     err("RotaryEmbedding-linear-without-factor", lambda o, n: ROPE(n, rope_scaling={"rope_type": "linear"}), ValueError, "RotaryEmbedding: rope type 'linear' needs a scaling factor"),
     err("RotaryEmbedding-linear-factor=nan", lambda o, n: ROPE(n, rope_scaling={"rope_type": "linear", "factor": math.nan}), ValueError, "RotaryEmbedding: rope_parameters.factor must be finite, but is nan"),
     err("RotaryEmbedding-linear-factor=inf", lambda o, n: ROPE(n, rope_scaling={"rope_type": "linear", "factor": math.inf}), ValueError, "RotaryEmbedding: rope_parameters.factor must be finite, but is inf"),
-    err("RotaryEmbedding-yarn-beta_fast=nan-numpy", lambda o, n: ROPE(n, rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": __import__("numpy").float64("nan")}), ValueError, "RotaryEmbedding: rope_parameters.beta_fast must be finite, but is nan"),
+    err("RotaryEmbedding-yarn-beta_fast=nan-numpy", lambda o, n: ROPE(n, rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": __import__("numpy").float32("nan")}), ValueError, "RotaryEmbedding: rope_parameters.beta_fast must be finite, but is nan"),
+    err("RotaryEmbedding-linear-short_factor-nan", lambda o, n: ROPE(n, rope_scaling={"rope_type": "linear", "factor": 2.0, "short_factor": [math.nan, 1.0]}), ValueError, "RotaryEmbedding: rope_parameters.short_factor must hold finite numbers, but holds nan"),
     err("RotaryEmbedding-factor-not-a-number", lambda o, n: ROPE(n, rope_scaling={"rope_type": "linear", "factor": [2]}), ValueError, "RotaryEmbedding: rope_parameters.factor must be a number, but is a array"),
     err("RotaryEmbedding-rope_scaling-not-serializable", lambda o, n: ROPE(n, rope_scaling={"rope_type": "linear", "factor": object()}), TypeError, "Object of type object is not JSON serializable"),
     err("RotaryEmbedding-freq_factors-wrong-length", lambda o, n: ROPE(n, freq_factors=[1.0]), ValueError, "RotaryEmbedding: freq_factors must be empty or hold one divisor per frequency (R"),
@@ -950,6 +964,8 @@ CLI_ROWS = [
     cli("rope-config-number-overflows", HF_ROPE, "config.json: not valid JSON", config=hf(max_position_embeddings=128).replace("128", "1e400")),
     cli("rope-rope_type-unknown", HF_ROPE, "unknown rope_scaling.rope_type 'bogus'", config=hf(rope_scaling={"rope_type": "bogus", "factor": 2})),
     cli("rope-factor-string", HF_ROPE, "rope_scaling.factor must be a number, but is a string", config=hf(rope_scaling={"rope_type": "linear", "factor": "2"})),
+    # (a config may not spell a number as posenc.nn's arguments do)
+    cli("rope-factor-spelled-inf", HF_ROPE, "rope_scaling.factor must be a number, but is a string", config=hf(rope_scaling={"rope_type": "linear", "factor": "inf"})),
     cli("rope-linear-without-factor", HF_ROPE, "rope_scaling.factor is needed by rope type 'linear'", config=hf(rope_scaling={"rope_type": "linear"})),
     cli("rope-num_attention_heads=0", HF_ROPE, "num_attention_heads must be a whole number >= 1, but is 0", config=hf(num_attention_heads=0)),
     cli("rope-head_dim=0", HF_ROPE, "the head width must be >= 2, but is 0 (head_dim)", config=hf(head_dim=0)),
