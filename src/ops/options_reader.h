@@ -71,32 +71,12 @@ class OptionsReader {
 
   std::vector<int64_t> integers(const char* key, std::vector<int64_t> fallback,
                                 bool nullable = false) {
-    const nlohmann::json* value = find(key, nullable);
-    if (value == nullptr) {
-      return fallback;
-    }
-    TORCH_CHECK(value->is_array(), who_, ": ", key, " must be a list of integers, but got ",
-                value->dump());
-    std::vector<int64_t> result;
-    for (const nlohmann::json& item : *value) {
-      result.push_back(as_integer(key, item));
-    }
-    return result;
+    return list(key, std::move(fallback), nullable, "integers", &OptionsReader::as_integer);
   }
 
   std::vector<double> numbers(const char* key, std::vector<double> fallback,
                               bool nullable = false) {
-    const nlohmann::json* value = find(key, nullable);
-    if (value == nullptr) {
-      return fallback;
-    }
-    TORCH_CHECK(value->is_array(), who_, ": ", key, " must be a list of numbers, but got ",
-                value->dump());
-    std::vector<double> result;
-    for (const nlohmann::json& item : *value) {
-      result.push_back(as_number(key, item));
-    }
-    return result;
+    return list(key, std::move(fallback), nullable, "numbers", &OptionsReader::as_number);
   }
 
   // One of `names` (each with its value), e.g. layout: "interleaved" or "concatenated"; the
@@ -132,6 +112,22 @@ class OptionsReader {
   }
 
  private:
+  template <typename T>
+  std::vector<T> list(const char* key, std::vector<T> fallback, bool nullable, const char* what,
+                      T (OptionsReader::*element)(const char*, const nlohmann::json&) const) {
+    const nlohmann::json* value = find(key, nullable);
+    if (value == nullptr) {
+      return fallback;
+    }
+    TORCH_CHECK(value->is_array(), who_, ": ", key, " must be a list of ", what, ", but got ",
+                value->dump());
+    std::vector<T> result;
+    for (const nlohmann::json& item : *value) {
+      result.push_back((this->*element)(key, item));
+    }
+    return result;
+  }
+
   int64_t as_integer(const char* key, const nlohmann::json& value) const {
     TORCH_CHECK(value.is_number_integer(), who_, ": ", key,
                 " must be an integer in int64's range, but got ", value.dump());
