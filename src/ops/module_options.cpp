@@ -17,7 +17,6 @@
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
-#include "detail/rope_parameters.h"
 #include "detail/sinusoidal.h"
 #include "detail/vision.h"
 
@@ -184,11 +183,6 @@ AttentionTemperatureForm temperature_form(const char* who, OptionsReader& read,
       who, value->is_string() ? value->get<std::string>() : value->dump());
 }
 
-const std::vector<std::pair<const char*, BeyondMaxLen>> kBeyondMaxLen = {
-    {"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}};
-const std::vector<std::pair<const char*, RotaryPairing>> kPairing = {
-    {"half_split", RotaryPairing::kHalfSplit}, {"interleaved", RotaryPairing::kInterleaved}};
-
 // One reading per module: its options from the reader, then its checks.
 void check_positional_encoding(const char* who, OptionsReader& read) {
   PositionalEncodingOptions options(read.integer("d_model", 0), read.integer("max_len", 0));
@@ -203,7 +197,8 @@ void check_positional_encoding(const char* who, OptionsReader& read) {
                                              {{"paper", FrequencySpacing::kPaper},
                                               {"tensor2tensor", FrequencySpacing::kTensor2Tensor}},
                                              options.spacing()))
-      .beyond_max_len(read.choice("beyond_max_len", kBeyondMaxLen, options.beyond_max_len()))
+      .beyond_max_len(
+          read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()))
       .scale(read.number("scale", options.scale()))
       .inplace(read.boolean("inplace", options.inplace()));
   read.finish();
@@ -234,7 +229,8 @@ void check_token_and_position_embedding(const char* who, OptionsReader& read) {
       .dropout(read.number("dropout", options.dropout()))
       .batch_first(read.boolean("batch_first", options.batch_first()))
       .base(read.number("base", options.base()))
-      .beyond_max_len(read.choice("beyond_max_len", kBeyondMaxLen, options.beyond_max_len()));
+      .beyond_max_len(
+          read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()));
   read.finish();
   check_options(who, options, OptionSpelling::kPython);
 }
@@ -262,7 +258,7 @@ void check_timestep_embedder(const char* who, OptionsReader& read) {
 void check_axial_rotary_embedding(const char* who, OptionsReader& read) {
   AxialRotaryEmbeddingOptions options(read.integers("axes_dim", {}));
   options.theta(read.number("theta", options.theta()))
-      .pairing(read.choice("pairing", kPairing, options.pairing()))
+      .pairing(read.choice("pairing", pairing_names(), options.pairing()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();
   check_options(who, options);
@@ -276,7 +272,7 @@ void check_vision_rotary_embedding(const char* who, OptionsReader& read) {
       .grid_indexing(read.choice<GridIndexing>(
           "grid_indexing", {{"ij", GridIndexing::kIJ}, {"xy", GridIndexing::kXY}},
           options.grid_indexing()))
-      .pairing(read.choice("pairing", kPairing, options.pairing()))
+      .pairing(read.choice("pairing", pairing_names(), options.pairing()))
       .num_prefix_tokens(read.integer("num_prefix_tokens", options.num_prefix_tokens()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();

@@ -7,6 +7,8 @@
 
 #include "detail/rope_parameters.h"
 
+#include <posenc/enums.h>
+
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
 
@@ -151,6 +153,19 @@ class OptionsReader {
   const nlohmann::json& options_;
   std::set<std::string> read_;
 };
+
+// The names posenc.nn gives the enumerations that several modules take (beyond_max_len, pairing).
+inline const std::vector<std::pair<const char*, BeyondMaxLen>>& beyond_max_len_names() {
+  static const std::vector<std::pair<const char*, BeyondMaxLen>> names = {
+      {"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}};
+  return names;
+}
+
+inline const std::vector<std::pair<const char*, RotaryPairing>>& pairing_names() {
+  static const std::vector<std::pair<const char*, RotaryPairing>> names = {
+      {"half_split", RotaryPairing::kHalfSplit}, {"interleaved", RotaryPairing::kInterleaved}};
+  return names;
+}
 
 } // namespace ops
 } // namespace posenc

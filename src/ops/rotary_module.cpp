@@ -400,14 +400,9 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text) {
           read.boolean("attention_factor_in_cos_sin", options.attention_factor_in_cos_sin()))
       .mrope_section(read.integers("mrope_section", {}, /*nullable=*/true))
       .mrope_interleaved(read.boolean("mrope_interleaved", options.mrope_interleaved()))
-      .pairing(read.choice<RotaryPairing>(
-          "pairing",
-          {{"half_split", RotaryPairing::kHalfSplit}, {"interleaved", RotaryPairing::kInterleaved}},
-          options.pairing()))
-      .beyond_max_len(read.choice<BeyondMaxLen>(
-          "beyond_max_len",
-          {{"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}},
-          options.beyond_max_len()));
+      .pairing(read.choice("pairing", pairing_names(), options.pairing()))
+      .beyond_max_len(
+          read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()));
   const json* rope = read.find("rope_parameters", /*nullable=*/true);
   read.finish();
   options.scaling(detail::rope_scaling_from_json(
