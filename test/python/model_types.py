@@ -163,7 +163,7 @@ def compare_layer(posenc, model_type, config, text, rotary_class, apply, layer_t
     """(status, detail) of one layer type (None: the only one), read as layer `layer` where the
     config has a per_layer_config. `export(config, layer, layer_type)`, where given, returns the C++
     module built from the same config (the CLI's TorchScript export), which must turn q and k as
-    posenc.nn's module does, bit for bit."""
+    posenc.nn's module does, bit for bit, or None where it compares that layer's form elsewhere."""
     try:
         rotary = rotary_class(config=text)
     except Exception as error:
@@ -228,6 +228,8 @@ def _export_differs(module, export, config, layer, layer_type, q, k, calls):
         exported = export(config, layer, layer_type)
     except Exception as error:
         return f"the C++ module's export failed: {_first_line(error)[:120]}"
+    if exported is None:  # (export's choice: a form it compared on another layer)
+        return None
     for offset, _ in calls:
         if offset is None:
             continue  # (image grids: posenc.nn's multimodal positions, compared above)

@@ -427,38 +427,56 @@ def transformers_defaults():
     return cases
 
 
-def test_every_model_types_default_base_and_share_are_transformers(posenc_cli, tmp_path):
+def test_every_model_types_default_base_and_share_are_transformers(posenc_package, posenc_cli, tmp_path):
     """A config.json that names its model type and leaves out rope_theta and partial_rotary_factor
     (as many on the Hub do), and head_dim, is read with that type's own defaults, for every model
     type of transformers 5.23.0 that such a config can describe (more than two hundred; MiniMax's
-    base 5e6, Helium's 1e5, GLM's share 0.5, Gemma's head 256, Zamba2's 2 * hidden / heads, ...)."""
+    base 5e6, Helium's 1e5, GLM's share 0.5, Gemma's head 256, Zamba2's 2 * hidden / heads, ...):
+    each by posenc's C++ reader in this process (posenc.nn.read_hf_rope_config), and every eighth by
+    `posenc rope --hf-config` (the same reader; a process each, about 0.5 s), which must print what
+    the reader read."""
     import re
+    import warnings
     from concurrent.futures import ThreadPoolExecutor
     cases = transformers_defaults()
     assert len(cases) > 200, len(cases)
-    # every type with a default of its own, and every eighth of the others (a process each, ~0.5 s)
-    generic = [case for case in cases if case[1:] == (10000.0, 1.0, 32)]
-    cases = [case for case in cases if case[1:] != (10000.0, 1.0, 32)] + generic[::8]
-    assert len(cases) > 100, len(cases)
+    assert len({case[1:] for case in cases}) > 10, cases  # (types with defaults of their own among them)
+
+    def config(model_type):
+        return {"model_type": model_type, "num_attention_heads": 4, "hidden_size": 128, "max_position_embeddings": 512}
+
+    def expected(case):
+        model_type, theta, partial, head_dim = case
+        if int(head_dim * partial) % 2:  # an odd rotated width (Moonshine-Streaming's 0.8 of 32): refused
+            return "must be even"
+        return theta, head_dim, int(head_dim * partial)  # the rotated width: int(head_dim * partial)
 
     def read(case):
-        model_type, theta, partial, head_dim = case
-        path = tmp_path / f"{model_type}.json"
-        path.write_text(json.dumps({"model_type": model_type, "num_attention_heads": 4, "hidden_size": 128,
-                                    "max_position_embeddings": 512}))
-        result = subprocess.run([posenc_cli, "rope", "--hf-config", str(path)], capture_output=True, text=True)
-        if int(head_dim * partial) % 2:  # an odd rotated width (Moonshine-Streaming's 0.8 of 32): refused
-            return None if result.returncode != 0 and "must be even" in result.stderr else (model_type, result.stderr)
-        if result.returncode != 0:
-            return model_type, result.stderr.strip()[-200:]
-        match = re.search(r"rope_theta (\S+), head_dim (\d+), rotary_dim (\d+)", result.stdout)
-        ours = (float(match.group(1)), int(match.group(2)), int(match.group(3)))
-        expected = (theta, head_dim, int(head_dim * partial))  # the rotated width: int(head_dim * partial)
-        return None if ours == expected else (model_type, ours, expected)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                module = posenc_package.nn.read_hf_rope_config(config(case[0]))["module"]
+        except ValueError as error:
+            return "must be even" if "must be even" in str(error) else str(error)[-200:]
+        return module["base"], module["head_dim"], module["rotary_dim"]
 
-    with ThreadPoolExecutor(4) as pool:
-        mismatches = [result for result in pool.map(read, cases) if result is not None]
+    mismatches = [(case[0], ours, expected(case)) for case, ours in zip(cases, map(read, cases)) if ours != expected(case)]
     assert not mismatches, mismatches
+
+    def printed(case):
+        path = tmp_path / f"{case[0]}.json"
+        path.write_text(json.dumps(config(case[0])))
+        result = subprocess.run([posenc_cli, "rope", "--hf-config", str(path)], capture_output=True, text=True)
+        if result.returncode != 0:
+            return "must be even" if "must be even" in result.stderr else result.stderr.strip()[-200:]
+        match = re.search(r"rope_theta (\S+), head_dim (\d+), rotary_dim (\d+)", result.stdout)
+        return float(match.group(1)), int(match.group(2)), int(match.group(3))
+
+    sample = cases[::8] + [case for case in cases if expected(case) == "must be even"][:1]
+    with ThreadPoolExecutor(4) as pool:
+        different = [(case[0], ours, expected(case)) for case, ours in zip(sample, pool.map(printed, sample))
+                     if ours != expected(case)]
+    assert not different, different
 
 
 HUNYUAN_ROPE = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 10000.0, "beta_fast": 32, "beta_slow": 1,

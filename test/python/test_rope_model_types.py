@@ -34,8 +34,11 @@ def results(posenc_package, posenc_cli, tmp_path_factory):
     the CLI builds from the same config.json and exports (`posenc export --module rotary
     --hf-config ... --heads-first --cached-len 64`), which must turn q and k as posenc.nn's module
     does, bit for bit. The export caches 64 rows (or max_len, if fewer) (small files; the calls' rows near the context's
-    end are computed per call, which must equal posenc.nn's cached rows too). Model types whose
-    configs read to the same module options share one export (110 of 243 layers at this writing)."""
+    end are computed per call, which must equal posenc.nn's cached rows too). One export per form of
+    the module options (rope type, pairing, partial rotation, which rope parameters are given,
+    where the cos/sin take the attention factor: the paths the export takes), the first layer of that
+    form; the other layers' values (bases, factors, lengths) are the same code's and are compared
+    with the model's own code above through posenc.nn."""
     import json
     import subprocess
 
@@ -47,7 +50,12 @@ def results(posenc_package, posenc_cli, tmp_path_factory):
             warnings.simplefilter("ignore")
             read = posenc_package.nn.read_hf_rope_config(config, layer=layer,
                                                          layer_type=None if layer is not None else layer_type)
-        key = json.dumps(read["module"], sort_keys=True)
+        options = read["module"]
+        key = json.dumps([options.get("pairing"), options["rotary_dim"] < options["head_dim"],
+                          options.get("attention_factor_in_cos_sin"), sorted(options), sorted(options.get("rope_scaling") or {}),
+                          (options.get("rope_scaling") or {}).get("rope_type")])
+        if key in exported and exported[key][0] != options:
+            return None  # (a form exported already, with other values)
         if key not in exported:
             path, out = directory / "config.json", directory / f"rope{len(exported)}.pt"
             path.write_text(config.to_json_string(use_diff=False))
@@ -57,10 +65,12 @@ def results(posenc_package, posenc_cli, tmp_path_factory):
                                      "--cached-len", str(cached), *chosen, "-o", str(out)], capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(result.stderr.strip())
-            exported[key] = torch.jit.load(str(out))
-        return exported[key]
+            exported[key] = options, torch.jit.load(str(out))
+        return exported[key][1]
 
-    return model_types.compare_all(posenc_package, export)
+    results = model_types.compare_all(posenc_package, export)
+    assert len(exported) >= 15, sorted(exported)  # (the forms of transformers' configs, exported and compared)
+    return results
 
 
 def test_no_model_type_rotates_differently_without_a_warning(results):
