@@ -520,19 +520,20 @@ void register_decode_checks() {
           {"check_arguments",
            [](const std::shared_ptr<Step>& s) -> Call {
              return [s]() {
+               const posenc::detail::CallerScope caller(kOp);
                benchmark::DoNotOptimize(posenc::ops::prepare_rotary_qk_call(
-                   kOp, s->q, s->k, s->rope->cos, s->rope->sin, kOffset, c10::nullopt, false,
+                   s->q, s->k, s->rope->cos, s->rope->sin, kOffset, c10::nullopt, false,
                    c10::nullopt, 1.0));
              };
            }},
           {"check_overlap",
            [](const std::shared_ptr<Step>& s) -> Call {
              return [s]() {
+               const posenc::detail::CallerScope caller(kOp);
                const torch::Tensor& cos = s->rope->cos;
                const torch::Tensor& sin = s->rope->sin;
-               posenc::ops::check_no_overlap(kOp, s->q, "q",
-                                             {{"k", s->k}, {"cos", cos}, {"sin", sin}});
-               posenc::ops::check_no_overlap(kOp, s->k, "k", {{"cos", cos}, {"sin", sin}});
+               posenc::ops::check_no_overlap(s->q, "q", {{"k", s->k}, {"cos", cos}, {"sin", sin}});
+               posenc::ops::check_no_overlap(s->k, "k", {{"cos", cos}, {"sin", sin}});
                at::assert_no_internal_overlap(s->q);
                at::assert_no_internal_overlap(s->k);
              };
@@ -540,7 +541,8 @@ void register_decode_checks() {
           {"check_range",
            [](const std::shared_ptr<Step>& s) -> Call {
              return [s]() {
-               posenc::detail::check_offset(kOp, kOffset, 1, s->rope->cos.size(0));
+               const posenc::detail::CallerScope caller(kOp);
+               posenc::detail::check_offset(kOffset, 1, s->rope->cos.size(0));
                benchmark::ClobberMemory();
              };
            }},
@@ -548,14 +550,16 @@ void register_decode_checks() {
            [](const std::shared_ptr<Step>& s) -> Call {
              const torch::Tensor inv_freq = s->rope->inv_freq(8192);
              return [s, inv_freq]() {
+               const posenc::detail::CallerScope caller(kOp);
                benchmark::DoNotOptimize(
-                   posenc::ops::given_frequencies(kOp, inv_freq, s->rope->cos, 1.0));
+                   posenc::ops::given_frequencies(inv_freq, s->rope->cos, 1.0));
              };
            }},
           {"check_scale",
            [](const std::shared_ptr<Step>&) -> Call {
              return []() {
-               posenc::detail::check_scale("posenc::add_position_table_", 1.0, torch::kFloat);
+               const posenc::detail::CallerScope caller("posenc::add_position_table_");
+               posenc::detail::check_scale(1.0, torch::kFloat);
                benchmark::ClobberMemory();
              };
            }},

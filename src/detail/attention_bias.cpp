@@ -12,8 +12,8 @@
 namespace posenc {
 namespace detail {
 
-void check_alibi_arguments(const char* who, int64_t num_heads, double max_bias, int64_t first_head,
-                           int64_t heads) {
+void check_alibi_arguments(int64_t num_heads, double max_bias, int64_t first_head, int64_t heads) {
+  const char* const who = detail::caller();
   TORCH_CHECK(num_heads >= 1 && num_heads <= kMaxTableElements, who,
               ": num_heads must be in [1, 2^28] (posenc's limit of heads), but got ", num_heads,
               "; pass the number of attention heads of the model");
@@ -29,9 +29,9 @@ void check_alibi_arguments(const char* who, int64_t num_heads, double max_bias, 
               "; pass heads in [1, ", num_heads - first_head, "]");
 }
 
-std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_bias,
-                                 int64_t first_head, int64_t heads) {
-  check_alibi_arguments(who, num_heads, max_bias, first_head, heads);
+std::vector<double> alibi_slopes(int64_t num_heads, double max_bias, int64_t first_head,
+                                 int64_t heads) {
+  check_alibi_arguments(num_heads, max_bias, first_head, heads);
   int64_t n = 1; // the largest power of two <= num_heads
   while (n <= num_heads / 2) {
     n *= 2;
@@ -48,8 +48,8 @@ std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_
   return slopes;
 }
 
-void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buckets,
-                            int64_t max_distance) {
+void check_bucket_arguments(bool bidirectional, int64_t num_buckets, int64_t max_distance) {
+  const char* const who = detail::caller();
   const int64_t smallest = bidirectional ? 4 : 2;
   TORCH_CHECK(num_buckets >= smallest, who, ": num_buckets must be >= ", smallest,
               bidirectional ? " when bidirectional (each direction needs an exact and a "
@@ -67,8 +67,9 @@ void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buc
               max_distance, "; T5 uses 128");
 }
 
-void check_relative_table_arguments(const char* who, int64_t length, int64_t key_length,
-                                    int64_t d_model, double base) {
+void check_relative_table_arguments(int64_t length, int64_t key_length, int64_t d_model,
+                                    double base) {
+  const char* const who = detail::caller();
   TORCH_CHECK(length >= 1, who, ": length must be >= 1, but got ", length,
               "; pass the number of queries (the sequence length)");
   TORCH_CHECK(key_length >= 1, who, ": key_length must be >= 1, but got ", key_length,
@@ -76,10 +77,11 @@ void check_relative_table_arguments(const char* who, int64_t length, int64_t key
   TORCH_CHECK(key_length <= std::numeric_limits<int64_t>::max() - length, who,
               ": length + key_length must fit in int64, but got ", length, " and ", key_length);
   // the table arguments (d_model, base) and the size of its length + key_length - 1 rows
-  check_table_arguments(who, length + key_length - 1, d_model, base);
+  check_table_arguments(length + key_length - 1, d_model, base);
 }
 
-AttentionTemperatureForm attention_temperature_form(const char* who, c10::string_view name) {
+AttentionTemperatureForm attention_temperature_form(c10::string_view name) {
+  const char* const who = detail::caller();
   if (name == "llama4") {
     return AttentionTemperatureForm::kLlama4;
   }
@@ -91,7 +93,8 @@ AttentionTemperatureForm attention_temperature_form(const char* who, c10::string
   return AttentionTemperatureForm::kMinistral3;
 }
 
-void check_attention_temperature(const char* who, double floor_scale, double attn_scale) {
+void check_attention_temperature(double floor_scale, double attn_scale) {
+  const char* const who = detail::caller();
   TORCH_CHECK(std::isfinite(floor_scale) && floor_scale > 0.0, who,
               ": floor_scale must be finite and > 0 (positions are counted in steps of it), but "
               "got ",

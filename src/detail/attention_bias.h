@@ -25,22 +25,19 @@ constexpr double kDefaultAlibiMaxBias = 8.0;
 
 /// Checks ALiBi's arguments (num_heads in [1, 2^28], max_bias in (0, 64], the shard
 /// first_head .. first_head + heads - 1 inside the heads), computing nothing.
-void check_alibi_arguments(const char* who, int64_t num_heads, double max_bias, int64_t first_head,
-                           int64_t heads);
+void check_alibi_arguments(int64_t num_heads, double max_bias, int64_t first_head, int64_t heads);
 
 /// The ALiBi slopes of heads `first_head .. first_head + heads - 1` of a model with `num_heads`
 /// heads: for n = 2^floor(log2 num_heads), head k (from 1) of the first n has 2^(-max_bias k / n);
 /// the remaining num_heads - n heads take the odd terms 2^(-max_bias (2m - 1) / (2n)) of the
 /// sequence for 2n heads (the interleaving rule of the ALiBi paper, BLOOM and MPT). Checks the
 /// arguments first (check_alibi_arguments).
-std::vector<double> alibi_slopes(const char* who, int64_t num_heads, double max_bias,
-                                 int64_t first_head, int64_t heads);
+std::vector<double> alibi_slopes(int64_t num_heads, double max_bias, int64_t first_head,
+                                 int64_t heads);
 
 /// Checks T5's bucket arguments: num_buckets >= 2 (>= 4 bidirectional: each direction needs an
 /// exact and a logarithmic bucket) and max_distance >= num_buckets.
-void check_bucket_arguments(const char* who, bool bidirectional, int64_t num_buckets,
-                            int64_t max_distance);
-
+void check_bucket_arguments(bool bidirectional, int64_t num_buckets, int64_t max_distance);
 
 /// The `[length + key_length - 1, D]` sinusoidal table of relative positions
 /// `key_length - 1, ..., 0, ..., -(length - 1)` (Transformer-XL, ESPnet's RelPositionalEncoding:
@@ -51,15 +48,15 @@ at::Tensor relative_sinusoidal_table(int64_t length, int64_t key_length, const S
 
 /// Checks the arguments of a relative table: length >= 1, key_length >= 1, d_model >= 1, a finite
 /// base > 0 and a table of at most kMaxTableElements elements.
-void check_relative_table_arguments(const char* who, int64_t length, int64_t key_length,
-                                    int64_t d_model, double base);
+void check_relative_table_arguments(int64_t length, int64_t key_length, int64_t d_model,
+                                    double base);
 
 /// The form named `name` ("llama4" or "ministral3"), or a c10::Error that lists them.
-AttentionTemperatureForm attention_temperature_form(const char* who, c10::string_view name);
+AttentionTemperatureForm attention_temperature_form(c10::string_view name);
 
 /// Checks the arguments of Llama 4's attention temperature: floor_scale finite and > 0,
 /// attn_scale finite.
-void check_attention_temperature(const char* who, double floor_scale, double attn_scale);
+void check_attention_temperature(double floor_scale, double attn_scale);
 
 } // namespace detail
 } // namespace posenc

@@ -30,6 +30,10 @@ CallerScope::CallerScope(KeepOuter, const char* name) : slot_(current()), previo
   }
 }
 
+CallerScope::CallerScope(Rename, const char* name) : slot_(current()), previous_(slot_) {
+  slot_.name = name;
+}
+
 CallerScope::~CallerScope() {
   slot_ = previous_;
 }
@@ -43,17 +47,20 @@ const char* extrapolate_hint(bool python) {
                 : " or pass beyond_max_len(posenc::BeyondMaxLen::kExtrapolate)";
 }
 
-void check_dropout(const char* who, double p) {
+void check_dropout(double p) {
+  const char* const who = detail::caller();
   TORCH_CHECK(p >= 0.0 && p <= 1.0, who, ": dropout must be in [0, 1], but got ", p,
               "; pass the probability of zeroing an element (0 disables dropout)");
 }
 
-void check_scale(const char* who, double scale) {
+void check_scale(double scale) {
+  const char* const who = detail::caller();
   TORCH_CHECK(std::isfinite(scale), who, ": scale must be finite, but got ", scale);
 }
 
-void check_scale(const char* who, double scale, c10::ScalarType dtype) {
-  check_scale(who, scale);
+void check_scale(double scale, c10::ScalarType dtype) {
+  const char* const who = detail::caller();
+  check_scale(scale);
   constexpr double kFloatMax = std::numeric_limits<float>::max();
   TORCH_CHECK(dtype == c10::kDouble || std::abs(scale) <= kFloatMax, who,
               ": scale must lie in [-3.4028e38, 3.4028e38] for ", dtype,
@@ -61,20 +68,22 @@ void check_scale(const char* who, double scale, c10::ScalarType dtype) {
               "; pass float64 inputs or a smaller scale");
 }
 
-void check_argument_device(const char* who, const at::Tensor& tensor, const char* what,
-                           const c10::Device& device) {
+void check_argument_device(const at::Tensor& tensor, const char* what, const c10::Device& device) {
+  const char* const who = detail::caller();
   TORCH_CHECK(tensor.device() == device, who, ": expected all tensors of the call on one device, ",
               "but ", what, " is on ", tensor.device(), " and the input on ", device, "; move ",
               what, " with .to(", device, ")");
 }
 
-void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype) {
+void check_float_dtype(const char* what, c10::ScalarType dtype) {
+  const char* const who = detail::caller();
   TORCH_CHECK(is_supported_float(dtype), who, ": ", what,
               " must be float16, bfloat16, float32 or float64, but got ", dtype,
               "; positional encodings are sines and cosines and need a floating dtype");
 }
 
-int64_t checked_numel(const char* who, const char* what, std::initializer_list<int64_t> sizes) {
+int64_t checked_numel(const char* what, std::initializer_list<int64_t> sizes) {
+  const char* const who = detail::caller();
   int64_t elements = 1;
   bool overflow = false;
   std::string product;
@@ -88,15 +97,16 @@ int64_t checked_numel(const char* who, const char* what, std::initializer_list<i
   return elements;
 }
 
-void check_table_size(const char* who, const char* what, int64_t rows, int64_t width,
-                      const char* lower) {
+void check_table_size(const char* what, int64_t rows, int64_t width, const char* lower) {
+  const char* const who = detail::caller();
   TORCH_CHECK(rows <= kMaxTableElements / width, who, ": ", what, " = ", rows, " * ", width,
               " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower ",
               lower);
 }
 
-void check_sequence_input(const char* who, const at::Tensor& x, int64_t d_model, bool batch_first,
+void check_sequence_input(const at::Tensor& x, int64_t d_model, bool batch_first,
                           const c10::Device& device) {
+  const char* const who = detail::caller();
   const char* layout =
       batch_first ? "[B, L, D] (batch_first=true)" : "[L, B, D] (batch_first=false)";
   TORCH_CHECK(x.defined(), who, ": expected an input tensor of shape ", layout,
@@ -114,37 +124,39 @@ void check_sequence_input(const char* who, const at::Tensor& x, int64_t d_model,
               size_of(x, 2), " (input shape ", shape_of(x),
               "); build the module with d_model = ", size_of(x, 2), " or project the input to ",
               d_model, " features");
-  check_input_device(who, x, device, "the encoding table");
+  check_input_device(x, device, "the encoding table");
 }
 
-void check_input_device(const char* who, const at::Tensor& x, const c10::Device& device,
-                        const char* table_name) {
+void check_input_device(const at::Tensor& x, const c10::Device& device, const char* table_name) {
+  const char* const who = detail::caller();
   TORCH_CHECK(x.device() == device, who, ": expected the input on the device of ", table_name, " (",
               device, "), but got an input on ", x.device(), "; move the module with module->to(",
               x.device(), ") or the input with x.to(", device, ")");
 }
 
-void check_positions_device(const char* who, const at::Tensor& positions,
-                            const c10::Device& device) {
+void check_positions_device(const at::Tensor& positions, const c10::Device& device) {
+  const char* const who = detail::caller();
   TORCH_CHECK(positions.device() == device, who, ": positions must be on the input's device (",
               device, "), but got ", positions.device());
 }
 
-void check_no_offset_with_positions(const char* who, int64_t offset) {
+void check_no_offset_with_positions(int64_t offset) {
+  const char* const who = detail::caller();
   TORCH_CHECK(offset == 0, who,
               ": pass either an offset or explicit positions, not both (got offset = ", offset,
               ")");
 }
 
-void check_offset_start(const char* who, int64_t offset, int64_t length) {
+void check_offset_start(int64_t offset, int64_t length) {
+  const char* const who = detail::caller();
   TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
               "; positions start at 0");
   TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - length, who,
               ": offset + L must fit in int64, but got offset = ", offset, " and L = ", length);
 }
 
-void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len,
-                  const char* hint) {
+void check_offset(int64_t offset, int64_t length, int64_t max_len, const char* hint) {
+  const char* const who = detail::caller();
   TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
               "; positions start at 0");
   TORCH_CHECK(
@@ -156,14 +168,15 @@ void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_l
       "); build the module with a larger max_len", hint, ", or split the sequence");
 }
 
-TableShape check_table(const char* who, const at::Tensor& table) {
+TableShape check_table(const at::Tensor& table) {
+  const char* const who = detail::caller();
   TORCH_CHECK(
       table.defined(), who,
       ": the encoding table is undefined; build it with posenc::functional::sinusoidal_table");
   TORCH_CHECK(table.dim() == 2 || (table.dim() == 3 && table.size(0) == 1), who,
               ": expected the encoding table as [max_len, D] or [1, max_len, D], but got shape ",
               table.sizes());
-  check_float_dtype(who, "the encoding table's dtype", table.scalar_type());
+  check_float_dtype("the encoding table's dtype", table.scalar_type());
   return {table.size(-2), table.size(-1)};
 }
 
@@ -171,9 +184,10 @@ at::Tensor table_rows(const at::Tensor& table) {
   return table.dim() == 3 ? table.select(0, 0) : table;
 }
 
-void check_positions_form(const char* who, const at::Tensor& positions, int64_t length,
-                          at::IntArrayRef per_sequence, const char* per_sequence_name,
-                          const c10::Device& device, bool continuous) {
+void check_positions_form(const at::Tensor& positions, int64_t length, at::IntArrayRef per_sequence,
+                          const char* per_sequence_name, const c10::Device& device,
+                          bool continuous) {
+  const char* const who = detail::caller();
   TORCH_CHECK(positions.defined(), who, ": positions are undefined");
   TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false) ||
                   (continuous && is_continuous(positions)),
@@ -184,15 +198,16 @@ void check_positions_form(const char* who, const at::Tensor& positions, int64_t 
   const bool each = positions.dim() == 2 && positions.sizes() == per_sequence;
   TORCH_CHECK(shared || each, who, ": positions must have shape [L] = [", length, "] or ",
               per_sequence_name, " = ", per_sequence, ", but got ", positions.sizes());
-  check_positions_device(who, positions, device);
+  check_positions_device(positions, device);
 }
 
 bool is_continuous(const at::Tensor& positions) {
   return positions.defined() && at::isFloatingType(positions.scalar_type());
 }
 
-void check_continuous_allowed(const char* who, const at::Tensor& positions, bool has_definition,
+void check_continuous_allowed(const at::Tensor& positions, bool has_definition,
                               const char* definition) {
+  const char* const who = detail::caller();
   TORCH_CHECK(!is_continuous(positions) || has_definition, who, ": floating-point positions (",
               positions.scalar_type(),
               ") are computed from the encoding's definition, which this call lacks (a learned "
@@ -201,7 +216,8 @@ void check_continuous_allowed(const char* who, const at::Tensor& positions, bool
               "own), or integer positions");
 }
 
-void check_continuous_range(const char* who, const at::Tensor& host) {
+void check_continuous_range(const at::Tensor& host) {
+  const char* const who = detail::caller();
   const double* values = host.data_ptr<double>();
   // 2^63: the first value past int64's range; |position * frequency| stays finite below it.
   constexpr double kLimit = 9223372036854775808.0;
@@ -212,8 +228,8 @@ void check_continuous_range(const char* who, const at::Tensor& host) {
   }
 }
 
-void check_positions_range(const char* who, int64_t smallest, int64_t largest, int64_t limit,
-                           const char* hint) {
+void check_positions_range(int64_t smallest, int64_t largest, int64_t limit, const char* hint) {
+  const char* const who = detail::caller();
   TORCH_CHECK(smallest >= -1, who, ": positions must be >= -1 (-1 marks padding), but got ",
               smallest);
   TORCH_CHECK(limit < 0 || largest < limit, who, ": positions must be < max_len (", limit,

@@ -1,10 +1,12 @@
 #pragma once
 
 // Argument checks shared by the ops, the functional forms and the modules. Every message says what
-// must hold, what was given and what to do; `who` names the public entry point that was called.
+// must hold, what was given and what to do, after the name of the public entry point that was
+// called (caller(): the innermost CallerScope's).
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -28,9 +30,11 @@ inline bool is_supported_float(c10::ScalarType dtype) {
          dtype == c10::kDouble;
 }
 
-/// Names the public entry point (a module or a functional form) that a call came through, for the
-/// messages of the operators it calls, and the advice it adds to a position past its table. Set by
-/// a module around its operator call, on the calling thread only:
+/// Names the public entry point (a module, a functional form, an operator, a reader) that a call
+/// came through, and the advice it adds to a position past its table: the one way posenc's
+/// messages name their caller. Every entry point opens one, on the calling thread; the checks
+/// below it read the name with caller(), across the dispatcher too (a module's name reaches the
+/// kernels of the operators it calls):
 ///
 ///   detail::CallerScope caller("PositionalEncoding", " or pass beyond_max_len(...)");
 ///   return ops::add_position_table(...);   // errors read "PositionalEncoding: ..."
@@ -38,10 +42,14 @@ class CallerScope {
  public:
   /// Names the entry point for the calls made while the scope lives.
   explicit CallerScope(const char* name, const char* hint = "");
-  /// Names `name` only when no outer scope named one (a functional form called by a module keeps
-  /// the module's name).
+  /// Names `name` only when no outer scope named one (an operator called by a module keeps the
+  /// module's name).
   struct KeepOuter {};
   CallerScope(KeepOuter, const char* name);
+  /// Names `name` whatever an outer scope named, keeping its advice (a step that names itself,
+  /// such as an operator's backward).
+  struct Rename {};
+  CallerScope(Rename, const char* name);
   ~CallerScope();
   CallerScope(const CallerScope&) = delete;
   CallerScope& operator=(const CallerScope&) = delete;
@@ -62,6 +70,14 @@ class CallerScope {
 /// messages through its CallerScope), spelt for C++ or for posenc.nn (`python`).
 const char* extrapolate_hint(bool python);
 
+/// The name of the innermost CallerScope: the entry point the current call came through, which
+/// every message of a check starts with.
+inline const char* caller() {
+  const char* name = CallerScope::current().name;
+  TORCH_INTERNAL_ASSERT(name != nullptr, "posenc: a check ran outside any CallerScope");
+  return name;
+}
+
 /// The name of the current CallerScope, or `op_name` outside one.
 inline const char* caller_or(const char* op_name) {
   const char* name = CallerScope::current().name;
@@ -77,15 +93,15 @@ inline const char* caller_hint() {
 const char* sequence_layout(bool batch_first);
 
 /// Checks a dropout probability.
-void check_dropout(const char* who, double p);
+void check_dropout(double p);
 
 /// Checks that a scale is finite.
-void check_scale(const char* who, double scale);
+void check_scale(double scale);
 
 /// Checks a scale for inputs of `dtype`: finite and, since inputs narrower than float64 are
 /// computed in float32, within float32's range for them (a larger scale would round to infinity
 /// and turn zeros into NaN).
-void check_scale(const char* who, double scale, c10::ScalarType dtype);
+void check_scale(double scale, c10::ScalarType dtype);
 
 /// Largest frequency posenc accepts (about 1.95e289): any int64 position times it stays a finite
 /// float64 angle, so every angle posenc forms is a number.
@@ -93,47 +109,42 @@ constexpr double kMaxFrequency = 1.7976931348623157e308 / 9223372036854775808.0;
 
 /// Checks that `tensor`, an argument named `what` of a call on `device` ("columns", "inv_freq",
 /// "out"), lies on that device: every tensor argument of one call must, as for ATen's operators.
-void check_argument_device(const char* who, const at::Tensor& tensor, const char* what,
-                           const c10::Device& device);
+void check_argument_device(const at::Tensor& tensor, const char* what, const c10::Device& device);
 
 /// Checks a floating dtype requested for a table or a `.to(dtype)` call.
-void check_float_dtype(const char* who, const char* what, c10::ScalarType dtype);
+void check_float_dtype(const char* what, c10::ScalarType dtype);
 
 /// The number of elements of a tensor of `sizes` (each >= 0), checked so that neither it nor its
 /// bytes (at up to 8 per element) overflow int64: a c10::Error that names `what` (the sizes, e.g.
 /// "heads * query_length * key_length") and their values otherwise. What no tensor can hold is
 /// refused here; what memory cannot hold is left to the allocator's message.
-int64_t checked_numel(const char* who, const char* what, std::initializer_list<int64_t> sizes);
+int64_t checked_numel(const char* what, std::initializer_list<int64_t> sizes);
 
 /// Checks that `rows` rows of `width` stay within kMaxTableElements; `what` names the table
 /// ("a table of max_len * d_model") and `lower` the option to lower.
-void check_table_size(const char* who, const char* what, int64_t rows, int64_t width,
-                      const char* lower);
+void check_table_size(const char* what, int64_t rows, int64_t width, const char* lower);
 
 /// Checks the input of a forward: defined, 3-D, one of the four float dtypes, last dimension
 /// `d_model` (any width when `d_model` is kAnyWidth), on `device`.
-void check_sequence_input(const char* who, const at::Tensor& x, int64_t d_model, bool batch_first,
+void check_sequence_input(const at::Tensor& x, int64_t d_model, bool batch_first,
                           const c10::Device& device);
 
 /// Checks that the input `x` lies on `device`, the device of `table_name` ("the encoding table",
 /// "the cos/sin caches").
-void check_input_device(const char* who, const at::Tensor& x, const c10::Device& device,
-                        const char* table_name);
+void check_input_device(const at::Tensor& x, const c10::Device& device, const char* table_name);
 
 /// Checks that explicit positions lie on the input's `device`.
-void check_positions_device(const char* who, const at::Tensor& positions,
-                            const c10::Device& device);
+void check_positions_device(const at::Tensor& positions, const c10::Device& device);
 
 /// Checks that an explicit-positions call passes no offset.
-void check_no_offset_with_positions(const char* who, int64_t offset);
+void check_no_offset_with_positions(int64_t offset);
 
 /// Checks that `offset >= 0` and that `offset + length` fits in int64.
-void check_offset_start(const char* who, int64_t offset, int64_t length);
+void check_offset_start(int64_t offset, int64_t length);
 
 /// Checks that positions `offset .. offset + length - 1` lie in a table of `max_len` rows; `hint`
 /// is appended to the message's advice.
-void check_offset(const char* who, int64_t offset, int64_t length, int64_t max_len,
-                  const char* hint = "");
+void check_offset(int64_t offset, int64_t length, int64_t max_len, const char* hint = "");
 
 /// The shape of a position table given as `[max_len, D]` or `[1, max_len, D]`.
 struct TableShape {
@@ -143,7 +154,7 @@ struct TableShape {
 
 /// Checks a position table (defined, `[max_len, D]` or `[1, max_len, D]`, floating) and returns
 /// its shape, without creating a view (this runs on every forward).
-TableShape check_table(const char* who, const at::Tensor& table);
+TableShape check_table(const at::Tensor& table);
 
 /// The `[max_len, D]` view of a checked table.
 at::Tensor table_rows(const at::Tensor& table);
@@ -151,9 +162,9 @@ at::Tensor table_rows(const at::Tensor& table);
 /// Checks the form of explicit positions (no values read): an integer tensor (or, with
 /// `continuous`, a floating-point one) of shape `[L]` (shared by the batch) or `per_sequence`
 /// (described by `per_sequence_name`, e.g. "[B, L]"), on `device`.
-void check_positions_form(const char* who, const at::Tensor& positions, int64_t length,
-                          at::IntArrayRef per_sequence, const char* per_sequence_name,
-                          const c10::Device& device, bool continuous = false);
+void check_positions_form(const at::Tensor& positions, int64_t length, at::IntArrayRef per_sequence,
+                          const char* per_sequence_name, const c10::Device& device,
+                          bool continuous = false);
 
 /// True for floating-point (continuous) positions: position interpolation, diffusion timesteps.
 /// Their rows are always computed from the encoding's definition in float64, never read from or
@@ -162,17 +173,16 @@ bool is_continuous(const at::Tensor& positions);
 
 /// Checks that a call with floating-point `positions` has the encoding's definition to compute
 /// them from (`has_definition`; `definition` names the argument, e.g. "columns").
-void check_continuous_allowed(const char* who, const at::Tensor& positions, bool has_definition,
+void check_continuous_allowed(const at::Tensor& positions, bool has_definition,
                               const char* definition);
 
 /// Checks floating-point positions read to the host as float64: each finite and in [0, 2^63)
 /// (the range of integer positions, so that every angle is finite).
-void check_continuous_range(const char* who, const at::Tensor& host);
+void check_continuous_range(const at::Tensor& host);
 
 /// Checks the range of explicit positions: smallest >= -1 (-1 = padding) and, when `limit >= 0`,
 /// largest < limit; `hint` is appended to the advice.
-void check_positions_range(const char* who, int64_t smallest, int64_t largest, int64_t limit,
-                           const char* hint = "");
+void check_positions_range(int64_t smallest, int64_t largest, int64_t limit, const char* hint = "");
 
 /// What `host_read` brings to the host.
 struct HostValues {

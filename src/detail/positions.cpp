@@ -20,8 +20,9 @@
 namespace posenc {
 namespace detail {
 
-std::vector<int64_t> packed_positions(const char* who, const std::vector<int64_t>& cu_seqlens,
-                                      int64_t total, const std::vector<int64_t>& start) {
+std::vector<int64_t> packed_positions(const std::vector<int64_t>& cu_seqlens, int64_t total,
+                                      const std::vector<int64_t>& start) {
+  const char* const who = detail::caller();
   TORCH_CHECK(cu_seqlens.size() >= 2, who,
               ": cu_seqlens must hold the cumulative sequence lengths [0, l0, l0 + l1, ..., T] "
               "(at least 2 entries), but holds ", cu_seqlens.size());
@@ -56,8 +57,9 @@ std::vector<int64_t> packed_positions(const char* who, const std::vector<int64_t
   return positions;
 }
 
-at::Tensor packed_positions_from(const char* who, const at::Tensor& cu_seqlens, int64_t total,
+at::Tensor packed_positions_from(const at::Tensor& cu_seqlens, int64_t total,
                                  const at::Tensor& start) {
+  const char* const who = detail::caller();
   const int64_t entries = cu_seqlens.numel();
   TORCH_CHECK(entries >= 2, who,
               ": cu_seqlens must hold the cumulative sequence lengths [0, l0, l0 + l1, ..., T] "
@@ -100,8 +102,9 @@ at::Tensor packed_positions_from(const char* who, const at::Tensor& cu_seqlens, 
   return positions;
 }
 
-std::vector<int64_t> context_parallel_positions(const char* who, int64_t seq_len,
-                                                int64_t world_size, int64_t rank, bool zigzag) {
+std::vector<int64_t> context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
+                                                bool zigzag) {
+  const char* const who = detail::caller();
   TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, who,
               ": expected 0 <= rank < world_size with world_size >= 1, but got rank ", rank,
               " and world_size ", world_size);
@@ -140,7 +143,8 @@ const char* mrope_kind_name(int64_t kind) {
 // Checks each grid (t >= 1, h and w positive multiples of the merge size, at most 2^28 tokens) and
 // its interval (below 2^62, and its last frame's temporal position too; finite and >= 0 is the
 // caller's).
-void check_mrope_grids(const char* who, const MRopeGrids& grids, int64_t merge) {
+void check_mrope_grids(const MRopeGrids& grids, int64_t merge) {
+  const char* const who = detail::caller();
   TORCH_INTERNAL_ASSERT(grids.intervals.size() == grids.thw.size());
   for (size_t g = 0; g < grids.thw.size(); ++g) {
     const int64_t t = grids.thw[g][0];
@@ -220,14 +224,15 @@ class GridCursor {
 
 } // namespace
 
-MRopeNumbering mrope_position_ids(const char* who, const std::vector<int64_t>& token_types,
+MRopeNumbering mrope_position_ids(const std::vector<int64_t>& token_types,
                                   const std::vector<uint8_t>& keep, int64_t batch, int64_t length,
                                   const MRopeGrids& images, const MRopeGrids& videos,
                                   int64_t spatial_merge_size, bool frames_apart) {
+  const char* const who = detail::caller();
   const int64_t merge = spatial_merge_size;
   TORCH_CHECK(merge >= 1, who, ": spatial_merge_size must be >= 1, but got ", merge);
-  check_mrope_grids(who, images, merge);
-  check_mrope_grids(who, videos, merge);
+  check_mrope_grids(images, merge);
+  check_mrope_grids(videos, merge);
   GridCursor cursors[2] = {GridCursor(images, false), GridCursor(videos, frames_apart)};
   MRopeNumbering out;
   out.positions.assign(static_cast<size_t>(3 * batch * length), 0);

@@ -171,14 +171,16 @@ RopeFrequencies ntk_alpha_type(const RopeSpec& spec, c10::optional<int64_t>) {
 
 // --- the checks of each type ------------------------------------------------------------------
 
-void check_dynamic(const char* who, const RopeSpec& spec) {
+void check_dynamic(const RopeSpec& spec) {
+  const char* const who = detail::caller();
   TORCH_CHECK(spec.rotary_dim >= 4, who,
               ": dynamic NTK scaling raises the base to the power R / (R - 2), so it needs a "
               "rotated width R >= 4, but got ",
               spec.rotary_dim);
 }
 
-void check_yarn(const char* who, const RopeSpec& spec) {
+void check_yarn(const RopeSpec& spec) {
+  const char* const who = detail::caller();
   const RopeScalingOptions& scaling = spec.scaling;
   TORCH_CHECK(positive_number(scaling.beta_fast()) && positive_number(scaling.beta_slow()), who,
               ": yarn's beta_fast and beta_slow must be finite numbers > 0, but got ",
@@ -191,7 +193,8 @@ void check_yarn(const char* who, const RopeSpec& spec) {
   }
 }
 
-void check_longrope(const char* who, const RopeSpec& spec) {
+void check_longrope(const RopeSpec& spec) {
+  const char* const who = detail::caller();
   const RopeScalingOptions& scaling = spec.scaling;
   const int64_t half = spec.rotary_dim / 2;
   for (const auto* factors : {&scaling.short_factor(), &scaling.long_factor()}) {
@@ -209,7 +212,8 @@ void check_longrope(const char* who, const RopeSpec& spec) {
   }
 }
 
-void check_llama3(const char* who, const RopeSpec& spec) {
+void check_llama3(const RopeSpec& spec) {
+  const char* const who = detail::caller();
   const RopeScalingOptions& scaling = spec.scaling;
   TORCH_CHECK(positive_number(scaling.low_freq_factor()) &&
                   positive_number(scaling.high_freq_factor()) &&
@@ -219,7 +223,8 @@ void check_llama3(const char* who, const RopeSpec& spec) {
               " (LLaMA 3.1: 1 and 4; Llama 4 Scout: 1 and 1)");
 }
 
-void check_proportional(const char* who, const RopeSpec& spec) {
+void check_proportional(const RopeSpec& spec) {
+  const char* const who = detail::caller();
   const double partial = spec.scaling.partial_rotary_factor();
   TORCH_CHECK(partial >= 0.0 && partial <= 1.0, who,
               ": proportional RoPE turns int(partial_rotary_factor * R // 2) of the R / 2 pairs, "
@@ -227,7 +232,8 @@ void check_proportional(const char* who, const RopeSpec& spec) {
               partial);
 }
 
-void check_ntk_alpha(const char* who, const RopeSpec& spec) {
+void check_ntk_alpha(const RopeSpec& spec) {
+  const char* const who = detail::caller();
   const c10::optional<double> alpha = spec.scaling.alpha();
   TORCH_CHECK(alpha.has_value(), who,
               ": rope type 'ntk_alpha' needs alpha; set RopeScalingOptions::alpha (HF: "
@@ -519,7 +525,8 @@ std::string describe_rope_scaling(const RopeSpec& spec, double variant_attention
 
 // --- the common checks and the frequencies (rotary.h) ------------------------------------------
 
-void check_rope_spec(const char* who, const RopeSpec& spec) {
+void check_rope_spec(const RopeSpec& spec) {
+  const char* const who = detail::caller();
   const RopeScalingOptions& scaling = spec.scaling;
   const RopeTypeEntry& entry = rope_type_entry(scaling.type());
   const int64_t half = spec.rotary_dim / 2;
@@ -555,7 +562,7 @@ void check_rope_spec(const char* who, const RopeSpec& spec) {
                 *scaling.attention_factor());
   }
   if (entry.check != nullptr) {
-    entry.check(who, spec);
+    entry.check(spec);
   }
   TORCH_CHECK(spec.freq_factors.empty() || static_cast<int64_t>(spec.freq_factors.size()) == half,
               who, ": freq_factors must be empty or hold one divisor per frequency (R / 2 = ", half,
@@ -566,9 +573,9 @@ void check_rope_spec(const char* who, const RopeSpec& spec) {
   }
 }
 
-RopeFrequencies rope_frequencies(const RopeSpec& spec, c10::optional<int64_t> seq_len,
-                                 const char* who) {
-  check_rope_spec(who, spec);
+RopeFrequencies rope_frequencies(const RopeSpec& spec, c10::optional<int64_t> seq_len) {
+  const char* const who = detail::caller();
+  check_rope_spec(spec);
   const RopeScalingOptions& scaling = spec.scaling;
   RopeFrequencies result = rope_type_entry(scaling.type()).frequencies(spec, seq_len);
   for (size_t i = 0; i < spec.freq_factors.size(); ++i) {
@@ -686,8 +693,8 @@ RopeBlock read_rope_block(const json& block, const std::string& source, const st
   return result;
 }
 
-RopeScalingOptions rope_scaling_from_json(const char* who, c10::string_view json_text,
-                                          double base) {
+RopeScalingOptions rope_scaling_from_json(c10::string_view json_text, double base) {
+  const char* const who = detail::caller();
   json block;
   try {
     block = json::parse(json_text.begin(), json_text.end());

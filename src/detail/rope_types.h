@@ -57,8 +57,8 @@ struct RopeTypeEntry {
   /// of its pairs turn (the others get frequency 0) instead of narrowing the rotated channels.
   bool rotates_whole_head = false;
   RopeSwitch switches = RopeSwitch::kNever;
-  /// Checks beyond the common ones (nullptr: none); messages name `who`.
-  void (*check)(const char* who, const RopeSpec& spec) = nullptr;
+  /// Checks beyond the common ones (nullptr: none); messages name the caller.
+  void (*check)(const RopeSpec& spec) = nullptr;
   /// The frequencies and the variant's attention factor for a call of length `seq_len` (unset:
   /// within the model's context). Before the freq_factors divisors and the common checks.
   RopeFrequencies (*frequencies)(const RopeSpec& spec, c10::optional<int64_t> seq_len) = nullptr;
@@ -87,12 +87,12 @@ std::string describe_rope_scaling(const RopeSpec& spec, double variant_attention
 /// Reads a rope_parameters block given as JSON text (transformers' keys: "rope_type" or "type",
 /// and those of rope_parameter_keys()) into RopeScalingOptions, with transformers' defaults. A
 /// key posenc does not know, a value of the wrong type or an unknown rope type is a c10::Error
-/// that names `who` and the key. transformers' own block may be passed as it is: its rope_theta
-/// must equal `base`, its mrope_section / mrope_interleaved do not change the frequencies, and a
-/// partial_rotary_factor other than 1 is refused for the types whose rotated width it narrows
-/// (the caller passes that width). The rope_frequencies operator's `rope_parameters` argument.
-RopeScalingOptions rope_scaling_from_json(const char* who, c10::string_view json_text,
-                                          double base);
+/// that names the caller and the key. transformers' own block may be passed as it is: its
+/// rope_theta must equal `base`, its mrope_section / mrope_interleaved do not change the
+/// frequencies, and a partial_rotary_factor other than 1 is refused for the types whose rotated
+/// width it narrows (the caller passes that width). The rope_frequencies operator's
+/// `rope_parameters` argument.
+RopeScalingOptions rope_scaling_from_json(c10::string_view json_text, double base);
 
 /// The rope_parameters block of `scaling` as JSON text: the inverse of rope_scaling_from_json
 /// (only the keys its type reads, and those that are set).

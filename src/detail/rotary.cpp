@@ -23,7 +23,8 @@
 namespace posenc {
 namespace detail {
 
-void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base) {
+void check_rotary_arguments(int64_t max_len, int64_t rotary_dim, double base) {
+  const char* const who = detail::caller();
   TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, who,
               ": the rotated width must be even and >= 2, but got ", rotary_dim,
               "; rotary embeddings turn channels in pairs");
@@ -37,19 +38,20 @@ void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim
               rotary_dim / 2,
               " elements, which is over posenc's limit of 2^28 elements (1 GiB in float32); lower "
               "max_len");
-  check_table_arguments(who, max_len, rotary_dim / 2, base);
+  check_table_arguments(max_len, rotary_dim / 2, base);
 }
 
-at::Tensor rope_long_inv_freq(const RopeSpec& spec, const char* who) {
+at::Tensor rope_long_inv_freq(const RopeSpec& spec) {
   if (rope_type_entry(spec.scaling.type()).switches != RopeSwitch::kLongFactors) {
     return at::Tensor();
   }
-  return at::tensor(rope_frequencies(spec, *rope_switch_length(spec) + 1, who).inv_freq,
+  return at::tensor(rope_frequencies(spec, *rope_switch_length(spec) + 1).inv_freq,
                     at::TensorOptions().dtype(at::kDouble));
 }
 
 at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequencies,
-                               const at::Tensor& positions, const char* who) {
+                               const at::Tensor& positions) {
+  const char* const who = detail::caller();
   const int64_t half = spec.rotary_dim / 2;
   // (two fixed sets, the long one past the switch: longrope; else one set, rescaled: dynamic)
   const bool longrope = rope_type_entry(spec.scaling.type()).switches == RopeSwitch::kLongFactors;
@@ -115,9 +117,10 @@ RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions
 
 // The spec of the table-less functional forms: max_position_embeddings must be given where the
 // variant reads it.
-RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
+RopeSpec rope_spec_without_table(int64_t rotary_dim,
                                  const functional::RotaryTablesFuncOptions& options) {
-  check_rotary_arguments(who, 1, rotary_dim, options.base());
+  const char* const who = detail::caller();
+  check_rotary_arguments(1, rotary_dim, options.base());
   // dynamic reads max_position_embeddings; the types that read the original length default it to
   // max_position_embeddings, and yarn/longrope their factor to max / original.
   const RopeScalingOptions& scaling = options.scaling();
@@ -241,8 +244,9 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
   return {rows.first.to(positions.device()), rows.second.to(positions.device())};
 }
 
-std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& section,
-                                bool interleaved, int64_t half) {
+std::vector<int64_t> mrope_axes(const std::vector<int64_t>& section, bool interleaved,
+                                int64_t half) {
+  const char* const who = detail::caller();
   // (each within [0, half] before they are summed: a sum of huge sizes would wrap around)
   // Contiguous blocks must cover the frequencies exactly. Interleaved sections (Qwen3-VL's
   // recomposition) pick height for i % 3 == 1, i < 3 * section[1], and width for i % 3 == 2,
@@ -273,8 +277,9 @@ std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& sec
   return axes;
 }
 
-void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim, bool heads_first,
+void check_rotary_input(const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device) {
+  const char* const who = detail::caller();
   const char* layout =
       heads_first ? "[B, H, L, Dh] (heads_first=true)" : "[B, L, H, Dh] (heads_first=false)";
   TORCH_CHECK(x.defined(), who, ": expected a query or key tensor of shape ", layout,
@@ -288,7 +293,7 @@ void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim
   TORCH_CHECK(x.size(3) >= rotary_dim, who, ": the head dimension Dh = ", x.size(3),
               " is smaller than the rotated width ", rotary_dim, " (input shape ", x.sizes(),
               "); build the module with head_dim = ", x.size(3));
-  check_input_device(who, x, device, "the cos/sin caches");
+  check_input_device(x, device, "the cos/sin caches");
 }
 
 at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

@@ -43,13 +43,13 @@ struct RopeFrequencies {
 
 /// The frequencies of `spec` for a call whose last position is `seq_len - 1` (only dynamic and
 /// longrope depend on it; unset: a call within the model's context). A new RoPE variant is a
-/// change here and in its options. Checks `spec` (check_rope_spec) with `who` in the messages.
+/// change here and in its options. Checks `spec` (check_rope_spec) with the caller's name in the
+/// messages.
 RopeFrequencies rope_frequencies(const RopeSpec& spec,
-                                 c10::optional<int64_t> seq_len = c10::nullopt,
-                                 const char* who = "rope_frequencies");
+                                 c10::optional<int64_t> seq_len = c10::nullopt);
 
-/// Checks every parameter of `spec` (messages name `who`).
-void check_rope_spec(const char* who, const RopeSpec& spec);
+/// Checks every parameter of `spec` (messages name the caller).
+void check_rope_spec(const RopeSpec& spec);
 
 /// The length past which a call's frequencies differ from those of shorter calls (dynamic:
 /// max_position_embeddings, longrope: original_max_position_embeddings), or unset when they never
@@ -60,7 +60,7 @@ c10::optional<int64_t> rope_switch_length(const RopeSpec& spec);
 /// factors: rope_frequencies(spec, original_max_position_embeddings + 1)), float64 `[R/2]` on the
 /// host; undefined for the variants whose frequencies past the switch depend on the call's length
 /// (dynamic NTK) and for those that never switch.
-at::Tensor rope_long_inv_freq(const RopeSpec& spec, const char* who);
+at::Tensor rope_long_inv_freq(const RopeSpec& spec);
 
 /// The spec a RotaryEmbedding's options define (the module, its caches and its export all use
 /// it): max_position_embeddings defaults to max_len, original_max_position_embeddings to
@@ -74,11 +74,11 @@ RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions
 /// The spec of the table-less forms (frequencies without caches: functional::rotary_inv_freq, the
 /// rope_frequencies operator): `scaling.max_position_embeddings` must be given where the variant
 /// reads the model's context length.
-RopeSpec rope_spec_without_table(const char* who, int64_t rotary_dim,
+RopeSpec rope_spec_without_table(int64_t rotary_dim,
                                  const functional::RotaryTablesFuncOptions& options);
 
 /// Checks the arguments that define rotary caches.
-void check_rotary_arguments(const char* who, int64_t max_len, int64_t rotary_dim, double base);
+void check_rotary_arguments(int64_t max_len, int64_t rotary_dim, double base);
 
 /// cos and sin of `position * inv_freq[i]` (times the attention factor) for the integer
 /// `positions` (flattened; -1 gives cos 1, sin 0: no rotation) or the floating-point ones (read as
@@ -117,18 +117,18 @@ std::pair<at::Tensor, at::Tensor> rotary_rows_from(const at::Tensor& positions,
 /// same value as rope_frequencies(spec, end) (base * s^(R / (R - 2)), then base'^(-2i / R)) within
 /// a few ulp of float64. Other variants (and empty positions) return `frequencies`.
 at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequencies,
-                               const at::Tensor& positions, const char* who);
+                               const at::Tensor& positions);
 
 /// Multimodal RoPE: which of the three position axes (0 temporal, 1 height, 2 width) turns each
 /// of the `half` = R/2 frequencies. Qwen2-VL's M-RoPE: contiguous blocks of section[0],
 /// section[1], section[2] frequencies; Qwen3-VL's interleaved form (`interleaved`): frequency i
 /// goes to axis a in {1, 2} when i % 3 == a and i < 3 * section[a], to the temporal axis
 /// otherwise. Checks that `section` holds three non-negative sizes summing to `half`.
-std::vector<int64_t> mrope_axes(const char* who, const std::vector<int64_t>& section,
-                                bool interleaved, int64_t half);
+std::vector<int64_t> mrope_axes(const std::vector<int64_t>& section, bool interleaved,
+                                int64_t half);
 
 /// Checks an input of apply_rotary: 4-D, floating, on `device`, at least `rotary_dim` channels.
-void check_rotary_input(const char* who, const at::Tensor& x, int64_t rotary_dim, bool heads_first,
+void check_rotary_input(const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device);
 
 /// Rotates the first `2 * cos.size(-1)` channels of `x` by the angles of the broadcastable

@@ -77,7 +77,8 @@ at::Tensor column_plan_tensor(const SinusoidSpec& spec) {
   return plan_tensor(column_plan(spec));
 }
 
-ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, int64_t width) {
+ColumnPlan column_plan_from_tensor(const at::Tensor& columns, int64_t width) {
+  const char* const who = detail::caller();
   TORCH_CHECK(columns.dim() == 2 && columns.size(0) == 2 && columns.size(1) == width &&
                   columns.scalar_type() == at::kDouble,
               who, ": columns must be a float64 [2, D] = [2, ", width,
@@ -100,7 +101,8 @@ ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, i
   return plan;
 }
 
-void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, double base) {
+void check_table_arguments(int64_t max_len, int64_t d_model, double base) {
+  const char* const who = detail::caller();
   TORCH_CHECK(d_model >= 1, who, ": d_model must be >= 1, but got ", d_model,
               "; pass the width of the embeddings the encoding is added to");
   TORCH_CHECK(max_len >= 1, who, ": max_len must be >= 1, but got ", max_len,
@@ -111,13 +113,14 @@ void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, do
               ": base must be finite and >= 5.2e-290 (so that every angle position * base^-e is a "
               "finite number), but got ",
               base, "; the paper uses 10000");
-  check_table_size(who, "a table of max_len * d_model", max_len, d_model, "max_len");
+  check_table_size("a table of max_len * d_model", max_len, d_model, "max_len");
 }
 
-void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base,
-                         int64_t offset, c10::ScalarType dtype) {
-  check_table_arguments(who, max_len, d_model, base);
-  check_float_dtype(who, "dtype", dtype);
+void check_table_request(int64_t max_len, int64_t d_model, double base, int64_t offset,
+                         c10::ScalarType dtype) {
+  const char* const who = detail::caller();
+  check_table_arguments(max_len, d_model, base);
+  check_float_dtype("dtype", dtype);
   TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
               "; positions start at 0");
   TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - max_len, who,
@@ -125,7 +128,8 @@ void check_table_request(const char* who, int64_t max_len, int64_t d_model, doub
               " and max_len = ", max_len);
 }
 
-ChannelLayout parse_channel_layout(const char* who, c10::string_view text) {
+ChannelLayout parse_channel_layout(c10::string_view text) {
+  const char* const who = detail::caller();
   if (text == "interleaved") {
     return ChannelLayout::kInterleaved;
   }
@@ -135,7 +139,8 @@ ChannelLayout parse_channel_layout(const char* who, c10::string_view text) {
   return ChannelLayout::kConcatenated;
 }
 
-FrequencySpacing parse_frequency_spacing(const char* who, c10::string_view text) {
+FrequencySpacing parse_frequency_spacing(c10::string_view text) {
+  const char* const who = detail::caller();
   if (text == "paper") {
     return FrequencySpacing::kPaper;
   }

@@ -48,19 +48,20 @@ at::Tensor column_plan_tensor(const SinusoidSpec& spec);
 
 /// Checks a `columns` argument (float64 `[2, D]`, kinds 0, 1 or 2) against the table width `D` and
 /// returns the plan it holds.
-ColumnPlan column_plan_from_tensor(const char* who, const at::Tensor& columns, int64_t width);
+ColumnPlan column_plan_from_tensor(const at::Tensor& columns, int64_t width);
 
-/// Checks the arguments that define a sinusoidal table; `who` names the caller in the messages.
-void check_table_arguments(const char* who, int64_t max_len, int64_t d_model, double base);
+/// Checks the arguments that define a sinusoidal table; messages name the caller
+/// (detail::caller()).
+void check_table_arguments(int64_t max_len, int64_t d_model, double base);
 
 /// Checks a request for a table of positions `offset .. offset + max_len - 1` in `dtype`: the
 /// table arguments, a floating dtype and an offset that is >= 0 and does not overflow.
-void check_table_request(const char* who, int64_t max_len, int64_t d_model, double base,
-                         int64_t offset, c10::ScalarType dtype);
+void check_table_request(int64_t max_len, int64_t d_model, double base, int64_t offset,
+                         c10::ScalarType dtype);
 
 /// Parses the `channels` / `frequencies` strings of the operator schemas.
-ChannelLayout parse_channel_layout(const char* who, c10::string_view text);
-FrequencySpacing parse_frequency_spacing(const char* who, c10::string_view text);
+ChannelLayout parse_channel_layout(c10::string_view text);
+FrequencySpacing parse_frequency_spacing(c10::string_view text);
 const char* to_string(ChannelLayout layout);
 const char* to_string(FrequencySpacing spacing);
 

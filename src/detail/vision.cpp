@@ -36,7 +36,8 @@ TimestepSpec timestep_spec(const TimestepEmbeddingOptions& options) {
   return spec;
 }
 
-void check_timestep_spec(const char* who, const TimestepSpec& spec) {
+void check_timestep_spec(const TimestepSpec& spec) {
+  const char* const who = detail::caller();
   TORCH_CHECK(spec.embedding_dim >= 2 && spec.embedding_dim <= kMaxTableElements, who,
               ": embedding_dim must be in [2, 2^28], but got ", spec.embedding_dim);
   TORCH_CHECK(spec.max_period >= 1, who, ": max_period must be >= 1, but got ", spec.max_period,
@@ -63,7 +64,8 @@ std::vector<double> timestep_frequencies(const TimestepSpec& spec) {
 
 namespace {
 
-[[noreturn]] void fail_timestep_angles(const char* who, const at::Tensor& timesteps) {
+[[noreturn]] void fail_timestep_angles(const at::Tensor& timesteps) {
+  const char* const who = detail::caller();
   TORCH_CHECK(
       false, who, ": timesteps must be finite (and scale * timesteps within float64), but got ",
       at::isfinite(timesteps.to(at::kDouble)).all().item<bool>() ? "timesteps whose angles overflow"
@@ -73,8 +75,8 @@ namespace {
 // The CPU kernel: per timestep its float64 angles t * (scale f_k), their sines and cosines from one
 // range reduction (detail::sincos), each rounded once into the row; rows split across threads.
 // The same values as the composite path below, which other devices take.
-at::Tensor timestep_embedding_cpu(const char* who, const at::Tensor& timesteps,
-                                  const TimestepSpec& spec, c10::ScalarType dtype) {
+at::Tensor timestep_embedding_cpu(const at::Tensor& timesteps, const TimestepSpec& spec,
+                                  c10::ScalarType dtype) {
   const int64_t count = timesteps.size(0);
   const int64_t half = spec.embedding_dim / 2;
   std::vector<double> frequencies = timestep_frequencies(spec);
@@ -129,17 +131,18 @@ at::Tensor timestep_embedding_cpu(const char* who, const at::Tensor& timesteps,
     });
   });
   if (!finite) {
-    fail_timestep_angles(who, timesteps);
+    fail_timestep_angles(timesteps);
   }
   return out;
 }
 
 } // namespace
 
-at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
-                              const TimestepSpec& spec, c10::ScalarType dtype) {
-  check_timestep_spec(who, spec);
-  check_float_dtype(who, "dtype", dtype);
+at::Tensor timestep_embedding(const at::Tensor& timesteps, const TimestepSpec& spec,
+                              c10::ScalarType dtype) {
+  const char* const who = detail::caller();
+  check_timestep_spec(spec);
+  check_float_dtype("dtype", dtype);
   TORCH_CHECK(timesteps.defined() && timesteps.dim() == 1, who,
               ": timesteps must be a 1-D tensor [N] (one timestep per batch element), but got ",
               timesteps.defined() ? "shape " + c10::str(timesteps.sizes()) : "an undefined tensor");
@@ -150,7 +153,7 @@ at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
               timesteps.size(0), " timesteps * embedding_dim ", spec.embedding_dim,
               " elements is over posenc's limit of 2^28 elements");
   if (timesteps.device().is_cpu()) {
-    return timestep_embedding_cpu(who, timesteps, spec, dtype);
+    return timestep_embedding_cpu(timesteps, spec, dtype);
   }
   const auto options = timesteps.options().dtype(at::kDouble);
   const at::Tensor frequencies = upload(
@@ -159,7 +162,7 @@ at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
   const at::Tensor angles = timesteps.to(at::kDouble).unsqueeze(1) * frequencies.mul(spec.scale);
   if (angles.device().is_cpu()) {
     if (!at::isfinite(angles).all().item<bool>()) {
-      fail_timestep_angles(who, timesteps);
+      fail_timestep_angles(timesteps);
     }
   } else { // checked where they lie: nothing is read back
     check_on_device(finite(angles), angles, DeviceCheck::kTimesteps);
@@ -221,8 +224,8 @@ at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
 
 namespace {
 
-void check_grid(const char* who, const char* name, const std::vector<int64_t>& sizes,
-                int64_t width) {
+void check_grid(const char* name, const std::vector<int64_t>& sizes, int64_t width) {
+  const char* const who = detail::caller();
   TORCH_CHECK(!sizes.empty() && sizes.size() <= 2, who, ": ", name,
               " must be [H, W] (or one size for a square grid), but got ", sizes.size(),
               " values");
@@ -234,19 +237,20 @@ void check_grid(const char* who, const char* name, const std::vector<int64_t>& s
     TORCH_CHECK(rows <= kMaxTableElements, who, ": the grid ", c10::IntArrayRef(sizes),
                 " has over 2^28 positions");
   }
-  check_table_size(who, "the table", rows, width, "the grid size or the width");
+  check_table_size("the table", rows, width, "the grid size or the width");
 }
 
 } // namespace
 
-void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
-                               const std::vector<int64_t>& grid_size, int64_t extra_tokens,
-                               double interpolation_scale, int64_t base_size) {
+void check_sincos_2d_arguments(int64_t embed_dim, const std::vector<int64_t>& grid_size,
+                               int64_t extra_tokens, double interpolation_scale,
+                               int64_t base_size) {
+  const char* const who = detail::caller();
   TORCH_CHECK(embed_dim >= 4 && embed_dim % 4 == 0 && embed_dim <= kMaxTableElements, who,
               ": embed_dim must be a positive multiple of 4 (half the columns per axis, each "
               "half sines and cosines) within posenc's limit of 2^28 columns, but got ",
               embed_dim);
-  check_grid(who, "grid_size", grid_size, embed_dim);
+  check_grid("grid_size", grid_size, embed_dim);
   TORCH_CHECK(std::isfinite(interpolation_scale) && interpolation_scale > 0, who,
               ": interpolation_scale must be finite and > 0, but got ", interpolation_scale);
   TORCH_CHECK(base_size >= 1, who, ": base_size must be >= 1, but got ", base_size);
@@ -254,11 +258,10 @@ void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
               ": extra_tokens must be in [0, 2^28 / embed_dim], but got ", extra_tokens);
 }
 
-at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
-                           bool cls_token, int64_t extra_tokens, double interpolation_scale,
-                           int64_t base_size, c10::ScalarType dtype) {
-  check_sincos_2d_arguments(who, embed_dim, grid_size, extra_tokens, interpolation_scale,
-                            base_size);
+at::Tensor sincos_2d_table(int64_t embed_dim, const std::vector<int64_t>& grid_size, bool cls_token,
+                           int64_t extra_tokens, double interpolation_scale, int64_t base_size,
+                           c10::ScalarType dtype) {
+  check_sincos_2d_arguments(embed_dim, grid_size, extra_tokens, interpolation_scale, base_size);
   const int64_t height = grid_size[0];
   const int64_t width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
   // coordinate = index * base_size / size / interpolation_scale, in float64
@@ -279,22 +282,23 @@ at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector
   return table;
 }
 
-void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>& feat_shape,
-                                    int64_t dim, double temperature) {
+void check_timm_sincos_2d_arguments(const std::vector<int64_t>& feat_shape, int64_t dim,
+                                    double temperature) {
+  const char* const who = detail::caller();
   TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
               ": dim must be a positive multiple of 4 within posenc's limit of 2^28 columns, but got ",
               dim);
   TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be [H, W], but got ",
               feat_shape.size(), " values");
-  check_grid(who, "feat_shape", feat_shape, dim);
+  check_grid("feat_shape", feat_shape, dim);
   TORCH_CHECK(std::isfinite(temperature) && temperature > 0, who,
               ": temperature must be finite and > 0, but got ", temperature);
 }
 
-at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
-                                int64_t dim, double temperature, bool reverse_coord,
-                                bool interleave_sin_cos, c10::ScalarType dtype) {
-  check_timm_sincos_2d_arguments(who, feat_shape, dim, temperature);
+at::Tensor timm_sincos_2d_table(const std::vector<int64_t>& feat_shape, int64_t dim,
+                                double temperature, bool reverse_coord, bool interleave_sin_cos,
+                                c10::ScalarType dtype) {
+  check_timm_sincos_2d_arguments(feat_shape, dim, temperature);
   std::vector<std::vector<double>> axes;
   for (size_t a = 0; a < 2; ++a) {
     const int64_t size = feat_shape[reverse_coord ? 1 - a : a];
@@ -309,10 +313,10 @@ at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& fea
                            dtype);
 }
 
-void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
-                               const std::vector<int64_t>& spatial_size, int64_t temporal_size,
-                               double spatial_interpolation_scale,
+void check_sincos_3d_arguments(int64_t embed_dim, const std::vector<int64_t>& spatial_size,
+                               int64_t temporal_size, double spatial_interpolation_scale,
                                double temporal_interpolation_scale) {
+  const char* const who = detail::caller();
   TORCH_CHECK(embed_dim >= 16 && embed_dim % 16 == 0 && embed_dim <= kMaxTableElements, who,
               ": embed_dim must be a positive multiple of 16 (a quarter of the columns for time, "
               "three quarters for the two spatial axes, each half sines and cosines) within "
@@ -320,12 +324,11 @@ void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
               embed_dim);
   TORCH_CHECK(temporal_size >= 1 && temporal_size <= kMaxTableElements, who,
               ": temporal_size must be in [1, 2^28], but got ", temporal_size);
-  check_grid(who, "spatial_size", spatial_size, embed_dim);
+  check_grid("spatial_size", spatial_size, embed_dim);
   const int64_t patches = spatial_size.front() * spatial_size.back();
   TORCH_CHECK(patches <= kMaxTableElements / temporal_size, who, ": ", temporal_size,
               " frames of ", patches, " patches are over 2^28 positions");
-  check_table_size(who, "the table", temporal_size * patches, embed_dim,
-                   "the sizes or the width");
+  check_table_size("the table", temporal_size * patches, embed_dim, "the sizes or the width");
   TORCH_CHECK(std::isfinite(spatial_interpolation_scale) && spatial_interpolation_scale > 0, who,
               ": spatial_interpolation_scale must be finite and > 0, but got ",
               spatial_interpolation_scale);
@@ -334,12 +337,11 @@ void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
               temporal_interpolation_scale);
 }
 
-at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
-                           const std::vector<int64_t>& spatial_size, int64_t temporal_size,
-                           double spatial_interpolation_scale, double temporal_interpolation_scale,
-                           c10::ScalarType dtype) {
-  check_sincos_3d_arguments(who, embed_dim, spatial_size, temporal_size,
-                            spatial_interpolation_scale, temporal_interpolation_scale);
+at::Tensor sincos_3d_table(int64_t embed_dim, const std::vector<int64_t>& spatial_size,
+                           int64_t temporal_size, double spatial_interpolation_scale,
+                           double temporal_interpolation_scale, c10::ScalarType dtype) {
+  check_sincos_3d_arguments(embed_dim, spatial_size, temporal_size, spatial_interpolation_scale,
+                            temporal_interpolation_scale);
   // diffusers' order: spatial_size is (width, height)
   const int64_t width = spatial_size.front();
   const int64_t height = spatial_size.back();
@@ -364,12 +366,13 @@ at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
                  2);
 }
 
-void check_grid_ids_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+void check_grid_ids_arguments(const std::vector<int64_t>& feat_shape,
                               const std::vector<int64_t>& ref_feat_shape, double grid_offset,
                               c10::string_view grid_indexing) {
+  const char* const who = detail::caller();
   TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be the patch grid [H, W], but got ",
               feat_shape.size(), " values");
-  check_grid(who, "feat_shape", feat_shape, 1);
+  check_grid("feat_shape", feat_shape, 1);
   TORCH_CHECK(ref_feat_shape.empty() ||
                   (ref_feat_shape.size() == 2 && ref_feat_shape[0] >= 1 && ref_feat_shape[1] >= 1),
               who,
@@ -383,25 +386,24 @@ void check_grid_ids_arguments(const char* who, const std::vector<int64_t>& feat_
               grid_indexing, "\"");
 }
 
-void check_grid_rotary_arguments(const char* who, const std::vector<int64_t>& feat_shape,
-                                 int64_t dim, double temperature,
-                                 const std::vector<int64_t>& ref_feat_shape, double grid_offset,
-                                 c10::string_view grid_indexing) {
+void check_grid_rotary_arguments(const std::vector<int64_t>& feat_shape, int64_t dim,
+                                 double temperature, const std::vector<int64_t>& ref_feat_shape,
+                                 double grid_offset, c10::string_view grid_indexing) {
+  const char* const who = detail::caller();
   TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
               ": dim must be a positive multiple of 4 (a pair of channels per frequency and "
               "axis), but got ",
               dim);
   TORCH_CHECK(std::isfinite(temperature) && temperature > 0, who,
               ": temperature must be finite and > 0, but got ", temperature);
-  check_grid_ids_arguments(who, feat_shape, ref_feat_shape, grid_offset, grid_indexing);
-  check_table_size(who, "the tables", feat_shape[0] * feat_shape[1], dim / 2,
-                   "the grid or dim");
+  check_grid_ids_arguments(feat_shape, ref_feat_shape, grid_offset, grid_indexing);
+  check_table_size("the tables", feat_shape[0] * feat_shape[1], dim / 2, "the grid or dim");
 }
 
-at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
+at::Tensor grid_ids(const std::vector<int64_t>& feat_shape,
                     const std::vector<int64_t>& ref_feat_shape, double grid_offset,
                     c10::string_view grid_indexing, const c10::Device& device) {
-  check_grid_ids_arguments(who, feat_shape, ref_feat_shape, grid_offset, grid_indexing);
+  check_grid_ids_arguments(feat_shape, ref_feat_shape, grid_offset, grid_indexing);
   const int64_t height = feat_shape[0];
   const int64_t width = feat_shape[1];
   // (i + offset) / size * reference: EVA's rescaling of a fine-tuning grid to the pretraining one
@@ -428,8 +430,9 @@ at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
   return at::stack({xy ? columns : rows, xy ? rows : columns}, 2).view({height * width, 2});
 }
 
-void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
-                                  const std::vector<int64_t>& axes_dim, double theta) {
+void check_axial_rotary_arguments(const at::Tensor& ids, const std::vector<int64_t>& axes_dim,
+                                  double theta) {
+  const char* const who = detail::caller();
   TORCH_CHECK(!axes_dim.empty(), who,
               ": axes_dim must name the rotated width of each axis (e.g. {16, 56, 56} for Flux), "
               "but got an empty list");
@@ -440,7 +443,7 @@ void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
                 "within posenc's limit of 2^28 channels, but axes_dim[", a, "] = ", axes_dim[a]);
     width += axes_dim[a];
   }
-  check_rotary_arguments(who, 1, width, theta);
+  check_rotary_arguments(1, width, theta);
   TORCH_CHECK(ids.defined() && ids.dim() == 2 &&
                   ids.sym_size(1) == static_cast<int64_t>(axes_dim.size()),
               who, ": ids must be [N, ", axes_dim.size(),
@@ -453,11 +456,12 @@ void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
               " tokens * ", width / 2, " frequencies is over posenc's limit of 2^28 elements");
 }
 
-std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at::Tensor& ids,
+std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
                                                       const std::vector<int64_t>& axes_dim,
                                                       double theta, c10::ScalarType dtype) {
-  check_axial_rotary_arguments(who, ids, axes_dim, theta);
-  check_float_dtype(who, "dtype", dtype);
+  const char* const who = detail::caller();
+  check_axial_rotary_arguments(ids, axes_dim, theta);
+  check_float_dtype("dtype", dtype);
   // float64 coordinates: integer ids have no padding value here (-1 is a coordinate).
   const at::Tensor coordinates = ids.to(at::kDouble);
   if (coordinates.device().is_cpu()) {
@@ -474,19 +478,20 @@ std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at:
     const RopeSpec spec =
         rope_spec(axes_dim[a], functional::RotaryTablesFuncOptions().base(theta), /*max_len=*/1);
     const auto rows = rotary_rows(coordinates.select(1, static_cast<int64_t>(a)),
-                                  rope_frequencies(spec, c10::nullopt, who), dtype);
+                                  rope_frequencies(spec, c10::nullopt), dtype);
     cos.push_back(rows.first);
     sin.push_back(rows.second);
   }
   return {at::cat(cos, 1), at::cat(sin, 1)};
 }
 
-std::vector<int64_t> table_grid(const char* who, const at::Tensor& posemb,
-                                const std::vector<int64_t>& old_size, int64_t num_prefix_tokens) {
+std::vector<int64_t> table_grid(const at::Tensor& posemb, const std::vector<int64_t>& old_size,
+                                int64_t num_prefix_tokens) {
+  const char* const who = detail::caller();
   TORCH_CHECK(posemb.defined() && (posemb.dim() == 2 || (posemb.dim() == 3 && posemb.size(0) == 1)),
               who, ": posemb must be a position table [1, N, D] or [N, D], but got ",
               posemb.defined() ? "shape " + c10::str(posemb.sizes()) : "an undefined tensor");
-  check_float_dtype(who, "posemb's dtype", posemb.scalar_type());
+  check_float_dtype("posemb's dtype", posemb.scalar_type());
   const int64_t rows = posemb.size(posemb.dim() - 2);
   TORCH_CHECK(num_prefix_tokens >= 0 && num_prefix_tokens <= rows, who,
               ": num_prefix_tokens must lie in [0, N] = [0, ", rows, "], but got ",
@@ -507,10 +512,11 @@ std::vector<int64_t> table_grid(const char* who, const at::Tensor& posemb,
   return old_size;
 }
 
-CropPlan crop_plan(const char* who, const at::Tensor& posemb, const std::vector<int64_t>& new_size,
+CropPlan crop_plan(const at::Tensor& posemb, const std::vector<int64_t>& new_size,
                    const std::vector<int64_t>& old_size, int64_t num_prefix_tokens) {
+  const char* const who = detail::caller();
   CropPlan plan;
-  plan.old_size = table_grid(who, posemb, old_size, num_prefix_tokens);
+  plan.old_size = table_grid(posemb, old_size, num_prefix_tokens);
   TORCH_CHECK(new_size.size() == 1 || new_size.size() == 2, who,
               ": new_size must be {H, W} (or {S} for a square grid), but got ",
               c10::IntArrayRef(new_size));
@@ -527,19 +533,19 @@ CropPlan crop_plan(const char* who, const at::Tensor& posemb, const std::vector<
   return plan;
 }
 
-ResamplePlan resample_plan(const char* who, const at::Tensor& posemb,
-                           const std::vector<int64_t>& new_size,
+ResamplePlan resample_plan(const at::Tensor& posemb, const std::vector<int64_t>& new_size,
                            const std::vector<int64_t>& old_size, int64_t num_prefix_tokens,
                            c10::string_view interpolation, bool antialias) {
+  const char* const who = detail::caller();
   ResamplePlan plan;
-  plan.old_size = table_grid(who, posemb, old_size, num_prefix_tokens);
+  plan.old_size = table_grid(posemb, old_size, num_prefix_tokens);
   TORCH_CHECK((new_size.size() == 1 || new_size.size() == 2) && new_size.front() >= 1 &&
                   new_size.back() >= 1,
               who, ": new_size must be {H, W} (or {S} for a square grid) of sizes >= 1, but got ",
               c10::IntArrayRef(new_size));
   plan.new_size = {new_size.front(), new_size.back()};
-  check_table_size(who, "a grid of H * W", plan.new_size[0], plan.new_size[1], "new_size");
-  check_table_size(who, "a resampled table of H * W * D", plan.new_size[0] * plan.new_size[1],
+  check_table_size("a grid of H * W", plan.new_size[0], plan.new_size[1], "new_size");
+  check_table_size("a resampled table of H * W * D", plan.new_size[0] * plan.new_size[1],
                    std::max<int64_t>(posemb.size(-1), 1), "new_size");
   if (interpolation == "bicubic") {
     plan.mode = ResampleMode::kBicubic;

@@ -32,7 +32,7 @@ TimestepSpec timestep_spec(const TimestepEmbeddingOptions& options);
 
 /// Checks a TimestepSpec: embedding_dim >= 2, max_period >= 1, a finite scale and shift, and
 /// embedding_dim / 2 - downscale_freq_shift != 0 (the frequencies divide by it).
-void check_timestep_spec(const char* who, const TimestepSpec& spec);
+void check_timestep_spec(const TimestepSpec& spec);
 
 /// The embedding_dim / 2 frequencies exp(-ln(max_period) k / (embedding_dim / 2 -
 /// downscale_freq_shift)), k = 0 .. embedding_dim / 2 - 1, in double precision.
@@ -42,8 +42,8 @@ std::vector<double> timestep_frequencies(const TimestepSpec& spec);
 /// columns sin(scale t f_k) then cos(scale t f_k) (cos first with flip_sin_to_cos), a zero column
 /// last for odd widths; computed in float64 and rounded once to `dtype`. Checks `timesteps`
 /// (1-D, finite) and the spec.
-at::Tensor timestep_embedding(const char* who, const at::Tensor& timesteps,
-                              const TimestepSpec& spec, c10::ScalarType dtype);
+at::Tensor timestep_embedding(const at::Tensor& timesteps, const TimestepSpec& spec,
+                              c10::ScalarType dtype);
 
 /// How a grid table lays out its columns, for `bands` frequencies per axis.
 enum class GridLayout {
@@ -65,13 +65,12 @@ at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
                              c10::ScalarType dtype = at::kDouble);
 
 /// Checks the arguments of sincos_2d_table (below).
-void check_sincos_2d_arguments(const char* who, int64_t embed_dim,
-                               const std::vector<int64_t>& grid_size, int64_t extra_tokens,
-                               double interpolation_scale, int64_t base_size);
+void check_sincos_2d_arguments(int64_t embed_dim, const std::vector<int64_t>& grid_size,
+                               int64_t extra_tokens, double interpolation_scale, int64_t base_size);
 
 /// Checks the arguments of timm_sincos_2d_table (below).
-void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>& feat_shape,
-                                    int64_t dim, double temperature);
+void check_timm_sincos_2d_arguments(const std::vector<int64_t>& feat_shape, int64_t dim,
+                                    double temperature);
 
 /// diffusers' get_2d_sincos_pos_embed (DiT, PixArt, SD3): a `[H * W, embed_dim]` table for
 /// grid_size `[H, W]` (one value: square), row i * W + j the patch at row i, column j, at
@@ -82,23 +81,22 @@ void check_timm_sincos_2d_arguments(const char* who, const std::vector<int64_t>&
 /// to `dtype`, on the host. Checks the
 /// arguments (embed_dim a positive multiple of 4, sizes >= 1, finite interpolation_scale > 0,
 /// base_size >= 1, extra_tokens >= 0, at most kMaxTableElements elements).
-at::Tensor sincos_2d_table(const char* who, int64_t embed_dim, const std::vector<int64_t>& grid_size,
-                           bool cls_token, int64_t extra_tokens, double interpolation_scale,
-                           int64_t base_size, c10::ScalarType dtype = at::kDouble);
+at::Tensor sincos_2d_table(int64_t embed_dim, const std::vector<int64_t>& grid_size, bool cls_token,
+                           int64_t extra_tokens, double interpolation_scale, int64_t base_size,
+                           c10::ScalarType dtype = at::kDouble);
 
 /// timm's build_sincos2d_pos_embed: a `[H * W, dim]` table for feat_shape `[H, W]` at the integer
 /// coordinates (i, j) (reverse_coord: (j, i) from feat_shape [W, H]), dim / 4 frequencies
 /// temperature^(-k / (dim / 4)); columns sin(i) sin(j) cos(i) cos(j), or with interleave_sin_cos
 /// sin(i) cos(i) sin(j) cos(j). Computed in float64 and rounded once to `dtype`, on the host;
 /// checks the arguments.
-at::Tensor timm_sincos_2d_table(const char* who, const std::vector<int64_t>& feat_shape,
-                                int64_t dim, double temperature, bool reverse_coord,
-                                bool interleave_sin_cos, c10::ScalarType dtype = at::kDouble);
+at::Tensor timm_sincos_2d_table(const std::vector<int64_t>& feat_shape, int64_t dim,
+                                double temperature, bool reverse_coord, bool interleave_sin_cos,
+                                c10::ScalarType dtype = at::kDouble);
 
 /// Checks the arguments of sincos_3d_table (below).
-void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
-                               const std::vector<int64_t>& spatial_size, int64_t temporal_size,
-                               double spatial_interpolation_scale,
+void check_sincos_3d_arguments(int64_t embed_dim, const std::vector<int64_t>& spatial_size,
+                               int64_t temporal_size, double spatial_interpolation_scale,
                                double temporal_interpolation_scale);
 
 /// diffusers' get_3d_sincos_pos_embed (CogVideoX, Latte): a `[T, H * W, embed_dim]` table for
@@ -110,22 +108,21 @@ void check_sincos_3d_arguments(const char* who, int64_t embed_dim,
 /// frequencies (get_2d_sincos_pos_embed's layout). Computed in float64 and rounded once to
 /// `dtype`, on the host. Checks the arguments
 /// (embed_dim a positive multiple of 16, sizes >= 1, finite scales > 0, at most kMaxTableElements).
-at::Tensor sincos_3d_table(const char* who, int64_t embed_dim,
-                           const std::vector<int64_t>& spatial_size, int64_t temporal_size,
-                           double spatial_interpolation_scale, double temporal_interpolation_scale,
+at::Tensor sincos_3d_table(int64_t embed_dim, const std::vector<int64_t>& spatial_size,
+                           int64_t temporal_size, double spatial_interpolation_scale,
+                           double temporal_interpolation_scale,
                            c10::ScalarType dtype = at::kDouble);
 
 /// Checks the arguments of grid_ids (below).
-void check_grid_ids_arguments(const char* who, const std::vector<int64_t>& feat_shape,
+void check_grid_ids_arguments(const std::vector<int64_t>& feat_shape,
                               const std::vector<int64_t>& ref_feat_shape, double grid_offset,
                               c10::string_view grid_indexing);
 
 /// Checks the arguments of timm's axial RoPE of a patch grid: grid_ids' and dim (a positive
 /// multiple of 4: dim / 4 frequencies per axis), temperature (finite, > 0).
-void check_grid_rotary_arguments(const char* who, const std::vector<int64_t>& feat_shape,
-                                 int64_t dim, double temperature,
-                                 const std::vector<int64_t>& ref_feat_shape, double grid_offset,
-                                 c10::string_view grid_indexing);
+void check_grid_rotary_arguments(const std::vector<int64_t>& feat_shape, int64_t dim,
+                                 double temperature, const std::vector<int64_t>& ref_feat_shape,
+                                 double grid_offset, c10::string_view grid_indexing);
 
 /// The coordinates of timm's axial RoPE with index grids (RotaryEmbeddingCat with in_pixels=False,
 /// EVA-02): `[H * W, 2]` float64 for feat_shape `[H, W]`, row i * W + j holding ((i + grid_offset)
@@ -135,7 +132,7 @@ void check_grid_rotary_arguments(const char* who, const std::vector<int64_t>& fe
 /// (feat_shape two sizes >= 1, ref_feat_shape empty or two sizes >= 1, grid_offset finite,
 /// grid_indexing "ij" or "xy"). On `device`: the H + W coordinates are computed on the host and
 /// placed there without waiting (upload), then expanded to the grid where they lie.
-at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
+at::Tensor grid_ids(const std::vector<int64_t>& feat_shape,
                     const std::vector<int64_t>& ref_feat_shape, double grid_offset,
                     c10::string_view grid_indexing,
                     const c10::Device& device = c10::Device(c10::kCPU));
@@ -143,8 +140,8 @@ at::Tensor grid_ids(const char* who, const std::vector<int64_t>& feat_shape,
 /// Checks the arguments of axial_rotary_tables: `ids` `[N, A]` of a real or integer dtype with
 /// A = axes_dim.size() >= 1, each axes_dim even and >= 2, theta finite and > 0, and the tables
 /// within kMaxTableElements.
-void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
-                                  const std::vector<int64_t>& axes_dim, double theta);
+void check_axial_rotary_arguments(const at::Tensor& ids, const std::vector<int64_t>& axes_dim,
+                                  double theta);
 
 /// Axial RoPE (Flux's FluxPosEmbed, and the axial RoPE of video DiTs): for token n with
 /// coordinates ids[n] (one per axis, integer or fractional, negative allowed), the angles of axis
@@ -152,7 +149,7 @@ void check_axial_rotary_arguments(const char* who, const at::Tensor& ids,
 /// / 2]`, the axes' frequencies one after the other, computed in float64 (the rotary definition of
 /// detail::rope_frequencies / rotary_rows) and rounded once to `dtype`, on the device of `ids`.
 /// NaN or infinite ids are an error.
-std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const char* who, const at::Tensor& ids,
+std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
                                                       const std::vector<int64_t>& axes_dim,
                                                       double theta, c10::ScalarType dtype);
 
@@ -170,8 +167,8 @@ struct ResamplePlan {
 /// num_prefix_tokens rows are not on the grid: `old_size` when given (H * W must equal
 /// N - num_prefix_tokens), else the square root of N - num_prefix_tokens (an error when it is not
 /// a square).
-std::vector<int64_t> table_grid(const char* who, const at::Tensor& posemb,
-                                const std::vector<int64_t>& old_size, int64_t num_prefix_tokens);
+std::vector<int64_t> table_grid(const at::Tensor& posemb, const std::vector<int64_t>& old_size,
+                                int64_t num_prefix_tokens);
 
 /// A checked centre crop of a position table's grid (SD3's PatchEmbed.cropped_pos_embed).
 struct CropPlan {
@@ -183,7 +180,7 @@ struct CropPlan {
 
 /// Checks the arguments of crop_position_table: the table as table_grid reads it, `new_size` one
 /// (square) or two sizes in [1, old size]; top = (H - h) / 2, left = (W - w) / 2 (floor).
-CropPlan crop_plan(const char* who, const at::Tensor& posemb, const std::vector<int64_t>& new_size,
+CropPlan crop_plan(const at::Tensor& posemb, const std::vector<int64_t>& new_size,
                    const std::vector<int64_t>& old_size, int64_t num_prefix_tokens);
 
 /// Checks the arguments of resample_position_table: `posemb` a floating `[1, N, D]` or `[N, D]`
@@ -191,8 +188,7 @@ CropPlan crop_plan(const char* who, const at::Tensor& posemb, const std::vector<
 /// square) or two sizes >= 1 covering the N - num_prefix_tokens rows, `new_size` one (square) or
 /// two sizes >= 1 within kMaxTableElements, a known `interpolation`, `antialias` only for bicubic
 /// and bilinear.
-ResamplePlan resample_plan(const char* who, const at::Tensor& posemb,
-                           const std::vector<int64_t>& new_size,
+ResamplePlan resample_plan(const at::Tensor& posemb, const std::vector<int64_t>& new_size,
                            const std::vector<int64_t>& old_size, int64_t num_prefix_tokens,
                            c10::string_view interpolation, bool antialias);
 

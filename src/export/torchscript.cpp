@@ -1,6 +1,7 @@
 #include <posenc/export.h>
 
 #include "detail/attention_bias.h"
+#include "detail/checks.h"
 #include "detail/rope_types.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
@@ -71,11 +72,11 @@ std::string class_body(const Source& source) {
   return text.substr(at + 1);
 }
 
-// Registers the module's name `who` (what starts the error messages, `self.who`) and defines
+// Registers the module's name `name` (what starts the error messages, `self.who`) and defines
 // the methods of the classes in `sources`, compiled together.
-void define(torch::jit::Module& module, const std::string& who,
+void define(torch::jit::Module& module, const std::string& name,
             std::initializer_list<Source> sources) {
-  module.register_attribute("who", c10::StringType::get(), who);
+  module.register_attribute("who", c10::StringType::get(), name);
   std::string text;
   for (const Source& source : sources) {
     text += class_body(source);
@@ -146,8 +147,8 @@ void register_timestep_embedding(torch::jit::Module& exported, const detail::Tim
 // The attributes of the axial tables (axial.py): `axes_dim`, and each axis' plain RoPE
 // frequencies (posenc::detail::rope_frequencies, as detail::axial_rotary_tables computes them)
 // one axis after the other, with the axis of each.
-void register_axial_tables(torch::jit::Module& exported, const char* who,
-                           const std::vector<int64_t>& axes_dim, double theta) {
+void register_axial_tables(torch::jit::Module& exported, const std::vector<int64_t>& axes_dim,
+                           double theta) {
   c10::List<int64_t> dims;
   std::vector<double> inv_freq;
   std::vector<int64_t> axis_of;
@@ -155,7 +156,7 @@ void register_axial_tables(torch::jit::Module& exported, const char* who,
     dims.push_back(axes_dim[a]);
     const detail::RopeSpec spec = detail::rope_spec(
         axes_dim[a], functional::RotaryTablesFuncOptions().base(theta), /*max_len=*/1);
-    const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, who);
+    const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt);
     TORCH_INTERNAL_ASSERT(frequencies.attention_factor == 1.0);
     inv_freq.insert(inv_freq.end(), frequencies.inv_freq.begin(), frequencies.inv_freq.end());
     axis_of.insert(axis_of.end(), frequencies.inv_freq.size(), static_cast<int64_t>(a));
@@ -211,6 +212,7 @@ void register_pairing(torch::jit::Module& exported, RotaryPairing pairing, bool 
 } // namespace
 
 torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, "to_torchscript");
   const auto& options = module.options;
   const int64_t rotary_dim = options.rotated_width();
   torch::jit::Module exported("__torch__.posenc.RotaryEmbedding");
@@ -252,8 +254,8 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
                               at::tensor(divisors, at::kDouble));
   c10::List<int64_t> mrope_axes;
   if (!options.mrope_section().empty()) {
-    for (const int64_t axis : detail::mrope_axes("to_torchscript", options.mrope_section(),
-                                                 options.mrope_interleaved(), rotary_dim / 2)) {
+    for (const int64_t axis :
+         detail::mrope_axes(options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2)) {
       mrope_axes.push_back(axis);
     }
   }
@@ -395,8 +397,8 @@ torch::jit::Module to_torchscript(const TimestepEmbedderImpl& module) {
 torch::jit::Module to_torchscript(const AxialRotaryEmbeddingImpl& module) {
   const auto& options = module.options;
   torch::jit::Module exported("__torch__.posenc.AxialRotaryEmbedding");
-  register_axial_tables(exported, AxialRotaryEmbeddingImpl::kName, options.axes_dim(),
-                        options.theta());
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, AxialRotaryEmbeddingImpl::kName);
+  register_axial_tables(exported, options.axes_dim(), options.theta());
   exported.register_attribute("theta", c10::FloatType::get(), options.theta());
   register_pairing(exported, options.pairing(), /*deinterleave=*/false, /*inverse=*/false);
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
@@ -408,8 +410,8 @@ torch::jit::Module to_torchscript(const AxialRotaryEmbeddingImpl& module) {
 torch::jit::Module to_torchscript(const VisionRotaryEmbeddingImpl& module) {
   const auto& options = module.options;
   torch::jit::Module exported("__torch__.posenc.VisionRotaryEmbedding");
-  register_axial_tables(exported, VisionRotaryEmbeddingImpl::kName,
-                        {options.dim() / 2, options.dim() / 2}, options.temperature());
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, VisionRotaryEmbeddingImpl::kName);
+  register_axial_tables(exported, {options.dim() / 2, options.dim() / 2}, options.temperature());
   exported.register_attribute("dim", c10::IntType::get(), options.dim());
   exported.register_attribute("temperature", c10::FloatType::get(), options.temperature());
   c10::List<int64_t> ref_feat_shape;

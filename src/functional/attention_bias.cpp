@@ -72,8 +72,7 @@ std::tuple<at::Tensor, at::Tensor> relative_positional_encoding(const at::Tensor
                                                                 double scale, double dropout,
                                                                 bool training) {
   const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "relative_positional_encoding");
-  return ops::rel_positional_encoding_forward(pd::caller_or(""), x, table, offset, legacy, scale,
-                                              dropout, training);
+  return ops::rel_positional_encoding_forward(x, table, offset, legacy, scale, dropout, training);
 }
 
 at::Tensor relative_position_attention(const at::Tensor& q, const at::Tensor& k,
@@ -81,8 +80,8 @@ at::Tensor relative_position_attention(const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& pos_bias_u, const at::Tensor& pos_bias_v,
                                        const at::Tensor& mask, double dropout, bool training) {
   const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "relative_position_attention");
-  return ops::relative_position_attention_forward(pd::caller_or(""), q, k, v, p, pos_bias_u,
-                                                  pos_bias_v, optional_of(mask), dropout, training);
+  return ops::relative_position_attention_forward(q, k, v, p, pos_bias_u, pos_bias_v,
+                                                  optional_of(mask), dropout, training);
 }
 
 } // namespace functional

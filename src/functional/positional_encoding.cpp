@@ -18,7 +18,8 @@ namespace detail {
 at::Tensor sinusoidal_table(int64_t max_len, int64_t d_model, double base, int64_t offset,
                             ChannelLayout layout, FrequencySpacing spacing, at::ScalarType dtype,
                             at::Device device) {
-  pd::check_table_request("sinusoidal_table", max_len, d_model, base, offset, dtype);
+  const pd::CallerScope caller(pd::CallerScope::Rename{}, "sinusoidal_table");
+  pd::check_table_request(max_len, d_model, base, offset, dtype);
   return pd::sinusoidal_table(max_len, offset, {d_model, base, layout, spacing}, dtype, device);
 }
 
@@ -29,7 +30,7 @@ at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table, int
   // The modules' call, named as called (a module's name when a module calls this; otherwise
   // this), with rows computed from `columns` wherever they are given.
   ops::SequenceModuleCall call;
-  call.who = pd::caller_or("positional_encoding");
+  call.name = pd::caller_or("positional_encoding");
   call.batch_first = batch_first;
   call.scale = scale;
   call.dropout = dropout;
@@ -41,7 +42,8 @@ at::Tensor positional_encoding(const at::Tensor& x, const at::Tensor& table, int
 } // namespace detail
 
 at::Tensor sinusoidal_columns(int64_t d_model, const SinusoidalTableFuncOptions& options) {
-  posenc::detail::check_table_arguments("sinusoidal_columns", 1, d_model, options.base());
+  const pd::CallerScope caller(pd::CallerScope::Rename{}, "sinusoidal_columns");
+  pd::check_table_arguments(1, d_model, options.base());
   return posenc::detail::column_plan_tensor(
       {d_model, options.base(), options.layout(), options.spacing()});
 }

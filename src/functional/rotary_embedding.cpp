@@ -15,28 +15,28 @@ namespace pd = posenc::detail;
 
 std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, int64_t rotary_dim,
                                                 const RotaryTablesFuncOptions& options) {
-  constexpr const char* who = "rotary_tables";
-  pd::check_rotary_arguments(who, max_len, rotary_dim, options.base());
-  pd::check_float_dtype(who, "dtype", options.dtype());
+  const pd::CallerScope caller_scope(pd::CallerScope::Rename{}, "rotary_tables");
+  pd::check_rotary_arguments(max_len, rotary_dim, options.base());
+  pd::check_float_dtype("dtype", options.dtype());
   const auto positions = at::arange(max_len, at::TensorOptions().dtype(at::kLong));
   auto tables = pd::rotary_rows(
       positions,
-      pd::rope_frequencies(pd::rope_spec(rotary_dim, options, max_len), options.seq_len(), who),
+      pd::rope_frequencies(pd::rope_spec(rotary_dim, options, max_len), options.seq_len()),
       options.dtype());
   return {tables.first.to(options.device()), tables.second.to(options.device())};
 }
 
 at::Tensor rotary_inv_freq(int64_t rotary_dim, const RotaryTablesFuncOptions& options) {
-  constexpr const char* who = "rotary_inv_freq";
-  const pd::RopeSpec spec = pd::rope_spec_without_table(who, rotary_dim, options);
-  return at::tensor(pd::rope_frequencies(spec, options.seq_len(), who).inv_freq,
+  const pd::CallerScope caller_scope(pd::CallerScope::Rename{}, "rotary_inv_freq");
+  const pd::RopeSpec spec = pd::rope_spec_without_table(rotary_dim, options);
+  return at::tensor(pd::rope_frequencies(spec, options.seq_len()).inv_freq,
                     at::TensorOptions().dtype(at::kDouble));
 }
 
 double rotary_attention_factor(int64_t rotary_dim, const RotaryTablesFuncOptions& options) {
-  constexpr const char* who = "rotary_attention_factor";
-  const pd::RopeSpec spec = pd::rope_spec_without_table(who, rotary_dim, options);
-  return pd::rope_frequencies(spec, options.seq_len(), who).variant_attention_factor;
+  const pd::CallerScope caller_scope(pd::CallerScope::Rename{}, "rotary_attention_factor");
+  const pd::RopeSpec spec = pd::rope_spec_without_table(rotary_dim, options);
+  return pd::rope_frequencies(spec, options.seq_len()).variant_attention_factor;
 }
 
 std::pair<at::Tensor, at::Tensor> multimodal_rotary_tables(

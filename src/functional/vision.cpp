@@ -58,8 +58,7 @@ std::tuple<at::Tensor, at::Tensor> grid_rotary_tables(const std::vector<int64_t>
                                                       c10::optional<at::ScalarType> dtype,
                                                       c10::optional<at::Device> device) {
   const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "grid_rotary_tables");
-  return ops::vision_rotary_tables(options, pd::caller_or("grid_rotary_tables"), feat_shape, dtype,
-                                   device);
+  return ops::vision_rotary_tables(options, feat_shape, dtype, device);
 }
 
 at::Tensor crop_position_table(const at::Tensor& posemb, const CropPositionTableOptions& options) {

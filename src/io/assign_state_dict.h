@@ -19,11 +19,10 @@ namespace detail {
 /// checked before anything is written: shapes must equal the module's; a floating tensor of the
 /// module takes any floating dtype (converted) holding finite values, any other tensor its own
 /// dtype; with `options.strict()` no key of the module may be missing and no key under the prefix
-/// unknown. A violation throws a `c10::Error` that starts with `who` and names `source` (the file)
-/// and the key, and leaves the module unchanged.
+/// unknown. A violation throws a `c10::Error` that starts with the caller's name (its
+/// CallerScope's) and names `source` (the file) and the key, and leaves the module unchanged.
 void assign_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& entries,
-                       const LoadStateDictOptions& options, const char* who,
-                       const std::string& source);
+                       const LoadStateDictOptions& options, const std::string& source);
 
 } // namespace detail
 } // namespace posenc

@@ -1,4 +1,5 @@
 #include "io/file_output.h"
+#include "detail/checks.h"
 
 #include <c10/util/Exception.h>
 
@@ -52,8 +53,8 @@ std::pair<std::string, std::string> split(const std::string& path) {
 // Writes `bytes` into `path` as it is (O_TRUNC: an existing file is replaced in place; a device,
 // a FIFO or a terminal is written as a stream), never removed. `why` says, in a failure's message,
 // why the file was written in place.
-void write_in_place(const std::string& path, const std::string& bytes, const char* who,
-                    const char* why) {
+void write_in_place(const std::string& path, const std::string& bytes, const char* why) {
+  const char* const who = detail::caller();
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, who, ": cannot open '", path, "' for writing: ", reason(errno));
   const int write_error = write_all(fd, bytes);
@@ -79,7 +80,8 @@ enum class Replaced { kDone, kRefused };
 // Writes `bytes` over the regular file (or new file) `path` through a temporary beside it;
 // kRefused (nothing changed, no temporary left) where the directory does not allow it.
 Replaced replace_file(const std::string& path, const struct stat* existing,
-                      const std::string& bytes, const char* who) {
+                      const std::string& bytes) {
+  const char* const who = detail::caller();
   const auto parts = split(path);
   const std::string& directory = parts.first;
   // A fresh name beside the target (O_EXCL: never someone else's file). A new file is created
@@ -176,12 +178,14 @@ bool starts_with(const std::string& text, const char* prefix) {
 
 } // namespace
 
-void write_file_safely(const std::string& path, const std::string& bytes, const char* who) {
+void write_file_safely(const std::string& path, const std::string& bytes, const char* caller) {
+  const detail::CallerScope scope(detail::CallerScope::Rename{}, caller);
+  const char* const who = caller;
   TORCH_CHECK(!path.empty(), who, ": the output path is empty; name a file");
   // /dev/stdout, /dev/fd/N, /proc/self/fd/N: a stream the caller opened, written as it is (its
   // file may be deleted, or held by the caller's descriptor, which a rename would leave behind).
   if (starts_with(path, "/dev/") || starts_with(path, "/proc/")) {
-    write_in_place(path, bytes, who, "it names a device or a descriptor");
+    write_in_place(path, bytes, "it names a device or a descriptor");
     return;
   }
   // A symbolic link: the file it names is replaced, the link stays.
@@ -191,18 +195,18 @@ void write_file_safely(const std::string& path, const std::string& bytes, const 
   TORCH_CHECK(!(exists && S_ISDIR(target.st_mode)), who, ": '", path,
               "' is a directory; name a file in it");
   if (exists && !S_ISREG(target.st_mode)) {
-    write_in_place(path, bytes, who, "it is not a regular file");
+    write_in_place(path, bytes, "it is not a regular file");
     return;
   }
   if (exists && target.st_nlink > 1) {
     // (a rename would leave the other names with the old content)
-    write_in_place(target_path, bytes, who, "it has other hard links, which must see the new content");
+    write_in_place(target_path, bytes, "it has other hard links, which must see the new content");
     return;
   }
-  if (replace_file(target_path, exists ? &target : nullptr, bytes, who) == Replaced::kRefused) {
+  if (replace_file(target_path, exists ? &target : nullptr, bytes) == Replaced::kRefused) {
     // The directory refuses a new file (or the old file's owner cannot be kept), but the file
     // itself may be writable: written in place, as a plain open would.
-    write_in_place(target_path, bytes, who,
+    write_in_place(target_path, bytes,
                    "its directory allows no temporary file beside it, or its owner could not be "
                    "kept");
   }

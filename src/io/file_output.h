@@ -19,10 +19,10 @@
 //     FIFO, a terminal) is written directly and never removed, whatever happens; a directory is
 //     refused.
 // Every error (cannot create the temporary, a full disk, a file-size limit, a read-only
-// directory) is a c10::Error that names `who`, the path and the system's reason. (A process over
-// its file-size limit gets SIGXFSZ, which ends it unless ignored: the posenc program ignores it,
-// so that the write fails with EFBIG; a program of its own that writes large files should do the
-// same. A temporary can only outlive a process that is killed while writing; its name is
+// directory) is a c10::Error that names the caller, the path and the system's reason. (A process
+// over its file-size limit gets SIGXFSZ, which ends it unless ignored: the posenc program ignores
+// it, so that the write fails with EFBIG; a program of its own that writes large files should do
+// the same. A temporary can only outlive a process that is killed while writing; its name is
 // ".<file>.<number>.tmp".)
 
 #include <string>
@@ -30,8 +30,9 @@
 namespace posenc {
 namespace io {
 
-/// Writes `bytes` to `path` as described above; messages start with `who`.
-void write_file_safely(const std::string& path, const std::string& bytes, const char* who);
+/// Writes `bytes` to `path` as described above; messages start with `caller` (the name of the
+/// program or function that writes: the programs above libposenc name themselves here).
+void write_file_safely(const std::string& path, const std::string& bytes, const char* caller);
 
 } // namespace io
 } // namespace posenc

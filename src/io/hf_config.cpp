@@ -1177,8 +1177,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 std::string(attn_scale ? "" : "absent: " + model_type + "'s default; ") +
                     "the temperature's weight of the logarithm");
       const std::string who = source + ": " + top + "floor_scale / attn_scale";
-      detail::check_attention_temperature(who.c_str(), floor_scale.value_or(8192.0),
-                                          attn_scale.value_or(0.1));
+      const detail::CallerScope caller(detail::CallerScope::Rename{}, who.c_str());
+      detail::check_attention_temperature(floor_scale.value_or(8192.0), attn_scale.value_or(0.1));
       result.attention_temperature = AttentionTemperatureOptions()
                                          .floor_scale(floor_scale.value_or(8192.0))
                                          .attn_scale(attn_scale.value_or(0.1));
@@ -1207,7 +1207,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "'s code counts the positions of its query temperature (llama_4_scaling_beta) in "
                 "it; add it to the rope parameters");
     const std::string who = source + ": " + where_string + "llama_4_scaling_beta";
-    detail::check_attention_temperature(who.c_str(), static_cast<double>(*original), beta);
+    const detail::CallerScope caller(detail::CallerScope::Rename{}, who.c_str());
+    detail::check_attention_temperature(static_cast<double>(*original), beta);
     // (its code scales [B, H, L, D] queries, after the rotation)
     result.attention_temperature = AttentionTemperatureOptions()
                                        .form(AttentionTemperatureForm::kMinistral3)

@@ -1,5 +1,6 @@
 #include <posenc/io/safetensors.h>
 
+#include "detail/checks.h"
 #include "io/assign_state_dict.h"
 #include "io/file_output.h"
 
@@ -475,7 +476,8 @@ void load_safetensors(torch::nn::Module& module, std::istream& stream,
   for (auto& item : file.tensors) {
     entries.emplace(item.key(), item.value());
   }
-  detail::assign_state_dict(module, entries, options, "load_safetensors", name);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, "load_safetensors");
+  detail::assign_state_dict(module, entries, options, name);
 }
 
 void load_safetensors(torch::nn::Module& module, const std::string& path,

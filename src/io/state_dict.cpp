@@ -1,5 +1,6 @@
 #include <posenc/io/state_dict.h>
 
+#include "detail/checks.h"
 #include "io/assign_state_dict.h"
 #include "io/torch_save_reader.h"
 
@@ -36,14 +37,15 @@ std::string join(const std::vector<std::string>& names) {
 
 void load_state_dict(torch::nn::Module& module, const std::string& path,
                      const LoadStateDictOptions& options) {
-  detail::assign_state_dict(module, read_state_dict(path), options, "load_state_dict", path);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, "load_state_dict");
+  detail::assign_state_dict(module, read_state_dict(path), options, path);
 }
 
 namespace detail {
 
 void assign_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& entries,
-                       const LoadStateDictOptions& options, const char* who,
-                       const std::string& source) {
+                       const LoadStateDictOptions& options, const std::string& source) {
+  const char* const who = detail::caller();
   // The module's tensors, by the names Python uses.
   std::vector<std::pair<std::string, at::Tensor>> targets;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {

@@ -37,7 +37,7 @@ ALiBiImpl::ALiBiImpl(const ALiBiOptions& options_) : options(options_) {
 
 void ALiBiImpl::reset() {
   const detail::CallerScope caller(kName);
-  ops::check_options(kName, options);
+  ops::check_options(options);
   slopes = register_buffer("slopes", ops::alibi_slopes(options.num_heads(), options.max_bias(),
                                                        options.first_head(), options.heads()));
 }
@@ -71,7 +71,8 @@ AttentionTemperatureImpl::AttentionTemperatureImpl(const AttentionTemperatureOpt
 }
 
 void AttentionTemperatureImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
 }
 
 void AttentionTemperatureImpl::pretty_print(std::ostream& stream) const {
@@ -107,7 +108,8 @@ RelativePositionBiasImpl::RelativePositionBiasImpl(const RelativePositionBiasOpt
 }
 
 void RelativePositionBiasImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
   relative_attention_bias = register_module(
       "relative_attention_bias",
       torch::nn::Embedding(torch::nn::EmbeddingOptions(options.num_buckets(), options.num_heads())));
@@ -141,7 +143,7 @@ RelPositionalEncodingImpl::RelPositionalEncodingImpl(const RelPositionalEncoding
 
 void RelPositionalEncodingImpl::reset() {
   const detail::CallerScope caller(kName);
-  ops::check_options(kName, options);
+  ops::check_options(options);
   detail::SinusoidSpec spec;
   spec.d_model = options.d_model();
   spec.base = options.base();
@@ -185,7 +187,8 @@ RelPositionMultiheadAttentionImpl::RelPositionMultiheadAttentionImpl(
 void RelPositionMultiheadAttentionImpl::reset() {
   const int64_t width = options.embed_dim();
   const int64_t heads = options.num_heads();
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
   linear_q = register_module("linear_q", torch::nn::Linear(width, width));
   linear_k = register_module("linear_k", torch::nn::Linear(width, width));
   linear_v = register_module("linear_v", torch::nn::Linear(width, width));

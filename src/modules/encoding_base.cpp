@@ -11,8 +11,10 @@
 namespace posenc {
 namespace detail {
 
-void load_slots(const char* who, torch::serialize::InputArchive& archive,
+void load_slots(const char* module, torch::serialize::InputArchive& archive,
                 const std::vector<TableSlot>& slots) {
+  const CallerScope scope(CallerScope::Rename{}, module);
+  const char* const who = caller();
   std::vector<torch::Tensor> loaded(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const TableSlot& slot = slots[i];
@@ -21,7 +23,7 @@ void load_slots(const char* who, torch::serialize::InputArchive& archive,
                 slot.name, " has shape ", loaded[i].sizes(), ", but this module's is ",
                 at::IntArrayRef(slot.shape),
                 "; build the module with the options the checkpoint was saved with");
-    check_float_dtype(who, ("the checkpoint's " + slot.name + " dtype").c_str(),
+    check_float_dtype(("the checkpoint's " + slot.name + " dtype").c_str(),
                       loaded[i].scalar_type());
     torch::NoGradGuard no_grad;
     TORCH_CHECK(loaded[i].numel() == 0 || loaded[i].isfinite().all().item<bool>(), who,
@@ -35,12 +37,12 @@ void load_slots(const char* who, torch::serialize::InputArchive& archive,
   }
 }
 
-c10::ScalarType derived_table_dtype(const char* who, c10::optional<c10::ScalarType> requested,
+c10::ScalarType derived_table_dtype(c10::optional<c10::ScalarType> requested,
                                     c10::ScalarType current) {
   if (!requested) {
     return current;
   }
-  check_float_dtype(who, "the dtype passed to to()", *requested);
+  check_float_dtype("the dtype passed to to()", *requested);
   return *requested == c10::kDouble ? c10::kDouble : c10::kFloat;
 }
 
@@ -54,12 +56,13 @@ void set_buffer(torch::nn::Module& module, const std::string& name, torch::Tenso
   }
 }
 
-void move_derived_tables(const char* who, const std::vector<torch::Tensor*>& tables,
+void move_derived_tables(const char* module, const std::vector<torch::Tensor*>& tables,
                          c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype,
                          bool non_blocking,
                          const std::function<void(torch::Dtype, torch::Device)>& rebuild) {
+  const CallerScope scope(CallerScope::Rename{}, module);
   const torch::Tensor& first = *tables.front();
-  const torch::Dtype target_dtype = derived_table_dtype(who, dtype, first.scalar_type());
+  const torch::Dtype target_dtype = derived_table_dtype(dtype, first.scalar_type());
   const torch::Device target_device = device.value_or(first.device());
   if (target_dtype == torch::kDouble && first.scalar_type() != torch::kDouble) {
     rebuild(torch::kDouble, target_device); // recompute in float64 rather than widen float32
@@ -86,9 +89,9 @@ std::string non_default(const char* name, double value, double fallback) {
   return out.str();
 }
 
-void check_positions_given(const char* who, const torch::Tensor& positions,
+void check_positions_given(const char* module, const torch::Tensor& positions,
                            const char* consecutive) {
-  TORCH_CHECK(positions.defined(), who, ": forward_positions needs positions; use ", consecutive,
+  TORCH_CHECK(positions.defined(), module, ": forward_positions needs positions; use ", consecutive,
               " for consecutive ones");
 }
 

@@ -1,5 +1,6 @@
 #include <posenc/modules/learned_positional_embedding.h>
 
+#include "detail/checks.h"
 #include "ops/module_options.h"
 #include "ops/sequence_module.h"
 
@@ -24,7 +25,8 @@ LearnedPositionalEmbeddingImpl::LearnedPositionalEmbeddingImpl(
 }
 
 void LearnedPositionalEmbeddingImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
   if (named_parameters(/*recurse=*/false).contains("weight")) {
     torch::NoGradGuard no_grad;
     weight.set_data(torch::empty({options.max_len(), options.d_model()}, weight.options()));

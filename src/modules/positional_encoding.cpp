@@ -1,5 +1,6 @@
 #include <posenc/modules/positional_encoding.h>
 
+#include "detail/checks.h"
 #include "detail/sinusoidal.h"
 #include "ops/module_options.h"
 #include "ops/sequence_module.h"
@@ -21,7 +22,8 @@ PositionalEncodingImpl::PositionalEncodingImpl(const PositionalEncodingOptions& 
 }
 
 void PositionalEncodingImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
   // A reset() after .to() keeps the table's dtype and device.
   build_tables(pe.defined() ? pe.scalar_type() : torch::kFloat,
                pe.defined() ? pe.device() : torch::Device(torch::kCPU));

@@ -128,7 +128,8 @@ double RotaryEmbeddingImpl::attention_factor() const {
 torch::Tensor RotaryEmbeddingImpl::inv_freq(int64_t seq_len) const {
   TORCH_CHECK(seq_len >= 1, kName, ": seq_len must be >= 1 (a call's last position + 1), but got ",
               seq_len);
-  return at::tensor(detail::rope_frequencies(detail::rope_spec(options), seq_len, kName).inv_freq,
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  return at::tensor(detail::rope_frequencies(detail::rope_spec(options), seq_len).inv_freq,
                     at::TensorOptions().dtype(at::kDouble));
 }
 

@@ -1,5 +1,6 @@
 #include <posenc/modules/token_and_position_embedding.h>
 
+#include "detail/checks.h"
 #include "ops/module_options.h"
 #include "ops/sequence_module.h"
 
@@ -40,7 +41,8 @@ TokenAndPositionEmbeddingImpl::TokenAndPositionEmbeddingImpl(
 }
 
 void TokenAndPositionEmbeddingImpl::reset() {
-  ops::check_options(kWho, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kWho);
+  ops::check_options(options);
   // Build everything before registering anything, so that invalid options change nothing.
   torch::nn::EmbeddingOptions token_options(options.vocab_size(), options.d_model());
   if (options.padding_idx()) {

@@ -43,7 +43,8 @@ TimestepsImpl::TimestepsImpl(const TimestepEmbeddingOptions& options_) : options
 }
 
 void TimestepsImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
 }
 
 void TimestepsImpl::pretty_print(std::ostream& stream) const {
@@ -71,7 +72,8 @@ TimestepEmbedderImpl::TimestepEmbedderImpl(const TimestepEmbedderOptions& option
 }
 
 void TimestepEmbedderImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
   mlp = register_module(
       "mlp", torch::nn::Sequential(
                  torch::nn::Linear(options.frequency_embedding_size(), options.hidden_size()),
@@ -99,7 +101,8 @@ AxialRotaryEmbeddingImpl::AxialRotaryEmbeddingImpl(const AxialRotaryEmbeddingOpt
 }
 
 void AxialRotaryEmbeddingImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
 }
 
 void AxialRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
@@ -130,7 +133,8 @@ VisionRotaryEmbeddingImpl::VisionRotaryEmbeddingImpl(const VisionRotaryEmbedding
 }
 
 void VisionRotaryEmbeddingImpl::reset() {
-  ops::check_options(kName, options);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  ops::check_options(options);
 }
 
 void VisionRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {

@@ -76,14 +76,16 @@ namespace ops {
 
 void check_relative_position_bucket(const at::Tensor& relative_position, bool bidirectional,
                                     int64_t num_buckets, int64_t max_distance) {
-  const char* who = detail::caller_or("posenc::relative_position_bucket");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::relative_position_bucket");
+  const char* const who = detail::caller();
   TORCH_CHECK(relative_position.defined() &&
                   at::isIntegralType(relative_position.scalar_type(), /*includeBool=*/false),
               who, ": relative_position must be an integer tensor (key position - query "
               "position), but got ",
               relative_position.defined() ? c10::toString(relative_position.scalar_type())
                                           : "an undefined tensor");
-  detail::check_bucket_arguments(who, bidirectional, num_buckets, max_distance);
+  detail::check_bucket_arguments(bidirectional, num_buckets, max_distance);
 }
 
 namespace {
@@ -100,12 +102,13 @@ constexpr const char* kTemperature = "posenc::attention_temperature";
 at::Tensor alibi_slopes_kernel(int64_t num_heads, double max_bias, int64_t first_head,
                                c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
                                c10::optional<at::Device> device) {
-  const char* who = detail::caller_or(kSlopes);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kSlopes);
+  const char* const who = detail::caller();
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  const std::vector<double> slopes = detail::alibi_slopes(
-      who, num_heads, max_bias, first_head,
-      heads.value_or(num_heads > first_head ? num_heads - first_head : 0));
+  detail::check_float_dtype("dtype", type);
+  const std::vector<double> slopes =
+      detail::alibi_slopes(num_heads, max_bias, first_head,
+                           heads.value_or(num_heads > first_head ? num_heads - first_head : 0));
   // rounded once from float64 to the dtype, where no slope may vanish
   const at::Tensor rounded = at::tensor(slopes, at::TensorOptions().dtype(at::kDouble)).to(type);
   TORCH_CHECK(rounded.gt(0).all().item<bool>(), who, ": the smallest slope, 2^-",
@@ -117,30 +120,30 @@ at::Tensor alibi_slopes_kernel(int64_t num_heads, double max_bias, int64_t first
 at::Tensor alibi_slopes_meta(int64_t num_heads, double max_bias, int64_t first_head,
                              c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
                              c10::optional<at::Device> /*device*/) {
-  const char* who = detail::caller_or(kSlopes);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kSlopes);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
+  detail::check_float_dtype("dtype", type);
   const int64_t count = heads.value_or(num_heads > first_head ? num_heads - first_head : 0);
-  detail::check_alibi_arguments(who, num_heads, max_bias, first_head, count);
+  detail::check_alibi_arguments(num_heads, max_bias, first_head, count);
   return at::empty({count}, at::TensorOptions().dtype(type).device(at::kMeta));
 }
 
 // Checks ALiBi slopes: `[H]` or `[B, H]` (one set per batch element), floating.
-void check_slopes(const char* who, const at::Tensor& slopes) {
+void check_slopes(const at::Tensor& slopes) {
+  const char* const who = detail::caller();
   TORCH_CHECK(slopes.defined(), who, ": slopes must be a defined tensor");
   TORCH_CHECK((slopes.dim() == 1 || slopes.dim() == 2) && slopes.size(-1) >= 1, who,
               ": slopes must be [num_heads] or [batch, num_heads] with num_heads >= 1, but got "
               "shape ",
               slopes.sizes(), "; build them with alibi_slopes(num_heads)");
-  detail::check_float_dtype(who, "slopes' dtype", slopes.scalar_type());
+  detail::check_float_dtype("slopes' dtype", slopes.scalar_type());
 }
 
 // Checks what both ALiBi forms take: the slopes and the requested dtype.
-void check_bias_arguments(const char* who, const at::Tensor& slopes,
-                          c10::optional<at::ScalarType> dtype) {
-  check_slopes(who, slopes);
+void check_bias_arguments(const at::Tensor& slopes, c10::optional<at::ScalarType> dtype) {
+  check_slopes(slopes);
   if (dtype.has_value()) {
-    detail::check_float_dtype(who, "dtype", *dtype);
+    detail::check_float_dtype("dtype", *dtype);
   }
 }
 
@@ -149,17 +152,18 @@ at::ScalarType compute_type(const at::Tensor& slopes) {
   return slopes.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-void check_length(const char* who, const char* what, int64_t length) {
+void check_length(const char* what, int64_t length) {
+  const char* const who = detail::caller();
   TORCH_CHECK(length >= 1, who, ": ", what, " must be >= 1, but got ", length);
 }
 
 // The query positions' first value: `offset`, or key_length - query_length when not given (the
 // queries are the last query_length of the key positions, as in KV-cache decoding and
 // flash-attn's bottom-right alignment).
-int64_t query_start(const char* who, int64_t query_length, int64_t key_length,
-                    c10::optional<int64_t> offset) {
-  check_length(who, "query_length", query_length);
-  check_length(who, "key_length", key_length);
+int64_t query_start(int64_t query_length, int64_t key_length, c10::optional<int64_t> offset) {
+  const char* const who = detail::caller();
+  check_length("query_length", query_length);
+  check_length("key_length", key_length);
   if (!offset.has_value()) {
     TORCH_CHECK(key_length >= query_length, who,
                 ": without an offset the queries are the last query_length keys, which needs "
@@ -187,10 +191,10 @@ std::vector<SymLength> bias_lengths(const at::Tensor& slopes, SymLength rows, Sy
 at::Tensor alibi_bias_kernel(const at::Tensor& slopes, int64_t query_length, int64_t key_length,
                              c10::optional<int64_t> offset, bool causal,
                              c10::optional<at::ScalarType> dtype) {
-  const char* who = detail::caller_or(kAlibi);
-  check_bias_arguments(who, slopes, dtype);
-  const int64_t start = query_start(who, query_length, key_length, offset);
-  detail::checked_numel(who, "the bias' heads * query_length * key_length",
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kAlibi);
+  check_bias_arguments(slopes, dtype);
+  const int64_t start = query_start(query_length, key_length, offset);
+  detail::checked_numel("the bias' heads * query_length * key_length",
                         {slopes.numel(), query_length, key_length});
   const auto index = at::TensorOptions().dtype(at::kLong).device(slopes.device());
   // |query position - key position| in float32 (float64 for float64 slopes): exact for
@@ -211,11 +215,10 @@ at::Tensor alibi_bias_kernel(const at::Tensor& slopes, int64_t query_length, int
 
 // The checks of lengths that are concrete (sym_length.h): a symbolic one is checked by the
 // kernel that receives its value when the exported program runs.
-void check_lengths(const char* who,
-                   std::initializer_list<std::pair<const char*, SymLength>> lengths) {
+void check_lengths(std::initializer_list<std::pair<const char*, SymLength>> lengths) {
   for (const auto& length : lengths) {
     if (const c10::optional<int64_t> value = concrete(length.second)) {
-      check_length(who, length.first, *value);
+      check_length(length.first, *value);
     }
   }
 }
@@ -223,16 +226,16 @@ void check_lengths(const char* who,
 at::Tensor alibi_bias_meta(const at::Tensor& slopes, SymLength query_length, SymLength key_length,
                            c10::optional<SymLength> offset, bool /*causal*/,
                            c10::optional<at::ScalarType> dtype) {
-  const char* who = detail::caller_or(kAlibi);
-  check_bias_arguments(who, slopes, dtype);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kAlibi);
+  check_bias_arguments(slopes, dtype);
   bool offset_known = false;
   const c10::optional<int64_t> start = concrete(offset, &offset_known);
   const c10::optional<int64_t> queries = concrete(query_length);
   const c10::optional<int64_t> keys = concrete(key_length);
   if (queries && keys && offset_known) {
-    query_start(who, *queries, *keys, start);
+    query_start(*queries, *keys, start);
   } else {
-    check_lengths(who, {{"query_length", query_length}, {"key_length", key_length}});
+    check_lengths({{"query_length", query_length}, {"key_length", key_length}});
   }
   // (no count check of the slopes here: under torch.export their size may be symbolic; an
   // impossible shape is refused by at::empty)
@@ -242,8 +245,8 @@ at::Tensor alibi_bias_meta(const at::Tensor& slopes, SymLength query_length, Sym
 
 // Checks an attention mask `[B, Lk]` (1 / true: a real token, 0 / false: padding) against the
 // slopes and returns its batch size.
-void check_attention_mask(const char* who, const at::Tensor& mask, const at::Tensor& slopes,
-                          int64_t key_length) {
+void check_attention_mask(const at::Tensor& mask, const at::Tensor& slopes, int64_t key_length) {
+  const char* const who = detail::caller();
   TORCH_CHECK(mask.dim() == 2 && mask.size(1) == key_length, who,
               ": attention_mask must be [batch, key_length] = [batch, ", key_length,
               "] (1 for a token, 0 for padding), but got shape ", mask.sizes());
@@ -253,18 +256,18 @@ void check_attention_mask(const char* who, const at::Tensor& mask, const at::Ten
   TORCH_CHECK(slopes.dim() == 1 || slopes.size(0) == mask.size(0), who,
               ": per-batch slopes [", slopes.size(0), ", ", slopes.size(1),
               "] and attention_mask of batch ", mask.size(0), " must agree on the batch size");
-  detail::check_argument_device(who, mask, "attention_mask", slopes.device());
+  detail::check_argument_device(mask, "attention_mask", slopes.device());
 }
 
 // Checks the arguments of alibi_causal_bias; returns whether an attention mask was given.
-bool check_causal_bias_arguments(const char* who, const at::Tensor& slopes, int64_t key_length,
+bool check_causal_bias_arguments(const at::Tensor& slopes, int64_t key_length,
                                  OptionalTensor attention_mask,
                                  c10::optional<at::ScalarType> dtype) {
-  check_bias_arguments(who, slopes, dtype);
-  check_length(who, "key_length", key_length);
+  check_bias_arguments(slopes, dtype);
+  check_length("key_length", key_length);
   const bool masked = attention_mask.has_value() && attention_mask->defined();
   if (masked) {
-    check_attention_mask(who, *attention_mask, slopes, key_length);
+    check_attention_mask(*attention_mask, slopes, key_length);
   }
   return masked;
 }
@@ -272,11 +275,11 @@ bool check_causal_bias_arguments(const char* who, const at::Tensor& slopes, int6
 at::Tensor alibi_causal_bias_kernel(const at::Tensor& slopes, int64_t key_length,
                                     OptionalTensor attention_mask,
                                     c10::optional<at::ScalarType> dtype) {
-  const char* who = detail::caller_or(kAlibiCausal);
-  const bool masked = check_causal_bias_arguments(who, slopes, key_length, attention_mask, dtype);
-  detail::checked_numel(who, "the bias' batch * heads * key_length",
-                        {masked && slopes.dim() == 1 ? attention_mask->size(0) : 1, slopes.numel(),
-                         key_length});
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kAlibiCausal);
+  const bool masked = check_causal_bias_arguments(slopes, key_length, attention_mask, dtype);
+  detail::checked_numel(
+      "the bias' batch * heads * key_length",
+      {masked && slopes.dim() == 1 ? attention_mask->size(0) : 1, slopes.numel(), key_length});
   const at::ScalarType compute = compute_type(slopes);
   at::Tensor bias;
   if (masked) {
@@ -296,13 +299,13 @@ at::Tensor alibi_causal_bias_kernel(const at::Tensor& slopes, int64_t key_length
 at::Tensor alibi_causal_bias_meta(const at::Tensor& slopes, SymLength key_length,
                                   OptionalTensor attention_mask,
                                   c10::optional<at::ScalarType> dtype) {
-  const char* who = detail::caller_or(kAlibiCausal);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kAlibiCausal);
   std::vector<SymLength> shape = bias_lengths(slopes, 1, key_length);
   bool masked = attention_mask.has_value() && attention_mask->defined();
   if (const c10::optional<int64_t> keys = concrete(key_length)) {
-    masked = check_causal_bias_arguments(who, slopes, *keys, attention_mask, dtype);
+    masked = check_causal_bias_arguments(slopes, *keys, attention_mask, dtype);
   } else {
-    check_bias_arguments(who, slopes, dtype);
+    check_bias_arguments(slopes, dtype);
   }
   if (masked && slopes.dim() == 1) {
     shape.insert(shape.begin(), lengths_of(*attention_mask)[0]);
@@ -339,17 +342,18 @@ at::Tensor relative_position_bucket_meta(const at::Tensor& relative_position, bo
 // bias is their Toeplitz expansion (an unfold of the looked-up rows, flipped along the queries).
 // Composite of differentiable ATen operations: the gradient reaches `weight`. These are the
 // concrete lengths' bias; relative_position_bias_kernel below also takes symbolic ones.
-at::Tensor relative_position_bias_rows(const char* who, const at::Tensor& weight,
-                                       int64_t query_length, int64_t key_length, bool bidirectional,
-                                       int64_t max_distance, int64_t offset) {
-  check_length(who, "query_length", query_length);
-  check_length(who, "key_length", key_length);
+at::Tensor relative_position_bias_rows(const at::Tensor& weight, int64_t query_length,
+                                       int64_t key_length, bool bidirectional, int64_t max_distance,
+                                       int64_t offset) {
+  const char* const who = detail::caller();
+  check_length("query_length", query_length);
+  check_length("key_length", key_length);
   TORCH_CHECK(offset >= 0 && offset <= std::numeric_limits<int64_t>::max() - query_length, who,
               ": offset (the position of the first query, e.g. the number of cached tokens) must "
               "be >= 0 and offset + query_length must fit in int64, but got offset = ",
               offset, " and query_length = ", query_length);
   // (Lq + Lk - 1 distances, then the [H, Lq, Lk] bias: counts a tensor can hold)
-  detail::checked_numel(who, "num_heads * query_length * key_length",
+  detail::checked_numel("num_heads * query_length * key_length",
                         {weight.size(1), query_length, key_length});
   TORCH_CHECK(key_length <= std::numeric_limits<int64_t>::max() - query_length, who,
               ": query_length + key_length must fit in int64, but got ", query_length, " and ",
@@ -373,25 +377,26 @@ at::Tensor relative_position_bias_rows(const char* who, const at::Tensor& weight
 at::Tensor relative_position_bias_kernel(const at::Tensor& weight, SymLength query_length,
                                          SymLength key_length, bool bidirectional,
                                          int64_t max_distance, SymLength offset) {
-  const char* who = detail::caller_or(kBias);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kBias);
+  const char* const who = detail::caller();
   TORCH_CHECK(weight.defined() && weight.dim() == 2, who,
               ": weight must be the [num_buckets, num_heads] bias table (T5's "
               "relative_attention_bias.weight), but got ",
               weight.defined() ? "shape " + c10::str(weight.sizes()) : "an undefined tensor");
-  detail::check_float_dtype(who, "weight's dtype", weight.scalar_type());
-  detail::check_bucket_arguments(who, bidirectional, weight.size(0), max_distance);
+  detail::check_float_dtype("weight's dtype", weight.scalar_type());
+  detail::check_bucket_arguments(bidirectional, weight.size(0), max_distance);
   const c10::optional<int64_t> queries = concrete(query_length);
   const c10::optional<int64_t> keys = concrete(key_length);
   const c10::optional<int64_t> start = concrete(offset);
   if (queries && keys && start) {
-    return relative_position_bias_rows(who, weight, *queries, *keys, bidirectional, max_distance,
+    return relative_position_bias_rows(weight, *queries, *keys, bidirectional, max_distance,
                                        *start);
   }
 #if POSENC_SYMBOLIC_LENGTHS
   // Symbolic lengths (torch.export): the distance key - query of every (query, key), bucketed by
   // the same operator and looked up in the same table as above, so the same values, with every
   // size a symbol (the view above needs a concrete window).
-  check_lengths(who, {{"query_length", query_length}, {"key_length", key_length}});
+  check_lengths({{"query_length", query_length}, {"key_length", key_length}});
   const auto index = at::TensorOptions().dtype(at::kLong).device(weight.device());
   const at::Tensor distances = at::arange(c10::Scalar(key_length), index).unsqueeze(0) -
                                at::arange(c10::Scalar(query_length), index)
@@ -418,12 +423,12 @@ at::Tensor relative_sinusoidal_table_kernel(SymLength symbolic_length, int64_t d
     return relative_sinusoidal_table_meta(symbolic_length, d_model, base, key_length, dtype,
                                           device);
   }
-  const char* who = detail::caller_or(kRelativeTable);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kRelativeTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
+  detail::check_float_dtype("dtype", type);
   const int64_t length = value_of(symbolic_length);
   const int64_t keys = key_length.has_value() ? value_of(*key_length) : length;
-  detail::check_relative_table_arguments(who, length, keys, d_model, base);
+  detail::check_relative_table_arguments(length, keys, d_model, base);
   detail::SinusoidSpec spec;
   spec.d_model = d_model;
   spec.base = base;
@@ -435,14 +440,14 @@ at::Tensor relative_sinusoidal_table_meta(SymLength length, int64_t d_model, dou
                                           c10::optional<SymLength> key_length,
                                           c10::optional<at::ScalarType> dtype,
                                           c10::optional<at::Device> /*device*/) {
-  const char* who = detail::caller_or(kRelativeTable);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kRelativeTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
+  detail::check_float_dtype("dtype", type);
   const SymLength keys = key_length.has_value() ? *key_length : length;
   const c10::optional<int64_t> rows = concrete(length);
   const c10::optional<int64_t> columns = concrete(keys);
   if (rows && columns) {
-    detail::check_relative_table_arguments(who, *rows, *columns, d_model, base);
+    detail::check_relative_table_arguments(*rows, *columns, d_model, base);
   }
   return empty_with_lengths({length + keys - 1, SymLength(d_model)},
                             at::TensorOptions().dtype(type).device(at::kMeta));
@@ -454,7 +459,8 @@ at::Tensor relative_sinusoidal_table_meta(SymLength length, int64_t d_model, dou
 // (Lq - 1) + i (P - 1) + j of a row-major x, so the result is a narrow / reshape / narrow of the
 // flattened scores (no padding copy, unlike the zero-pad-and-view formulation).
 at::Tensor rel_shift_kernel(const at::Tensor& x) {
-  const char* who = detail::caller_or(kRelShift);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kRelShift);
+  const char* const who = detail::caller();
   TORCH_CHECK(x.defined() && x.dim() >= 2, who,
               ": x must be scores [..., Lq, Lq + Lk - 1] against a relative table, but got ",
               x.defined() ? "shape " + c10::str(shape_of(x)) : "an undefined tensor");
@@ -497,9 +503,10 @@ at::Tensor attention_temperature_kernel(const at::Tensor& query,
                                         const c10::optional<at::Tensor>& positions, int64_t offset,
                                         double floor_scale, double attn_scale, bool heads_first,
                                         c10::string_view form) {
-  const char* who = detail::caller_or(kTemperature);
-  const AttentionTemperatureForm kind = detail::attention_temperature_form(who, form);
-  detail::check_attention_temperature(who, floor_scale, attn_scale);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kTemperature);
+  const char* const who = detail::caller();
+  const AttentionTemperatureForm kind = detail::attention_temperature_form(form);
+  detail::check_attention_temperature(floor_scale, attn_scale);
   TORCH_CHECK(
       query.defined() && query.dim() == 4 && detail::is_supported_float(query.scalar_type()), who,
       ": query must be a floating-point ",
@@ -514,7 +521,7 @@ at::Tensor attention_temperature_kernel(const at::Tensor& query,
   const SymLength& length = sizes[heads_first ? 2 : 1];
   at::Tensor steps;
   if (positions.has_value() && positions->defined()) {
-    detail::check_no_offset_with_positions(who, offset);
+    detail::check_no_offset_with_positions(offset);
     TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false) ||
                     at::isFloatingType(positions->scalar_type()),
                 who,
@@ -529,13 +536,13 @@ at::Tensor attention_temperature_kernel(const at::Tensor& query,
     TORCH_CHECK(shared || each, who, ": positions must have shape [L] = [", length,
                 "] or [B, L] = [", batch, ", ", length, "] (or [1, L]), but got ",
                 c10::ArrayRef<SymLength>(given));
-    detail::check_positions_device(who, *positions, query.device());
+    detail::check_positions_device(*positions, query.device());
     steps = positions->to(at::kFloat);
   } else {
     if (const c10::optional<int64_t> known = concrete(length)) {
-      detail::check_offset_start(who, offset, *known);
+      detail::check_offset_start(offset, *known);
     } else {
-      detail::check_offset_start(who, offset, 0);
+      detail::check_offset_start(offset, 0);
     }
     // (int64 positions first, as transformers: a float32 arange would round large offsets
     // differently)

@@ -65,8 +65,9 @@ template <AddLoop loop, EmptyFn empty>
 at::Tensor add_position_table_kernel(const at::Tensor& x, const at::Tensor& table, int64_t offset,
                                      bool batch_first, OptionalTensor positions, double scale,
                                      OptionalTensor columns) {
-  const TableCall call = prepare_table_call("posenc::add_position_table", x, table, offset,
-                                            positions, batch_first, scale, columns);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::add_position_table");
+  const TableCall call =
+      prepare_table_call(x, table, offset, positions, batch_first, scale, columns);
   at::Tensor out = empty(x.sizes(), x.options());
   loop(x.contiguous(), out, call);
   return out;
@@ -76,11 +77,10 @@ template <AddLoop loop, EmptyFn empty>
 void add_position_table_inplace_kernel(at::Tensor& x, const at::Tensor& table, int64_t offset,
                                        bool batch_first, OptionalTensor positions, double scale,
                                        OptionalTensor columns) {
-  constexpr const char* op = "posenc::add_position_table_";
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::add_position_table_");
   const TableCall call =
-      prepare_table_call(op, x, table, offset, positions, batch_first, scale, columns);
-  check_no_overlap(op, x, "x",
-                   {{"the table", table}, {"positions", positions}, {"columns", columns}});
+      prepare_table_call(x, table, offset, positions, batch_first, scale, columns);
+  check_no_overlap(x, "x", {{"the table", table}, {"positions", positions}, {"columns", columns}});
   if (x.is_contiguous()) { // (a contiguous tensor cannot overlap itself)
     loop(x, x, call);
     return;
@@ -95,11 +95,12 @@ template <AddLoop loop, EmptyFn empty>
 void add_position_table_out_kernel(const at::Tensor& x, const at::Tensor& table, int64_t offset,
                                    bool batch_first, OptionalTensor positions, double scale,
                                    OptionalTensor columns, at::Tensor& out) {
-  constexpr const char* op = "posenc::add_position_table_out";
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
+                                   "posenc::add_position_table_out");
   const TableCall call =
-      prepare_table_call(op, x, table, offset, positions, batch_first, scale, columns);
-  prepare_out(op, out, x);
-  check_no_overlap(op, out, "out",
+      prepare_table_call(x, table, offset, positions, batch_first, scale, columns);
+  prepare_out(out, x);
+  check_no_overlap(out, "out",
                    {{"the table", table}, {"positions", positions}, {"columns", columns}});
   if (out.is_contiguous()) {
     loop(x.contiguous(), out, call);
@@ -115,8 +116,9 @@ at::Tensor apply_rotary_kernel(const at::Tensor& x, const at::Tensor& cos, const
                                int64_t offset, OptionalTensor positions, bool interleaved,
                                bool heads_first, bool inverse, OptionalTensor inv_freq,
                                double attention_factor) {
-  const RotaryCall call = prepare_rotary_call("posenc::apply_rotary", x, cos, sin, offset,
-                                              positions, heads_first, inv_freq, attention_factor);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary");
+  const RotaryCall call =
+      prepare_rotary_call(x, cos, sin, offset, positions, heads_first, inv_freq, attention_factor);
   at::Tensor out = empty(x.sizes(), x.options());
   loop(x.contiguous(), out, call, interleaved, inverse);
   return out;
@@ -127,10 +129,10 @@ void apply_rotary_inplace_kernel(at::Tensor& x, const at::Tensor& cos, const at:
                                  int64_t offset, OptionalTensor positions, bool interleaved,
                                  bool heads_first, bool inverse, OptionalTensor inv_freq,
                                  double attention_factor) {
-  constexpr const char* op = "posenc::apply_rotary_";
-  const RotaryCall call = prepare_rotary_call(op, x, cos, sin, offset, positions, heads_first,
-                                              inv_freq, attention_factor);
-  check_no_overlap(op, x, "x",
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_");
+  const RotaryCall call =
+      prepare_rotary_call(x, cos, sin, offset, positions, heads_first, inv_freq, attention_factor);
+  check_no_overlap(x, "x",
                    {{"cos", cos}, {"sin", sin}, {"positions", positions}, {"inv_freq", inv_freq}});
   if (x.is_contiguous()) { // (a contiguous tensor cannot overlap itself)
     loop(x, x, call, interleaved, inverse);
@@ -153,9 +155,9 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary_qk_kernel(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
     int64_t offset, OptionalTensor positions, bool interleaved, bool heads_first, bool inverse,
     OptionalTensor inv_freq, double attention_factor) {
-  const RotaryQkCall call =
-      prepare_rotary_qk_call("posenc::apply_rotary_qk", q, k, cos, sin, offset, positions,
-                             heads_first, inv_freq, attention_factor);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_qk");
+  const RotaryQkCall call = prepare_rotary_qk_call(q, k, cos, sin, offset, positions, heads_first,
+                                                   inv_freq, attention_factor);
   at::Tensor q_out = empty(q.sizes(), q.options());
   at::Tensor k_out = empty(k.sizes(), k.options());
   loop({with_contiguous_channels(q), q_out, call.heads, call.head_dim},
@@ -169,13 +171,13 @@ void apply_rotary_qk_inplace_kernel(at::Tensor& q, at::Tensor& k, const at::Tens
                                     const at::Tensor& sin, int64_t offset, OptionalTensor positions,
                                     bool interleaved, bool heads_first, bool inverse,
                                     OptionalTensor inv_freq, double attention_factor) {
-  constexpr const char* op = "posenc::apply_rotary_qk_";
-  const RotaryQkCall call = prepare_rotary_qk_call(op, q, k, cos, sin, offset, positions,
-                                                   heads_first, inv_freq, attention_factor);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_qk_");
+  const RotaryQkCall call = prepare_rotary_qk_call(q, k, cos, sin, offset, positions, heads_first,
+                                                   inv_freq, attention_factor);
   check_no_overlap(
-      op, q, "q",
+      q, "q",
       {{"k", k}, {"cos", cos}, {"sin", sin}, {"positions", positions}, {"inv_freq", inv_freq}});
-  check_no_overlap(op, k, "k",
+  check_no_overlap(k, "k",
                    {{"cos", cos}, {"sin", sin}, {"positions", positions}, {"inv_freq", inv_freq}});
   at::assert_no_internal_overlap(q);
   at::assert_no_internal_overlap(k);
@@ -197,11 +199,12 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding_kernel(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
     bool batch_first, OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
     bool train, OptionalTensor columns) {
-  constexpr const char* op = "posenc::token_and_position_embedding";
-  const TableCall call = prepare_token_call(op, tokens, weight, table, offset, positions,
-                                            batch_first, scale, dropout, columns);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
+                                   "posenc::token_and_position_embedding");
+  const TableCall call = prepare_token_call(tokens, weight, table, offset, positions, batch_first,
+                                            scale, dropout, columns);
   // (the forward reads every row; padding_idx is the row the backward leaves without gradient)
-  check_padding_idx(detail::caller_or(op), padding_idx, weight.size(0));
+  check_padding_idx(padding_idx, weight.size(0));
   at::Tensor out = empty({tokens.size(0), tokens.size(1), weight.size(1)}, weight.options());
   const bool drop = train && dropout > 0.0;
   at::Tensor mask =

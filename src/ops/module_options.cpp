@@ -41,28 +41,29 @@ namespace ops {
 
 // ---- the checks, shared with the modules' reset() ------------------------------------------
 
-void check_options(const char* who, const PositionalEncodingOptions& options) {
-  detail::check_table_arguments(who, options.max_len(), options.d_model(), options.base());
-  detail::check_dropout(who, options.dropout());
-  detail::check_scale(who, options.scale());
+void check_options(const PositionalEncodingOptions& options) {
+  detail::check_table_arguments(options.max_len(), options.d_model(), options.base());
+  detail::check_dropout(options.dropout());
+  detail::check_scale(options.scale());
 }
 
-void check_options(const char* who, const LearnedPositionalEmbeddingOptions& options) {
-  detail::check_table_arguments(who, options.max_len(), options.d_model(), /*base=*/1.0);
-  detail::check_dropout(who, options.dropout());
+void check_options(const LearnedPositionalEmbeddingOptions& options) {
+  const char* const who = detail::caller();
+  detail::check_table_arguments(options.max_len(), options.d_model(), /*base=*/1.0);
+  detail::check_dropout(options.dropout());
   TORCH_CHECK(std::isfinite(options.init_std()) && options.init_std() >= 0, who,
               ": init_std must be finite and >= 0, but got ", options.init_std());
-  detail::check_scale(who, options.scale());
+  detail::check_scale(options.scale());
 }
 
-void check_options(const char* who, const TokenAndPositionEmbeddingOptions& options,
-                   OptionSpelling spelling) {
+void check_options(const TokenAndPositionEmbeddingOptions& options, OptionSpelling spelling) {
+  const char* const who = detail::caller();
   TORCH_CHECK(options.vocab_size() >= 1, who, ": vocab_size must be >= 1, but got ",
               options.vocab_size());
   TORCH_CHECK(options.d_model() >= 1, who, ": d_model must be >= 1, but got ", options.d_model());
-  detail::check_table_size(who, "a token table of vocab_size * d_model", options.vocab_size(),
+  detail::check_table_size("a token table of vocab_size * d_model", options.vocab_size(),
                            options.d_model(), "vocab_size");
-  detail::check_scale(who, options.scale());
+  detail::check_scale(options.scale());
   if (options.padding_idx()) {
     const int64_t pad = *options.padding_idx();
     TORCH_CHECK(pad >= 0 && pad < options.vocab_size(), who,
@@ -76,44 +77,46 @@ void check_options(const char* who, const TokenAndPositionEmbeddingOptions& opti
               python ? "positions='sinusoidal' or beyond_max_len='error'"
                      : "PositionKind::kSinusoidal or BeyondMaxLen::kError");
   // the position table (its module's checks, under this module's name)
-  detail::check_table_size(who, "a position table of max_len * d_model", options.max_len(),
+  detail::check_table_size("a position table of max_len * d_model", options.max_len(),
                            options.d_model(), "max_len");
   const bool sinusoidal = options.positions() == PositionKind::kSinusoidal;
-  detail::check_table_arguments(who, options.max_len(), options.d_model(),
+  detail::check_table_arguments(options.max_len(), options.d_model(),
                                 sinusoidal ? options.base() : 1.0);
-  detail::check_dropout(who, options.dropout());
+  detail::check_dropout(options.dropout());
 }
 
-void check_options(const char* who, const TimestepEmbeddingOptions& options) {
-  detail::check_timestep_spec(who, detail::timestep_spec(options));
+void check_options(const TimestepEmbeddingOptions& options) {
+  detail::check_timestep_spec(detail::timestep_spec(options));
 }
 
-void check_options(const char* who, const TimestepEmbedderOptions& options) {
+void check_options(const TimestepEmbedderOptions& options) {
+  const char* const who = detail::caller();
   TORCH_CHECK(options.hidden_size() >= 1, who, ": hidden_size must be >= 1, but got ",
               options.hidden_size());
-  detail::check_table_size(who, "a weight of hidden_size * hidden_size", options.hidden_size(),
+  detail::check_table_size("a weight of hidden_size * hidden_size", options.hidden_size(),
                            options.hidden_size(), "hidden_size");
   // DiT's frequencies: cos first, no shift
   detail::check_timestep_spec(
-      who, detail::timestep_spec(TimestepEmbeddingOptions(options.frequency_embedding_size())
-                                     .flip_sin_to_cos(true)
-                                     .downscale_freq_shift(0.0)
-                                     .max_period(options.max_period())));
-  detail::check_table_size(who, "a weight of hidden_size * frequency_embedding_size",
+      detail::timestep_spec(TimestepEmbeddingOptions(options.frequency_embedding_size())
+                                .flip_sin_to_cos(true)
+                                .downscale_freq_shift(0.0)
+                                .max_period(options.max_period())));
+  detail::check_table_size("a weight of hidden_size * frequency_embedding_size",
                            options.hidden_size(), options.frequency_embedding_size(),
                            "hidden_size or frequency_embedding_size");
 }
 
-void check_options(const char* who, const AxialRotaryEmbeddingOptions& options) {
+void check_options(const AxialRotaryEmbeddingOptions& options) {
   // the tables' argument checks, on no tokens
   detail::check_axial_rotary_arguments(
-      who, at::empty({0, static_cast<int64_t>(options.axes_dim().size())}), options.axes_dim(),
+      at::empty({0, static_cast<int64_t>(options.axes_dim().size())}), options.axes_dim(),
       options.theta());
 }
 
-void check_options(const char* who, const VisionRotaryEmbeddingOptions& options) {
+void check_options(const VisionRotaryEmbeddingOptions& options) {
+  const char* const who = detail::caller();
   // the tables' argument checks, on a 1 x 1 grid
-  detail::check_grid_rotary_arguments(who, {1, 1}, options.dim(), options.temperature(),
+  detail::check_grid_rotary_arguments({1, 1}, options.dim(), options.temperature(),
                                       options.ref_feat_shape(), options.grid_offset(),
                                       grid_indexing_name(options.grid_indexing()));
   TORCH_CHECK(
@@ -124,46 +127,48 @@ void check_options(const char* who, const VisionRotaryEmbeddingOptions& options)
       options.num_prefix_tokens());
 }
 
-void check_options(const char* who, const ALiBiOptions& options) {
+void check_options(const ALiBiOptions& options) {
   detail::check_alibi_arguments(
-      who, options.num_heads(), options.max_bias(), options.first_head(),
+      options.num_heads(), options.max_bias(), options.first_head(),
       options.heads().value_or(options.num_heads() > options.first_head()
                                    ? options.num_heads() - options.first_head()
                                    : 0));
 }
 
-void check_options(const char* who, const AttentionTemperatureOptions& options) {
-  detail::check_attention_temperature(who, options.floor_scale(), options.attn_scale());
+void check_options(const AttentionTemperatureOptions& options) {
+  detail::check_attention_temperature(options.floor_scale(), options.attn_scale());
 }
 
-void check_options(const char* who, const RelativePositionBiasOptions& options) {
+void check_options(const RelativePositionBiasOptions& options) {
+  const char* const who = detail::caller();
   TORCH_CHECK(options.num_heads() >= 1, who, ": num_heads must be >= 1, but got ",
               options.num_heads());
-  detail::check_bucket_arguments(who, options.bidirectional(), options.num_buckets(),
+  detail::check_bucket_arguments(options.bidirectional(), options.num_buckets(),
                                  options.max_distance());
-  detail::check_table_size(who, "a bias table of num_buckets * num_heads", options.num_buckets(),
+  detail::check_table_size("a bias table of num_buckets * num_heads", options.num_buckets(),
                            options.num_heads(), "num_buckets or num_heads");
 }
 
-void check_options(const char* who, const RelPositionalEncodingOptions& options) {
-  detail::check_dropout(who, options.dropout());
+void check_options(const RelPositionalEncodingOptions& options) {
+  detail::check_dropout(options.dropout());
   if (options.legacy()) {
-    detail::check_table_request(who, options.max_len(), options.d_model(), options.base(),
+    detail::check_table_request(options.max_len(), options.d_model(), options.base(),
                                 /*offset=*/0, at::kFloat);
   } else {
-    detail::check_relative_table_arguments(who, options.max_len(), options.max_len(),
-                                           options.d_model(), options.base());
+    detail::check_relative_table_arguments(options.max_len(), options.max_len(), options.d_model(),
+                                           options.base());
   }
 }
 
-void check_options(const char* who, const RelPositionMultiheadAttentionOptions& options) {
+void check_options(const RelPositionMultiheadAttentionOptions& options) {
+  const char* const who = detail::caller();
   const int64_t width = options.embed_dim();
   const int64_t heads = options.num_heads();
   TORCH_CHECK(heads >= 1 && width >= 1 && width % heads == 0, who,
               ": embed_dim must be a positive multiple of num_heads >= 1, but got embed_dim = ",
               width, " and num_heads = ", heads);
-  detail::check_dropout(who, options.dropout());
-  detail::check_table_size(who, "a weight of embed_dim * embed_dim", width, width, "embed_dim");
+  detail::check_dropout(options.dropout());
+  detail::check_table_size("a weight of embed_dim * embed_dim", width, width, "embed_dim");
 }
 
 namespace {
@@ -173,18 +178,17 @@ namespace {
 using nlohmann::json;
 
 // The operators' form names (detail::attention_temperature_form, its message).
-AttentionTemperatureForm temperature_form(const char* who, OptionsReader& read,
-                                          AttentionTemperatureForm fallback) {
+AttentionTemperatureForm temperature_form(OptionsReader& read, AttentionTemperatureForm fallback) {
   const json* value = read.find("form");
   if (value == nullptr) {
     return fallback;
   }
-  return detail::attention_temperature_form(
-      who, value->is_string() ? value->get<std::string>() : value->dump());
+  return detail::attention_temperature_form(value->is_string() ? value->get<std::string>()
+                                                               : value->dump());
 }
 
 // One reading per module: its options from the reader, then its checks.
-void check_positional_encoding(const char* who, OptionsReader& read) {
+void check_positional_encoding(OptionsReader& read) {
   PositionalEncodingOptions options(read.integer("d_model", 0), read.integer("max_len", 0));
   options.base(read.number("base", options.base()))
       .dropout(read.number("dropout", options.dropout()))
@@ -202,10 +206,10 @@ void check_positional_encoding(const char* who, OptionsReader& read) {
       .scale(read.number("scale", options.scale()))
       .inplace(read.boolean("inplace", options.inplace()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_learned_positional_embedding(const char* who, OptionsReader& read) {
+void check_learned_positional_embedding(OptionsReader& read) {
   LearnedPositionalEmbeddingOptions options(read.integer("d_model", 0), read.integer("max_len", 0));
   options.init_std(read.number("init_std", options.init_std()))
       .dropout(read.number("dropout", options.dropout()))
@@ -213,10 +217,10 @@ void check_learned_positional_embedding(const char* who, OptionsReader& read) {
       .scale(read.number("scale", options.scale()))
       .inplace(read.boolean("inplace", options.inplace()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_token_and_position_embedding(const char* who, OptionsReader& read) {
+void check_token_and_position_embedding(OptionsReader& read) {
   TokenAndPositionEmbeddingOptions options(read.integer("vocab_size", 0),
                                            read.integer("d_model", 0), read.integer("max_len", 0));
   options
@@ -232,39 +236,39 @@ void check_token_and_position_embedding(const char* who, OptionsReader& read) {
       .beyond_max_len(
           read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()));
   read.finish();
-  check_options(who, options, OptionSpelling::kPython);
+  check_options(options, OptionSpelling::kPython);
 }
 
-void check_timesteps(const char* who, OptionsReader& read) {
+void check_timesteps(OptionsReader& read) {
   TimestepEmbeddingOptions options(read.integer("embedding_dim", 0));
   options.flip_sin_to_cos(read.boolean("flip_sin_to_cos", options.flip_sin_to_cos()))
       .downscale_freq_shift(read.number("downscale_freq_shift", options.downscale_freq_shift()))
       .scale(read.number("scale", options.scale()))
       .max_period(read.integer("max_period", options.max_period()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_timestep_embedder(const char* who, OptionsReader& read) {
+void check_timestep_embedder(OptionsReader& read) {
   TimestepEmbedderOptions options(read.integer("hidden_size", 0));
   options
       .frequency_embedding_size(
           read.integer("frequency_embedding_size", options.frequency_embedding_size()))
       .max_period(read.integer("max_period", options.max_period()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_axial_rotary_embedding(const char* who, OptionsReader& read) {
+void check_axial_rotary_embedding(OptionsReader& read) {
   AxialRotaryEmbeddingOptions options(read.integers("axes_dim", {}));
   options.theta(read.number("theta", options.theta()))
       .pairing(read.choice("pairing", pairing_names(), options.pairing()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_vision_rotary_embedding(const char* who, OptionsReader& read) {
+void check_vision_rotary_embedding(OptionsReader& read) {
   VisionRotaryEmbeddingOptions options(read.integer("dim", 0));
   options.temperature(read.number("temperature", options.temperature()))
       .ref_feat_shape(read.integers("ref_feat_shape", options.ref_feat_shape(), /*nullable=*/true))
@@ -276,38 +280,38 @@ void check_vision_rotary_embedding(const char* who, OptionsReader& read) {
       .num_prefix_tokens(read.integer("num_prefix_tokens", options.num_prefix_tokens()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_alibi(const char* who, OptionsReader& read) {
+void check_alibi(OptionsReader& read) {
   ALiBiOptions options(read.integer("num_heads", 0));
   options.max_bias(read.number("max_bias", options.max_bias()))
       .first_head(read.integer("first_head", options.first_head()))
       .heads(read.optional_integer("heads"));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_attention_temperature(const char* who, OptionsReader& read) {
+void check_attention_temperature(OptionsReader& read) {
   AttentionTemperatureOptions options;
   options.floor_scale(read.number("floor_scale", options.floor_scale()))
       .attn_scale(read.number("attn_scale", options.attn_scale()))
-      .form(temperature_form(who, read, options.form()))
+      .form(temperature_form(read, options.form()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_relative_position_bias(const char* who, OptionsReader& read) {
+void check_relative_position_bias(OptionsReader& read) {
   RelativePositionBiasOptions options(read.integer("num_heads", 0));
   options.num_buckets(read.integer("num_buckets", options.num_buckets()))
       .max_distance(read.integer("max_distance", options.max_distance()))
       .bidirectional(read.boolean("bidirectional", options.bidirectional()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_rel_positional_encoding(const char* who, OptionsReader& read) {
+void check_rel_positional_encoding(OptionsReader& read) {
   RelPositionalEncodingOptions options(read.integer("d_model", 0));
   options.max_len(read.integer("max_len", options.max_len()))
       .dropout(read.number("dropout", options.dropout()))
@@ -315,20 +319,20 @@ void check_rel_positional_encoding(const char* who, OptionsReader& read) {
       .legacy(read.boolean("legacy", options.legacy()))
       .base(read.number("base", options.base()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
-void check_rel_position_multihead_attention(const char* who, OptionsReader& read) {
+void check_rel_position_multihead_attention(OptionsReader& read) {
   RelPositionMultiheadAttentionOptions options(read.integer("embed_dim", 0),
                                                read.integer("num_heads", 0));
   options.dropout(read.number("dropout", options.dropout()));
   read.finish();
-  check_options(who, options);
+  check_options(options);
 }
 
 struct ModuleEntry {
   const char* name;
-  void (*check)(const char* who, OptionsReader& read);
+  void (*check)(OptionsReader& read);
 };
 
 const std::vector<ModuleEntry>& module_entries() {
@@ -370,8 +374,9 @@ void check_module_options(c10::string_view module, c10::string_view options) {
   TORCH_CHECK(parsed.is_object(), kOp, ": options must be a JSON object of ", entry->name,
               "'s keyword arguments (e.g. {\"d_model\": 512}), but got '", std::string(options),
               "'");
-  OptionsReader read(entry->name, parsed);
-  entry->check(entry->name, read);
+  const detail::CallerScope caller(entry->name);
+  OptionsReader read(parsed);
+  entry->check(read);
 }
 
 } // namespace

@@ -57,18 +57,17 @@ struct Resolved {
 // Checks the positions of a call (offset form or explicit) against a table of `max_len` rows and
 // fills `source`. Reads from the device at most once: the extremes of `ids` (token ids) and of the
 // positions, or, when positions may lie past the table (`extendable`), all positions.
-Resolved resolve_positions(const char* who, PositionSource& source, OptionalTensor positions,
-                           int64_t offset, at::IntArrayRef per_sequence,
-                           const char* per_sequence_name, const c10::Device& device,
-                           int64_t max_len, bool extendable, const char* definition,
-                           const at::Tensor& ids = at::Tensor()) {
+Resolved resolve_positions(PositionSource& source, OptionalTensor positions, int64_t offset,
+                           at::IntArrayRef per_sequence, const char* per_sequence_name,
+                           const c10::Device& device, int64_t max_len, bool extendable,
+                           const char* definition, const at::Tensor& ids = at::Tensor()) {
   Resolved resolved;
   const bool on_host = !detail::checks_on_device(device);
   if (given(positions)) {
-    detail::check_no_offset_with_positions(who, offset);
-    detail::check_positions_form(who, *positions, source.length, per_sequence, per_sequence_name,
-                                 device, /*continuous=*/true);
-    detail::check_continuous_allowed(who, *positions, extendable, definition);
+    detail::check_no_offset_with_positions(offset);
+    detail::check_positions_form(*positions, source.length, per_sequence, per_sequence_name, device,
+                                 /*continuous=*/true);
+    detail::check_continuous_allowed(*positions, extendable, definition);
     if (!on_host) {
       // Nothing is read back: the kernels check integer positions (and token ids) where they read
       // them; a call that may reach past the table gets the rows of exactly its positions,
@@ -94,7 +93,7 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
         resolved.ids = detail::host_read({ids}).ranges[0];
       }
       resolved.host = positions->to(at::kCPU, at::kDouble).contiguous();
-      detail::check_continuous_range(who, resolved.host);
+      detail::check_continuous_range(resolved.host);
       resolved.past = true;
       return resolved;
     }
@@ -103,7 +102,7 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
     resolved.ids = host.ranges[0];
     const std::pair<int64_t, int64_t> range =
         extendable ? whole_range(host.whole) : host.ranges[1];
-    detail::check_positions_range(who, range.first, range.second, extendable ? -1 : max_len,
+    detail::check_positions_range(range.first, range.second, extendable ? -1 : max_len,
                                   caller_hint());
     source.positions = positions->to(at::kLong).contiguous();
     resolved.past = range.second >= max_len;
@@ -112,14 +111,14 @@ Resolved resolve_positions(const char* who, PositionSource& source, OptionalTens
     }
     return resolved;
   }
-  detail::check_offset_start(who, offset, source.length);
+  detail::check_offset_start(offset, source.length);
   if (ids.defined() && on_host) { // (on a device, the kernel checks each id it reads)
     resolved.ids = detail::host_read({ids}).ranges[0];
   }
   source.offset = offset;
   resolved.past = offset > max_len - source.length;
   if (resolved.past && !extendable) {
-    detail::check_offset(who, offset, source.length, max_len, caller_hint());
+    detail::check_offset(offset, source.length, max_len, caller_hint());
   }
   if (resolved.past) {
     const auto long_options = at::TensorOptions().dtype(at::kLong);
@@ -174,8 +173,9 @@ at::Tensor rows_on_device(const at::Tensor& table, const at::Tensor& positions,
 // Rows past a sinusoidal table, for device-resident positions: from the column plan on the device
 // (angle = position * frequency in float64, then sin, cos or 0 by the column's kind, rounded once
 // to the table's dtype, as detail::sinusoidal_rows computes them on the host).
-void extend_table_on_device(const char* who, TableCall& call, const at::Tensor& positions,
+void extend_table_on_device(TableCall& call, const at::Tensor& positions,
                             const at::Tensor& columns) {
+  const char* const who = detail::caller();
   TORCH_CHECK(columns.dim() == 2 && columns.size(0) == 2 && columns.size(1) == call.width &&
                   columns.scalar_type() == at::kDouble,
               who, ": columns must be a float64 [2, D] = [2, ", call.width,
@@ -197,9 +197,9 @@ void extend_table_on_device(const char* who, TableCall& call, const at::Tensor& 
 // where they exist and computed from the column plan where they do not (each part is zero where the
 // other applies, so the sum is exact), then positions indexing them. Floating-point positions:
 // every row computed from the column plan.
-void extend_table(const char* who, TableCall& call, const at::Tensor& host,
-                  const at::Tensor& columns, int64_t max_len) {
-  const detail::ColumnPlan plan = detail::column_plan_from_tensor(who, columns, call.width);
+void extend_table(TableCall& call, const at::Tensor& host, const at::Tensor& columns,
+                  int64_t max_len) {
+  const detail::ColumnPlan plan = detail::column_plan_from_tensor(columns, call.width);
   const at::Tensor flat = host.reshape({-1});
   if (detail::is_continuous(host)) {
     const at::Tensor rows = detail::table_rows(call.table);
@@ -263,37 +263,37 @@ at::Tensor kernel_readable(const at::Tensor& table) {
 at::Tensor TableCall::kernel_table() const {
   return kernel_readable(table);
 }
-TableCall prepare_table_call(const char* op, const at::Tensor& x, const at::Tensor& table,
-                             int64_t offset, OptionalTensor positions, bool batch_first,
-                             double scale, OptionalTensor columns) {
-  const char* who = detail::caller_or(op);
-  const detail::TableShape shape = detail::check_table(who, table);
-  detail::check_sequence_input(who, x, shape.width, batch_first, table.device());
-  detail::check_scale(who, scale, x.scalar_type());
-  check_definition_device(who, columns, "columns", table.device());
+TableCall prepare_table_call(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                             OptionalTensor positions, bool batch_first, double scale,
+                             OptionalTensor columns) {
+  const detail::TableShape shape = detail::check_table(table);
+  detail::check_sequence_input(x, shape.width, batch_first, table.device());
+  detail::check_scale(scale, x.scalar_type());
+  check_definition_device(columns, "columns", table.device());
   TableCall call = table_call(table, shape.width, x.sizes(), batch_first, scale);
-  const Resolved resolved = resolve_positions(who, call, positions, offset, x.sizes().slice(0, 2),
+  const Resolved resolved = resolve_positions(call, positions, offset, x.sizes().slice(0, 2),
                                               detail::sequence_layout(batch_first), x.device(),
                                               shape.max_len, given(columns), "columns");
   if (resolved.device.defined()) {
-    extend_table_on_device(who, call, resolved.device, *columns);
+    extend_table_on_device(call, resolved.device, *columns);
   } else if (resolved.past) {
-    extend_table(who, call, resolved.host, *columns, shape.max_len);
+    extend_table(call, resolved.host, *columns, shape.max_len);
   }
   return call;
 }
 
-void check_padding_idx(const char* who, int64_t padding_idx, int64_t vocab_size) {
+void check_padding_idx(int64_t padding_idx, int64_t vocab_size) {
+  const char* const who = detail::caller();
   TORCH_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < vocab_size), who,
               ": padding_idx must be -1 (none) or a token id in [0, vocab_size) = [0, ",
               vocab_size, "), but got ", padding_idx);
 }
 
-TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at::Tensor& weight,
+TableCall prepare_token_call(const at::Tensor& tokens, const at::Tensor& weight,
                              const at::Tensor& table, int64_t offset, OptionalTensor positions,
                              bool batch_first, double scale, double dropout,
                              OptionalTensor columns) {
-  const char* who = detail::caller_or(op);
+  const char* const who = detail::caller();
   const char* layout = detail::sequence_layout(batch_first);
   TORCH_CHECK(tokens.defined() && tokens.dim() == 2, who, ": expected token ids of shape ", layout,
               ", but got ", tokens.defined() ? tokens.sizes() : at::IntArrayRef{});
@@ -302,28 +302,28 @@ TableCall prepare_token_call(const char* op, const at::Tensor& tokens, const at:
   TORCH_CHECK(weight.defined() && weight.dim() == 2, who,
               ": expected the token embedding weight as [vocab, D], but got ",
               weight.defined() ? weight.sizes() : at::IntArrayRef{});
-  detail::check_float_dtype(who, "the dtype of the token embedding weight", weight.scalar_type());
+  detail::check_float_dtype("the dtype of the token embedding weight", weight.scalar_type());
   TORCH_CHECK(tokens.device() == weight.device(), who,
               ": expected the token ids on the module's device (", weight.device(), "), but got ",
               tokens.device());
-  detail::check_dropout(who, dropout);
-  detail::check_scale(who, scale, weight.scalar_type());
-  const detail::TableShape shape = detail::check_table(who, table);
+  detail::check_dropout(dropout);
+  detail::check_scale(scale, weight.scalar_type());
+  const detail::TableShape shape = detail::check_table(table);
   TORCH_CHECK(shape.width == weight.size(1) && table.device() == weight.device(), who,
               ": the position table must have D = ", weight.size(1), " columns on ",
               weight.device(), ", but has ", shape.width, " on ", table.device());
-  check_definition_device(who, columns, "columns", table.device());
+  check_definition_device(columns, "columns", table.device());
   TableCall call = table_call(table, shape.width, tokens.sizes(), batch_first, scale);
   const Resolved resolved =
-      resolve_positions(who, call, positions, offset, tokens.sizes(), layout, tokens.device(),
+      resolve_positions(call, positions, offset, tokens.sizes(), layout, tokens.device(),
                         shape.max_len, given(columns), "columns", tokens);
   TORCH_CHECK(resolved.ids.first >= 0 && resolved.ids.second < weight.size(0), who,
               ": token ids must lie in [0, vocab_size) = [0, ", weight.size(0),
               "), but got ids from ", resolved.ids.first, " to ", resolved.ids.second);
   if (resolved.device.defined()) {
-    extend_table_on_device(who, call, resolved.device, *columns);
+    extend_table_on_device(call, resolved.device, *columns);
   } else if (resolved.past) {
-    extend_table(who, call, resolved.host, *columns, shape.max_len);
+    extend_table(call, resolved.host, *columns, shape.max_len);
   }
   return call;
 }
@@ -339,14 +339,15 @@ at::Tensor RotaryCall::kernel_sin() const {
 namespace {
 
 // cos and sin: [max_len, R/2] tables of one floating dtype on one device.
-void check_caches(const char* who, const at::Tensor& cos, const at::Tensor& sin) {
+void check_caches(const at::Tensor& cos, const at::Tensor& sin) {
+  const char* const who = detail::caller();
   TORCH_CHECK(cos.defined() && sin.defined() && cos.dim() == 2 && cos.sizes() == sin.sizes() &&
                   cos.size(1) >= 1 && cos.size(1) <= detail::kMaxTableElements,
               who, ": cos and sin must be [max_len, R/2] tables of the same shape (R/2 <= 2^28), "
               "but got ",
               cos.defined() ? cos.sizes() : at::IntArrayRef{}, " and ",
               sin.defined() ? sin.sizes() : at::IntArrayRef{});
-  detail::check_float_dtype(who, "the dtype of cos and sin", cos.scalar_type());
+  detail::check_float_dtype("the dtype of cos and sin", cos.scalar_type());
   TORCH_CHECK(cos.scalar_type() == sin.scalar_type() && cos.device() == sin.device(), who,
               ": cos and sin must share dtype and device, but cos is ", cos.scalar_type(), " on ",
               cos.device(), " and sin ", sin.scalar_type(), " on ", sin.device());
@@ -354,15 +355,16 @@ void check_caches(const char* who, const at::Tensor& cos, const at::Tensor& sin)
 
 } // namespace
 
-detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv_freq,
-                                          const at::Tensor& cos, double attention_factor) {
+detail::RopeFrequencies given_frequencies(const at::Tensor& inv_freq, const at::Tensor& cos,
+                                          double attention_factor) {
+  const char* const who = detail::caller();
   const int64_t half = cos.size(1);
   TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) == half &&
                   inv_freq.scalar_type() == at::kDouble,
               who, ": inv_freq must be a float64 [R/2] = [", half,
               "] tensor of frequencies, but got ", inv_freq.scalar_type(), " of shape ",
               inv_freq.sizes());
-  check_definition_device(who, inv_freq, "inv_freq", cos.device());
+  check_definition_device(inv_freq, "inv_freq", cos.device());
   // cos/sin carry the factor, so it must be a finite number in their dtype.
   const double largest = cos.scalar_type() == at::kDouble ? std::numeric_limits<double>::max()
                          : cos.scalar_type() == at::kHalf ? 65504.0
@@ -402,12 +404,11 @@ std::pair<at::Tensor, at::Tensor> rotary_rows_on_device(const at::Tensor& cos,
           rows_on_device(sin, positions, computed.second)};
 }
 
-RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Tensor& cos,
-                               const at::Tensor& sin, int64_t offset, OptionalTensor positions,
-                               bool heads_first, OptionalTensor inv_freq, double attention_factor) {
-  const char* who = detail::caller_or(op);
-  check_caches(who, cos, sin);
-  detail::check_rotary_input(who, x, 2 * cos.size(1), heads_first, cos.device());
+RotaryCall prepare_rotary_call(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                               int64_t offset, OptionalTensor positions, bool heads_first,
+                               OptionalTensor inv_freq, double attention_factor) {
+  check_caches(cos, sin);
+  detail::check_rotary_input(x, 2 * cos.size(1), heads_first, cos.device());
   RotaryCall call;
   call.cos = cos;
   call.sin = sin;
@@ -418,12 +419,11 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   call.head_dim = x.size(3);
   call.half = cos.size(1);
   const detail::RopeFrequencies frequencies =
-      given(inv_freq) ? given_frequencies(who, *inv_freq, cos, attention_factor)
+      given(inv_freq) ? given_frequencies(*inv_freq, cos, attention_factor)
                       : detail::RopeFrequencies();
   const int64_t batch_and_length[] = {call.batch, call.length};
-  const Resolved resolved = resolve_positions(who, call, positions, offset, batch_and_length,
-                                              "[B, L]", x.device(), cos.size(0), given(inv_freq),
-                                              "inv_freq");
+  const Resolved resolved = resolve_positions(call, positions, offset, batch_and_length, "[B, L]",
+                                              x.device(), cos.size(0), given(inv_freq), "inv_freq");
   if (resolved.device.defined()) {
     // On the device: the caches' rows where they exist, computed from inv_freq elsewhere.
     std::tie(call.cos, call.sin) =
@@ -448,17 +448,16 @@ RotaryCall prepare_rotary_call(const char* op, const at::Tensor& x, const at::Te
   return call;
 }
 
-MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Tensor& cos,
-                                                    const at::Tensor& sin,
+MultimodalTablesCall prepare_multimodal_tables_call(const at::Tensor& cos, const at::Tensor& sin,
                                                     const at::Tensor& positions,
-                                                    at::IntArrayRef mrope_section,
-                                                    bool interleaved, OptionalTensor inv_freq,
+                                                    at::IntArrayRef mrope_section, bool interleaved,
+                                                    OptionalTensor inv_freq,
                                                     double attention_factor) {
-  const char* who = detail::caller_or(op);
-  check_caches(who, cos, sin);
+  const char* const who = detail::caller();
+  check_caches(cos, sin);
   const int64_t half = cos.size(1);
   MultimodalTablesCall call;
-  call.axes = detail::mrope_axes(who, mrope_section.vec(), interleaved, half);
+  call.axes = detail::mrope_axes(mrope_section.vec(), interleaved, half);
   TORCH_CHECK(positions.defined() && (positions.dim() == 2 || positions.dim() == 3) &&
                   positions.size(0) == 3,
               who,
@@ -468,9 +467,9 @@ MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Te
   TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), who,
               ": positions must be an integer tensor (int64 or int32), but got ",
               positions.scalar_type());
-  detail::check_positions_device(who, positions, cos.device());
+  detail::check_positions_device(positions, cos.device());
   if (given(inv_freq)) {
-    call.frequencies = given_frequencies(who, *inv_freq, cos, attention_factor);
+    call.frequencies = given_frequencies(*inv_freq, cos, attention_factor);
   }
   call.shape = positions.sizes().slice(1).vec();
   call.shape.push_back(half);
@@ -494,24 +493,24 @@ MultimodalTablesCall prepare_multimodal_tables_call(const char* op, const at::Te
   TORCH_CHECK(range.first >= 0 || range.second < range.first, who,
               ": multimodal positions must be >= 0, but got ", range.first,
               " (M-RoPE has no padding value: mask padded tokens in the attention)");
-  detail::check_positions_range(who, range.first, range.second,
-                                given(inv_freq) ? -1 : cos.size(0), caller_hint());
+  detail::check_positions_range(range.first, range.second, given(inv_freq) ? -1 : cos.size(0),
+                                caller_hint());
   if (range.second >= cos.size(0)) {
     call.host_positions = host.whole.to(at::kLong).reshape({3, -1});
   }
   return call;
 }
 
-void check_out(const char* who, const at::Tensor& out, const at::Tensor& x) {
+void check_out(const at::Tensor& out, const at::Tensor& x) {
+  const char* const who = detail::caller();
   TORCH_CHECK(out.defined(), who, ": out is undefined");
   TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(), who,
               ": out must have the input's dtype and device (", x.scalar_type(), ", ", x.device(),
               "), but has ", out.scalar_type(), ", ", out.device());
 }
 
-void prepare_out(const char* op, at::Tensor& out, const at::Tensor& x) {
-  const char* who = detail::caller_or(op);
-  check_out(who, out, x);
+void prepare_out(at::Tensor& out, const at::Tensor& x) {
+  check_out(out, x);
   // PyTorch's rule: an out of another shape is resized (with a deprecation warning unless it is
   // empty).
   at::native::resize_output(out, x.sizes());
@@ -519,15 +518,15 @@ void prepare_out(const char* op, at::Tensor& out, const at::Tensor& x) {
   at::assert_no_partial_overlap(out, x);
 }
 
-RotaryQkCall prepare_rotary_qk_call(const char* op, const at::Tensor& q, const at::Tensor& k,
-                                    const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
-                                    OptionalTensor positions, bool heads_first,
-                                    OptionalTensor inv_freq, double attention_factor) {
+RotaryQkCall prepare_rotary_qk_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                    const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                                    bool heads_first, OptionalTensor inv_freq,
+                                    double attention_factor) {
   RotaryQkCall call;
-  static_cast<RotaryCall&>(call) = prepare_rotary_call(op, q, cos, sin, offset, positions,
-                                                       heads_first, inv_freq, attention_factor);
-  const char* who = detail::caller_or(op);
-  detail::check_rotary_input(who, k, 2 * call.half, heads_first, cos.device());
+  static_cast<RotaryCall&>(call) =
+      prepare_rotary_call(q, cos, sin, offset, positions, heads_first, inv_freq, attention_factor);
+  const char* const who = detail::caller();
+  detail::check_rotary_input(k, 2 * call.half, heads_first, cos.device());
   TORCH_CHECK(k.scalar_type() == q.scalar_type(), who,
               ": q and k must share a dtype, but q is ", q.scalar_type(), " and k ",
               k.scalar_type(), "; convert one of them");
@@ -541,7 +540,7 @@ RotaryQkCall prepare_rotary_qk_call(const char* op, const at::Tensor& q, const a
   return call;
 }
 
-void check_no_overlap(const char* op, const at::Tensor& written, const char* written_name,
+void check_no_overlap(const at::Tensor& written, const char* written_name,
                       std::initializer_list<NamedInput> inputs) {
   for (const NamedInput& input : inputs) {
     if (input.tensor == nullptr || !input.tensor->defined()) {
@@ -550,10 +549,12 @@ void check_no_overlap(const char* op, const at::Tensor& written, const char* wri
     // (exact where ATen answers "too hard": strided views of one buffer, e.g. q and k of a fused
     // qkv tensor; what cannot be decided is refused like a proven overlap)
     const detail::Sharing sharing = detail::tensors_share(written, *input.tensor);
-    TORCH_CHECK(sharing != detail::Sharing::kUnknown, detail::caller_or(op), ": cannot tell whether ",
-                written_name, " and ", input.name, " share memory (strided views of one buffer "
-                "whose elements interleave too intricately to decide); pass a clone() of one of them");
-    TORCH_CHECK(sharing == detail::Sharing::kNone, detail::caller_or(op), ": ", written_name,
+    TORCH_CHECK(
+        sharing != detail::Sharing::kUnknown, detail::caller(), ": cannot tell whether ",
+        written_name, " and ", input.name,
+        " share memory (strided views of one buffer "
+        "whose elements interleave too intricately to decide); pass a clone() of one of them");
+    TORCH_CHECK(sharing == detail::Sharing::kNone, detail::caller(), ": ", written_name,
                 " shares memory with ", input.name, ", which the operation reads while writing ",
                 written_name, "; pass a clone() of one of them");
   }
@@ -566,23 +567,23 @@ bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b) {
   return !(a.defined() && a.requires_grad()) && !(b.defined() && b.requires_grad());
 }
 
-void check_definition_device(const char* who, OptionalTensor tensor, const char* what,
-                             const c10::Device& device) {
+void check_definition_device(OptionalTensor tensor, const char* what, const c10::Device& device) {
   if (given(tensor)) {
-    detail::check_argument_device(who, *tensor, what, device);
+    detail::check_argument_device(*tensor, what, device);
   }
 }
 
 void check_token_backward_devices(const at::Tensor& grad, const at::Tensor& mask,
                                   const at::Tensor& tokens, const at::Tensor& weight,
                                   const at::Tensor& table, OptionalTensor positions) {
-  constexpr const char* who = "posenc::_token_and_position_embedding_backward";
+  const detail::CallerScope caller_scope(detail::CallerScope::Rename{},
+                                         "posenc::_token_and_position_embedding_backward");
   const c10::Device device = weight.device();
-  detail::check_argument_device(who, grad, "grad", device);
-  detail::check_argument_device(who, mask, "the dropout mask", device);
-  detail::check_argument_device(who, tokens, "the token ids", device);
-  detail::check_argument_device(who, table, "the table", device);
-  check_definition_device(who, positions, "positions", device);
+  detail::check_argument_device(grad, "grad", device);
+  detail::check_argument_device(mask, "the dropout mask", device);
+  detail::check_argument_device(tokens, "the token ids", device);
+  detail::check_argument_device(table, "the table", device);
+  check_definition_device(positions, "positions", device);
 }
 
 c10::optional<at::Tensor> optional_of(const at::Tensor& tensor) {

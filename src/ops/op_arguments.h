@@ -58,16 +58,16 @@ struct TableCall : PositionSource {
 };
 
 /// Checks the arguments of add_position_table and its in-place and out variants.
-TableCall prepare_table_call(const char* who, const at::Tensor& x, const at::Tensor& table,
-                             int64_t offset, OptionalTensor positions, bool batch_first,
-                             double scale, OptionalTensor columns);
+TableCall prepare_table_call(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                             OptionalTensor positions, bool batch_first, double scale,
+                             OptionalTensor columns);
 
 /// Checks the arguments of token_and_position_embedding: int64 token ids `[B, L]` / `[L, B]` in
 /// [0, vocab), a floating weight `[vocab, D]`, a table with D columns, positions, dropout.
 /// Checks the token embedding's padding_idx: -1 (none) or a row of the weight.
-void check_padding_idx(const char* who, int64_t padding_idx, int64_t vocab_size);
+void check_padding_idx(int64_t padding_idx, int64_t vocab_size);
 
-TableCall prepare_token_call(const char* who, const at::Tensor& tokens, const at::Tensor& weight,
+TableCall prepare_token_call(const at::Tensor& tokens, const at::Tensor& weight,
                              const at::Tensor& table, int64_t offset, OptionalTensor positions,
                              bool batch_first, double scale, double dropout,
                              OptionalTensor columns);
@@ -88,9 +88,9 @@ struct RotaryCall : PositionSource {
 };
 
 /// Checks the arguments of apply_rotary and apply_rotary_.
-RotaryCall prepare_rotary_call(const char* who, const at::Tensor& x, const at::Tensor& cos,
-                               const at::Tensor& sin, int64_t offset, OptionalTensor positions,
-                               bool heads_first, OptionalTensor inv_freq, double attention_factor);
+RotaryCall prepare_rotary_call(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                               int64_t offset, OptionalTensor positions, bool heads_first,
+                               OptionalTensor inv_freq, double attention_factor);
 
 /// A checked call of apply_rotary_qk: the RotaryCall fields describe the queries (their heads and
 /// width), the keys share their batch, length and positions.
@@ -101,15 +101,15 @@ struct RotaryQkCall : RotaryCall {
 
 /// Checks the arguments of apply_rotary_qk and apply_rotary_qk_: q as apply_rotary's x; k of q's
 /// dtype, device, batch and length, any number of heads (GQA, MQA), any width >= R.
-RotaryQkCall prepare_rotary_qk_call(const char* who, const at::Tensor& q, const at::Tensor& k,
-                                    const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
-                                    OptionalTensor positions, bool heads_first,
-                                    OptionalTensor inv_freq, double attention_factor);
+RotaryQkCall prepare_rotary_qk_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                    const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                                    bool heads_first, OptionalTensor inv_freq,
+                                    double attention_factor);
 
 /// The frequencies (and the factor cos/sin carry) in `inv_freq`, checked for caches like `cos`
 /// (float64 `[R/2]` on cos's device, finite angles, the factor a finite number of cos's dtype).
-detail::RopeFrequencies given_frequencies(const char* who, const at::Tensor& inv_freq,
-                                          const at::Tensor& cos, double attention_factor);
+detail::RopeFrequencies given_frequencies(const at::Tensor& inv_freq, const at::Tensor& cos,
+                                          double attention_factor);
 
 /// A checked call of multimodal_rotary_tables.
 struct MultimodalTablesCall {
@@ -140,20 +140,19 @@ std::pair<at::Tensor, at::Tensor> rotary_rows_on_device(const at::Tensor& cos,
 
 /// Checks the arguments of multimodal_rotary_tables: caches as in apply_rotary, positions
 /// `[3, B, L]` / `[3, L]`, >= 0 and inside the caches unless `inv_freq` is given, mrope_section.
-MultimodalTablesCall prepare_multimodal_tables_call(const char* who, const at::Tensor& cos,
-                                                    const at::Tensor& sin,
+MultimodalTablesCall prepare_multimodal_tables_call(const at::Tensor& cos, const at::Tensor& sin,
                                                     const at::Tensor& positions,
-                                                    at::IntArrayRef mrope_section,
-                                                    bool interleaved, OptionalTensor inv_freq,
+                                                    at::IntArrayRef mrope_section, bool interleaved,
+                                                    OptionalTensor inv_freq,
                                                     double attention_factor);
 
 /// Checks the `out` tensor of an out-variant: defined, on the device and of the dtype of `x`.
-void check_out(const char* who, const at::Tensor& out, const at::Tensor& x);
+void check_out(const at::Tensor& out, const at::Tensor& x);
 
 /// Prepares the `out` tensor of an out-variant: checked (check_out), resized to x's shape by
 /// PyTorch's rule (silently when empty, else with its deprecation warning), and overlapping
 /// neither itself nor `x` in part (`out` may be `x`).
-void prepare_out(const char* who, at::Tensor& out, const at::Tensor& x);
+void prepare_out(at::Tensor& out, const at::Tensor& x);
 
 /// An input of a call that writes a tensor, by name ("the table", "positions").
 struct NamedInput {
@@ -170,7 +169,7 @@ struct NamedInput {
 /// twice). Raises, as ATen's assert_no_overlap does, and also where ATen cannot decide: strided
 /// views of one buffer are compared exactly (detail::tensors_share), and a pair it cannot decide
 /// either is refused.
-void check_no_overlap(const char* who, const at::Tensor& written, const char* written_name,
+void check_no_overlap(const at::Tensor& written, const char* written_name,
                       std::initializer_list<NamedInput> inputs);
 
 /// Checks that every tensor argument of _token_and_position_embedding_backward lies on the
@@ -181,8 +180,7 @@ void check_token_backward_devices(const at::Tensor& grad, const at::Tensor& mask
 
 /// Checks that an optional definition tensor (`columns`, `inv_freq`), when given, lies on the
 /// call's `device`.
-void check_definition_device(const char* who, OptionalTensor tensor, const char* what,
-                             const c10::Device& device);
+void check_definition_device(OptionalTensor tensor, const char* what, const c10::Device& device);
 
 /// True when no argument needs autograd: then the forward may skip the autograd layer.
 bool below_autograd_suffices(const at::Tensor& a, const at::Tensor& b = at::Tensor());

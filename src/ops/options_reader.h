@@ -5,6 +5,7 @@
 // src/ops/rotary_module.cpp): each read once with its type checked, under the module's name, with
 // the numbers JSON cannot hold spelled "nan", "inf" or "-inf" (detail::spelled_number).
 
+#include "detail/checks.h"
 #include "detail/rope_parameters.h"
 
 #include <posenc/enums.h>
@@ -30,7 +31,10 @@ namespace ops {
 // finish() refuses the keys nothing read.
 class OptionsReader {
  public:
-  OptionsReader(const char* who, const nlohmann::json& options) : who_(who), options_(options) {}
+  /// Reads `options` for the entry point of the current CallerScope, whose name starts the
+  /// messages.
+  explicit OptionsReader(const nlohmann::json& options)
+      : who_(detail::caller()), options_(options) {}
 
   // The value of `key`, or null where it is left out. Null (Python's None) stands for the default
   // only where the option may be None (`nullable`: padding_idx, heads, ...); elsewhere posenc.nn

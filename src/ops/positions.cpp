@@ -47,12 +47,13 @@ namespace {
 constexpr const char* kPacked = "posenc::packed_positions";
 
 void check_index_vector(const at::Tensor& tensor, const char* what, const at::Tensor& cu_seqlens) {
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, kPacked);
   TORCH_CHECK(tensor.dim() == 1 && (tensor.scalar_type() == at::kInt ||
                                     tensor.scalar_type() == at::kLong),
               detail::caller_or(kPacked), ": ", what,
               " must be a 1-D int32 or int64 tensor, but got ", tensor.scalar_type(), " of shape ",
               tensor.sizes());
-  detail::check_argument_device(detail::caller_or(kPacked), tensor, what, cu_seqlens.device());
+  detail::check_argument_device(tensor, what, cu_seqlens.device());
 }
 
 void check_packed_arguments(const at::Tensor& cu_seqlens, int64_t total,
@@ -73,14 +74,15 @@ std::vector<int64_t> host_values(const at::Tensor& tensor) {
 
 at::Tensor packed_positions_kernel(const at::Tensor& cu_seqlens, int64_t total,
                                    OptionalTensor start_positions) {
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, kPacked);
   check_packed_arguments(cu_seqlens, total, start_positions);
   const bool given = start_positions.has_value() && start_positions->defined();
   if (detail::checks_on_device(cu_seqlens.device())) { // computed and checked there: no read back
-    return detail::packed_positions_from(detail::caller_or(kPacked), cu_seqlens, total,
+    return detail::packed_positions_from(cu_seqlens, total,
                                          given ? *start_positions : at::Tensor());
   }
   const std::vector<int64_t> positions =
-      detail::packed_positions(detail::caller_or(kPacked), host_values(cu_seqlens), total,
+      detail::packed_positions(host_values(cu_seqlens), total,
                                given ? host_values(*start_positions) : std::vector<int64_t>());
   return at::tensor(positions, at::TensorOptions().dtype(at::kLong)).to(cu_seqlens.device());
 }
@@ -94,22 +96,25 @@ at::Tensor packed_positions_meta(const at::Tensor& cu_seqlens, SymLength total,
 
 at::Tensor context_parallel_positions_kernel(SymLength length, int64_t world_size, int64_t rank,
                                              bool zigzag, c10::optional<at::Device> device) {
-  const char* who = detail::caller_or("posenc::context_parallel_positions");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::context_parallel_positions");
   const c10::optional<int64_t> known = concrete(length);
   if (!known.has_value()) { // torch.export (fake tensors: the meta device): only the shard's size
-    detail::context_parallel_positions(who, 0, world_size, rank, zigzag); // (rank, world_size)
+    detail::context_parallel_positions(0, world_size, rank, zigzag); // (rank, world_size)
     return empty_with_lengths({length / world_size}, at::TensorOptions().dtype(at::kLong).device(
                                                          device.value_or(at::kCPU)));
   }
   const int64_t seq_len = *known;
   const std::vector<int64_t> positions =
-      detail::context_parallel_positions(who, seq_len, world_size, rank, zigzag);
+      detail::context_parallel_positions(seq_len, world_size, rank, zigzag);
   return at::tensor(positions, at::TensorOptions().dtype(at::kLong))
       .to(device.value_or(at::Device(at::kCPU)));
 }
 
 at::Tensor positions_from_padding_mask_kernel(const at::Tensor& padding_mask, bool batch_first) {
-  const char* who = detail::caller_or("posenc::positions_from_padding_mask");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::positions_from_padding_mask");
+  const char* const who = detail::caller();
   const char* layout = detail::sequence_layout(batch_first);
   TORCH_CHECK(padding_mask.dim() == 2, who, ": expected a padding mask of shape ", layout,
               ", but got a ", padding_mask.dim(), "-D tensor of shape ", padding_mask.sizes());
@@ -129,7 +134,8 @@ constexpr const char* kMRope = "posenc::mrope_position_ids";
 void check_mrope_arguments(const at::Tensor& token_types, OptionalTensor image_grid_thw,
                            OptionalTensor video_grid_thw, OptionalTensor attention_mask,
                            c10::optional<at::ArrayRef<double>> video_time_intervals) {
-  const char* who = detail::caller_or(kMRope);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kMRope);
+  const char* const who = detail::caller();
   TORCH_CHECK(token_types.dim() == 2 && at::isIntegralType(token_types.scalar_type(),
                                                            /*includeBool=*/false),
               who, ": token_types must be [B, L] integers (0 text, 1 image, 2 video), but got ",
@@ -138,7 +144,7 @@ void check_mrope_arguments(const at::Tensor& token_types, OptionalTensor image_g
     TORCH_CHECK(shape_of(*attention_mask) == shape_of(token_types), who,
                 ": attention_mask must have token_types' shape ", shape_of(token_types),
                 ", but got ", shape_of(*attention_mask));
-    detail::check_argument_device(who, *attention_mask, "attention_mask", token_types.device());
+    detail::check_argument_device(*attention_mask, "attention_mask", token_types.device());
   }
   for (const auto& grid : {std::make_pair("image_grid_thw", &image_grid_thw),
                            std::make_pair("video_grid_thw", &video_grid_thw)}) {
@@ -184,6 +190,7 @@ std::tuple<at::Tensor, at::Tensor> mrope_position_ids_kernel(
     const at::Tensor& token_types, OptionalTensor image_grid_thw, OptionalTensor video_grid_thw,
     OptionalTensor attention_mask, int64_t spatial_merge_size,
     c10::optional<at::ArrayRef<double>> video_time_intervals, bool frames_apart) {
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, kMRope);
   check_mrope_arguments(token_types, image_grid_thw, video_grid_thw, attention_mask,
                         video_time_intervals);
   const int64_t batch = token_types.size(0);
@@ -194,7 +201,7 @@ std::tuple<at::Tensor, at::Tensor> mrope_position_ids_kernel(
     keep.assign(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + host.numel());
   }
   const detail::MRopeNumbering numbering = detail::mrope_position_ids(
-      detail::caller_or(kMRope), host_values(token_types.reshape({-1})), keep, batch, length,
+      host_values(token_types.reshape({-1})), keep, batch, length,
       mrope_grids("image_grid_thw", image_grid_thw, c10::nullopt),
       mrope_grids("video_grid_thw", video_grid_thw, video_time_intervals), spatial_merge_size,
       frames_apart);

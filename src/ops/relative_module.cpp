@@ -34,12 +34,15 @@ std::string shape_or_undefined(const at::Tensor& t) {
 }
 } // namespace
 
-std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(
-    const char* who, const at::Tensor& x, const at::Tensor& table, int64_t offset, bool legacy,
-    double scale, double dropout, bool training) {
-  detail::check_dropout(who, dropout);
-  const detail::TableShape shape = detail::check_table(who, table);
-  detail::check_sequence_input(who, x, shape.width, /*batch_first=*/true, table.device());
+std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(const at::Tensor& x,
+                                                                   const at::Tensor& table,
+                                                                   int64_t offset, bool legacy,
+                                                                   double scale, double dropout,
+                                                                   bool training) {
+  const char* const who = detail::caller();
+  detail::check_dropout(dropout);
+  const detail::TableShape shape = detail::check_table(table);
+  detail::check_sequence_input(x, shape.width, /*batch_first=*/true, table.device());
   const SymLength length = size_of(x, 1);
   // legacy: an absolute table of max_len rows; otherwise relative positions max_len - 1 ..
   // -(max_len - 1), so max_len = (rows + 1) / 2
@@ -49,7 +52,7 @@ std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(
               shape.max_len);
   // offset >= 0, and offset + L within int64 where L is concrete (a symbolic L is bounded by the
   // next check, which torch.export turns into a constraint on it)
-  detail::check_offset_start(who, offset, concrete(length).value_or(0));
+  detail::check_offset_start(offset, concrete(length).value_or(0));
   // (offset + L <= max_len, written so that L is compared, not read)
   TORCH_CHECK(length <= max_len - offset, who, ": the ", offset, " cached and ", length,
               " new positions must fit in the table's max_len = ", max_len,
@@ -70,13 +73,14 @@ std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(
   return {scaled, positions};
 }
 
-at::Tensor relative_position_attention_forward(const char* who, const at::Tensor& q,
-                                               const at::Tensor& k, const at::Tensor& v,
-                                               const at::Tensor& p, const at::Tensor& pos_bias_u,
+at::Tensor relative_position_attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v, const at::Tensor& p,
+                                               const at::Tensor& pos_bias_u,
                                                const at::Tensor& pos_bias_v,
                                                const c10::optional<at::Tensor>& mask,
                                                double dropout, bool training) {
-  detail::check_dropout(who, dropout);
+  const char* const who = detail::caller();
+  detail::check_dropout(dropout);
   TORCH_CHECK(
       q.defined() && k.defined() && v.defined() && q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
       who, ": q, k and v must be [B, H, L, d_k], but got shapes ", shape_or_undefined(q), ", ",
@@ -165,7 +169,7 @@ at::Tensor rel_position_multihead_attention_forward(const RelPositionAttentionSt
   const at::Tensor v = split(at::linear(value, module.v_weight, module.v_bias));
   const at::Tensor p = split(at::linear(pos_emb, module.pos_weight));
   const at::Tensor attended = relative_position_attention_forward(
-      who, q, k, v, p, module.pos_bias_u, module.pos_bias_v, mask, module.dropout, training);
+      q, k, v, p, module.pos_bias_u, module.pos_bias_v, mask, module.dropout, training);
   const std::vector<SymLength> merged{batch, queries, SymLength(embed_dim)};
   return at::linear(POSENC_SYM(attended.transpose(1, 2).reshape)(merged), module.out_weight,
                     module.out_bias);
@@ -181,8 +185,7 @@ std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_call(const at::Tensor
                                                                 double scale, double dropout,
                                                                 bool training) {
   const detail::CallerScope caller(kRelEncodingName);
-  return rel_positional_encoding_forward(kRelEncodingName, x, pe, offset, legacy, scale, dropout,
-                                         training);
+  return rel_positional_encoding_forward(x, pe, offset, legacy, scale, dropout, training);
 }
 
 at::Tensor undefined_if_absent(const c10::optional<at::Tensor>& t) {

@@ -21,17 +21,19 @@ namespace ops {
 /// `(dropout(x * scale), dropout(rows))` of `x` `[B, L, D]` after `offset` cached frames: `rows`
 /// `[1, 2 L + offset - 1, D]`, the relative positions `offset + L - 1 .. -(L - 1)` of the
 /// relative `table` (`2 max_len - 1` rows), or, `legacy`, `[1, L, D]`, the absolute positions
-/// `offset .. offset + L - 1` (no rows for L = 0). Messages name `who`.
-std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(
-    const char* who, const at::Tensor& x, const at::Tensor& table, int64_t offset, bool legacy,
-    double scale, double dropout, bool training);
+/// `offset .. offset + L - 1` (no rows for L = 0). Messages name the caller.
+std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(const at::Tensor& x,
+                                                                   const at::Tensor& table,
+                                                                   int64_t offset, bool legacy,
+                                                                   double scale, double dropout,
+                                                                   bool training);
 
 /// The attention after the projections (functional::relative_position_attention): `q`, `k`, `v`
 /// `[B, H, Lq|Lk, d_k]`, `p` `[1 or B, H, Lq + Lk - 1, d_k]`, `pos_bias_u` / `pos_bias_v`
-/// `[H, d_k]`; returns `[B, H, Lq, d_k]`. Messages name `who`.
-at::Tensor relative_position_attention_forward(const char* who, const at::Tensor& q,
-                                               const at::Tensor& k, const at::Tensor& v,
-                                               const at::Tensor& p, const at::Tensor& pos_bias_u,
+/// `[H, d_k]`; returns `[B, H, Lq, d_k]`. Messages name the caller.
+at::Tensor relative_position_attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v, const at::Tensor& p,
+                                               const at::Tensor& pos_bias_u,
                                                const at::Tensor& pos_bias_v,
                                                const c10::optional<at::Tensor>& mask,
                                                double dropout, bool training);

@@ -115,18 +115,19 @@ at::Tensor call_frequencies(const RotaryEmbeddingOptions& options, c10::optional
 /// positions lie below max_len (the operator computes every row past the caches).
 void check_within_max_len(const RotaryEmbeddingOptions& options, const at::Tensor& x,
                           int64_t offset, const at::Tensor& positions) {
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
   const int64_t max_len = options.max_len();
   if (!positions.defined()) {
     const int64_t length = value_of(size_of(x, options.heads_first() ? 2 : 1));
     if (offset >= 0 && length >= 1) { // (other offsets and lengths get the operator's message)
-      detail::check_offset(kName, offset, length, max_len, detail::caller_hint());
+      detail::check_offset(offset, length, max_len, detail::caller_hint());
     }
   } else if (c10::isIntegralType(positions.scalar_type(), false) && positions.numel() > 0) {
     if (detail::checks_on_device(positions.device())) { // (nothing read back)
       check_in_caches_on_device(positions, max_len);
     } else {
       const int64_t largest = positions.max().item<int64_t>();
-      detail::check_positions_range(kName, -1, largest, max_len, detail::caller_hint());
+      detail::check_positions_range(-1, largest, max_len, detail::caller_hint());
     }
   }
 }
@@ -262,8 +263,10 @@ at::Tensor regrouped(const RotaryEmbeddingOptions& options, const at::Tensor& x)
 
 } // namespace
 
-RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* who,
+RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* name,
                                     bool python) {
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, name);
+  const char* const who = detail::caller();
   TORCH_CHECK(options.head_dim() >= 2, who, ": head_dim must be >= 2, but got ",
               options.head_dim());
   const int64_t rotary_dim = options.rotated_width();
@@ -278,7 +281,7 @@ RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const
   TORCH_CHECK(options.max_len() >= 1, who, ": max_len must be >= 1, but got ", options.max_len(),
               "; pass the number of positions the module rotates");
   // (the width and base first: a cache of a width over the limit is reported as such)
-  detail::check_rotary_arguments(who, 1, rotary_dim, options.base());
+  detail::check_rotary_arguments(1, rotary_dim, options.base());
   const int64_t cached = options.cached_rows();
   const char* length = options.cached_len() ? "cached_len" : "max_len";
   TORCH_CHECK(cached >= 1 && cached <= options.max_len(), who,
@@ -292,14 +295,14 @@ RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const
                   ? "lower cached_len (positions past it are computed on each call)"
                   : "set cached_len (e.g. 8192; positions past it are computed on each call) or "
                     "lower max_len");
-  detail::check_rotary_arguments(who, options.cached_rows(), rotary_dim, options.base());
+  detail::check_rotary_arguments(options.cached_rows(), rotary_dim, options.base());
   if (!options.mrope_section().empty()) {
-    detail::mrope_axes(who, options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);
+    detail::mrope_axes(options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);
   }
   const detail::RopeSpec spec = detail::rope_spec(options);
   RotaryModuleCall call;
   call.options = options;
-  detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt, who);
+  detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, c10::nullopt);
   call.attention_factor = frequencies.attention_factor;
   call.inv_freq = std::move(frequencies.inv_freq);
   call.variant_attention_factor = frequencies.variant_attention_factor;
@@ -315,7 +318,8 @@ RotaryModuleState rotary_module_state(const RotaryModuleCall& call,
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
   RotaryModuleState state;
   state.inv_freq = at::tensor(call.inv_freq, float64);
-  state.long_inv_freq = detail::rope_long_inv_freq(detail::rope_spec(call.options), kName);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  state.long_inv_freq = detail::rope_long_inv_freq(detail::rope_spec(call.options));
   if (caches_dtype.has_value()) {
     const detail::RopeFrequencies frequencies{call.inv_freq, call.attention_factor,
                                               call.variant_attention_factor};
@@ -386,7 +390,8 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text) {
               std::string(text), "'");
   // (posenc.nn's reader of keyword arguments, as check_module_options reads the other modules';
   // null: the default, as posenc.nn sends its None)
-  OptionsReader read(kName, module);
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
+  OptionsReader read(module);
   RotaryEmbeddingOptions options(read.integer("head_dim", 0), read.integer("max_len", 0));
   const c10::optional<int64_t> cached_len = read.optional_integer("cached_len");
   const c10::optional<int64_t> rotary_dim = read.optional_integer("rotary_dim");
@@ -405,8 +410,8 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text) {
           read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()));
   const json* rope = read.find("rope_parameters", /*nullable=*/true);
   read.finish();
-  options.scaling(detail::rope_scaling_from_json(
-      kName, rope == nullptr ? std::string("{}") : rope->dump(), base));
+  options.scaling(
+      detail::rope_scaling_from_json(rope == nullptr ? std::string("{}") : rope->dump(), base));
   if (cached_len) {
     options.cached_len(*cached_len);
   }

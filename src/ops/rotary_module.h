@@ -37,10 +37,11 @@ struct RotaryModuleCall {
 };
 
 /// The call of a module with these options: checks every option (the C++ module's reset() and
-/// posenc.nn's constructor, through rotary_embedding_frequencies; the messages name `who`) and
+/// posenc.nn's constructor, through rotary_embedding_frequencies; the messages name `name`, the
+/// module's, in a CallerScope) and
 /// resolves the switch length and the factor of the rows. `python`: the advice is spelt for
 /// posenc.nn.
-RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* who,
+RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* name,
                                     bool python);
 
 /// What a module with this call holds, computed on the CPU from `call`'s frequencies: its float64

@@ -46,8 +46,8 @@ at::Tensor sequence_module_forward(const SequenceModuleCall& call, const at::Ten
                                    const at::Tensor& table, const at::Tensor& columns,
                                    int64_t offset, const at::Tensor& positions, bool train,
                                    bool inplace) {
-  const detail::CallerScope caller(call.who, beyond_table_hint(call, columns.defined()));
-  detail::check_dropout(call.who, call.dropout);
+  const detail::CallerScope caller(call.name, beyond_table_hint(call, columns.defined()));
+  detail::check_dropout(call.dropout);
   const c10::optional<at::Tensor> plan = plan_of_call(call, columns, positions);
   at::Tensor out;
   if (inplace) {
@@ -73,20 +73,20 @@ at::Tensor token_module_forward(const SequenceModuleCall& call, const at::Tensor
   // torch::nn::Embedding) and where positions come from with padding_idx. Values are checked
   // once, by the operator.
   const char* layout = detail::sequence_layout(call.batch_first);
-  TORCH_CHECK(ids.defined(), call.who, ": expected token ids of shape ", layout,
+  TORCH_CHECK(ids.defined(), call.name, ": expected token ids of shape ", layout,
               ", but got an undefined tensor");
-  TORCH_CHECK(ids.dim() == 2, call.who, ": expected token ids of shape ", layout, ", but got a ",
+  TORCH_CHECK(ids.dim() == 2, call.name, ": expected token ids of shape ", layout, ", but got a ",
               ids.dim(), "-D tensor of shape ", ids.sizes());
-  TORCH_CHECK(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false), call.who,
+  TORCH_CHECK(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false), call.name,
               ": expected integer token ids, but got ", ids.scalar_type());
-  const detail::CallerScope caller(call.who, beyond_table_hint(call, columns.defined()));
+  const detail::CallerScope caller(call.name, beyond_table_hint(call, columns.defined()));
   at::Tensor at_positions = positions;
   if (!positions.defined() && call.padding_idx >= 0) {
     at_positions = positions_from_padding_mask(ids.eq(call.padding_idx), call.batch_first);
     if (offset != 0) {
       // (offset + L must fit in int64 too: the positions are formed by adding them; no size is
       // read at offset 0, so that torch.export keeps the ids' sizes symbolic)
-      detail::check_offset_start(call.who, offset, ids.size(call.batch_first ? 1 : 0));
+      detail::check_offset_start(offset, ids.size(call.batch_first ? 1 : 0));
       at_positions = at_positions.where(at_positions.lt(0), at_positions + offset);
     }
     offset = 0;
@@ -101,20 +101,20 @@ namespace {
 
 // --- the operators: posenc.nn's modules pass their options --------------------------------------
 
-// The call of a posenc.nn module named `who` (for the sequence encodings: the PositionalEncoding
+// The call of a posenc.nn module named `name` (for the sequence encodings: the PositionalEncoding
 // when it has a column plan, else the LearnedPositionalEmbedding).
-SequenceModuleCall python_call(const char* who, const c10::optional<at::Tensor>& columns,
+SequenceModuleCall python_call(const char* name, const c10::optional<at::Tensor>& columns,
                                bool batch_first, double scale, double dropout, bool extrapolate) {
   SequenceModuleCall call;
-  call.who = who != nullptr
-                 ? who
-                 : (columns.has_value() ? "PositionalEncoding" : "LearnedPositionalEmbedding");
+  call.name = name != nullptr
+                  ? name
+                  : (columns.has_value() ? "PositionalEncoding" : "LearnedPositionalEmbedding");
   call.batch_first = batch_first;
   call.scale = scale;
   call.dropout = dropout;
   call.extrapolate = extrapolate;
   call.python = true;
-  TORCH_CHECK(!extrapolate || columns.has_value(), call.who,
+  TORCH_CHECK(!extrapolate || columns.has_value(), call.name,
               ": rows past the table are computed from a sinusoidal encoding's columns, but none "
               "were given (learned positions cannot extrapolate); pass the module's columns or "
               "extrapolate=False");

@@ -17,8 +17,9 @@ namespace ops {
 
 /// What a sequence module's calls need besides its tensors: its options.
 struct SequenceModuleCall {
-  /// The module's name, which starts the messages (a static string).
-  const char* who = "PositionalEncoding";
+  /// The module's name (a static string): the CallerScope its calls open, which starts the
+  /// messages.
+  const char* name = "PositionalEncoding";
   bool batch_first = true;
   double scale = 1.0;
   double dropout = 0.0;
@@ -32,12 +33,12 @@ struct SequenceModuleCall {
   bool python = false;
 };
 
-/// The call of a C++ module named `who` with these options (batch_first, scale, dropout).
+/// The call of a C++ module named `name` with these options (batch_first, scale, dropout).
 template <typename Options>
-SequenceModuleCall sequence_module_call(const char* who, const Options& options,
+SequenceModuleCall sequence_module_call(const char* name, const Options& options,
                                         bool extrapolate = false) {
   SequenceModuleCall call;
-  call.who = who;
+  call.name = name;
   call.batch_first = options.batch_first();
   call.scale = options.scale();
   call.dropout = options.dropout();

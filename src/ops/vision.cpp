@@ -114,9 +114,9 @@ at::Tensor timestep_embedding_kernel(const at::Tensor& timesteps, int64_t embedd
                                      bool flip_sin_to_cos, double downscale_freq_shift,
                                      double scale, int64_t max_period,
                                      c10::optional<at::ScalarType> dtype) {
-  const char* who = detail::caller_or(kTimestep);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kTimestep);
   return detail::timestep_embedding(
-      who, timesteps,
+      timesteps,
       timestep_spec(embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period),
       dtype.value_or(at::kFloat));
 }
@@ -125,11 +125,12 @@ at::Tensor timestep_embedding_meta(const at::Tensor& timesteps, int64_t embeddin
                                    bool flip_sin_to_cos, double downscale_freq_shift,
                                    double scale, int64_t max_period,
                                    c10::optional<at::ScalarType> dtype) {
-  const char* who = detail::caller_or(kTimestep);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kTimestep);
+  const char* const who = detail::caller();
   detail::check_timestep_spec(
-      who, timestep_spec(embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period));
+      timestep_spec(embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period));
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
+  detail::check_float_dtype("dtype", type);
   TORCH_CHECK(timesteps.dim() == 1, who,
               ": timesteps must be a 1-D tensor [N] (one timestep per batch element), but got "
               "shape ",
@@ -154,10 +155,10 @@ at::Tensor sincos_2d_table_meta(int64_t embed_dim, SymLengths grid_size, bool cl
                                 int64_t extra_tokens, double interpolation_scale, int64_t base_size,
                                 c10::optional<at::ScalarType> dtype,
                                 c10::optional<at::Device> device) {
-  const char* who = detail::caller_or(kSincos2d);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kSincos2d);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_sincos_2d_arguments(who, embed_dim, checkable(grid_size), extra_tokens,
+  detail::check_float_dtype("dtype", type);
+  detail::check_sincos_2d_arguments(embed_dim, checkable(grid_size), extra_tokens,
                                     interpolation_scale, base_size);
   const SymLength& height = grid_size[0];
   const SymLength& width = grid_size.size() == 2 ? grid_size[1] : grid_size[0];
@@ -175,10 +176,10 @@ at::Tensor sincos_2d_table_kernel(int64_t embed_dim, SymLengths symbolic_grid, b
     return sincos_2d_table_meta(embed_dim, symbolic_grid, cls_token, extra_tokens,
                                 interpolation_scale, base_size, dtype, device);
   }
-  const char* who = detail::caller_or(kSincos2d);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kSincos2d);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  return detail::sincos_2d_table(who, embed_dim, *grid_size, cls_token, extra_tokens,
+  detail::check_float_dtype("dtype", type);
+  return detail::sincos_2d_table(embed_dim, *grid_size, cls_token, extra_tokens,
                                  interpolation_scale, base_size, type)
       .to(device.value_or(at::Device(at::kCPU)));
 }
@@ -187,10 +188,10 @@ at::Tensor sincos_2d_grid_table_meta(SymLengths feat_shape, int64_t dim, double 
                                      bool /*reverse_coord*/, bool /*interleave_sin_cos*/,
                                      c10::optional<at::ScalarType> dtype,
                                      c10::optional<at::Device> device) {
-  const char* who = detail::caller_or(kGridTable);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kGridTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_timm_sincos_2d_arguments(who, checkable(feat_shape), dim, temperature);
+  detail::check_float_dtype("dtype", type);
+  detail::check_timm_sincos_2d_arguments(checkable(feat_shape), dim, temperature);
   return empty_with_lengths({feat_shape[0] * feat_shape[1], SymLength(dim)},
                             table_options(type, device));
 }
@@ -204,10 +205,10 @@ at::Tensor sincos_2d_grid_table_kernel(SymLengths symbolic_shape, int64_t dim, d
     return sincos_2d_grid_table_meta(symbolic_shape, dim, temperature, reverse_coord,
                                      interleave_sin_cos, dtype, device);
   }
-  const char* who = detail::caller_or(kGridTable);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kGridTable);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  return detail::timm_sincos_2d_table(who, *feat_shape, dim, temperature, reverse_coord,
+  detail::check_float_dtype("dtype", type);
+  return detail::timm_sincos_2d_table(*feat_shape, dim, temperature, reverse_coord,
                                       interleave_sin_cos, type)
       .to(device.value_or(at::Device(at::kCPU)));
 }
@@ -217,10 +218,10 @@ at::Tensor sincos_3d_table_meta(int64_t embed_dim, SymLengths spatial_size, SymL
                                 double temporal_interpolation_scale,
                                 c10::optional<at::ScalarType> dtype,
                                 c10::optional<at::Device> device) {
-  const char* who = detail::caller_or(kSincos3d);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kSincos3d);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_sincos_3d_arguments(who, embed_dim, checkable(spatial_size),
+  detail::check_float_dtype("dtype", type);
+  detail::check_sincos_3d_arguments(embed_dim, checkable(spatial_size),
                                     concrete(temporal_size).value_or(1),
                                     spatial_interpolation_scale, temporal_interpolation_scale);
   return empty_with_lengths(
@@ -240,10 +241,10 @@ at::Tensor sincos_3d_table_kernel(int64_t embed_dim, SymLengths symbolic_spatial
                                 spatial_interpolation_scale, temporal_interpolation_scale, dtype,
                                 device);
   }
-  const char* who = detail::caller_or(kSincos3d);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kSincos3d);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  return detail::sincos_3d_table(who, embed_dim, *spatial_size, *temporal_size,
+  detail::check_float_dtype("dtype", type);
+  return detail::sincos_3d_table(embed_dim, *spatial_size, *temporal_size,
                                  spatial_interpolation_scale, temporal_interpolation_scale, type)
       .to(device.value_or(at::Device(at::kCPU)));
 }
@@ -251,10 +252,10 @@ at::Tensor sincos_3d_table_kernel(int64_t embed_dim, SymLengths symbolic_spatial
 at::Tensor grid_ids_meta(SymLengths feat_shape, c10::IntArrayRef ref_feat_shape, double grid_offset,
                          c10::string_view grid_indexing, c10::optional<at::ScalarType> dtype,
                          c10::optional<at::Device> device) {
-  const char* who = detail::caller_or(kGridIds);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kGridIds);
   const at::ScalarType type = dtype.value_or(at::kDouble);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_grid_ids_arguments(who, checkable(feat_shape), ref_feat_shape.vec(), grid_offset,
+  detail::check_float_dtype("dtype", type);
+  detail::check_grid_ids_arguments(checkable(feat_shape), ref_feat_shape.vec(), grid_offset,
                                    grid_indexing);
   return empty_with_lengths({feat_shape[0] * feat_shape[1], SymLength(2)},
                             table_options(type, device));
@@ -267,10 +268,10 @@ at::Tensor grid_ids_kernel(SymLengths symbolic_shape, c10::IntArrayRef ref_feat_
   if (!feat_shape) { // fake tensors of torch.export: only the shape
     return grid_ids_meta(symbolic_shape, ref_feat_shape, grid_offset, grid_indexing, dtype, device);
   }
-  const char* who = detail::caller_or(kGridIds);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kGridIds);
   const at::ScalarType type = dtype.value_or(at::kDouble);
-  detail::check_float_dtype(who, "dtype", type);
-  return detail::grid_ids(who, *feat_shape, ref_feat_shape.vec(), grid_offset, grid_indexing,
+  detail::check_float_dtype("dtype", type);
+  return detail::grid_ids(*feat_shape, ref_feat_shape.vec(), grid_offset, grid_indexing,
                           device.value_or(at::Device(at::kCPU)))
       .to(type);
 }
@@ -279,8 +280,9 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_kernel(const at::Tensor& 
                                                               c10::IntArrayRef axes_dim,
                                                               double theta,
                                                               c10::optional<at::ScalarType> dtype) {
-  const auto tables = detail::axial_rotary_tables(detail::caller_or(kAxial), ids, axes_dim.vec(),
-                                                  theta, dtype.value_or(at::kFloat));
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, kAxial);
+  const auto tables =
+      detail::axial_rotary_tables(ids, axes_dim.vec(), theta, dtype.value_or(at::kFloat));
   return {tables.first, tables.second};
 }
 
@@ -288,10 +290,10 @@ std::tuple<at::Tensor, at::Tensor> axial_rotary_tables_meta(const at::Tensor& id
                                                             c10::IntArrayRef axes_dim,
                                                             double theta,
                                                             c10::optional<at::ScalarType> dtype) {
-  const char* who = detail::caller_or(kAxial);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kAxial);
   const at::ScalarType type = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", type);
-  detail::check_axial_rotary_arguments(who, ids, axes_dim.vec(), theta);
+  detail::check_float_dtype("dtype", type);
+  detail::check_axial_rotary_arguments(ids, axes_dim.vec(), theta);
   int64_t half = 0;
   for (const int64_t dim : axes_dim) {
     half += dim / 2;
@@ -310,10 +312,10 @@ at::Tensor resample_position_table_kernel(const at::Tensor& posemb, SymLengths n
                                           c10::IntArrayRef old_size, int64_t num_prefix_tokens,
                                           c10::string_view interpolation, bool antialias,
                                           bool align_corners) {
-  const char* who = detail::caller_or(kResample);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kResample);
   const c10::optional<std::vector<int64_t>> known = concrete(new_size);
   const detail::ResamplePlan plan =
-      detail::resample_plan(who, posemb, known.value_or(checkable(new_size)), old_size.vec(),
+      detail::resample_plan(posemb, known.value_or(checkable(new_size)), old_size.vec(),
                             num_prefix_tokens, interpolation, antialias);
   const std::vector<SymLength> size{new_size[0], new_size.back()}; // (one size: a square)
   const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
@@ -355,12 +357,12 @@ at::Tensor resample_position_table_kernel(const at::Tensor& posemb, SymLengths n
 // (CompositeImplicitAutograd: differentiable, every device).
 at::Tensor crop_position_table_kernel(const at::Tensor& posemb, SymLengths symbolic_size,
                                       c10::IntArrayRef old_size, int64_t num_prefix_tokens) {
-  const char* who = detail::caller_or(kCrop);
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kCrop);
   const c10::optional<std::vector<int64_t>> known = concrete(symbolic_size);
 #if POSENC_SYMBOLIC_LENGTHS
   if (!known) { // symbolic sizes (torch.export): the same centre crop, its sizes symbols
     const detail::CropPlan plan =
-        detail::crop_plan(who, posemb, checkable(symbolic_size), old_size.vec(), num_prefix_tokens);
+        detail::crop_plan(posemb, checkable(symbolic_size), old_size.vec(), num_prefix_tokens);
     const SymLength height = symbolic_size[0];
     const SymLength width = symbolic_size.back();
     const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
@@ -381,7 +383,7 @@ at::Tensor crop_position_table_kernel(const at::Tensor& posemb, SymLengths symbo
   }
 #endif
   const detail::CropPlan plan =
-      detail::crop_plan(who, posemb, *known, old_size.vec(), num_prefix_tokens);
+      detail::crop_plan(posemb, *known, old_size.vec(), num_prefix_tokens);
   const at::Tensor rows = posemb.dim() == 2 ? posemb.unsqueeze(0) : posemb;
   const int64_t width = rows.size(2);
   const at::Tensor grid = rows.narrow(1, num_prefix_tokens, plan.old_size[0] * plan.old_size[1])

@@ -33,8 +33,8 @@ at::ScalarType rotation_dtype(const at::Tensor& x) {
 }
 
 // x must be 4-D queries or keys, tokens along dimension 2 (heads first) or 1; `tokens` names them.
-void check_queries_or_keys(const char* who, const at::Tensor& x, bool heads_first,
-                           const char* tokens) {
+void check_queries_or_keys(const at::Tensor& x, bool heads_first, const char* tokens) {
+  const char* const who = detail::caller();
   TORCH_CHECK(x.defined() && x.dim() == 4, who, ": expected a 4-D query or key tensor of shape ",
               heads_first ? "[B, H, " : "[B, ", tokens, heads_first ? ", Dh] (heads_first=true)"
                                                                     : ", H, Dh] (heads_first=false)",
@@ -46,7 +46,7 @@ at::Tensor axial_rotary_module_forward(const AxialRotaryEmbeddingOptions& option
                                        const at::Tensor& x, const at::Tensor& ids) {
   const detail::CallerScope caller(kAxialName);
   const int64_t length_dim = options.heads_first() ? 2 : 1;
-  check_queries_or_keys(kAxialName, x, options.heads_first(), "L");
+  check_queries_or_keys(x, options.heads_first(), "L");
   // (sizes compared, not read: torch.export keeps them symbolic)
   TORCH_CHECK(ids.defined() && ids.dim() == 2 && size_of(ids, 0) == size_of(x, length_dim),
               kAxialName, ": ids must hold one row per token, [L, ", options.axes_dim().size(),
@@ -62,11 +62,10 @@ at::Tensor axial_rotary_module_forward(const AxialRotaryEmbeddingOptions& option
 }
 
 std::tuple<at::Tensor, at::Tensor> vision_rotary_tables(const VisionRotaryEmbeddingOptions& options,
-                                                        const char* who,
                                                         c10::IntArrayRef feat_shape,
                                                         c10::optional<at::ScalarType> dtype,
                                                         c10::optional<at::Device> device) {
-  detail::check_grid_rotary_arguments(who, feat_shape.vec(), options.dim(), options.temperature(),
+  detail::check_grid_rotary_arguments(feat_shape.vec(), options.dim(), options.temperature(),
                                       options.ref_feat_shape(), options.grid_offset(),
                                       grid_indexing_name(options.grid_indexing()));
   const at::Tensor ids =
@@ -80,10 +79,10 @@ at::Tensor vision_rotary_module_forward(const VisionRotaryEmbeddingOptions& opti
                                         const at::Tensor& x, c10::IntArrayRef feat_shape) {
   const detail::CallerScope caller(kVisionName);
   const int64_t length_dim = options.heads_first() ? 2 : 1;
-  check_queries_or_keys(kVisionName, x, options.heads_first(), "N");
-  detail::check_grid_rotary_arguments(
-      kVisionName, feat_shape.vec(), options.dim(), options.temperature(), options.ref_feat_shape(),
-      options.grid_offset(), grid_indexing_name(options.grid_indexing()));
+  check_queries_or_keys(x, options.heads_first(), "N");
+  detail::check_grid_rotary_arguments(feat_shape.vec(), options.dim(), options.temperature(),
+                                      options.ref_feat_shape(), options.grid_offset(),
+                                      grid_indexing_name(options.grid_indexing()));
   const int64_t patches = feat_shape[0] * feat_shape[1];
   const int64_t prefix = options.num_prefix_tokens();
   TORCH_CHECK(size_of(x, length_dim) == prefix + patches, kVisionName, ": expected ", prefix,
@@ -92,8 +91,7 @@ at::Tensor vision_rotary_module_forward(const VisionRotaryEmbeddingOptions& opti
               " (shape ", shape_of(x), "); pass the patch grid of this input");
   TORCH_CHECK(size_of(x, 3) >= options.dim(), kVisionName, ": the head width ", size_of(x, 3),
               " is smaller than the rotated width dim = ", options.dim());
-  const auto rows =
-      vision_rotary_tables(options, kVisionName, feat_shape, rotation_dtype(x), x.device());
+  const auto rows = vision_rotary_tables(options, feat_shape, rotation_dtype(x), x.device());
   const at::Tensor rotated =
       ops::apply_rotary(x.narrow(length_dim, prefix, patches), std::get<0>(rows), std::get<1>(rows),
                         /*offset=*/0, /*positions=*/c10::nullopt,
@@ -170,9 +168,10 @@ std::tuple<at::Tensor, at::Tensor> vision_rotary_embedding_tables(
     c10::IntArrayRef feat_shape, int64_t dim, double temperature, c10::IntArrayRef ref_feat_shape,
     double grid_offset, c10::string_view grid_indexing, c10::optional<at::ScalarType> dtype,
     c10::optional<at::Device> device) {
+  const detail::CallerScope caller(detail::CallerScope::Rename{}, kVisionName);
   return vision_rotary_tables(
-      vision_options(dim, temperature, ref_feat_shape, grid_offset, grid_indexing), kVisionName,
-      feat_shape, dtype, device);
+      vision_options(dim, temperature, ref_feat_shape, grid_offset, grid_indexing), feat_shape,
+      dtype, device);
 }
 
 at::Tensor timestep_embedder_call(const at::Tensor& timesteps, int64_t hidden_size,

@@ -25,9 +25,8 @@ at::Tensor axial_rotary_module_forward(const AxialRotaryEmbeddingOptions& option
                                        const at::Tensor& x, const at::Tensor& ids);
 
 /// The cos/sin tables `[H * W, dim / 2]` of the patch grid `feat_shape` `[H, W]` (checked against
-/// the options; messages name `who`) in `dtype` (default float32) on `device` (default CPU).
+/// the options; messages name the caller) in `dtype` (default float32) on `device` (default CPU).
 std::tuple<at::Tensor, at::Tensor> vision_rotary_tables(const VisionRotaryEmbeddingOptions& options,
-                                                        const char* who,
                                                         c10::IntArrayRef feat_shape,
                                                         c10::optional<at::ScalarType> dtype,
                                                         c10::optional<at::Device> device);

@@ -9,11 +9,12 @@
 
 #include <posenc/posenc.h>
 
+#include "detail/checks.h"
 #include "detail/device_checks.h"
 #include "detail/positions.h"
-#include "detail/vision.h"
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
+#include "detail/vision.h"
 #include "ops/backend_entries.h"
 #include "ops/composite/kernels.h"
 #include "ops/op_arguments.h"
@@ -33,6 +34,11 @@
 #include <functional>
 #include <tuple>
 #include <vector>
+
+// The internal entry points these tests call (ops::prepare_*_call, detail::*) read the name of
+// their caller from posenc's CallerScope, which the public entry points open; here, one scope
+// for the whole program, on the thread that runs the tests, names them "test".
+const posenc::detail::CallerScope kTestCaller("test");
 
 namespace {
 
@@ -191,7 +197,7 @@ TEST(DeviceEntry, MultimodalTablesPrepareWithoutReadingTheDevice) {
     posenc::ops::MultimodalTablesCall call;
     const std::string error = posenc_test::error_message([&] {
       call = posenc::ops::prepare_multimodal_tables_call(
-          "test", cos, sin, positions, {2, 3, 3}, false,
+          cos, sin, positions, {2, 3, 3}, false,
           with_inv_freq ? c10::optional<at::Tensor>(inv_freq) : c10::nullopt, 1.0);
     });
     EXPECT_EQ(error, "<no error>");
@@ -257,19 +263,19 @@ TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
         {1.0, 2.0, 1.0, 0.5});
     const posenc::detail::RopeSpec spec = posenc::detail::rope_spec(options);
     const auto host_frequencies = [&](c10::optional<int64_t> seq_len) {
-      return torch::tensor(posenc::detail::rope_frequencies(spec, seq_len, "test").inv_freq,
+      return torch::tensor(posenc::detail::rope_frequencies(spec, seq_len).inv_freq,
                            torch::kDouble);
     };
     const at::Tensor own = scaling.type() == RopeType::kLongRope
                                ? torch::stack({host_frequencies(c10::nullopt), host_frequencies(17)})
                                : host_frequencies(c10::nullopt);
     for (const int64_t end : {1, 5, 16, 17, 20, 64, 100000}) {
-      const at::Tensor expected = torch::tensor(
-          posenc::detail::rope_frequencies(spec, end, "test").inv_freq, torch::kDouble);
+      const at::Tensor expected =
+          torch::tensor(posenc::detail::rope_frequencies(spec, end).inv_freq, torch::kDouble);
       const at::Tensor with_padding = torch::tensor({int64_t{-1}, end - 1, int64_t{0}}, torch::kLong);
       const at::Tensor fractional = torch::tensor({0.25, static_cast<double>(end) - 0.5});
       for (const at::Tensor& positions : {with_padding, fractional}) {
-        const at::Tensor got = posenc::detail::rope_frequencies_at(spec, own, positions, "test");
+        const at::Tensor got = posenc::detail::rope_frequencies_at(spec, own, positions);
         ASSERT_EQ(got.scalar_type(), torch::kDouble);
         if (scaling.type() == RopeType::kLongRope) {
           EXPECT_TRUE(torch::equal(got, expected)) << end;
@@ -280,13 +286,13 @@ TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
     }
     // Empty positions: the frequencies of the caches.
     EXPECT_TRUE(torch::equal(
-        posenc::detail::rope_frequencies_at(spec, own, torch::empty({0}, torch::kLong), "test"),
+        posenc::detail::rope_frequencies_at(spec, own, torch::empty({0}, torch::kLong)),
         host_frequencies(c10::nullopt)));
     // Frequencies on another device than the positions: refused.
     EXPECT_NE(posenc_test::error_message([&] {
                 posenc::detail::rope_frequencies_at(
-                    spec, own, torch::empty({2}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)),
-                    "test");
+                    spec, own,
+                    torch::empty({2}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)));
               }).find("expected the frequencies on the device of the positions (meta)"),
               std::string::npos);
     // On meta: computed there, nothing read (and nothing copied from the host).
@@ -294,7 +300,7 @@ TEST(DeviceEntry, CallFrequenciesFromPositionsMatchTheHostChoice) {
     const HostReadCounter counter;
     const at::Tensor on_meta = posenc::detail::rope_frequencies_at(
         spec, own_on_meta,
-        torch::empty({2, 5}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)), "test");
+        torch::empty({2, 5}, torch::TensorOptions().dtype(torch::kLong).device(kMeta)));
     EXPECT_EQ(on_meta.device(), kMeta);
     EXPECT_EQ(on_meta.sizes(), at::IntArrayRef({4}));
     EXPECT_EQ(HostReadCounter::reads() + HostReadCounter::items(), 0);
@@ -356,7 +362,7 @@ TEST(DeviceEntry, CallsOnADeviceCopyNothingFromTheHost) {
               .long_factor({4.0, 5.0, 6.0, 7.0})));
   run("rotary_rows", [&] {
     const auto rows = posenc::detail::rotary_rows(
-        long_positions, posenc::detail::rope_frequencies(rope, c10::nullopt, "test"), torch::kFloat);
+        long_positions, posenc::detail::rope_frequencies(rope, c10::nullopt), torch::kFloat);
     return std::vector<at::Tensor>{rows.first, rows.second};
   });
   for (const char* type : {"dynamic", "longrope"}) {
@@ -388,13 +394,12 @@ TEST(DeviceEntry, CallsOnADeviceCopyNothingFromTheHost) {
     posenc::detail::TimestepSpec timesteps;
     timesteps.embedding_dim = 33;
     return std::vector<at::Tensor>{posenc::detail::timestep_embedding(
-        "test", torch::empty({4}, meta(torch::kFloat)), timesteps, torch::kFloat)};
+        torch::empty({4}, meta(torch::kFloat)), timesteps, torch::kFloat)};
   });
   run("grid_ids (composite kernel) and axial_rotary_tables (detail)", [&] {
     const at::Tensor ids =
         posenc::ops::grid_ids({3, 4}, {6, 8}, 0.5, "xy", torch::kDouble, kMeta);
-    const auto tables =
-        posenc::detail::axial_rotary_tables("test", ids, {8, 8}, 10000.0, torch::kFloat);
+    const auto tables = posenc::detail::axial_rotary_tables(ids, {8, 8}, 10000.0, torch::kFloat);
     return std::vector<at::Tensor>{ids, tables.first, tables.second};
   });
   // (relative_position_bias makes its distances with at::arange on the weight's device and
@@ -443,21 +448,21 @@ TEST(DeviceEntry, PackedPositionsFromTensorsMatchTheHostForm) {
   const std::vector<int64_t> cu = {0, 3, 3, 7, 8};
   const std::vector<int64_t> start = {5, 0, 2, 9};
   for (const bool with_start : {false, true}) {
-    const std::vector<int64_t> host = posenc::detail::packed_positions(
-        "test", cu, 8, with_start ? start : std::vector<int64_t>());
+    const std::vector<int64_t> host =
+        posenc::detail::packed_positions(cu, 8, with_start ? start : std::vector<int64_t>());
     const at::Tensor from = posenc::detail::packed_positions_from(
-        "test", torch::tensor(cu, torch::kInt), 8,
+        torch::tensor(cu, torch::kInt), 8,
         with_start ? torch::tensor(start, torch::kLong) : at::Tensor());
     EXPECT_TRUE(torch::equal(from, torch::tensor(host, torch::kLong))) << from;
   }
   for (const auto& bad : {std::vector<int64_t>{1, 3, 8}, std::vector<int64_t>{0, 5, 3, 8},
                           std::vector<int64_t>{0, 3, 7}}) {
-    EXPECT_POSENC_ERROR(posenc::detail::packed_positions_from(
-                            "test", torch::tensor(bad, torch::kLong), 8, at::Tensor()),
-                        "cu_seqlens must start at 0, never decrease and end at total");
+    EXPECT_POSENC_ERROR(
+        posenc::detail::packed_positions_from(torch::tensor(bad, torch::kLong), 8, at::Tensor()),
+        "cu_seqlens must start at 0, never decrease and end at total");
   }
   EXPECT_POSENC_ERROR(
-      posenc::detail::packed_positions_from("test", torch::tensor(cu, torch::kLong), 8,
+      posenc::detail::packed_positions_from(torch::tensor(cu, torch::kLong), 8,
                                             torch::tensor({1, -2, 0, 0}, torch::kLong)),
       "start_positions be >= 0");
 }

@@ -8,6 +8,7 @@
 
 #include <posenc/ops.h>
 
+#include "detail/checks.h"
 #include "grid_emulator.h"
 #include "ops/kernels/attention_bias.h"
 #include "ops/kernels/positional_encoding.h"
@@ -29,6 +30,11 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+// The internal entry points these tests call (ops::prepare_*_call, detail::*) read the name of
+// their caller from posenc's CallerScope, which the public entry points open; here, one scope
+// for the whole program, on the thread that runs the tests, names them "test".
+const posenc::detail::CallerScope kTestCaller("test");
 
 namespace {
 
@@ -149,9 +155,8 @@ void check_add(const AddCase& c, torch::Dtype dtype, torch::Dtype table_dtype, b
   }
   const torch::Tensor expected = posenc::ops::add_position_table(
       x, table, 2 * !c.per_sequence_positions, c.batch_first, positions, c.scale);
-  const posenc::ops::TableCall call =
-      posenc::ops::prepare_table_call("test", x, table, 2 * !c.per_sequence_positions, positions,
-                                      c.batch_first, c.scale, c10::nullopt);
+  const posenc::ops::TableCall call = posenc::ops::prepare_table_call(
+      x, table, 2 * !c.per_sequence_positions, positions, c.batch_first, c.scale, c10::nullopt);
   torch::Tensor out = shifted(c.shape, dtype, c.shift); // aligned (or not) as x
   if (in_place) {
     out.copy_(x);
@@ -184,8 +189,8 @@ TEST(GridEmulation, AddPositionTableEqualsTheCpuKernel) {
       const torch::Tensor positions = torch::tensor({4, -1, 0, 8, 2, 2}, torch::kLong);
       const torch::Tensor expected =
           posenc::ops::add_position_table(x, table, 0, batch_first, positions, 1.0);
-      const posenc::ops::TableCall call = posenc::ops::prepare_table_call(
-          "test", x, table, 0, positions, batch_first, 1.0, c10::nullopt);
+      const posenc::ops::TableCall call =
+          posenc::ops::prepare_table_call(x, table, 0, positions, batch_first, 1.0, c10::nullopt);
       torch::Tensor out = torch::full_like(x, 7);
       posenc::ops::kernels::run_add_grid(x, out, call, Emulate());
       EXPECT_TRUE(same_bits(out, expected)) << c10::toString(dtype) << " [L] " << batch_first;
@@ -225,8 +230,7 @@ TEST(GridEmulation, RowGroupsShareATableRowOnlyWhereThePositionsDo) {
     if (per_sequence) {
       positions = torch::zeros({shape[0], shape[1]}, torch::kLong);
     }
-    return posenc::ops::prepare_table_call("test", x, table, 0, positions, batch_first, 1.0,
-                                           c10::nullopt);
+    return posenc::ops::prepare_table_call(x, table, 0, positions, batch_first, 1.0, c10::nullopt);
   };
   // [B, L, D]: group l holds rows l, L + l, 2L + l, ...; [L, B, D]: rows lB .. lB + B - 1
   auto g = row_groups(call({3, 5, 8}, true, false), 15, 2, 0);
@@ -318,7 +322,7 @@ TEST(GridEmulation, ApplyRotaryEqualsTheCpuKernel) {
           const torch::Tensor expected = posenc::ops::apply_rotary(
               x, cos, sin, offset, positions, c.interleaved, c.heads_first, c.inverse);
           const posenc::ops::RotaryCall call = posenc::ops::prepare_rotary_call(
-              "test", x, cos, sin, offset, positions, c.heads_first, c10::nullopt, 1.0);
+              x, cos, sin, offset, positions, c.heads_first, c10::nullopt, 1.0);
           for (const LaunchGeometry geometry : {LaunchGeometry{}, LaunchGeometry{2, 32}}) {
             Emulate execute;
             execute.geometry = geometry;
@@ -362,7 +366,7 @@ TEST(GridEmulation, ApplyRotaryQkEqualsTheCpuKernel) {
           std::tie(q_expected, k_expected) =
               posenc::ops::apply_rotary_qk(q, k, cos, sin, offset, positions, true, heads_first);
           const posenc::ops::RotaryQkCall call = posenc::ops::prepare_rotary_qk_call(
-              "test", q, k, cos, sin, offset, positions, heads_first, c10::nullopt, 1.0);
+              q, k, cos, sin, offset, positions, heads_first, c10::nullopt, 1.0);
           torch::Tensor fused_out = fused.clone();
           torch::Tensor q_out = fused_out.narrow(head_axis, 0, 6).narrow(3, 0, 10);
           torch::Tensor k_out = fused_out.narrow(head_axis, 6, 2);
@@ -458,8 +462,8 @@ TEST(GridEmulation, RotaryIndexesIn32BitsOnlyWhereEveryOffsetFits) {
   const torch::Tensor x = torch::randn({2, 3, 4, 64});
   const torch::Tensor cos = torch::randn({8, 32});
   const torch::Tensor sin = torch::randn({8, 32});
-  const posenc::ops::RotaryCall call = posenc::ops::prepare_rotary_call(
-      "test", x, cos, sin, 1, c10::nullopt, false, c10::nullopt, 1.0);
+  const posenc::ops::RotaryCall call =
+      posenc::ops::prepare_rotary_call(x, cos, sin, 1, c10::nullopt, false, c10::nullopt, 1.0);
   torch::Tensor out = torch::empty_like(x);
   Emulate execute;
   posenc::ops::kernels::run_rotary_grid(x, out, call, false, false, execute);
@@ -474,8 +478,8 @@ TEST(GridEmulation, ApplyRotaryOnMisalignedRowsTakesOnePairAnItem) {
       const torch::Tensor x = shifted({2, 5, 3, 16}, dtype, 1); // a storage offset of 1
       const torch::Tensor cos = torch::randn({9, 8});
       const torch::Tensor sin = torch::randn({9, 8});
-      const posenc::ops::RotaryCall call = posenc::ops::prepare_rotary_call(
-          "test", x, cos, sin, 2, c10::nullopt, false, c10::nullopt, 1.0);
+      const posenc::ops::RotaryCall call =
+          posenc::ops::prepare_rotary_call(x, cos, sin, 2, c10::nullopt, false, c10::nullopt, 1.0);
       torch::Tensor out = torch::full_like(x, 7);
       Emulate execute;
       posenc::ops::kernels::run_rotary_grid(x, out, call, interleaved, false, execute);
@@ -609,8 +613,8 @@ TEST(GridEmulation, TokenAndPositionEmbeddingEqualsTheCpuKernel) {
           key = generator.get<at::CPUGeneratorImpl>()->random64();
         }
         const posenc::ops::TableCall call =
-            posenc::ops::prepare_token_call("test", tokens, weight, table, positions ? 0 : 2,
-                                            positions, batch_first, 0.5, dropout, c10::nullopt);
+            posenc::ops::prepare_token_call(tokens, weight, table, positions ? 0 : 2, positions,
+                                            batch_first, 0.5, dropout, c10::nullopt);
         torch::Tensor out = torch::full({tokens.size(0), tokens.size(1), width}, 7.0).to(dtype);
         torch::Tensor mask =
             torch::zeros(with_dropout ? out.sizes() : at::IntArrayRef{0}, torch::kBool);

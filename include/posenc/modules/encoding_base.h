@@ -51,14 +51,15 @@ struct TableSlot {
 
 /// Reads every slot from `archive` and checks its shape, floating dtype and finite values; only
 /// when all pass are the members overwritten (in their own dtype and device), so a bad checkpoint
-/// leaves the module unchanged.
-void load_slots(const char* who, torch::serialize::InputArchive& archive,
+/// leaves the module unchanged. Messages name `module` (the module's kName).
+void load_slots(const char* module, torch::serialize::InputArchive& archive,
                 const std::vector<TableSlot>& slots);
 
 /// The dtype a derived table (sinusoidal `pe`, rotary `cos`/`sin`) takes when the module is cast to
 /// `requested`: float64 stays float64, everything else float32, so a table is never stored in 16
-/// bits. Checks that `requested` is one of the four float dtypes.
-c10::ScalarType derived_table_dtype(const char* who, c10::optional<c10::ScalarType> requested,
+/// bits. Checks that `requested` is one of the four float dtypes (for a caller that named itself
+/// in posenc's CallerScope, as move_derived_tables does).
+c10::ScalarType derived_table_dtype(c10::optional<c10::ScalarType> requested,
                                     c10::ScalarType current);
 
 /// Registers `value` as the buffer `name` of `module`, or, when the buffer exists (a second
@@ -68,8 +69,8 @@ void set_buffer(torch::nn::Module& module, const std::string& name, torch::Tenso
 
 /// Moves and casts derived `tables` (all of one dtype) for `to()`: float64, or another device,
 /// recomputes them through `rebuild` (widening float32 would only append zero bits; a move takes
-/// the definition the tables come from along), anything else casts.
-void move_derived_tables(const char* who, const std::vector<torch::Tensor*>& tables,
+/// the definition the tables come from along), anything else casts. Messages name `module`.
+void move_derived_tables(const char* module, const std::vector<torch::Tensor*>& tables,
                          c10::optional<torch::Device> device, c10::optional<torch::Dtype> dtype,
                          bool non_blocking,
                          const std::function<void(torch::Dtype, torch::Device)>& rebuild);
@@ -78,8 +79,8 @@ void move_derived_tables(const char* who, const std::vector<torch::Tensor*>& tab
 std::string non_default(const char* name, double value, double fallback);
 
 /// Checks that forward_positions got positions; `consecutive` names the forward for consecutive
-/// ones, e.g. "forward(x, offset)".
-void check_positions_given(const char* who, const torch::Tensor& positions,
+/// ones, e.g. "forward(x, offset)"; the message names `module`.
+void check_positions_given(const char* module, const torch::Tensor& positions,
                            const char* consecutive);
 
 /// The base of posenc's modules: `forward(x, offset)`, `forward_positions(x, positions)`, `load`,

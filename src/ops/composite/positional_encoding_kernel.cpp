@@ -79,8 +79,10 @@ namespace {
 
 at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table,
                                        int64_t offset, bool batch_first, OptionalTensor positions) {
-  const TableCall call = prepare_table_call("posenc::_add_position_table_backward", grad, table,
-                                            offset, positions, batch_first, 1.0, c10::nullopt);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
+                                   "posenc::_add_position_table_backward");
+  const TableCall call =
+      prepare_table_call(grad, table, offset, positions, batch_first, 1.0, c10::nullopt);
   at::Tensor grad_table = at::zeros_like(table, at::MemoryFormat::Contiguous);
   at::Tensor grad_rows = detail::table_rows(grad_table);
   const int64_t batch_dim = batch_first ? 0 : 1;
@@ -108,30 +110,31 @@ at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor&
 at::Tensor sinusoidal_table(SymLength length, int64_t d_model, double base, int64_t offset,
                             c10::string_view channels, c10::string_view frequencies,
                             c10::optional<at::ScalarType> dtype, c10::optional<at::Device> device) {
-  constexpr const char* who = "posenc::sinusoidal_table";
-  const detail::SinusoidSpec spec{d_model, base, detail::parse_channel_layout(who, channels),
-                                  detail::parse_frequency_spacing(who, frequencies)};
+  const detail::CallerScope caller_scope(detail::CallerScope::Rename{}, "posenc::sinusoidal_table");
+  const detail::SinusoidSpec spec{d_model, base, detail::parse_channel_layout(channels),
+                                  detail::parse_frequency_spacing(frequencies)};
   const at::ScalarType out_dtype = dtype.value_or(at::kFloat);
   const at::Device out_device = device.value_or(at::Device(at::kCPU));
   if (out_device.is_meta()) {
     // Fake tensors and shape propagation: the same checks (of a concrete length; a symbolic
     // one, torch.export's, is checked when the program runs), then only an allocation.
     const c10::optional<int64_t> rows = concrete(length);
-    detail::check_table_request(who, rows.value_or(1), d_model, base, offset, out_dtype);
+    detail::check_table_request(rows.value_or(1), d_model, base, offset, out_dtype);
     return empty_with_lengths({length, SymLength(d_model)},
                               at::TensorOptions().dtype(out_dtype).device(out_device));
   }
   const int64_t max_len = value_of(length);
-  detail::check_table_request(who, max_len, d_model, base, offset, out_dtype);
+  detail::check_table_request(max_len, d_model, base, offset, out_dtype);
   return detail::sinusoidal_table(max_len, offset, spec, out_dtype, out_device);
 }
 
 at::Tensor sinusoidal_columns(int64_t d_model, double base, c10::string_view channels,
                               c10::string_view frequencies, c10::optional<at::Device> device) {
-  constexpr const char* who = "posenc::sinusoidal_columns";
-  detail::check_table_arguments(who, /*max_len=*/1, d_model, base);
-  const detail::SinusoidSpec spec{d_model, base, detail::parse_channel_layout(who, channels),
-                                  detail::parse_frequency_spacing(who, frequencies)};
+  const detail::CallerScope caller_scope(detail::CallerScope::Rename{},
+                                         "posenc::sinusoidal_columns");
+  detail::check_table_arguments(/*max_len=*/1, d_model, base);
+  const detail::SinusoidSpec spec{d_model, base, detail::parse_channel_layout(channels),
+                                  detail::parse_frequency_spacing(frequencies)};
   const at::Device out_device = device.value_or(at::Device(at::kCPU));
   if (out_device.is_meta()) {
     return at::empty({2, d_model}, at::TensorOptions().dtype(at::kDouble).device(out_device));
@@ -160,21 +163,22 @@ at::Tensor add_positional_encoding_on_device(const at::Tensor& x, const at::Tens
 at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double base,
                                    bool batch_first, OptionalTensor positions, double scale,
                                    c10::string_view channels, c10::string_view frequencies) {
-  const char* who = detail::caller_or("posenc::add_positional_encoding");
-  detail::check_sequence_input(who, x, detail::kAnyWidth, batch_first, x.device());
-  detail::check_scale(who, scale, x.scalar_type());
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::add_positional_encoding");
+  detail::check_sequence_input(x, detail::kAnyWidth, batch_first, x.device());
+  detail::check_scale(scale, x.scalar_type());
   const int64_t length = x.size(batch_first ? 1 : 0);
   const detail::SinusoidSpec spec{std::max<int64_t>(x.size(2), 1), base,
-                                  detail::parse_channel_layout(who, channels),
-                                  detail::parse_frequency_spacing(who, frequencies)};
+                                  detail::parse_channel_layout(channels),
+                                  detail::parse_frequency_spacing(frequencies)};
   // The same rules as a table of L rows starting at `offset` (any position is allowed).
-  detail::check_table_request(who, std::max<int64_t>(length, 1), spec.d_model, base,
+  detail::check_table_request(std::max<int64_t>(length, 1), spec.d_model, base,
                               std::max<int64_t>(offset, 0), at::kDouble);
   // The positions on the host (one read from the device), where their rows are computed.
   at::Tensor checked;
   if (positions.has_value() && positions->defined()) {
-    detail::check_no_offset_with_positions(who, offset);
-    detail::check_positions_form(who, *positions, length, x.sizes().slice(0, 2),
+    detail::check_no_offset_with_positions(offset);
+    detail::check_positions_form(*positions, length, x.sizes().slice(0, 2),
                                  detail::sequence_layout(batch_first), x.device(),
                                  /*continuous=*/true);
     if (detail::checks_on_device(x.device())) {
@@ -182,17 +186,17 @@ at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double b
     }
     if (detail::is_continuous(*positions)) {
       checked = positions->to(at::kCPU, at::kDouble).contiguous();
-      detail::check_continuous_range(who, checked);
+      detail::check_continuous_range(checked);
     } else {
       checked = detail::host_read({}, *positions).whole;
     }
     if (checked.numel() > 0 && !detail::is_continuous(checked)) {
       const auto extremes = std::minmax_element(checked.data_ptr<int64_t>(),
                                                 checked.data_ptr<int64_t>() + checked.numel());
-      detail::check_positions_range(who, *extremes.first, *extremes.second, /*limit=*/-1);
+      detail::check_positions_range(*extremes.first, *extremes.second, /*limit=*/-1);
     }
   } else {
-    detail::check_offset_start(who, offset, length);
+    detail::check_offset_start(offset, length);
     if (detail::checks_on_device(x.device())) { // the positions made where x lies, rows there too
       return add_positional_encoding_on_device(
           x, at::arange(offset, offset + length, x.options().dtype(at::kLong)), spec, batch_first,

@@ -88,9 +88,10 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(
     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
     at::IntArrayRef mrope_section, bool interleaved, OptionalTensor inv_freq,
     double attention_factor) {
-  const MultimodalTablesCall call =
-      prepare_multimodal_tables_call("posenc::multimodal_rotary_tables", cos, sin, positions,
-                                     mrope_section, interleaved, inv_freq, attention_factor);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
+                                   "posenc::multimodal_rotary_tables");
+  const MultimodalTablesCall call = prepare_multimodal_tables_call(
+      cos, sin, positions, mrope_section, interleaved, inv_freq, attention_factor);
   const int64_t half = cos.size(1);
   const int64_t tokens = call.positions.size(1);
   // [3, N, R/2]: the rows of each axis' positions, from the caches or computed (past them).
@@ -127,12 +128,14 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     c10::optional<at::ArrayRef<double>> freq_factors, c10::optional<int64_t> seq_len,
     const c10::optional<at::Tensor>& positions, const c10::optional<at::Tensor>& given_frequencies,
     c10::optional<at::Device> device) {
-  const char* who = detail::caller_or("posenc::rope_frequencies");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::rope_frequencies");
+  const char* const who = detail::caller();
   TORCH_CHECK(!seq_len || *seq_len >= 1, who,
               ": seq_len must be >= 1 (a call's last position + 1), but got ", *seq_len);
   const auto options = functional::RotaryTablesFuncOptions()
                            .base(base)
-                           .scaling(detail::rope_scaling_from_json(who, rope_parameters, base))
+                           .scaling(detail::rope_scaling_from_json(rope_parameters, base))
                            .freq_factors(freq_factors ? freq_factors->vec() : std::vector<double>())
                            .seq_len(seq_len);
   const bool has_positions = positions.has_value() && positions->defined();
@@ -148,8 +151,8 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
               who,
               ": with positions, inv_freq lies on their device (", positions->device(),
               "), but device = ", *device, " was given; leave device out or move the positions");
-  const detail::RopeSpec spec = detail::rope_spec_without_table(who, rotary_dim, options);
-  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, seq_len, who);
+  const detail::RopeSpec spec = detail::rope_spec_without_table(rotary_dim, options);
+  const detail::RopeFrequencies frequencies = detail::rope_frequencies(spec, seq_len);
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
   if (has_positions) {
     TORCH_CHECK(at::isFloatingType(positions->scalar_type()) ||
@@ -163,13 +166,13 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     } else {
       // (made on the host, placed on the positions' device without waiting for it)
       base = at::tensor(frequencies.inv_freq, float64);
-      const at::Tensor long_inv_freq = detail::rope_long_inv_freq(spec, who);
+      const at::Tensor long_inv_freq = detail::rope_long_inv_freq(spec);
       if (long_inv_freq.defined()) { // the second set: past the switch
         base = at::stack({base, long_inv_freq});
       }
       base = detail::upload(base, positions->device());
     }
-    return {detail::rope_frequencies_at(spec, base, *positions, who),
+    return {detail::rope_frequencies_at(spec, base, *positions),
             at::scalar_tensor(frequencies.variant_attention_factor, float64)};
   }
   return {detail::upload(at::tensor(frequencies.inv_freq, float64),
@@ -181,14 +184,15 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
                                                  double attention_factor,
                                                  c10::optional<at::ScalarType> dtype,
                                                  c10::optional<at::Device> device) {
-  const char* who = detail::caller_or("posenc::rotary_tables");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, "posenc::rotary_tables");
+  const char* const who = detail::caller();
   TORCH_CHECK(inv_freq.defined() && inv_freq.dim() == 1 && inv_freq.size(0) >= 1 &&
                   inv_freq.size(0) <= detail::kMaxTableElements,
               who, ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies (R/2 <= 2^28), but got ",
               inv_freq.defined() ? inv_freq.sizes() : at::IntArrayRef{});
-  detail::check_rotary_arguments(who, max_len, 2 * inv_freq.size(0), 10000.0);
+  detail::check_rotary_arguments(max_len, 2 * inv_freq.size(0), 10000.0);
   const at::ScalarType out_dtype = dtype.value_or(at::kFloat);
-  detail::check_float_dtype(who, "dtype", out_dtype);
+  detail::check_float_dtype("dtype", out_dtype);
   // The checks of apply_rotary's inv_freq (float64, finite angles, the factor a finite number of
   // the caches' dtype), on empty caches of the requested dtype.
   const auto none = [&](const c10::Device& on) {
@@ -198,14 +202,14 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
   const at::Device out_device = device.value_or(inv_freq.device());
   if (detail::checks_on_device(inv_freq.device())) {
     // Frequencies on a device: checked and the rows computed there (nothing read back).
-    given_frequencies(who, inv_freq, none(inv_freq.device()), attention_factor);
+    given_frequencies(inv_freq, none(inv_freq.device()), attention_factor);
     const auto rows = detail::rotary_rows_from(
         at::arange(max_len, at::TensorOptions().dtype(at::kLong).device(inv_freq.device())),
         inv_freq, attention_factor, out_dtype);
     return {rows.first.to(out_device), rows.second.to(out_device)};
   }
   const detail::RopeFrequencies frequencies =
-      given_frequencies(who, inv_freq.to(at::kCPU), none(at::kCPU), attention_factor);
+      given_frequencies(inv_freq.to(at::kCPU), none(at::kCPU), attention_factor);
   const auto rows = detail::rotary_rows(
       at::arange(max_len, at::TensorOptions().dtype(at::kLong)), frequencies, out_dtype);
   return {rows.first.to(out_device), rows.second.to(out_device)};

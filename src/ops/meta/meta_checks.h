@@ -15,7 +15,8 @@ namespace posenc {
 namespace ops {
 namespace meta {
 
-inline void check_input(const char* who, const at::Tensor& x, int64_t dims) {
+inline void check_input(const at::Tensor& x, int64_t dims) {
+  const char* const who = detail::caller();
   TORCH_CHECK(x.dim() == dims, who, ": expected a ", dims, "-D input, but got a ", x.dim(),
               "-D tensor");
   TORCH_CHECK(detail::is_supported_float(x.scalar_type()), who,
@@ -28,16 +29,17 @@ inline void check_input(const char* who, const at::Tensor& x, int64_t dims) {
 /// inv_freq; the table-less form always has it). (Every argument of a call must be on one device: a meta tensor among CPU ones
 /// selects this kernel, which must then raise, as torch.add does, rather than return memory nobody
 /// wrote.)
-inline void check_positions(const char* who, OptionalTensor positions, const at::Tensor& x,
+inline void check_positions(OptionalTensor positions, const at::Tensor& x,
                             bool has_definition = false, const char* definition = "") {
+  const char* const who = detail::caller();
   if (positions.has_value() && positions->defined()) {
-    detail::check_positions_device(who, *positions, x.device());
+    detail::check_positions_device(*positions, x.device());
     TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false) ||
                     detail::is_continuous(*positions),
                 who, ": positions must be an integer tensor (int64 or int32) or a floating-point "
                 "one, but got ",
                 positions->scalar_type());
-    detail::check_continuous_allowed(who, *positions, has_definition, definition);
+    detail::check_continuous_allowed(*positions, has_definition, definition);
   }
 }
 
@@ -46,8 +48,9 @@ inline bool has_value(OptionalTensor tensor) {
 }
 
 /// A table `[max_len, D]` or `[1, max_len, D]` on the device of the input `x`.
-inline void check_table(const char* who, const at::Tensor& table, const at::Tensor& x) {
-  detail::check_input_device(who, x, table.device(), "the encoding table");
+inline void check_table(const at::Tensor& table, const at::Tensor& x) {
+  const char* const who = detail::caller();
+  detail::check_input_device(x, table.device(), "the encoding table");
   TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the encoding table as [max_len, D] or [1, max_len, D], but got a ",
               table.dim(), "-D tensor");

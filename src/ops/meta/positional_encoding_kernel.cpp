@@ -13,12 +13,13 @@ namespace {
 
 at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t, bool,
                               OptionalTensor positions, double scale, OptionalTensor columns) {
-  const char* who = detail::caller_or("posenc::add_position_table");
-  check_input(who, x, 3);
-  detail::check_scale(who, scale, x.scalar_type());
-  check_table(who, table, x);
-  check_positions(who, positions, x, has_value(columns), "columns");
-  check_definition_device(who, columns, "columns", x.device());
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::add_position_table");
+  check_input(x, 3);
+  detail::check_scale(scale, x.scalar_type());
+  check_table(table, x);
+  check_positions(positions, x, has_value(columns), "columns");
+  check_definition_device(columns, "columns", x.device());
   return at::empty_like(x);
 }
 
@@ -31,23 +32,29 @@ void add_position_table_out(const at::Tensor& x, const at::Tensor& table, int64_
                             bool batch_first, OptionalTensor positions, double scale,
                             OptionalTensor columns, at::Tensor& out) {
   add_position_table(x, table, offset, batch_first, positions, scale, columns);
-  check_out(detail::caller_or("posenc::add_position_table_out"), out, x);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
+                                   "posenc::add_position_table_out");
+  check_out(out, x);
   at::native::resize_output(out, x.sizes());
 }
 
 at::Tensor add_position_table_backward(const at::Tensor& grad, const at::Tensor& table, int64_t,
                                        bool, OptionalTensor positions) {
-  check_input("posenc::_add_position_table_backward", grad, 3);
-  check_table("posenc::_add_position_table_backward", table, grad);
-  check_positions("posenc::_add_position_table_backward", positions, grad);
+  const detail::CallerScope caller(detail::CallerScope::Rename{},
+                                   "posenc::_add_position_table_backward");
+  check_input(grad, 3);
+  check_table(table, grad);
+  check_positions(positions, grad);
   return at::empty_like(table, at::MemoryFormat::Contiguous);
 }
 
 at::Tensor add_positional_encoding(const at::Tensor& x, int64_t offset, double, bool,
                                    OptionalTensor positions, double, c10::string_view,
                                    c10::string_view) {
-  check_input("posenc::add_positional_encoding", x, 3);
-  check_positions("posenc::add_positional_encoding", positions, x, /*has_definition=*/true);
+  const detail::CallerScope caller(detail::CallerScope::Rename{},
+                                   "posenc::add_positional_encoding");
+  check_input(x, 3);
+  check_positions(positions, x, /*has_definition=*/true);
   TORCH_CHECK(offset >= 0, "posenc::add_positional_encoding: offset must be >= 0, but got ",
               offset);
   return at::empty_like(x);

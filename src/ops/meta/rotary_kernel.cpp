@@ -15,36 +15,40 @@ namespace ops {
 namespace meta {
 namespace {
 
-void check_rotary(const char* who, const at::Tensor& x, const at::Tensor& cos,
-                  const at::Tensor& sin, OptionalTensor positions, OptionalTensor inv_freq) {
-  check_input(who, x, 4);
+void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                  OptionalTensor positions, OptionalTensor inv_freq) {
+  const char* const who = detail::caller();
+  check_input(x, 4);
   TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2, who, ": cos and sin must be [max_len, R/2] tables");
   TORCH_CHECK(cos.device() == sin.device(), who,
               ": cos and sin must share dtype and device, but cos is on ", cos.device(),
               " and sin on ", sin.device());
-  detail::check_input_device(who, x, cos.device(), "the cos/sin caches");
-  check_positions(who, positions, x, has_value(inv_freq), "inv_freq");
-  check_definition_device(who, inv_freq, "inv_freq", x.device());
+  detail::check_input_device(x, cos.device(), "the cos/sin caches");
+  check_positions(positions, x, has_value(inv_freq), "inv_freq");
+  check_definition_device(inv_freq, "inv_freq", x.device());
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t,
                         OptionalTensor positions, bool, bool, bool, OptionalTensor inv_freq,
                         double) {
-  check_rotary(detail::caller_or("posenc::apply_rotary"), x, cos, sin, positions, inv_freq);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary");
+  check_rotary(x, cos, sin, positions, inv_freq);
   return at::empty_like(x);
 }
 
 void apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t,
                    OptionalTensor positions, bool, bool, bool, OptionalTensor inv_freq, double) {
-  check_rotary(detail::caller_or("posenc::apply_rotary_"), x, cos, sin, positions, inv_freq);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_");
+  check_rotary(x, cos, sin, positions, inv_freq);
 }
 
 // What the shapes alone tell of q and k: the keys of the queries' tokens, in their dtype.
-void check_qk(const char* who, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+void check_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
               const at::Tensor& sin, OptionalTensor positions, OptionalTensor inv_freq,
               bool heads_first) {
-  check_rotary(who, q, cos, sin, positions, inv_freq);
-  check_rotary(who, k, cos, sin, positions, inv_freq);
+  const char* const who = detail::caller();
+  check_rotary(q, cos, sin, positions, inv_freq);
+  check_rotary(k, cos, sin, positions, inv_freq);
   const int64_t length = heads_first ? 2 : 1;
   // sym_size: symbolic sizes stay symbolic (torch.export with a dynamic sequence length)
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && k.sym_size(0) == q.sym_size(0) &&
@@ -58,8 +62,8 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(const at::Tensor& q, const at
                                                    int64_t, OptionalTensor positions, bool,
                                                    bool heads_first, bool, OptionalTensor inv_freq,
                                                    double) {
-  check_qk(detail::caller_or("posenc::apply_rotary_qk"), q, k, cos, sin, positions, inv_freq,
-           heads_first);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_qk");
+  check_qk(q, k, cos, sin, positions, inv_freq, heads_first);
   // As the CPU and CUDA kernels allocate: contiguous.
   return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(k.sym_sizes(), k.options())};
 }
@@ -67,8 +71,8 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(const at::Tensor& q, const at
 void apply_rotary_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
                       int64_t, OptionalTensor positions, bool, bool heads_first, bool,
                       OptionalTensor inv_freq, double) {
-  check_qk(detail::caller_or("posenc::apply_rotary_qk_"), q, k, cos, sin, positions, inv_freq,
-           heads_first);
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_qk_");
+  check_qk(q, k, cos, sin, positions, inv_freq, heads_first);
 }
 
 std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& cos,
@@ -77,14 +81,16 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& co
                                                             at::IntArrayRef mrope_section,
                                                             bool interleaved,
                                                             OptionalTensor inv_freq, double) {
-  const char* who = detail::caller_or("posenc::multimodal_rotary_tables");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::multimodal_rotary_tables");
+  const char* const who = detail::caller();
   TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2 && cos.sizes() == sin.sizes(), who,
               ": cos and sin must be [max_len, R/2] tables of the same shape");
-  detail::mrope_axes(who, mrope_section.vec(), interleaved, cos.size(1));
+  detail::mrope_axes(mrope_section.vec(), interleaved, cos.size(1));
   TORCH_CHECK((positions.dim() == 2 || positions.dim() == 3) && positions.sym_size(0) == 3, who,
               ": multimodal positions must be [3, B, L] or [3, L], but got ", positions.sizes());
-  detail::check_positions_device(who, positions, cos.device());
-  check_definition_device(who, inv_freq, "inv_freq", cos.device());
+  detail::check_positions_device(positions, cos.device());
+  check_definition_device(inv_freq, "inv_freq", cos.device());
   // symbolic sizes stay symbolic (torch.export with a dynamic sequence length)
   std::vector<c10::SymInt> shape = positions.sym_sizes().slice(1).vec();
   shape.emplace_back(cos.size(1));
@@ -94,13 +100,14 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& co
 std::tuple<at::Tensor, at::Tensor> rotary_tables(SymLength length, const at::Tensor& inv_freq,
                                                  double, c10::optional<at::ScalarType> dtype,
                                                  c10::optional<at::Device>) {
-  const char* who = detail::caller_or("posenc::rotary_tables");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, "posenc::rotary_tables");
+  const char* const who = detail::caller();
   TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) >= 1 &&
                   inv_freq.size(0) <= detail::kMaxTableElements,
               who, ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies (R/2 <= 2^28), but got ",
               inv_freq.sizes());
   // (a symbolic length, torch.export's, is checked when the program runs)
-  detail::check_rotary_arguments(who, concrete(length).value_or(1), 2 * inv_freq.size(0), 10000.0);
+  detail::check_rotary_arguments(concrete(length).value_or(1), 2 * inv_freq.size(0), 10000.0);
   const auto options = inv_freq.options().dtype(dtype.value_or(at::kFloat));
   const std::vector<SymLength> shape{length, SymLength(inv_freq.size(0))};
   return {empty_with_lengths(shape, options), empty_with_lengths(shape, options)};

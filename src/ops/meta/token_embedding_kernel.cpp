@@ -18,7 +18,9 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t, bool,
     OptionalTensor positions, double scale, int64_t padding_idx, double dropout, bool train,
     OptionalTensor columns) {
-  const char* who = detail::caller_or("posenc::token_and_position_embedding");
+  const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
+                                         "posenc::token_and_position_embedding");
+  const char* const who = detail::caller();
   TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, who,
               ": expected int64 token ids of 2 dimensions");
   TORCH_CHECK(weight.dim() == 2 && detail::is_supported_float(weight.scalar_type()), who,
@@ -26,16 +28,16 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
   TORCH_CHECK(tokens.device() == weight.device(), who,
               ": expected the token ids on the module's device (", weight.device(), "), but got ",
               tokens.device());
-  detail::check_dropout(who, dropout);
-  detail::check_scale(who, scale, weight.scalar_type());
-  check_padding_idx(who, padding_idx, weight.size(0));
+  detail::check_dropout(dropout);
+  detail::check_scale(scale, weight.scalar_type());
+  check_padding_idx(padding_idx, weight.size(0));
   TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the table as [max_len, D] or [1, max_len, D]");
   TORCH_CHECK(table.device() == weight.device(), who,
               ": the position table must be on the weight's device (", weight.device(),
               "), but is on ", table.device());
-  check_positions(who, positions, tokens, has_value(columns), "columns");
-  check_definition_device(who, columns, "columns", weight.device());
+  check_positions(positions, tokens, has_value(columns), "columns");
+  check_definition_device(columns, "columns", weight.device());
   // [B, L] ids and a [V, D] weight give [B, L, D]; symbolic sizes stay symbolic (torch.export with
   // a dynamic sequence length).
   at::Tensor out = at::empty_symint({tokens.sym_size(0), tokens.sym_size(1), weight.sym_size(1)},
