@@ -1,4 +1,5 @@
-// libFuzzer target for posenc. One byte picks a target (0-7, and 8: safetensors); the rest
+// libFuzzer target for posenc. One byte picks a target (0-7; 8: safetensors; 13: config.json and
+// rope_parameters; 14: packed positions; 15: posenc.nn's option texts and deep JSON); the rest
 // become its options, input shapes, dtypes, devices, offsets, positions, padding masks and layouts,
 // or the bytes of a checkpoint. posenc's promise is checked on each: the call returns a result of
 // the right shape and dtype (a reader: defined, fully readable tensors), or throws c10::Error. Any
@@ -10,12 +11,14 @@
 #include <posenc/io/state_dict.h>
 #include <posenc/posenc.h>
 
+#include "detail/json_text.h"
 #include "io/torch_save_reader.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
 #include <fuzzer/FuzzedDataProvider.h>
+#include <nlohmann/json.hpp>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -26,7 +29,10 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <set>
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -1561,6 +1567,863 @@ void fuzz_vision(FuzzedDataProvider& in) {
     }
   }
 }
+// --- option texts: the JSON front doors of posenc.nn
+// ----------------------------------------------
+//
+// posenc.nn sends each module's keyword arguments as JSON text: check_module_options(module,
+// options) checks those of every module but RotaryEmbedding, whose text
+// rotary_embedding_frequencies and rotary_embedding_call(_qk) read (and keep, 256 texts, behind a
+// mutex). Texts are built key by key from each module's own keys (values of every type, the
+// spellings "nan" / "inf", lists, rope blocks, nesting up to a few hundred levels) or are the raw
+// bytes; every JSON reader posenc has (those two, rope_frequencies' rope_parameters,
+// read_hf_rope_config, a safetensors header) also gets the deep values. Promises checked:
+//   - a text nested deeper than detail::kMaxJsonDepth levels or longer than the reader's size limit
+//     is refused by every reader, with a message naming the limit (checked before parsing);
+//   - the same options with their keys in another order and other white space give the same
+//     outcome: the same frequencies bit for bit, or the same message;
+//   - a text read once (the cache) reads the same again;
+//   - check_module_options refuses a name that is not a module's (RotaryEmbedding's included), and
+//     its messages (and rotary_embedding_frequencies') start with the module's or the operator's
+//     name;
+//   - accepted rotary options give finite frequencies, a positive attention factor, and calls that
+//     rotate the input into its shape and dtype, q alone as q beside k.
+
+using OpOutcome = std::string; // "" where the call returned, else "error: " and its message
+
+template <typename Call>
+OpOutcome outcome_of(Call&& call) {
+  try {
+    call();
+  } catch (const c10::Error& error) {
+    return std::string("error: ") + error.what_without_backtrace();
+  }
+  return "";
+}
+
+// The levels of objects and arrays in `text`: '{' and '[' outside strings, counted independently of
+// posenc's own count (detail::json_depth_exceeded_at).
+int json_depth(const std::string& text) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// A reader's outcome on `text`: past the depth limit or `max_bytes`, a refusal; where the text is
+// valid JSON (else a parse error may come first), one whose message names the limit.
+void check_limits(const char* reader, const std::string& text, size_t max_bytes,
+                  const OpOutcome& outcome) {
+  const int depth = json_depth(text);
+  const bool deep = depth > posenc::detail::kMaxJsonDepth;
+  const bool large = text.size() > max_bytes;
+  if (!deep && !large) {
+    return;
+  }
+  if (outcome.empty()) {
+    std::cerr << "posenc_fuzzer: " << reader << " accepted a JSON text of " << text.size()
+              << " bytes nested " << depth << " levels, past posenc's limits ("
+              << posenc::detail::kMaxJsonDepth << " levels, " << max_bytes << " bytes)\n";
+    abort();
+  }
+  const std::string named = large ? std::to_string(max_bytes) + " bytes"
+                                  : std::to_string(posenc::detail::kMaxJsonDepth) + " levels";
+  if (nlohmann::json::accept(text) && outcome.find(named) == std::string::npos) {
+    std::cerr << "posenc_fuzzer: " << reader << " refused a JSON text of " << text.size()
+              << " bytes nested " << depth << " levels without naming the limit (\"" << named
+              << "\"): " << outcome.substr(0, 400) << "\n";
+    abort();
+  }
+}
+
+// Each module's keyword arguments as posenc.nn sends them, with their kinds ('i' an integer, 'n' a
+// number, 'b' a boolean, 'e' a name, 'I' a list of integers, 'N' a list of numbers, 'r' a rope
+// block), whether the module needs them (no default) and values it accepts (so that most texts
+// reach the checks behind the reader). The last module is RotaryEmbedding
+// (rotary_embedding_frequencies / rotary_embedding_call).
+struct OptionKey {
+  const char* name;
+  char kind;
+  bool required;
+  std::vector<const char*> good;
+};
+
+struct ModuleKeys {
+  const char* module;
+  std::vector<OptionKey> keys;
+};
+
+const std::vector<ModuleKeys>& option_modules() {
+  static const std::vector<const char*> sizes = {"8", "16", "4", "32", "64", "2"};
+  static const std::vector<const char*> lengths = {"16", "32", "8", "128", "1"};
+  static const std::vector<const char*> dropout = {"0", "0.1", "0.5", "1", "0.0"};
+  static const std::vector<const char*> base = {"10000", "10000.0", "100", "500000.0", "2"};
+  static const std::vector<const char*> scale = {"1", "1.0", "0.5", "2", "-1"};
+  static const std::vector<const char*> boolean = {"true", "false"};
+  static const std::vector<const char*> beyond = {"\"error\"", "\"extrapolate\""};
+  static const std::vector<const char*> pairing = {"\"half_split\"", "\"interleaved\""};
+  static const std::vector<ModuleKeys> modules = {
+      {"PositionalEncoding",
+       {{"d_model", 'i', true, sizes},
+        {"max_len", 'i', true, lengths},
+        {"base", 'n', false, base},
+        {"dropout", 'n', false, dropout},
+        {"batch_first", 'b', false, boolean},
+        {"layout", 'e', false, {"\"interleaved\"", "\"concatenated\""}},
+        {"spacing", 'e', false, {"\"paper\"", "\"tensor2tensor\""}},
+        {"beyond_max_len", 'e', false, beyond},
+        {"scale", 'n', false, scale},
+        {"inplace", 'b', false, boolean}}},
+      {"LearnedPositionalEmbedding",
+       {{"d_model", 'i', true, sizes},
+        {"max_len", 'i', true, lengths},
+        {"init_std", 'n', false, {"0.02", "0", "1"}},
+        {"dropout", 'n', false, dropout},
+        {"batch_first", 'b', false, boolean},
+        {"scale", 'n', false, scale},
+        {"inplace", 'b', false, boolean}}},
+      {"TokenAndPositionEmbedding",
+       {{"vocab_size", 'i', true, {"10", "100", "1", "32000"}},
+        {"d_model", 'i', true, sizes},
+        {"max_len", 'i', true, lengths},
+        {"positions", 'e', false, {"\"sinusoidal\"", "\"learned\""}},
+        {"scale", 'n', false, {"null", "1", "8.0"}},
+        {"padding_idx", 'i', false, {"null", "0", "1", "9"}},
+        {"dropout", 'n', false, dropout},
+        {"batch_first", 'b', false, boolean},
+        {"base", 'n', false, base},
+        {"beyond_max_len", 'e', false, beyond}}},
+      {"Timesteps",
+       {{"embedding_dim", 'i', true, {"8", "32", "256", "6"}},
+        {"flip_sin_to_cos", 'b', false, boolean},
+        {"downscale_freq_shift", 'n', false, {"0", "1", "0.5"}},
+        {"scale", 'n', false, {"1", "1000", "0.5"}},
+        {"max_period", 'i', false, {"10000", "2", "100"}}}},
+      {"TimestepEmbedder",
+       {{"hidden_size", 'i', true, sizes},
+        {"frequency_embedding_size", 'i', false, {"256", "8", "16"}},
+        {"max_period", 'i', false, {"10000", "100"}}}},
+      {"AxialRotaryEmbedding",
+       {{"axes_dim", 'I', true, {"[4, 4]", "[16, 56, 56]", "[2]", "[]"}},
+        {"theta", 'n', false, base},
+        {"pairing", 'e', false, pairing},
+        {"heads_first", 'b', false, boolean}}},
+      {"VisionRotaryEmbedding",
+       {{"dim", 'i', true, {"8", "16", "64", "4"}},
+        {"temperature", 'n', false, base},
+        {"ref_feat_shape", 'I', false, {"null", "[2, 2]", "[16, 16]"}},
+        {"grid_offset", 'n', false, {"0", "0.5", "1"}},
+        {"grid_indexing", 'e', false, {"\"ij\"", "\"xy\""}},
+        {"pairing", 'e', false, pairing},
+        {"num_prefix_tokens", 'i', false, {"0", "1", "4"}},
+        {"heads_first", 'b', false, boolean}}},
+      {"ALiBi",
+       {{"num_heads", 'i', true, {"8", "12", "1", "32", "5"}},
+        {"max_bias", 'n', false, {"8", "8.0", "1", "64", "16"}},
+        {"first_head", 'i', false, {"0", "1", "4"}},
+        {"heads", 'i', false, {"null", "1", "2", "4"}}}},
+      {"AttentionTemperature",
+       {{"floor_scale", 'n', false, {"8192", "8192.0", "4", "1"}},
+        {"attn_scale", 'n', false, {"0.1", "1", "0.5", "1e-3"}},
+        {"form", 'e', false, {"\"llama4\"", "\"ministral3\""}},
+        {"heads_first", 'b', false, boolean}}},
+      {"RelativePositionBias",
+       {{"num_heads", 'i', true, sizes},
+        {"num_buckets", 'i', false, {"32", "8", "4", "64"}},
+        {"max_distance", 'i', false, {"128", "16", "1"}},
+        {"bidirectional", 'b', false, boolean}}},
+      {"RelPositionalEncoding",
+       {{"d_model", 'i', true, sizes},
+        {"max_len", 'i', false, lengths},
+        {"dropout", 'n', false, dropout},
+        {"scale_input", 'b', false, boolean},
+        {"legacy", 'b', false, boolean},
+        {"base", 'n', false, base}}},
+      {"RelPositionMultiheadAttention",
+       {{"embed_dim", 'i', true, {"8", "16", "12"}},
+        {"num_heads", 'i', true, {"1", "2", "4", "3"}},
+        {"dropout", 'n', false, dropout}}},
+      {"RotaryEmbedding",
+       {{"head_dim", 'i', true, {"8", "16", "4", "64", "6"}},
+        {"max_len", 'i', true, {"16", "32", "8", "4"}},
+        {"cached_len", 'i', false, {"null", "8", "4"}},
+        {"rotary_dim", 'i', false, {"null", "4", "8", "2"}},
+        {"base", 'n', false, base},
+        {"deinterleave", 'b', false, boolean},
+        {"inverse", 'b', false, boolean},
+        {"heads_first", 'b', false, boolean},
+        {"freq_factors", 'N', false, {"null", "[1, 2]", "[1, 1, 2, 2]", "[]"}},
+        {"attention_factor_in_cos_sin", 'b', false, boolean},
+        {"mrope_section", 'I', false, {"null", "[1, 1, 0]", "[1, 1, 2]", "[]"}},
+        {"mrope_interleaved", 'b', false, boolean},
+        {"pairing", 'e', false, pairing},
+        {"beyond_max_len", 'e', false, beyond},
+        {"rope_parameters",
+         'r',
+         false,
+         {"null", "{\"rope_type\": \"default\"}", "{\"rope_type\": \"linear\", \"factor\": 2.0}",
+          "{\"rope_type\": \"dynamic\", \"factor\": 2.0, \"max_position_embeddings\": 8}",
+          "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 8}",
+          "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+          "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}",
+          "{\"type\": \"linear\", \"factor\": 4}",
+          "{\"rope_type\": \"longrope\", \"original_max_position_embeddings\": 8, "
+          "\"short_factor\": [1, 1], \"long_factor\": [2, 2]}"}}}},
+  };
+  return modules;
+}
+
+// An integer literal: mostly small, sometimes at or past posenc's limits and int64's, or not an
+// integer. `huge`: 2^28 itself, which sizes are allowed to be (RotaryEmbedding's takes 1048576: a
+// head_dim of 2^28 holds 2^27 float64 frequencies, 1 GiB, which is valid but no fuzzing speed).
+std::string option_integer(FuzzedDataProvider& in, bool huge = true) {
+  static const char* const specials[] = {"0",
+                                         "-1",
+                                         "1",
+                                         "3",
+                                         "1048576",
+                                         "268435457",
+                                         "2147483648",
+                                         "9007199254740993",
+                                         "9223372036854775807",
+                                         "9223372036854775808",
+                                         "-9223372036854775808",
+                                         "18446744073709551615",
+                                         "18446744073709551616",
+                                         "4.0",
+                                         "4.5",
+                                         "1e3",
+                                         "-0"};
+  if (in.ConsumeIntegralInRange<int>(0, 4) == 0) {
+    const std::string special =
+        specials[in.ConsumeIntegralInRange<size_t>(0, std::size(specials) - 1)];
+    return huge && special == "1048576" ? "268435456" : special;
+  }
+  return std::to_string(in.ConsumeBool() ? 2 * in.ConsumeIntegralInRange<int64_t>(1, 32)
+                                         : in.ConsumeIntegralInRange<int64_t>(-2, 300));
+}
+
+std::string option_number(FuzzedDataProvider& in) {
+  static const char* const specials[] = {"0.1",
+                                         "0.5",
+                                         "1",
+                                         "2",
+                                         "8",
+                                         "10000",
+                                         "500000.0",
+                                         "8192",
+                                         "64",
+                                         "64.000001",
+                                         "0",
+                                         "-0.0",
+                                         "-1",
+                                         "1e-50",
+                                         "1e-320",
+                                         "1e39",
+                                         "1e308",
+                                         "3.4028234663852886e38",
+                                         "3.4028235677973366e38",
+                                         "\"nan\"",
+                                         "\"inf\"",
+                                         "\"-inf\""};
+  if (in.ConsumeBool()) {
+    return specials[in.ConsumeIntegralInRange<size_t>(0, std::size(specials) - 1)];
+  }
+  return json_number(in);
+}
+
+std::string option_name(FuzzedDataProvider& in) {
+  static const char* const names[] = {"interleaved", "concatenated", "paper",      "tensor2tensor",
+                                      "error",       "extrapolate",  "sinusoidal", "learned",
+                                      "half_split",  "ij",           "xy",         "llama4",
+                                      "ministral3",  "nan",          "inf",        "",
+                                      "Interleaved", "half-split"};
+  return std::string("\"") + names[in.ConsumeIntegralInRange<size_t>(0, std::size(names) - 1)] +
+         "\"";
+}
+
+// A string with what a reader must not mistake for structure: brackets, escaped quotes and
+// backslashes, escapes of control characters and of surrogates (lone ones are invalid JSON).
+std::string tricky_string(FuzzedDataProvider& in) {
+  static const char* const pieces[] = {
+      "[",       "{", "]", "}", "\\\"", "\\\\", "\\u0000", "\\ud83d\\ude00",
+      "\\ud800", "a", ":", ",", "\\n",  "\\/"};
+  std::string text = "\"";
+  const int count = in.ConsumeIntegralInRange<int>(0, 12);
+  for (int i = 0; i < count; ++i) {
+    text += pieces[in.ConsumeIntegralInRange<size_t>(0, std::size(pieces) - 1)];
+  }
+  return text + "\"";
+}
+
+std::string option_list(FuzzedDataProvider& in, bool integers) {
+  std::string text = "[";
+  const int count = in.ConsumeIntegralInRange<int>(0, in.ConsumeBool() ? 4 : 40);
+  for (int i = 0; i < count; ++i) {
+    text += (i == 0 ? "" : ",") +
+            (integers ? (in.ConsumeIntegralInRange<int>(0, 7) == 0
+                             ? option_integer(in)
+                             : std::to_string(2 * in.ConsumeIntegralInRange<int>(0, 8)))
+                      : option_number(in));
+  }
+  return text + "]";
+}
+
+// A value nested `levels` deep below a value that is already `outer` levels down: arrays, objects
+// (keys that hold brackets too) or both in a pattern, around a leaf.
+std::string deep_value(FuzzedDataProvider& in, int outer) {
+  int levels = 0;
+  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+    case 0: // at the limit: one level under it, on it, one and two past it
+      levels = posenc::detail::kMaxJsonDepth - outer + in.ConsumeIntegralInRange<int>(-1, 2);
+      break;
+    case 1:
+      levels = in.ConsumeIntegralInRange<int>(1, 80);
+      break;
+    default:
+      levels = in.ConsumeIntegralInRange<int>(1, 400);
+      break;
+  }
+  levels = std::max(levels, 1);
+  const int shape = in.ConsumeIntegralInRange<int>(0, 3); // arrays, objects, alternating, bits
+  const uint32_t bits = in.ConsumeIntegral<uint32_t>();
+  static const char* const keys[] = {"\"a\"", "\"rope_type\"", "\"[\"", "\"{\\\"\"", "\"\""};
+  const char* key = keys[in.ConsumeIntegralInRange<size_t>(0, std::size(keys) - 1)];
+  std::string open;
+  std::string close;
+  for (int level = 0; level < levels; ++level) {
+    const bool array = shape == 0 || (shape == 2 && level % 2 == 0) ||
+                       (shape == 3 && ((bits >> (level % 32)) & 1u) != 0);
+    if (array) {
+      open += '[';
+      close += ']';
+    } else {
+      open += std::string("{") + key + ":";
+      close += '}';
+    }
+  }
+  std::reverse(close.begin(), close.end());
+  std::string leaf;
+  switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+    case 0:
+      leaf = option_number(in);
+      break;
+    case 1:
+      leaf = tricky_string(in);
+      break;
+    case 2:
+      leaf = in.ConsumeBool() ? "[]" : "{}";
+      break;
+    case 3:
+      leaf = "null";
+      break;
+    default:
+      leaf = option_integer(in);
+      break;
+  }
+  if (in.ConsumeIntegralInRange<int>(0, 15) == 0) {
+    close.resize(close.size() / 2); // unclosed: invalid JSON, refused either way
+  }
+  return open + leaf + close;
+}
+
+// A value for `key`: mostly one it accepts or one of its type (small, at the limits), else
+// anything: null, the wrong type, a spelled number, a string with brackets, a rope block, a deep
+// value.
+std::string option_value(FuzzedDataProvider& in, const OptionKey& key, int outer,
+                         bool huge = true) {
+  const int choice = in.ConsumeIntegralInRange<int>(0, 7);
+  if (choice < 5 && !key.good.empty()) {
+    return key.good[in.ConsumeIntegralInRange<size_t>(0, key.good.size() - 1)];
+  }
+  if (choice < 7) {
+    switch (key.kind) {
+      case 'i':
+        return option_integer(in, huge);
+      case 'n':
+        return option_number(in);
+      case 'b':
+        return in.ConsumeBool() ? "true" : "false";
+      case 'e':
+        return option_name(in);
+      case 'I':
+        return option_list(in, /*integers=*/true);
+      case 'N':
+        return option_list(in, /*integers=*/false);
+      default: // a rope block (mode 13's generator), or its type alone
+        return in.ConsumeIntegralInRange<int>(0, 3) != 0
+                   ? json_object(in, 1, /*rope_block=*/true)
+                   : "{\"rope_type\": " + json_string(in) + "}";
+    }
+  }
+  switch (in.ConsumeIntegralInRange<int>(0, 9)) {
+    case 0:
+      return "null";
+    case 1:
+      return in.ConsumeBool() ? "true" : "false";
+    case 2:
+      return option_name(in);
+    case 3:
+      return tricky_string(in);
+    case 4:
+      return option_list(in, in.ConsumeBool());
+    case 5:
+      return json_object(in, 1, in.ConsumeBool());
+    case 6:
+    case 7:
+      return deep_value(in, outer);
+    case 8:
+      return option_integer(in, huge);
+    default:
+      return option_number(in);
+  }
+}
+
+using OptionFields = std::vector<std::pair<std::string, std::string>>; // quoted key, value text
+
+// Fields for `module`: its keys (the leading ones, its sizes, mostly present), sometimes another
+// module's key, a misspelt or odd one, or a key twice; `unique` says whether every key is distinct.
+OptionFields option_fields(FuzzedDataProvider& in, const ModuleKeys& module, bool& unique) {
+  OptionFields fields;
+  std::set<std::string> seen;
+  unique = true;
+  const bool huge = std::strcmp(module.module, "RotaryEmbedding") != 0;
+  for (const OptionKey& option : module.keys) {
+    // (about two of the others)
+    const bool wanted = option.required
+                            ? in.ConsumeIntegralInRange<int>(0, 7) != 0
+                            : in.ConsumeIntegralInRange<size_t>(0, module.keys.size() / 2) == 0;
+    if (wanted) {
+      const std::string key = std::string("\"") + option.name + "\"";
+      fields.emplace_back(key, option_value(in, option, 1, huge));
+      seen.insert(key);
+    }
+  }
+  const int extra =
+      in.ConsumeIntegralInRange<int>(0, 7) == 0 ? in.ConsumeIntegralInRange<int>(1, 3) : 0;
+  for (int i = 0; i < extra; ++i) {
+    static const OptionKey odd = {"", 'n', false, {}};
+    std::string key;
+    const OptionKey* option = &odd;
+    switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+      case 0: { // another module's key
+        const auto& other =
+            option_modules()[in.ConsumeIntegralInRange<size_t>(0, option_modules().size() - 1)];
+        option = &other.keys[in.ConsumeIntegralInRange<size_t>(0, other.keys.size() - 1)];
+        key = std::string("\"") + option->name + "\"";
+        break;
+      }
+      case 1:
+        key = json_string(in);
+        break;
+      case 2:
+        key = tricky_string(in);
+        break;
+      default: // a key of its own again (nlohmann-json keeps the last)
+        option = &module.keys[in.ConsumeIntegralInRange<size_t>(0, module.keys.size() - 1)];
+        key = std::string("\"") + option->name + "\"";
+        break;
+    }
+    unique = seen.insert(key).second && unique;
+    fields.emplace_back(key, option_value(in, *option, 1, huge));
+  }
+  // shuffled: the readers take keys in any order
+  for (size_t i = fields.size(); i > 1; --i) {
+    std::swap(fields[i - 1], fields[in.ConsumeIntegralInRange<size_t>(0, i - 1)]);
+  }
+  return fields;
+}
+
+// The fields as a JSON object: compact, spaced as Python's json.dumps, or in reverse order with
+// new lines and tabs.
+std::string render(const OptionFields& fields, int style) {
+  std::string text = style == 2 ? "\n{\t" : "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const auto& field = fields[style == 2 ? fields.size() - 1 - i : i];
+    text += i == 0 ? "" : (style == 0 ? "," : style == 1 ? ", " : ",\n\t");
+    text += field.first + (style == 0 ? ":" : style == 1 ? ": " : " :\t") + field.second;
+  }
+  return text + (style == 2 ? "\n}\n" : "}");
+}
+
+const auto& check_module_options_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("posenc::check_module_options", "")
+                             .typed<void(c10::string_view, c10::string_view)>();
+  return op;
+}
+
+using Frequencies = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+const auto& rotary_frequencies_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("posenc::rotary_embedding_frequencies", "")
+                             .typed<Frequencies(c10::string_view)>();
+  return op;
+}
+
+const auto& rotary_call_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rotary_embedding_call", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const c10::optional<at::Tensor>&, c10::string_view,
+                            int64_t, const c10::optional<at::Tensor>&)>();
+  return op;
+}
+
+const auto& rotary_call_qk_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rotary_embedding_call_qk", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const c10::optional<at::Tensor>&, c10::string_view, int64_t,
+              const c10::optional<at::Tensor>&)>();
+  return op;
+}
+
+const auto& rope_frequencies_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rope_frequencies", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              int64_t, double, c10::string_view, c10::optional<at::ArrayRef<double>>,
+              c10::optional<int64_t>, const c10::optional<at::Tensor>&,
+              const c10::optional<at::Tensor>&, c10::optional<at::Device>)>();
+  return op;
+}
+
+// posenc::read_hf_rope_config (libposenc_io's operator for posenc.nn), called boxed.
+OpOutcome read_hf_config_op(const std::string& config) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("posenc::read_hf_rope_config", "");
+  return outcome_of([&] {
+    std::vector<c10::IValue> stack = {config, false, std::string("config.json"), c10::IValue(),
+                                      std::string()};
+    op.callBoxed(&stack);
+    if (stack.size() != 1 || !stack[0].isString()) {
+      abort();
+    }
+  });
+}
+
+OpOutcome check_module_options_outcome(const std::string& module, const std::string& text) {
+  return outcome_of([&] { check_module_options_op().call(module, text); });
+}
+
+bool same_frequencies(const Frequencies& a, const Frequencies& b) {
+  return same_tensor_bits(std::get<0>(a), std::get<0>(b)) &&
+         same_tensor_bits(std::get<1>(a), std::get<1>(b)) &&
+         same_tensor_bits(std::get<2>(a), std::get<2>(b));
+}
+
+// rotary_embedding_frequencies of `text`: its outcome, and the frequencies where it returned
+// (finite; longrope's long ones empty or as many as the others; a positive attention factor).
+OpOutcome rotary_frequencies_outcome(const std::string& text, Frequencies& frequencies) {
+  const OpOutcome outcome = outcome_of([&] { frequencies = rotary_frequencies_op().call(text); });
+  if (outcome.empty()) {
+    const at::Tensor& inv_freq = std::get<0>(frequencies);
+    const at::Tensor& long_inv_freq = std::get<1>(frequencies);
+    const at::Tensor& factor = std::get<2>(frequencies);
+    if (inv_freq.dim() != 1 || inv_freq.scalar_type() != at::kDouble ||
+        !inv_freq.isfinite().all().item<bool>() || long_inv_freq.dim() != 1 ||
+        (long_inv_freq.numel() != 0 && long_inv_freq.numel() != inv_freq.numel()) ||
+        !long_inv_freq.isfinite().all().item<bool>() || factor.dim() != 0 ||
+        !(factor.item<double>() > 0.0) || !std::isfinite(factor.item<double>())) {
+      std::cerr << "posenc_fuzzer: rotary_embedding_frequencies(" << text
+                << ") returned frequencies " << inv_freq << ", long " << long_inv_freq
+                << ", factor " << factor << "\n";
+      abort();
+    }
+  }
+  return outcome;
+}
+
+// The same fields rendered another way must give the same outcome (past the limits only "refused":
+// the message names the byte where the limit is passed).
+void check_same_outcome(const char* reader, const std::string& text, const OpOutcome& outcome,
+                        const std::string& other_text, const OpOutcome& other) {
+  // (a text that is not JSON is quoted in its message)
+  const bool over =
+      json_depth(text) > posenc::detail::kMaxJsonDepth || !nlohmann::json::accept(text);
+  if (over ? outcome.empty() != other.empty() : outcome != other) {
+    std::cerr << "posenc_fuzzer: " << reader << " read one set of options two ways:\n  " << text
+              << "\n  -> " << (outcome.empty() ? "accepted" : outcome) << "\n  " << other_text
+              << "\n  -> " << (other.empty() ? "accepted" : other) << "\n";
+    abort();
+  }
+}
+
+// check_module_options on a module's fields (or an odd module name), two renderings.
+void fuzz_module_options(FuzzedDataProvider& in) {
+  const auto& modules = option_modules();
+  const size_t index = in.ConsumeIntegralInRange<size_t>(0, modules.size() - 1);
+  std::string name = modules[index].module; // RotaryEmbedding: refused, its text is read elsewhere
+  switch (in.ConsumeIntegralInRange<int>(0, 15)) {
+    case 0:
+      name = json_string(in); // (quoted: not a module)
+      break;
+    case 1:
+      name = in.ConsumeRandomLengthString(32);
+      break;
+    case 2:
+      name += in.ConsumeBool() ? " " : "Impl";
+      break;
+    default:
+      break;
+  }
+  bool unique = true;
+  const OptionFields fields = option_fields(in, modules[index], unique);
+  const int style = in.ConsumeIntegralInRange<int>(0, 2);
+  const std::string text = render(fields, style);
+  const OpOutcome outcome = check_module_options_outcome(name, text);
+  const bool known =
+      std::any_of(modules.begin(), modules.end() - 1,
+                  [&](const ModuleKeys& candidate) { return name == candidate.module; });
+  if (known) {
+    check_limits("posenc::check_module_options", text, posenc::detail::kMaxOptionTextBytes,
+                 outcome);
+    if (!outcome.empty() && outcome.rfind(std::string("error: ") + name, 0) != 0 &&
+        outcome.rfind("error: posenc::check_module_options", 0) != 0) {
+      std::cerr << "posenc_fuzzer: check_module_options(" << name << ", " << text
+                << ") gave a message naming neither the module nor the operator: " << outcome
+                << "\n";
+      abort();
+    }
+  } else if (outcome.empty()) {
+    std::cerr << "posenc_fuzzer: check_module_options accepted module '" << name << "'\n";
+    abort();
+  }
+  if (unique) {
+    const std::string other_text = render(fields, (style + 1 + in.ConsumeBool()) % 3);
+    check_same_outcome("posenc::check_module_options", text, outcome, other_text,
+                       check_module_options_outcome(name, other_text));
+  }
+}
+
+// rotary_embedding_call and _qk with the options of `text` (accepted by
+// rotary_embedding_frequencies): caches from its frequencies, an input of its head_dim; the
+// result has the input's shape and dtype, and the call of q alone rotates q as the call of q and k.
+void rotary_calls(FuzzedDataProvider& in, const std::string& text, const Frequencies& frequencies) {
+  const nlohmann::json options = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto integer = [&](const char* key, int64_t fallback) {
+    const auto found = options.find(key);
+    return found != options.end() && found->is_number_integer() ? found->get<int64_t>() : fallback;
+  };
+  const int64_t head_dim = integer("head_dim", 0);
+  const int64_t max_len = integer("max_len", 0);
+  const int64_t rows = integer("cached_len", max_len);
+  const auto heads_first_value = options.find("heads_first");
+  const bool heads_first = heads_first_value != options.end() && heads_first_value->is_boolean() &&
+                           heads_first_value->get<bool>();
+  if (head_dim < 2 || head_dim > 256 || rows < 1 || rows > 512) {
+    return;
+  }
+  const at::Tensor& inv_freq = std::get<0>(frequencies);
+  const at::Tensor angles =
+      torch::arange(rows, torch::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
+  const at::Tensor cos = angles.cos().to(torch::kFloat);
+  const at::Tensor sin = angles.sin().to(torch::kFloat);
+  const c10::optional<at::Tensor> long_inv_freq =
+      std::get<1>(frequencies).numel() > 0 ? c10::optional<at::Tensor>(std::get<1>(frequencies))
+                                           : c10::nullopt;
+  const int64_t length = in.ConsumeIntegralInRange<int64_t>(0, std::min<int64_t>(rows, 16) + 2);
+  const int64_t heads = in.ConsumeIntegralInRange<int64_t>(1, 3);
+  const int64_t width = in.ConsumeIntegralInRange<int>(0, 7) == 0
+                            ? in.ConsumeIntegralInRange<int64_t>(0, head_dim + 2)
+                            : head_dim;
+  const at::Tensor x = torch::randn(heads_first ? std::vector<int64_t>{1, heads, length, width}
+                                                : std::vector<int64_t>{1, length, heads, width})
+                           .to(in.ConsumeBool() ? torch::kFloat : pick_dtype(in));
+  const int64_t reach = std::min<int64_t>(max_len, 1 << 20); // (max_len may be near int64's end)
+  const int64_t offset = pick_offset(in, reach + 4);
+  c10::optional<at::Tensor> positions;
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    positions = pick_positions(in, x, heads_first ? 2 : 1, reach);
+  }
+  at::Tensor y;
+  try {
+    y = rotary_call_op().call(x, cos, sin, inv_freq, long_inv_freq, text, offset, positions);
+  } catch (const c10::Error&) {
+    return;
+  }
+  check_result(y, x);
+  if (!at::isFloatingType(x.scalar_type())) {
+    return;
+  }
+  const at::Tensor k = torch::randn(x.sizes()).to(x.scalar_type());
+  const auto qk =
+      rotary_call_qk_op().call(x, k, cos, sin, inv_freq, long_inv_freq, text, offset, positions);
+  check_result(std::get<0>(qk), x);
+  check_result(std::get<1>(qk), k);
+  const double tolerance = 8 * epsilon(x.scalar_type());
+  if (!same_bits(std::get<0>(qk), y) &&
+      !torch::allclose(std::get<0>(qk).to(torch::kDouble), y.to(torch::kDouble), tolerance,
+                       tolerance, /*equal_nan=*/true)) {
+    std::cerr << "posenc_fuzzer: rotary_embedding_call_qk rotated q unlike rotary_embedding_call "
+              << "for " << text << ", x " << x.sizes() << " " << x.scalar_type() << ", offset "
+              << offset << "\n";
+    abort();
+  }
+}
+
+// RotaryEmbedding's options text: rotary_embedding_frequencies (twice: the second read from the
+// cache), another rendering, then calls.
+void fuzz_rotary_options(FuzzedDataProvider& in) {
+  bool unique = true;
+  const OptionFields fields = option_fields(in, option_modules().back(), unique);
+  const int style = in.ConsumeIntegralInRange<int>(0, 2);
+  const std::string text = render(fields, style);
+  Frequencies frequencies;
+  const OpOutcome outcome = rotary_frequencies_outcome(text, frequencies);
+  check_limits("posenc::rotary_embedding_frequencies", text, posenc::detail::kMaxOptionTextBytes,
+               outcome);
+  if (!outcome.empty() && outcome.rfind("error: RotaryEmbedding", 0) != 0 &&
+      outcome.rfind("error: posenc::rotary_embedding_call", 0) != 0) {
+    std::cerr << "posenc_fuzzer: rotary_embedding_frequencies(" << text
+              << ") gave a message naming neither RotaryEmbedding nor the operator: " << outcome
+              << "\n";
+    abort();
+  }
+  Frequencies again;
+  const OpOutcome cached = rotary_frequencies_outcome(text, again);
+  if (cached != outcome || (outcome.empty() && !same_frequencies(frequencies, again))) {
+    std::cerr << "posenc_fuzzer: rotary_embedding_frequencies read " << text
+              << " differently the second time (its cache)\n";
+    abort();
+  }
+  if (unique) {
+    const std::string other_text = render(fields, (style + 1 + in.ConsumeBool()) % 3);
+    Frequencies other;
+    const OpOutcome other_outcome = rotary_frequencies_outcome(other_text, other);
+    check_same_outcome("posenc::rotary_embedding_frequencies", text, outcome, other_text,
+                       other_outcome);
+    if (outcome.empty() && !same_frequencies(frequencies, other)) {
+      std::cerr << "posenc_fuzzer: rotary_embedding_frequencies gave other frequencies for "
+                << other_text << " than for " << text << "\n";
+      abort();
+    }
+  }
+  if (outcome.empty()) {
+    rotary_calls(in, text, frequencies);
+  }
+}
+
+// Raw bytes as the text of every JSON reader.
+void fuzz_raw_texts(FuzzedDataProvider& in) {
+  const auto& modules = option_modules();
+  const std::string module =
+      modules[in.ConsumeIntegralInRange<size_t>(0, modules.size() - 2)].module;
+  const std::string text = in.ConsumeRemainingBytesAsString();
+  check_limits("posenc::check_module_options", text, posenc::detail::kMaxOptionTextBytes,
+               check_module_options_outcome(module, text));
+  Frequencies frequencies;
+  check_limits("posenc::rotary_embedding_frequencies", text, posenc::detail::kMaxOptionTextBytes,
+               rotary_frequencies_outcome(text, frequencies));
+  check_limits("posenc::rope_frequencies", text, posenc::detail::kMaxOptionTextBytes,
+               outcome_of([&] {
+                 rope_frequencies_op().call(8, 10000.0, text, c10::nullopt, c10::nullopt,
+                                            c10::nullopt, c10::nullopt, c10::nullopt);
+               }));
+  check_limits("posenc::read_hf_rope_config", text, posenc::detail::kMaxConfigFileBytes,
+               read_hf_config_op(text));
+}
+
+// A deep value (or, rarely, a text over the size limit) in each reader's own place: a module's
+// option, RotaryEmbedding's rope_parameters, rope_frequencies' rope_parameters, a config.json's
+// key and rope block, a safetensors header's metadata.
+void fuzz_deep_texts(FuzzedDataProvider& in) {
+  const auto& modules = option_modules();
+  const ModuleKeys& module = modules[in.ConsumeIntegralInRange<size_t>(0, modules.size() - 2)];
+  const OptionKey& key = module.keys[in.ConsumeIntegralInRange<size_t>(0, module.keys.size() - 1)];
+  const bool large = in.ConsumeIntegralInRange<int>(0, 63) == 0;
+  // 1 MiB and a byte: the option texts' limit passed by one
+  const std::string padding =
+      large ? ", \"padding\": \"" + std::string(posenc::detail::kMaxOptionTextBytes, 'a') + "\""
+            : "";
+  const std::string value = deep_value(in, 1);
+  const std::string text = "{\"" + std::string(key.name) + "\": " + value + padding + "}";
+  check_limits("posenc::check_module_options", text, posenc::detail::kMaxOptionTextBytes,
+               check_module_options_outcome(module.module, text));
+  const std::string rope = deep_value(in, 2);
+  const std::string rotary =
+      "{\"head_dim\": 8, \"max_len\": 16, \"rope_parameters\": {\"rope_type\": \"linear\", "
+      "\"factor\": " +
+      rope + "}" + padding + "}";
+  Frequencies frequencies;
+  check_limits("posenc::rotary_embedding_frequencies", rotary, posenc::detail::kMaxOptionTextBytes,
+               rotary_frequencies_outcome(rotary, frequencies));
+  const std::string block =
+      "{\"rope_type\": \"yarn\", \"factor\": 2.0, \"beta_fast\": " + deep_value(in, 1) + padding +
+      "}";
+  check_limits("posenc::rope_frequencies", block, posenc::detail::kMaxOptionTextBytes,
+               outcome_of([&] {
+                 rope_frequencies_op().call(8, 10000.0, block, c10::nullopt, c10::nullopt,
+                                            c10::nullopt, c10::nullopt, c10::nullopt);
+               }));
+  const std::string config =
+      "{\"num_attention_heads\": 4, \"hidden_size\": 32, \"max_position_embeddings\": 64, " +
+      std::string(in.ConsumeBool() ? "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": "
+                                   : "\"architectures\": {\"x\": ") +
+      deep_value(in, 2) + "}}";
+  check_limits("posenc::read_hf_rope_config", config, posenc::detail::kMaxConfigFileBytes,
+               read_hf_config_op(config));
+  check_limits("posenc::io::read_hf_rope_config", config, posenc::detail::kMaxConfigFileBytes,
+               outcome_of([&] { posenc::io::read_hf_rope_config(config); }));
+  // a safetensors header whose metadata nests (safetensors' own, smaller limit)
+  const std::string header = "{\"__metadata__\": {\"k\": " + deep_value(in, 2) + "}}";
+  std::string file(8, '\0');
+  for (size_t i = 0; i < 8; ++i) {
+    file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  }
+  std::istringstream stream(file + header);
+  if (outcome_of([&] { posenc::read_safetensors(stream, "fuzz"); }).empty() &&
+      json_depth(header) > posenc::detail::kMaxJsonDepth) {
+    std::cerr << "posenc_fuzzer: read_safetensors accepted a header nested " << json_depth(header)
+              << " levels\n";
+    abort();
+  }
+}
+
+// Option texts (mode 15): which front door the rest of the input feeds.
+void fuzz_option_texts(FuzzedDataProvider& in) {
+  switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+    case 0:
+    case 1:
+      fuzz_module_options(in);
+      break;
+    case 2:
+      fuzz_rotary_options(in);
+      break;
+    case 3:
+      fuzz_deep_texts(in);
+      break;
+    default:
+      fuzz_raw_texts(in);
+      break;
+  }
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
@@ -1572,14 +2435,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   torch::manual_seed(in.ConsumeIntegral<uint32_t>());
   try {
-    // One byte picks the mode: its value mod 16, where 8 is safetensors, 13 a structured
-    // config.json and rope_parameters, 14 packed and context-parallel positions, and any other
-    // value v mode v % 8. (13 and 14 reached modes 5 and 6 before these two modes existed; the
-    // seeds and regressions of those modes use 5 and 6, so they still reach theirs.)
+    // One byte picks the mode (FuzzedDataProvider takes it from the end of the input, just before
+    // the seed's four bytes): its value mod 16, where 8 is safetensors, 13 a structured
+    // config.json and rope_parameters, 14 packed and context-parallel positions, 15 the option
+    // texts of posenc.nn (check_module_options, RotaryEmbedding's text, deep JSON for every
+    // reader), and any other value v mode v % 8. (13, 14 and 15 reached modes 5, 6 and 7 before
+    // these modes existed; the seeds and regressions of those modes use 5, 6 and 7, so they still
+    // reach theirs.)
     const int pick = in.ConsumeIntegralInRange<int>(0, 15);
-    switch (pick == 8 || pick == 13 || pick == 14 ? pick : pick % 8) {
+    switch (pick == 8 || pick >= 13 ? pick : pick % 8) {
       case 13:
         fuzz_config_json(in);
+        break;
+      case 15:
+        fuzz_option_texts(in);
         break;
       case 14:
         fuzz_positions(in);

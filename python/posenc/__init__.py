@@ -11,7 +11,10 @@ package, ``posenc/lib/libposenc.so``, or the one named by the environment variab
   defaults, state-dict keys and shapes, computing through the same operators (so the same outputs
   on CPU, bit for bit).
 
-The library must be loaded by the torch it was built against (``posenc.torch_version``).
+The library must be loaded by the torch it was built against (``posenc.torch_version``), once per
+process: a second libposenc (another file) where one is loaded (refused before it is loaded: its
+operators' registration would abort the process) and a ``POSENC_LIBRARY`` that names no libposenc
+are an ImportError that says what to do.
 """
 
 import os
@@ -36,8 +39,62 @@ def _find_library():
     return bundled
 
 
+def _loaded_files():
+    """The real paths of the files mapped into this process (/proc/self/maps, where there is one)
+    and of the libraries torch.ops.load_library loaded."""
+    files = {os.path.realpath(path) for path in torch.ops.loaded_libraries}
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and fields[5].startswith("/"):
+                    files.add(os.path.realpath(fields[5].rstrip("\n")))
+    except OSError:
+        pass
+    return files
+
+
+def _registered():
+    return hasattr(torch.ops.posenc, "sinusoidal_table")
+
+
+def _load_library(path):
+    """Loads libposenc from `path`. Refused with an ImportError, before anything is loaded, where
+    loading would abort the process (a second libposenc, another file, where one has registered
+    posenc's operators already: registering them twice aborts) or leave it without operators (no
+    such file, a file that is no library, another library)."""
+    named = f"POSENC_LIBRARY={os.environ['POSENC_LIBRARY']}" if os.environ.get("POSENC_LIBRARY") else path
+    fix = ("set POSENC_LIBRARY to the libposenc.so of a posenc build against this torch "
+           f"({torch.__version__}; a build's src/libposenc.so), or unset it to use the package's own")
+    if not os.path.isfile(path):
+        what = "is a folder" if os.path.isdir(path) else "does not exist"
+        raise ImportError(f"posenc: {named} names no library ({path} {what}); {fix}")
+    if os.path.basename(path).startswith("libposenc_io"):
+        raise ImportError(f"posenc: {named} is posenc's config reader (libposenc_io), not its operator library; "
+                          "point POSENC_LIBRARY at the libposenc.so of the same build, and POSENC_IO_LIBRARY "
+                          "at this one")
+    if _registered():
+        loaded = _loaded_files()
+        if os.path.realpath(path) not in loaded:
+            found = sorted(p for p in loaded if os.path.basename(p).startswith("libposenc.so"))
+            where = f" by {', '.join(found)}" if found else ""
+            raise ImportError(
+                f"posenc: {named}: posenc's operators are registered in this process already{where}; loading "
+                f"a second libposenc ({os.path.realpath(path)}) would register them again, which aborts the "
+                "process. Use one libposenc per process: point POSENC_LIBRARY at the one loaded, or import "
+                "posenc in a fresh process")
+    try:
+        torch.ops.load_library(path)  # (the file loaded already: nothing is registered twice)
+    except OSError as error:
+        raise ImportError(f"posenc: {named} could not be loaded ({error.__cause__ or error}); it must be "
+                          f"posenc's operator library: {fix}") from error
+    if not _registered():
+        raise ImportError(f"posenc: {named} was loaded but registered no posenc operator: it is not posenc's "
+                          f"operator library; {fix}")
+
+
 library_path = _find_library()
-torch.ops.load_library(library_path)
+_load_library(library_path)
 
 
 def _find_io_library():

@@ -152,6 +152,10 @@ def _apply_takes_recurse() -> bool:
 
 _APPLY_TAKES_RECURSE = _apply_takes_recurse()
 
+#: The most bytes of a config.json that posenc's reader takes (C++'s detail::kMaxConfigFileBytes,
+#: which refuses a longer text with its message): a file is read to one byte past it.
+_MAX_CONFIG_FILE_BYTES = 64 << 20
+
 
 class _SequenceEncoding(_Module):
     """forward(x, offset) / forward_positions(x, positions) / forward_padded(x, padding_mask) of the
@@ -334,8 +338,15 @@ def read_hf_rope_config(config: Any, *, strict: bool = False, layer: Optional[in
     a ``ValueError``; malformed configs are a ``ValueError`` naming the field."""
     if isinstance(config, (str, os.PathLike)):
         source = os.fspath(config)
-        with open(source, encoding="utf-8") as file:
-            text = file.read()
+        # (at most one byte past the reader's limit on a config's size, which then refuses it: a
+        # file past it, or one without an end such as /dev/zero, never fills the memory)
+        with open(source, "rb") as file:
+            data = file.read(_MAX_CONFIG_FILE_BYTES + 1)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"read_hf_rope_config: {source} is not UTF-8 text ({error}); a config.json is "
+                             "UTF-8 JSON") from None
     elif isinstance(config, dict):
         text, source = json.dumps(config), "config"
     elif hasattr(config, "to_json_string"):

@@ -43,7 +43,10 @@ the runtime's ``Gather``, not posenc's message.
 """
 
 import math
+import os
+import shutil
 import sys
+import tempfile
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
@@ -284,8 +287,6 @@ def _rotary_positions(op, x, offset: int, positions, heads_first: bool, who: str
     shape = op.Concat(batch, length, axis=0)
     if positions is None:
         return op.Expand(op.Unsqueeze(_range(op, offset, length), _ints(op, [0])), shape)
-    if _dtype(positions) != _INT64:
-        _refuse(who, "with fractional positions: their rows are computed per call from inv_freq")
     if len(positions.shape) == 3:
         _refuse(who, "with multimodal [3, B, L] positions (M-RoPE): export the tables' rows per token instead")
     if len(positions.shape) == 1:
@@ -326,6 +327,9 @@ def _rotate(op, x, cos, sin, offset: int, positions, interleaved: bool, heads_fi
             inv_freq, who: str):
     """x [B, L, H, Dh] (or [B, H, L, Dh]) turned by the cached cos/sin [N, R/2] rows of its
     positions; channels past R pass through, -1 positions are copied."""
+    if positions is not None and _dtype(positions) != _INT64:
+        _refuse(who, "with fractional positions: their rows are computed per call from inv_freq, which a graph of "
+                "fixed tables cannot hold; pass integer positions (int64), whose rows the cached tables hold")
     if inv_freq is not None:
         _refuse(who, "with rows computed per call (inv_freq: beyond_max_len='extrapolate', fewer cached rows "
                 "than max_len, or a length-dependent rope type): build the module with the cached tables "
@@ -607,12 +611,21 @@ def export(module: torch.nn.Module, args: Tuple[Any, ...], f: Optional[str] = No
     """``torch.onnx.export(module, args, f, dynamo=True, opset_version=23)`` with posenc's
     translations (and any ``custom_translation_table`` given in ``options`` on top). The module is
     exported as it is (call ``.eval()`` first for inference). Returns the ``torch.onnx.ONNXProgram``
-    (``f``: also written there)."""
+    (``f``: also written there, by temporary and rename: a failed export leaves a file at ``f`` as it
+    was). A module holding a ``RotaryEmbedding`` of a length-dependent rope type (``dynamic``,
+    ``longrope``) is refused (``ExportUnsupported``)."""
+    _refuse_length_dependent(module)
     table = translation_table()
     table.update(options.pop("custom_translation_table", None) or {})
     options.setdefault("verbose", False)
+    path = os.fspath(f) if isinstance(f, (str, os.PathLike)) else None
+    # (what torch.onnx.export passes on to ONNXProgram.save, with its defaults)
+    save = dict(include_initializers=options.pop("export_params", True),
+                keep_initializers_as_inputs=options.pop("keep_initializers_as_inputs", False),
+                external_data=options.pop("external_data", True))
     try:
-        return _torch_onnx_export(module, args, f, dynamic_shapes, input_names, output_names, table, options)
+        program = _torch_onnx_export(module, args, f if path is None else None, dynamic_shapes, input_names,
+                                     output_names, table, options)
     except Exception as error:  # the exporter wraps a translation's refusal: say it plainly
         cause = error
         while cause is not None and not isinstance(cause, ExportUnsupported):
@@ -626,6 +639,42 @@ def export(module: torch.nn.Module, args: Tuple[Any, ...], f: Optional[str] = No
                 f"{', '.join(sorted(_TRANSLATIONS))}); compute its result outside the exported model and "
                 "pass it in, or export the module's tables (safetensors) instead") from error
         raise
+    if path is not None:
+        _save(program, path, **save)
+    return program
+
+
+def _refuse_length_dependent(module) -> None:
+    """Refuses a module holding a RotaryEmbedding whose frequencies switch with each call's length
+    (dynamic NTK, LongRoPE): a graph of fixed tables would keep the example's frequencies at every
+    length."""
+    from . import nn
+
+    for name, rope in (module.named_modules() if isinstance(module, torch.nn.Module) else ()):
+        if isinstance(rope, nn.RotaryEmbedding) and rope.rope_type in ("dynamic", "longrope"):
+            past = "max_position_embeddings" if rope.rope_type == "dynamic" else "original_max_position_embeddings"
+            raise ExportUnsupported(
+                f"posenc.onnx: {'the module' if not name else name} (RotaryEmbedding, rope_type "
+                f"'{rope.rope_type}') cannot be exported to ONNX: its frequencies depend on each call's length "
+                f"(they switch once a call passes {past}), and a graph of fixed tables would rotate every length "
+                "with the example's; run it with posenc, or export a rope type whose frequencies are fixed "
+                "(e.g. 'yarn' or 'linear')")
+
+
+def _save(program, path: str, **options: Any) -> None:
+    """program.save(path, **options) by temporary and rename: written into a new folder beside
+    `path` under its name (with its external data file, named after it, beside it), then each file
+    renamed over its destination, the model last; on failure the folder is removed and the files
+    at `path` stay as they were."""
+    destination = os.path.realpath(path)  # (a symbolic link stays; the file it names is replaced)
+    where, name = os.path.split(destination)
+    folder = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=where)
+    try:
+        program.save(os.path.join(folder, name), **options)
+        for written in sorted(os.listdir(folder), key=lambda item: item == name):
+            os.replace(os.path.join(folder, written), os.path.join(where, written))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _untranslated_operator(error: BaseException) -> Optional[str]:
@@ -731,10 +780,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--extrapolate: an ONNX graph holds the table's rows, it does not compute rows past max-len; "
                      "export with a --max-len that covers every position")
     module = _cli_module(args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (the exporter's deprecation and progress chatter)
-        program = _cli_program(module)
-    program.save(args.output)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the exporter's deprecation and progress chatter)
+            program = _cli_program(module)
+    except ExportUnsupported as error:
+        print(f"{parser.prog}: {error}", file=sys.stderr)
+        return 1
+    _save(program, args.output)
     operators = sorted({node.op_type for node in program.model_proto.graph.node})
     sizes = "batch, length and head count" if args.module == "rotary" else "batch and length"
     print(f"wrote {args.output}: ONNX (opset {OPSET}) of {module} with dynamic {sizes} (input x); "

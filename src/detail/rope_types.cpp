@@ -1,6 +1,7 @@
 #include "detail/rope_types.h"
 
 #include "detail/checks.h"
+#include "detail/json_text.h"
 #include "detail/rope_parameters.h"
 
 #include <c10/util/Exception.h>
@@ -695,6 +696,8 @@ RopeBlock read_rope_block(const json& block, const std::string& source, const st
 
 RopeScalingOptions rope_scaling_from_json(c10::string_view json_text, double base) {
   const char* const who = detail::caller();
+  detail::check_json_limits(json_text, detail::kMaxOptionTextBytes,
+                            std::string(who) + ": rope_parameters");
   json block;
   try {
     block = json::parse(json_text.begin(), json_text.end());

@@ -2,6 +2,7 @@
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
+#include "detail/json_text.h"
 #include "detail/rope_parameters.h"
 #include "detail/rope_types.h"
 
@@ -485,6 +486,7 @@ std::string shown(const json& value) {
 }
 
 json parse(const std::string& text, const std::string& source) {
+  detail::check_json_limits(text, detail::kMaxConfigFileBytes, source);
   try {
     return json::parse(text);
   } catch (const json::exception& error) {
@@ -1310,10 +1312,20 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
 HfRopeConfig read_hf_rope_config_file(const std::string& path, const HfConfigReadOptions& read) {
   std::ifstream file(path, std::ios::binary);
   TORCH_CHECK(file.good(), "read_hf_rope_config_file: cannot open '", path, "'");
-  std::ostringstream text;
-  text << file.rdbuf();
+  // (read up to one byte past the limit: a file past it, or one without an end such as
+  // /dev/zero, is refused by the limit's check, not by exhausting memory)
+  std::string text;
+  char chunk[1 << 16];
+  while (text.size() <= detail::kMaxConfigFileBytes &&
+         file.read(chunk, sizeof(chunk)).gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(file.gcount()));
+  }
   TORCH_CHECK(!file.bad(), "read_hf_rope_config_file: reading '", path, "' failed");
-  return read_hf_rope_config(text.str(), path, read);
+  TORCH_CHECK(text.size() <= detail::kMaxConfigFileBytes, "read_hf_rope_config_file: '", path,
+              "' has more than ", detail::kMaxConfigFileBytes,
+              " bytes, more than posenc reads of a config.json (transformers' are a few kilobytes "
+              "to a few megabytes); pass the model's config.json");
+  return read_hf_rope_config(text, path, read);
 }
 
 } // namespace io

@@ -1,6 +1,7 @@
 #include <posenc/io/safetensors.h>
 
 #include "detail/checks.h"
+#include "detail/json_text.h"
 #include "io/assign_state_dict.h"
 #include "io/file_output.h"
 
@@ -120,31 +121,10 @@ struct Entry {
 // Rejects headers nested deeper than a safetensors header can be, before nlohmann-json builds a
 // tree of them (a 100 MB header of '[' would otherwise become 50 million nested arrays).
 void check_depth(const std::string& header, const std::string& name) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : header) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      TORCH_CHECK(++depth <= kMaxHeaderDepth, kRead, ": '", name,
-                  "': the header nests deeper than a safetensors header (", kMaxHeaderDepth,
-                  " levels: the root object, an entry, its shape or data_offsets); the file is "
-                  "corrupt or not safetensors");
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
+  TORCH_CHECK(detail::json_depth_exceeded_at(header, kMaxHeaderDepth) == std::string::npos, kRead,
+              ": '", name, "': the header nests deeper than a safetensors header (", kMaxHeaderDepth,
+              " levels: the root object, an entry, its shape or data_offsets); the file is "
+              "corrupt or not safetensors");
 }
 
 // Parses the header into JSON, rejecting duplicate keys (nlohmann-json would keep the last one).

@@ -17,6 +17,7 @@
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
+#include "detail/json_text.h"
 #include "detail/sinusoidal.h"
 #include "detail/vision.h"
 
@@ -369,6 +370,7 @@ void check_module_options(c10::string_view module, c10::string_view options) {
               "; RotaryEmbedding's are checked by rotary_embedding_frequencies), "
               "but got '",
               std::string(module), "'");
+  detail::check_json_limits(options, detail::kMaxOptionTextBytes, std::string(kOp) + ": options");
   const json parsed = json::parse(options.begin(), options.end(), nullptr,
                                   /*allow_exceptions=*/false);
   TORCH_CHECK(parsed.is_object(), kOp, ": options must be a JSON object of ", entry->name,

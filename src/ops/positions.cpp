@@ -154,6 +154,9 @@ void check_mrope_arguments(const at::Tensor& token_types, OptionalTensor image_g
                       at::isIntegralType(given->scalar_type(), /*includeBool=*/false),
                   who, ": ", grid.first, " must be [N, 3] (t, h, w) integers, but got ",
                   given->scalar_type(), " of shape ", shape_of(*given));
+      // (the Meta kernel too: a meta grid among CPU tensors selects it, and it must refuse the
+      // call rather than return memory nobody wrote)
+      detail::check_argument_device(*given, grid.first, token_types.device());
     }
   }
   if (video_time_intervals.has_value()) {

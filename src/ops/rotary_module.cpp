@@ -8,6 +8,7 @@
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
+#include "detail/json_text.h"
 #include "detail/rope_types.h"
 #include "detail/rotary.h"
 
@@ -384,6 +385,8 @@ namespace {
 using nlohmann::json;
 
 RotaryEmbeddingOptions options_from_json(c10::string_view text) {
+  detail::check_json_limits(text, detail::kMaxOptionTextBytes,
+                            "posenc::rotary_embedding_call: module");
   const json module = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   TORCH_CHECK(module.is_object(), "posenc::rotary_embedding_call: module must be a JSON object "
               "of a RotaryEmbedding's options (posenc.nn.RotaryEmbedding passes its own), but got '",

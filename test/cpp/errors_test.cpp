@@ -1,6 +1,7 @@
 // Every error posenc::PositionalEncoding raises: one test per message, each also checking that
 // the module is unchanged afterwards.
 
+#include <posenc/io/hf_config.h>
 #include <posenc/posenc.h>
 
 #include "test_util.h"
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <functional>
+#include <thread>
 #include <limits>
 #include <string>
 #include <vector>
@@ -369,4 +371,176 @@ TEST(ModuleOptions, ValidOptionsPassAndMistakesInTheTextAreNamed) {
   EXPECT_EQ(options_error("ALiBi", "[4]"),
             "posenc::check_module_options: options must be a JSON object of ALiBi's keyword "
             "arguments (e.g. {\"d_model\": 512}), but got '[4]'");
+}
+
+// ---- hostile JSON, float32 bounds and Meta kernels (reliability round 4) -----------------------
+
+namespace {
+std::string nested(size_t levels, const std::string& inner = "") {
+  return std::string(levels, '[') + inner + std::string(levels, ']');
+}
+
+// The message of `fn` run on a thread of its own (a thread's stack: what a text's depth does must
+// not depend on the caller's stack size).
+template <typename Fn>
+std::string error_on_thread(Fn&& fn) {
+  std::string message;
+  std::thread thread([&] { message = posenc_test::error_message(fn); });
+  thread.join();
+  return message;
+}
+
+template <typename Fn>
+std::string result_on_thread(Fn&& fn) {
+  std::string result;
+  std::thread thread([&] { result = fn(); });
+  thread.join();
+  return result;
+}
+} // namespace
+
+// Every JSON text posenc reads is measured before it is parsed: nesting past 64 levels and option
+// texts past 1 MiB are refused with a message naming the limit, never a stack overflow (200,000
+// levels crashed every reader when the value was copied or printed for a message).
+TEST(JsonLimits, DeepOptionTextsAreRefusedBeforeParsing) {
+  static const auto frequencies =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rotary_embedding_frequencies", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(c10::string_view)>();
+  const std::string deep = nested(200000);
+  const std::string module_error =
+      result_on_thread([&] { return options_error("PositionalEncoding", "{\"d_model\": " + deep + "}"); });
+  EXPECT_NE(module_error.find("posenc::check_module_options: options nests deeper than 64 levels "
+                              "of objects and arrays (level 65 opens at byte 75)"),
+            std::string::npos)
+      << module_error.substr(0, 300);
+  const std::string rotary_error = error_on_thread(
+      [&] { frequencies.call("{\"head_dim\": 8, \"max_len\": 8, \"rope_parameters\": " + deep + "}"); });
+  EXPECT_NE(rotary_error.find("posenc::rotary_embedding_call: module nests deeper than 64 levels"),
+            std::string::npos)
+      << rotary_error.substr(0, 300);
+  // 64 levels pass the limit and reach the reader, which names the wrong type.
+  const std::string at_limit = options_error("ALiBi", "{\"num_heads\": " + nested(63, "4") + "}");
+  EXPECT_EQ(at_limit.find("nests deeper"), std::string::npos) << at_limit;
+  EXPECT_NE(at_limit.find("ALiBi"), std::string::npos) << at_limit;
+  // (a bracket inside a string is not a level)
+  EXPECT_EQ(options_error("ALiBi", "{\"num_heads\": 4, \"x\": \"" + std::string(100, '[') + "\"}")
+                .find("nests deeper"),
+            std::string::npos);
+  const std::string large =
+      options_error("ALiBi", "{\"num_heads\": 4, \"pad\": \"" + std::string(size_t{1} << 20, 'x') + "\"}");
+  EXPECT_NE(large.find("bytes, more than the 1048576 bytes posenc reads in one JSON text"),
+            std::string::npos)
+      << large.substr(0, 300);
+}
+
+// The rope_parameters text of the rope_frequencies operator (transformers' block) is read with the
+// same limits.
+TEST(JsonLimits, DeepRopeParametersAreRefused) {
+  const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("posenc::rope_frequencies", "");
+  const auto call = [&](const std::string& text) {
+    std::vector<c10::IValue> stack{c10::IValue(int64_t{8}), c10::IValue(10000.0), c10::IValue(text),
+                                   c10::IValue(), c10::IValue(), c10::IValue(), c10::IValue(),
+                                   c10::IValue()};
+    op.callBoxed(&stack);
+  };
+  const std::string message = error_on_thread([&] { call("{\"factor\": " + nested(200000) + "}"); });
+  EXPECT_NE(message.find("posenc::rope_frequencies: rope_parameters nests deeper than 64 levels"),
+            std::string::npos)
+      << message.substr(0, 300);
+  EXPECT_NO_THROW(call(R"({"rope_type": "linear", "factor": 2.0})"));
+}
+
+// The float32 scales of AttentionTemperature stay finite for every option the checks pass: options
+// that are finite in float64 but overflow float32 are refused (attn_scale = 1e39 gave inf and NaN,
+// floor_scale = 1e-50 a division by float32's zero).
+TEST(AttentionTemperatureBounds, OptionsThatOverflowFloat32AreRefused) {
+  using posenc::AttentionTemperature;
+  using posenc::AttentionTemperatureOptions;
+  EXPECT_NE(posenc_test::error_message([] {
+              AttentionTemperature(AttentionTemperatureOptions().attn_scale(1e39));
+            }).find("AttentionTemperature: attn_scale must lie in [-2.65846e+36, 2.65846e+36]"),
+            std::string::npos);
+  EXPECT_NE(posenc_test::error_message([] {
+              AttentionTemperature(AttentionTemperatureOptions().floor_scale(1e-50));
+            }).find("AttentionTemperature: floor_scale must be >= 2^-64"),
+            std::string::npos);
+  EXPECT_NE(options_error("AttentionTemperature", R"({"attn_scale": -1e39})")
+                .find("attn_scale must lie in"),
+            std::string::npos);
+  // At the bounds, the largest positions give finite scales in both forms.
+  const double largest = static_cast<double>(std::numeric_limits<float>::max()) / 128;
+  for (const auto form : {posenc::AttentionTemperatureForm::kLlama4,
+                          posenc::AttentionTemperatureForm::kMinistral3}) {
+    AttentionTemperature temperature(
+        AttentionTemperatureOptions().floor_scale(0x1p-64).attn_scale(-largest).form(form));
+    const torch::Tensor q = torch::ones({1, 3, 1, 2});
+    const torch::Tensor positions =
+        torch::tensor({int64_t{0}, int64_t{1} << 40, std::numeric_limits<int64_t>::max()});
+    const torch::Tensor scaled = temperature->forward_positions(q, positions);
+    EXPECT_TRUE(torch::isfinite(scaled).all().item<bool>()) << scaled;
+  }
+}
+
+// A Meta kernel refuses what the real kernel refuses: a program traced or exported with fake
+// tensors must not accept a call its eager run refuses.
+TEST(MetaKernels, RefuseWhatTheRealKernelsRefuse) {
+  const auto meta = torch::TensorOptions().device(torch::kMeta);
+  // mrope_position_ids: a meta grid among CPU tensors selected the Meta kernel, which returned CPU
+  // tensors nobody wrote.
+  const torch::Tensor token_types = torch::zeros({1, 4}, torch::kLong);
+  const std::string grid_error = posenc_test::error_message([&] {
+    posenc::ops::mrope_position_ids(token_types, torch::ones({1, 3}, meta.dtype(torch::kLong)));
+  });
+  EXPECT_NE(grid_error.find("posenc::mrope_position_ids: expected all tensors of the call on one "
+                            "device, but image_grid_thw is on meta and the input on cpu"),
+            std::string::npos)
+      << grid_error;
+  // add_position_table: an input of 32 features against a table of 64 (LearnedPositionalEmbedding
+  // (d_model=64) under FakeTensorMode returned a [.., 32] output)
+  const std::string width_error = posenc_test::error_message([&] {
+    posenc::ops::add_position_table(torch::empty({2, 4, 32}, meta), torch::empty({16, 64}, meta));
+  });
+  EXPECT_NE(width_error.find("posenc::add_position_table: expected the last dimension of the input "
+                             "to be d_model = 64, but got 32"),
+            std::string::npos)
+      << width_error;
+  // apply_rotary: a head narrower than the rotated width
+  const std::string rotary_error = posenc_test::error_message([&] {
+    posenc::ops::apply_rotary(torch::empty({1, 4, 2, 6}, meta), torch::empty({8, 4}, meta),
+                              torch::empty({8, 4}, meta));
+  });
+  EXPECT_NE(rotary_error.find("the head dimension Dh = 6 is smaller than the rotated width 8"),
+            std::string::npos)
+      << rotary_error;
+  EXPECT_NE(posenc_test::error_message([&] {
+              posenc::ops::apply_rotary(torch::empty({1, 4, 2, 8}, meta),
+                                        torch::empty({8, 4}, meta), torch::empty({8, 3}, meta));
+            }).find("cos and sin must be [max_len, R/2] tables of the same shape"),
+            std::string::npos);
+  // token_and_position_embedding: a position table narrower than the token table
+  const std::string token_error = posenc_test::error_message([&] {
+    posenc::ops::token_and_position_embedding(torch::zeros({1, 4}, meta.dtype(torch::kLong)),
+                                              torch::empty({10, 8}, meta),
+                                              torch::empty({16, 6}, meta));
+  });
+  EXPECT_NE(token_error.find("the position table must have D = 8 columns on meta, but has 6"),
+            std::string::npos)
+      << token_error;
+}
+
+// A hostile config.json (posenc rope --hf-config, RotaryEmbedding.from_hf_config) is refused by the
+// limits before it is parsed; a file without an end is read only to one byte past the size limit.
+TEST(JsonLimits, HostileConfigFilesAreRefused) {
+  const std::string deep = "{\"rope_scaling\": " + nested(200000) + "}";
+  const std::string message =
+      error_on_thread([&] { posenc::io::read_hf_rope_config(deep, "deep/config.json"); });
+  EXPECT_NE(message.find("deep/config.json nests deeper than 64 levels"), std::string::npos)
+      << message.substr(0, 300);
+  const std::string endless = posenc_test::error_message(
+      [] { posenc::io::read_hf_rope_config_file("/dev/zero"); });
+  EXPECT_NE(endless.find("read_hf_rope_config_file: '/dev/zero' has more than 67108864 bytes"),
+            std::string::npos)
+      << endless.substr(0, 300);
 }

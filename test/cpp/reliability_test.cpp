@@ -9,6 +9,7 @@
 #include "test_util.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/script.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -21,11 +22,16 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <random>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace F = posenc::functional;
 
@@ -160,6 +166,509 @@ TEST(Reliability, ConcurrentForwardCallsOnOneModuleAgree) {
     thread.join();
   }
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+// --- threads with distinct options ---------------------------------------------------------------
+//
+// Eight threads started together, each with options of its own, call the modules, the operators
+// through the dispatcher (check_module_options, rotary_embedding_frequencies,
+// rotary_embedding_call, rope_frequencies) and make mistakes of their own: every result must equal
+// the one computed on one thread before, and every message too, so that a message naming another
+// thread's module or value (the CallerScope is the thread's own) fails. These run under
+// ThreadSanitizer in scripts/sanitize.sh, which reports any data race between them.
+
+namespace {
+
+constexpr int kThreads = 8;
+
+// Runs body(t) on `kThreads` threads that start together (each waits until all have started), and
+// joins them. body must not throw (failures are collected, not asserted, on the threads).
+template <typename Body>
+void run_together(Body body) {
+  std::atomic<int> waiting{kThreads};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      --waiting;
+      while (waiting.load() > 0) {
+        std::this_thread::yield();
+      }
+      body(t);
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+}
+
+// The failures of each thread, reported after the threads have joined.
+class ThreadFailures {
+ public:
+  ThreadFailures() : failures_(kThreads) {}
+  void add(int thread, const std::string& what) {
+    if (failures_[thread].size() < 5) { // (the first few tell the story)
+      failures_[thread].push_back(what);
+    }
+    ++count_[thread];
+  }
+  void expect_none() const {
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(count_[t], 0) << "thread " << t << ": "
+                              << (failures_[t].empty() ? "" : failures_[t].front());
+      for (size_t i = 1; i < failures_[t].size(); ++i) {
+        ADD_FAILURE() << "thread " << t << ": " << failures_[t][i];
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> failures_;
+  int count_[kThreads] = {};
+};
+
+// The outcome of a call on a tensor: the tensor, or the message of its c10::Error.
+struct Outcome {
+  torch::Tensor value;
+  std::string message = "<no error>";
+};
+
+template <typename Call>
+Outcome outcome(Call&& call) {
+  Outcome result;
+  try {
+    result.value = call();
+  } catch (const c10::Error& error) {
+    result.message = error.what_without_backtrace();
+  }
+  return result;
+}
+
+// "" where `got` is `expected` (the same message, or a bit-identical tensor), else what differs.
+std::string compare(const Outcome& got, const Outcome& expected, const std::string& what) {
+  if (got.message != expected.message) {
+    return what + ": message '" + got.message + "', expected '" + expected.message + "'";
+  }
+  if (got.value.defined() != expected.value.defined() ||
+      (got.value.defined() && (got.value.sizes() != expected.value.sizes() ||
+                               got.value.scalar_type() != expected.value.scalar_type() ||
+                               !torch::equal(got.value, expected.value)))) {
+    return what + ": a result other than the one computed on one thread";
+  }
+  return "";
+}
+
+using RotaryFrequencies = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+const auto& check_module_options_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("posenc::check_module_options", "")
+                             .typed<void(c10::string_view, c10::string_view)>();
+  return op;
+}
+
+const auto& rotary_frequencies_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("posenc::rotary_embedding_frequencies", "")
+                             .typed<RotaryFrequencies(c10::string_view)>();
+  return op;
+}
+
+const auto& rotary_call_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rotary_embedding_call", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const c10::optional<at::Tensor>&, c10::string_view,
+                            int64_t, const c10::optional<at::Tensor>&)>();
+  return op;
+}
+
+const auto& rope_frequencies_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("posenc::rope_frequencies", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              int64_t, double, c10::string_view, c10::optional<at::ArrayRef<double>>,
+              c10::optional<int64_t>, const c10::optional<at::Tensor>&,
+              const c10::optional<at::Tensor>&, c10::optional<at::Device>)>();
+  return op;
+}
+
+// The three frequency tensors of rotary_embedding_frequencies(text) side by side (inv_freq, the
+// long ones, the attention factor), as one tensor to compare.
+Outcome rotary_frequencies(const std::string& text) {
+  return outcome([&] {
+    const RotaryFrequencies f = rotary_frequencies_op().call(text);
+    return torch::cat({std::get<0>(f), std::get<1>(f), std::get<2>(f).reshape({1})});
+  });
+}
+
+Outcome module_options(const std::string& module, const std::string& text) {
+  return outcome([&] {
+    check_module_options_op().call(module, text);
+    return torch::Tensor();
+  });
+}
+
+// A RotaryEmbedding with a rope type of its own for thread t (head_dim 8, max_len 64), as C++
+// options and as the options text posenc.nn sends.
+struct ThreadRotary {
+  posenc::RotaryEmbeddingOptions options{8, 64};
+  std::string text;
+};
+
+ThreadRotary thread_rotary(int t) {
+  using posenc::RopeScalingOptions;
+  using posenc::RopeType;
+  ThreadRotary rotary;
+  const double base = 10000.0 + 1000.0 * t;
+  rotary.options.base(base);
+  std::string rope = R"({"rope_type": "default"})";
+  switch (t) {
+    case 1:
+      rotary.options.scaling(RopeScalingOptions(RopeType::kLinear).factor(2.0));
+      rope = R"({"rope_type": "linear", "factor": 2.0})";
+      break;
+    case 2: // the frequencies of calls past 16 positions are the call's own
+      rotary.options.scaling(
+          RopeScalingOptions(RopeType::kDynamic).factor(2.0).max_position_embeddings(16));
+      rope = R"({"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 16})";
+      break;
+    case 3:
+      rotary.options.scaling(RopeScalingOptions(RopeType::kYarn)
+                                 .factor(4.0)
+                                 .original_max_position_embeddings(16)
+                                 .max_position_embeddings(64));
+      rope = R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, )"
+             R"("max_position_embeddings": 64})";
+      break;
+    case 4: // long factors past 16 positions
+      rotary.options.scaling(RopeScalingOptions(RopeType::kLongRope)
+                                 .original_max_position_embeddings(16)
+                                 .max_position_embeddings(64)
+                                 .short_factor({1.0, 1.5, 2.0, 2.5})
+                                 .long_factor({2.0, 3.0, 4.0, 5.0}));
+      rope = R"({"rope_type": "longrope", "original_max_position_embeddings": 16, )"
+             R"("max_position_embeddings": 64, "short_factor": [1.0, 1.5, 2.0, 2.5], )"
+             R"("long_factor": [2.0, 3.0, 4.0, 5.0]})";
+      break;
+    case 5:
+      rotary.options.scaling(RopeScalingOptions(RopeType::kLlama3)
+                                 .factor(8.0)
+                                 .low_freq_factor(1.0)
+                                 .high_freq_factor(4.0)
+                                 .original_max_position_embeddings(16));
+      rope = R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, )"
+             R"("high_freq_factor": 4.0, "original_max_position_embeddings": 16})";
+      break;
+    case 6: // partial rotary
+      rotary.options.rotary_dim(4);
+      break;
+    case 7:
+      rotary.options.pairing(posenc::RotaryPairing::kInterleaved).inverse(true);
+      break;
+    default:
+      break;
+  }
+  std::ostringstream text;
+  text << R"({"head_dim": 8, "max_len": 64, "base": )" << base;
+  if (t == 6) {
+    text << R"(, "rotary_dim": 4)";
+  }
+  if (t == 7) {
+    text << R"(, "pairing": "interleaved", "inverse": true)";
+  }
+  text << R"(, "rope_parameters": )" << rope << "}";
+  rotary.text = text.str();
+  return rotary;
+}
+
+// An invalid option text of another module for each of eight, naming thread t's value.
+std::pair<std::string, std::string> invalid_module_options(int module, int t) {
+  const std::string v = std::to_string(t + 1);
+  switch (module) {
+    case 0:
+      return {"PositionalEncoding", R"({"d_model": 8, "max_len": 16, "dropout": 1.)" + v + "}"};
+    case 1:
+      return {"LearnedPositionalEmbedding",
+              R"({"d_model": 8, "max_len": 16, "init_std": -)" + v + "}"};
+    case 2:
+      return {"TokenAndPositionEmbedding",
+              R"({"vocab_size": 10, "d_model": 4, "max_len": 8, "padding_idx": 1)" + v + "}"};
+    case 3:
+      return {"Timesteps", R"({"embedding_dim": 8, "scale": "inf", "max_period": )" + v + "}"};
+    case 4:
+      return {"ALiBi", R"({"num_heads": 4, "max_bias": 6)" + v + "4.5}"};
+    case 5:
+      return {"AttentionTemperature", R"({"floor_scale": -)" + v + "}"};
+    case 6:
+      return {"RelativePositionBias", R"({"num_heads": -)" + v + "}"};
+    default:
+      return {"VisionRotaryEmbedding", R"({"dim": 8, "num_prefix_tokens": -)" + v + "}"};
+  }
+}
+
+// A valid option text of each of eight modules, with thread t's values.
+std::pair<std::string, std::string> valid_module_options(int module, int t) {
+  const std::string v = std::to_string(t + 1);
+  switch (module) {
+    case 0:
+      return {"PositionalEncoding", R"({"d_model": )" + std::to_string(2 * t + 2) +
+                                        R"(, "max_len": 16, "layout": "concatenated"})"};
+    case 1:
+      return {"LearnedPositionalEmbedding", R"({"d_model": 8, "max_len": )" + v + "}"};
+    case 2:
+      return {"TokenAndPositionEmbedding",
+              R"({"vocab_size": 10, "d_model": 4, "max_len": 8, "padding_idx": )" +
+                  std::to_string(t) + "}"};
+    case 3:
+      return {"Timesteps", R"({"embedding_dim": )" + std::to_string(2 * t + 4) + "}"};
+    case 4:
+      return {"ALiBi", R"({"num_heads": )" + v + "}"};
+    case 5:
+      return {"AttentionTemperature", R"({"floor_scale": )" + v + R"(, "form": "ministral3"})"};
+    case 6:
+      return {"RelativePositionBias", R"({"num_heads": )" + v + "}"};
+    default:
+      return {"VisionRotaryEmbedding", R"({"dim": )" + std::to_string(4 * t + 4) + "}"};
+  }
+}
+
+} // namespace
+
+// The modules (PositionalEncoding, a RotaryEmbedding of another rope type per thread, ALiBi,
+// AttentionTemperature) and the operators, each thread with its own options, and each making
+// mistakes of its own: the same results and messages as on one thread.
+TEST(Reliability, ThreadsWithDistinctOptionsAgreeWithOneThread) {
+  torch::manual_seed(0);
+  struct Work {
+    std::vector<std::function<Outcome()>> calls; // (each also run on one thread first)
+    std::vector<std::string> names;
+    std::vector<Outcome> expected;
+  };
+  std::vector<posenc::PositionalEncoding> encodings;
+  std::vector<posenc::RotaryEmbedding> rotaries;
+  std::vector<posenc::ALiBi> alibis;
+  std::vector<posenc::AttentionTemperature> temperatures;
+  std::vector<ThreadRotary> texts;
+  for (int t = 0; t < kThreads; ++t) {
+    encodings.emplace_back(posenc::PositionalEncodingOptions(8 + 2 * t, 64)
+                               .layout(t % 2 == 0 ? posenc::ChannelLayout::kInterleaved
+                                                  : posenc::ChannelLayout::kConcatenated)
+                               .beyond_max_len(posenc::BeyondMaxLen::kError));
+    encodings.back()->eval();
+    texts.push_back(thread_rotary(t));
+    rotaries.emplace_back(texts.back().options);
+    alibis.emplace_back(posenc::ALiBiOptions(2 + t).max_bias(4.0 + t));
+    temperatures.emplace_back(
+        posenc::AttentionTemperatureOptions().floor_scale(4.0 + t).attn_scale(0.1 + 0.01 * t));
+  }
+  std::vector<Work> work(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    Work& w = work[t];
+    const auto add = [&](const std::string& name, std::function<Outcome()> call) {
+      w.names.push_back(name);
+      w.calls.push_back(std::move(call));
+    };
+    const auto x = torch::randn({2, 12, 8 + 2 * t});
+    const auto wrong = torch::randn({2, 12, 9 + 2 * t});
+    const auto q = torch::randn({1, 24, 2, 8});
+    const auto query = torch::randn({1, 6, 2, 4});
+    const auto wrong_heads = torch::randn({1, 4, 2, 10 + 2 * (t % 3)});
+    auto pe = encodings[t];
+    auto rope = rotaries[t];
+    auto alibi = alibis[t];
+    auto temperature = temperatures[t];
+    const std::string text = texts[t].text;
+    add("PositionalEncoding", [=]() mutable { return outcome([&] { return pe(x, t); }); });
+    add("PositionalEncoding, wrong width",
+        [=]() mutable { return outcome([&] { return pe(wrong); }); });
+    add("PositionalEncoding, past max_len",
+        [=]() mutable { return outcome([&] { return pe(x, 60 + t); }); });
+    // 24 positions from offset t: past the dynamic / longrope switch at 16
+    add("RotaryEmbedding", [=]() mutable { return outcome([&] { return rope(q, t); }); });
+    add("RotaryEmbedding, past max_len",
+        [=]() mutable { return outcome([&] { return rope(q, 50 + t); }); });
+    add("RotaryEmbedding, wrong width",
+        [=]() mutable { return outcome([&] { return rope(wrong_heads); }); });
+    add("ALiBi", [=]() mutable { return outcome([&] { return alibi(5, 7 + t); }); });
+    add("ALiBi, negative length",
+        [=]() mutable { return outcome([&] { return alibi(-1 - t, 3); }); });
+    add("AttentionTemperature",
+        [=]() mutable { return outcome([&] { return temperature(query, 100 * t); }); });
+    add("AttentionTemperature, negative offset",
+        [=]() mutable { return outcome([&] { return temperature(query, -1 - t); }); });
+    // the operators: RotaryEmbedding's text (rope type t), its frequencies and its call with the
+    // module's caches, valid and invalid texts of eight modules, rope_frequencies
+    add("rotary_embedding_frequencies", [=]() mutable { return rotary_frequencies(text); });
+    add("rotary_embedding_call", [=]() mutable {
+      return outcome([&] {
+        const RotaryFrequencies f = rotary_frequencies_op().call(text);
+        const c10::optional<at::Tensor> long_inv_freq =
+            std::get<1>(f).numel() > 0 ? c10::optional<at::Tensor>(std::get<1>(f)) : c10::nullopt;
+        return rotary_call_op().call(q, rope->cos, rope->sin, std::get<0>(f), long_inv_freq, text,
+                                     t, c10::nullopt);
+      });
+    });
+    add("rotary_embedding_frequencies, invalid", [=]() mutable {
+      return rotary_frequencies(R"({"head_dim": 8, "max_len": 64, "rotary_dim": )" +
+                                std::to_string(10 + 2 * t) + "}");
+    });
+    for (int m = 0; m < 8; ++m) {
+      const auto valid = valid_module_options(m, t);
+      const auto invalid = invalid_module_options(m, t);
+      add("check_module_options " + valid.second,
+          [=]() mutable { return module_options(valid.first, valid.second); });
+      add("check_module_options " + invalid.second,
+          [=]() mutable { return module_options(invalid.first, invalid.second); });
+    }
+    const std::string rope_parameters = R"({"rope_type": "yarn", "factor": )" +
+                                        std::to_string(2 + t) +
+                                        R"(, "original_max_position_embeddings": 16, )"
+                                        R"("max_position_embeddings": 64})";
+    add("rope_frequencies", [=]() mutable {
+      return outcome([&] {
+        return std::get<0>(rope_frequencies_op().call(8, 10000.0, rope_parameters, c10::nullopt,
+                                                      c10::nullopt, c10::nullopt, c10::nullopt,
+                                                      c10::nullopt));
+      });
+    });
+    add("rope_frequencies, invalid", [=]() mutable {
+      return outcome([&] {
+        return std::get<0>(rope_frequencies_op().call(
+            8, 10000.0, R"({"rope_type": "yarn", "factor": -)" + std::to_string(t + 1) + "}",
+            c10::nullopt, c10::nullopt, c10::nullopt, c10::nullopt, c10::nullopt));
+      });
+    });
+    torch::NoGradGuard no_grad;
+    for (const auto& call : w.calls) {
+      w.expected.push_back(call());
+    }
+  }
+  // What one thread computed: results where the options are valid, and messages that name the
+  // module (or operator) and the thread's own value where they are not.
+  for (int t = 0; t < kThreads; ++t) {
+    const Work& w = work[t];
+    ASSERT_EQ(w.expected.size(), 31u);
+    EXPECT_EQ(w.expected[0].message, "<no error>");
+    EXPECT_EQ(w.expected[1].message.rfind("PositionalEncoding: ", 0), 0u) << w.expected[1].message;
+    EXPECT_EQ(w.expected[2].message.rfind("PositionalEncoding: ", 0), 0u) << w.expected[2].message;
+    EXPECT_EQ(w.expected[3].message, "<no error>");
+    EXPECT_EQ(w.expected[4].message.rfind("RotaryEmbedding: ", 0), 0u) << w.expected[4].message;
+    EXPECT_EQ(w.expected[5].message.rfind("RotaryEmbedding: ", 0), 0u) << w.expected[5].message;
+    EXPECT_EQ(w.expected[6].message, "<no error>");
+    EXPECT_EQ(w.expected[7].message.rfind("ALiBi: ", 0), 0u) << w.expected[7].message;
+    EXPECT_EQ(w.expected[8].message, "<no error>");
+    EXPECT_EQ(w.expected[9].message.rfind("AttentionTemperature: ", 0), 0u)
+        << w.expected[9].message;
+    EXPECT_EQ(w.expected[10].message, "<no error>");
+    EXPECT_EQ(w.expected[11].message, "<no error>");
+    // the module's own call rotates as the operator does
+    EXPECT_TRUE(torch::equal(w.expected[11].value, w.expected[3].value)) << "thread " << t;
+    EXPECT_EQ(w.expected[12].message.rfind("RotaryEmbedding: ", 0), 0u) << w.expected[12].message;
+    EXPECT_NE(w.expected[12].message.find(std::to_string(10 + 2 * t)), std::string::npos)
+        << w.expected[12].message;
+    for (int m = 0; m < 8; ++m) {
+      const Outcome& valid = w.expected[13 + 2 * m];
+      const Outcome& invalid = w.expected[14 + 2 * m];
+      const std::string module = invalid_module_options(m, t).first;
+      EXPECT_EQ(valid.message, "<no error>") << w.names[13 + 2 * m];
+      EXPECT_EQ(invalid.message.rfind(module + ": ", 0), 0u) << invalid.message;
+    }
+    EXPECT_EQ(w.expected[29].message, "<no error>");
+    EXPECT_NE(w.expected[30].message.find("posenc::rope_frequencies"), std::string::npos)
+        << w.expected[30].message;
+  }
+  // Eight threads, each going through its calls in an order of its own (at any moment they are in
+  // different modules and operators), several times.
+  ThreadFailures failures;
+  run_together([&](int t) {
+    torch::NoGradGuard no_grad;
+    const Work& w = work[t];
+    const size_t n = w.calls.size();
+    for (int round = 0; round < 6; ++round) {
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = (k * (2 * t + 1) + static_cast<size_t>(round + t)) % n;
+        try {
+          const std::string differs = compare(w.calls[i](), w.expected[i], w.names[i]);
+          if (!differs.empty()) {
+            failures.add(t, differs);
+          }
+        } catch (const std::exception& error) {
+          failures.add(t, w.names[i] + ": " + error.what());
+        }
+      }
+    }
+  });
+  failures.expect_none();
+}
+
+// More distinct RotaryEmbedding option texts than the operators' cache keeps (256), valid and
+// invalid, read by eight threads at once, each text by several of them: the cache is emptied while
+// threads read and insert, and every result and message is still the one of one thread.
+TEST(Reliability, ThreadsRaceThroughTheOptionTextCache) {
+  constexpr int kTextsPerThread = 40; // 320 texts in all
+  std::vector<std::string> texts;
+  for (int i = 0; i < kThreads * kTextsPerThread; ++i) {
+    std::ostringstream text;
+    const int head_dim = 4 + 2 * (i % 5);
+    text << R"({"head_dim": )" << head_dim << R"(, "max_len": )" << 16 + i;
+    if (i % 4 == 3) { // invalid: a base of its own below 1
+      text << R"(, "base": -)" << i;
+    } else {
+      text << R"(, "base": )" << 10000 + 7 * i;
+    }
+    if (i % 3 == 1) {
+      text << R"(, "rope_parameters": {"rope_type": "linear", "factor": )" << 1 + i % 7 << "}";
+    } else if (i % 3 == 2) {
+      text << R"(, "rope_parameters": {"rope_type": "yarn", "factor": )" << 2 + i % 5
+           << R"(, "original_max_position_embeddings": 8})";
+    }
+    text << "}";
+    texts.push_back(text.str());
+  }
+  std::vector<Outcome> expected;
+  for (const std::string& text : texts) {
+    expected.push_back(rotary_frequencies(text));
+  }
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (i % 4 == 3) {
+      EXPECT_EQ(expected[i].message.rfind("RotaryEmbedding: base must be", 0), 0u)
+          << expected[i].message;
+      EXPECT_NE(expected[i].message.find("-" + std::to_string(i)), std::string::npos)
+          << expected[i].message;
+    } else {
+      EXPECT_EQ(expected[i].message, "<no error>") << texts[i];
+    }
+  }
+  // The module options of other modules at the same time, through the same reader.
+  ThreadFailures failures;
+  run_together([&](int t) {
+    const size_t n = texts.size();
+    for (int round = 0; round < 2; ++round) {
+      for (size_t k = 0; k < n / 2; ++k) {
+        // each thread reads 160 texts from a place and in strides of its own: threads read a
+        // text at different times, one for the first time while another finds it kept
+        const size_t i = (static_cast<size_t>(t) * n / kThreads + k * (2 * t + 1) + round) % n;
+        try {
+          const std::string differs = compare(rotary_frequencies(texts[i]), expected[i], texts[i]);
+          if (!differs.empty()) {
+            failures.add(t, differs);
+          }
+          if (k % 16 == 0) {
+            const auto invalid = invalid_module_options(static_cast<int>(k / 16) % 8, t);
+            const Outcome checked = module_options(invalid.first, invalid.second);
+            if (checked.message.rfind(invalid.first + ": ", 0) != 0) {
+              failures.add(t, invalid.second + ": " + checked.message);
+            }
+          }
+        } catch (const std::exception& error) {
+          failures.add(t, texts[i] + ": " + error.what());
+        }
+      }
+    }
+  });
+  failures.expect_none();
 }
 
 // --- hostile files

@@ -43,11 +43,12 @@ struct ALiBiOptions {
 ///     posenc::AttentionTemperatureOptions().floor_scale(8192).attn_scale(0.1));
 /// ```
 struct AttentionTemperatureOptions {
-  /// Positions are counted in steps of `floor_scale` (> 0, finite; Ministral 3:
-  /// `original_max_position_embeddings`). Default: 8192 (Llama 4's).
+  /// Positions are counted in steps of `floor_scale` (finite, >= 2^-64 so that the float32
+  /// quotient of every int64 position stays finite; Ministral 3: `original_max_position_embeddings`).
+  /// Default: 8192 (Llama 4's).
   TORCH_ARG(double, floor_scale) = 8192.0;
-  /// The weight of the logarithm (finite; Ministral 3: `llama_4_scaling_beta`). Default: 0.1
-  /// (Llama 4's).
+  /// The weight of the logarithm (|attn_scale| <= float32's largest value / 128, so that the
+  /// float32 scales stay finite; Ministral 3: `llama_4_scaling_beta`). Default: 0.1 (Llama 4's).
   TORCH_ARG(double, attn_scale) = 0.1;
   /// The formula: Llama 4's `log1p(floor((p + 1) / floor_scale)) * attn_scale + 1` or Ministral
   /// 3's `1 + attn_scale * log(1 + floor(p / floor_scale))` (AttentionTemperatureForm).

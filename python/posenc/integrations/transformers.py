@@ -27,6 +27,7 @@ import importlib
 import inspect
 import sys
 import textwrap
+import threading
 import types
 
 import torch
@@ -99,6 +100,11 @@ _MODELING_MODULES = {"gemma3_text": "gemma3"}
 # posenc.integrations can rebuild in a fresh process, so that a pickled patched model loads.
 PATCHED_MODULE_PREFIX = "posenc.integrations._posenc_rope_"
 
+# Held while the patched modules and classes are looked up and made (apply_posenc_rope from many
+# threads at once, unpickling): one module per modeling file and one class per attention class,
+# the ones pickle finds by name.
+_lock = threading.RLock()
+
 
 def _modeling_module(model_type):
     name = _MODELING_MODULES.get(model_type, model_type)
@@ -160,6 +166,10 @@ def _rotate(q, k, cos, sin, unsqueeze_dim, form):
     if cos.requires_grad or sin.requires_grad:
         raise ValueError("posenc apply_rotary_pos_emb: cos and sin must not require grad (posenc differentiates "
                          "with respect to q and k only); compute them under torch.no_grad()")
+    if width % 2 != 0:
+        raise ValueError(f"posenc apply_rotary_pos_emb: cos and sin must have an even width R (each token's R/2 "
+                         f"values twice, as the model's rotary embedding makes them), but got {width}; posenc "
+                         "rotates pairs of channels and cannot rotate an odd count")
     half = width // 2
     # The model's cos/sin hold each token's R/2 values twice: in both halves (cat(freqs, freqs))
     # or, interleaved (Cohere, pairs (2i, 2i + 1)), twice in a row (repeat_interleave). posenc's
@@ -231,10 +241,12 @@ def _rebuild_patched_module(name):
     for model_type in SUPPORTED_MODEL_TYPES:
         if f"modeling_{_MODELING_MODULES.get(model_type, model_type)}" == stem:
             modeling = _modeling_module(model_type)
-            module = _patched_module(modeling, _form_of(model_type, modeling))
-            for value in list(vars(modeling).values()):
-                if isinstance(value, type) and issubclass(value, torch.nn.Module) and _calls_rope(value, modeling):
-                    _patched_class(value, module)
+            form = _form_of(model_type, modeling)
+            with _lock:
+                module = _patched_module(modeling, form)
+                for value in list(vars(modeling).values()):
+                    if isinstance(value, type) and issubclass(value, torch.nn.Module) and _calls_rope(value, modeling):
+                        _patched_class(value, module)
             return module
     raise ImportError(f"posenc: {name} names no modeling file of a supported model type")
 
@@ -245,6 +257,10 @@ def _attention_layers(model):
     if not isinstance(model, torch.nn.Module) or model_type is None:
         raise ValueError(f"posenc: apply_posenc_rope takes a transformers model (a torch.nn.Module with a "
                          f"config), but got {type(model).__name__}")
+    if not isinstance(model_type, str):
+        raise ValueError(f"posenc: apply_posenc_rope reads the model type from config.model_type, which must be a "
+                         f"string (one of {sorted(SUPPORTED_MODEL_TYPES)}), but this {type(model).__name__}'s is "
+                         f"{type(model_type).__name__} {model_type!r}; the model was left unpatched")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"posenc: apply_posenc_rope supports the model types {sorted(SUPPORTED_MODEL_TYPES)}, but "
                          f"this model is '{model_type}' ({type(model).__name__}); the model was left unpatched")
@@ -279,16 +295,23 @@ def apply_posenc_rope(model):
     support, a transformers whose rotation is not the one posenc replaces, or an attention layer
     whose instance has a forward of its own. Returns ``model``."""
     layers, modeling, form = _attention_layers(model)
-    module = _patched_module(modeling, form)
-    classes = [(layer, _patched_class(_original_class(layer), module)) for layer in layers]
+    with _lock:
+        module = _patched_module(modeling, form)
+        classes = [(layer, _patched_class(_original_class(layer), module)) for layer in layers]
     for layer, patched in classes:
         layer.__class__ = patched
     return model
 
 
+def _check_module(model, function):
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"posenc: {function} takes a model (a torch.nn.Module), but got {type(model).__name__}")
+
+
 def remove_posenc_rope(model):
     """Undoes ``apply_posenc_rope``: the attention layers are instances of their own class again.
     Returns ``model``."""
+    _check_module(model, "remove_posenc_rope")
     for module in model.modules():
         module.__class__ = _original_class(module)
     return model
@@ -296,4 +319,5 @@ def remove_posenc_rope(model):
 
 def is_patched(model):
     """Whether ``model`` (or any of its submodules) rotates with posenc."""
+    _check_module(model, "is_patched")
     return any("_posenc_rope_original" in type(module).__dict__ for module in model.modules())

@@ -5,6 +5,7 @@
 // sizes or values run in the real kernels.
 
 #include "detail/checks.h"
+#include "detail/sym_size.h"
 
 #include <ATen/core/Tensor.h>
 #include "ops/op_arguments.h"
@@ -54,6 +55,14 @@ inline void check_table(const at::Tensor& table, const at::Tensor& x) {
   TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the encoding table as [max_len, D] or [1, max_len, D], but got a ",
               table.dim(), "-D tensor");
+  // (the widths compared, not read: the real kernels' check, which a traced or exported program
+  // must make too, or it would be refused only when it runs)
+  const detail::SymSize width = detail::size_of(table, -1);
+  TORCH_CHECK(x.dim() == 0 || detail::size_of(x, -1) == width, who,
+              ": expected the last dimension of the input to be d_model = ", width, ", but got ",
+              detail::size_of(x, -1), " (input shape ", detail::shape_of(x),
+              "); build the module with d_model = ", detail::size_of(x, -1),
+              " or project the input to ", width, " features");
 }
 
 } // namespace meta

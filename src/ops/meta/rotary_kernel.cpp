@@ -19,10 +19,20 @@ void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
                   OptionalTensor positions, OptionalTensor inv_freq) {
   const char* const who = detail::caller();
   check_input(x, 4);
-  TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2, who, ": cos and sin must be [max_len, R/2] tables");
-  TORCH_CHECK(cos.device() == sin.device(), who,
-              ": cos and sin must share dtype and device, but cos is on ", cos.device(),
-              " and sin on ", sin.device());
+  TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2 && detail::shape_of(cos) == detail::shape_of(sin),
+              who, ": cos and sin must be [max_len, R/2] tables of the same shape, but got ",
+              detail::shape_of(cos), " and ", detail::shape_of(sin));
+  detail::check_float_dtype("the dtype of cos and sin", cos.scalar_type());
+  TORCH_CHECK(cos.scalar_type() == sin.scalar_type() && cos.device() == sin.device(), who,
+              ": cos and sin must share dtype and device, but cos is ", cos.scalar_type(), " on ",
+              cos.device(), " and sin ", sin.scalar_type(), " on ", sin.device());
+  // (the real kernels' width check, sizes compared, not read: a traced or exported program must
+  // refuse what eager refuses)
+  const detail::SymSize rotated = detail::size_of(cos, 1) * 2;
+  TORCH_CHECK(detail::size_of(x, 3) >= rotated, who, ": the head dimension Dh = ",
+              detail::size_of(x, 3), " is smaller than the rotated width ", rotated,
+              " (input shape ", detail::shape_of(x), "); build the module with head_dim = ",
+              detail::size_of(x, 3));
   detail::check_input_device(x, cos.device(), "the cos/sin caches");
   check_positions(positions, x, has_value(inv_freq), "inv_freq");
   check_definition_device(inv_freq, "inv_freq", x.device());

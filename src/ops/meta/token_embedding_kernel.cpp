@@ -36,6 +36,9 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
   TORCH_CHECK(table.device() == weight.device(), who,
               ": the position table must be on the weight's device (", weight.device(),
               "), but is on ", table.device());
+  TORCH_CHECK(detail::size_of(table, -1) == detail::size_of(weight, 1), who,
+              ": the position table must have D = ", detail::size_of(weight, 1), " columns on ",
+              weight.device(), ", but has ", detail::size_of(table, -1), " on ", table.device());
   check_positions(positions, tokens, has_value(columns), "columns");
   check_definition_device(columns, "columns", weight.device());
   // [B, L] ids and a [V, D] weight give [B, L, D]; symbolic sizes stay symbolic (torch.export with
