@@ -13,6 +13,7 @@
 
 #include "detail/json_text.h"
 #include "io/torch_save_reader.h"
+#include "text_operators.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
@@ -2065,53 +2066,12 @@ std::string render(const OptionFields& fields, int style) {
   return text + (style == 2 ? "\n}\n" : "}");
 }
 
-const auto& check_module_options_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("posenc::check_module_options", "")
-                             .typed<void(c10::string_view, c10::string_view)>();
-  return op;
-}
-
-using Frequencies = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-
-const auto& rotary_frequencies_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("posenc::rotary_embedding_frequencies", "")
-                             .typed<Frequencies(c10::string_view)>();
-  return op;
-}
-
-const auto& rotary_call_op() {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("posenc::rotary_embedding_call", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const c10::optional<at::Tensor>&, c10::string_view,
-                            int64_t, const c10::optional<at::Tensor>&)>();
-  return op;
-}
-
-const auto& rotary_call_qk_op() {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("posenc::rotary_embedding_call_qk", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, const c10::optional<at::Tensor>&, c10::string_view, int64_t,
-              const c10::optional<at::Tensor>&)>();
-  return op;
-}
-
-const auto& rope_frequencies_op() {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("posenc::rope_frequencies", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              int64_t, double, c10::string_view, c10::optional<at::ArrayRef<double>>,
-              c10::optional<int64_t>, const c10::optional<at::Tensor>&,
-              const c10::optional<at::Tensor>&, c10::optional<at::Device>)>();
-  return op;
-}
+using Frequencies = posenc_test::RotaryFrequencies;
+using posenc_test::check_module_options_op;
+using posenc_test::rope_frequencies_op;
+using posenc_test::rotary_call_op;
+using posenc_test::rotary_call_qk_op;
+using posenc_test::rotary_frequencies_op;
 
 // posenc::read_hf_rope_config (libposenc_io's operator for posenc.nn), called boxed.
 OpOutcome read_hf_config_op(const std::string& config) {

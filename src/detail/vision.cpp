@@ -443,6 +443,11 @@ void check_axial_rotary_arguments(const at::Tensor& ids, const std::vector<int64
                 "within posenc's limit of 2^28 channels, but axes_dim[", a, "] = ", axes_dim[a]);
     width += axes_dim[a];
   }
+  // (checked here under its own name: check_rotary_arguments calls it base)
+  TORCH_CHECK(std::isfinite(theta) && theta >= 1.0 / kMaxFrequency, who,
+              ": theta must be finite and >= 5.2e-290 (so that every angle position * theta^-e is "
+              "a finite number), but got ",
+              theta, "; Flux uses 10000");
   check_rotary_arguments(1, width, theta);
   TORCH_CHECK(ids.defined() && ids.dim() == 2 &&
                   ids.sym_size(1) == static_cast<int64_t>(axes_dim.size()),

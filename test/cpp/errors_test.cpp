@@ -519,6 +519,27 @@ TEST(MetaKernels, RefuseWhatTheRealKernelsRefuse) {
                                         torch::empty({8, 4}, meta), torch::empty({8, 3}, meta));
             }).find("cos and sin must be [max_len, R/2] tables of the same shape"),
             std::string::npos);
+  // the offset form past the table (eager refuses it; a fake tensor of concrete sizes too)
+  const std::string past_error = posenc_test::error_message([&] {
+    posenc::ops::add_position_table(torch::empty({1, 8, 4}, meta), torch::empty({6, 4}, meta),
+                                    /*offset=*/1);
+  });
+  EXPECT_NE(past_error.find("posenc::add_position_table: positions offset .. offset + L - 1 must "
+                            "lie in the table, i.e. offset + L <= max_len (6), but got L = 8 and "
+                            "offset = 1"),
+            std::string::npos)
+      << past_error;
+  EXPECT_NE(posenc_test::error_message([&] {
+              posenc::ops::apply_rotary(torch::empty({1, 5, 2, 8}, meta), torch::empty({4, 4}, meta),
+                                        torch::empty({4, 4}, meta));
+            }).find("offset + L <= max_len (4), but got L = 5"),
+            std::string::npos);
+  // (rows past the caches computed from inv_freq: accepted, as eager)
+  EXPECT_EQ(posenc::ops::apply_rotary(torch::empty({1, 5, 2, 8}, meta), torch::empty({4, 4}, meta),
+                                      torch::empty({4, 4}, meta), 0, c10::nullopt, false, false,
+                                      false, torch::empty({4}, meta.dtype(torch::kDouble)))
+                .sizes(),
+            torch::IntArrayRef({1, 5, 2, 8}));
   // token_and_position_embedding: a position table narrower than the token table
   const std::string token_error = posenc_test::error_message([&] {
     posenc::ops::token_and_position_embedding(torch::zeros({1, 4}, meta.dtype(torch::kLong)),

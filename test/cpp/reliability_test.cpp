@@ -7,6 +7,7 @@
 
 #include "io/torch_save_reader.h"
 #include "test_util.h"
+#include "text_operators.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -257,42 +258,11 @@ std::string compare(const Outcome& got, const Outcome& expected, const std::stri
   return "";
 }
 
-using RotaryFrequencies = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-
-const auto& check_module_options_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("posenc::check_module_options", "")
-                             .typed<void(c10::string_view, c10::string_view)>();
-  return op;
-}
-
-const auto& rotary_frequencies_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("posenc::rotary_embedding_frequencies", "")
-                             .typed<RotaryFrequencies(c10::string_view)>();
-  return op;
-}
-
-const auto& rotary_call_op() {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("posenc::rotary_embedding_call", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const c10::optional<at::Tensor>&, c10::string_view,
-                            int64_t, const c10::optional<at::Tensor>&)>();
-  return op;
-}
-
-const auto& rope_frequencies_op() {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("posenc::rope_frequencies", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              int64_t, double, c10::string_view, c10::optional<at::ArrayRef<double>>,
-              c10::optional<int64_t>, const c10::optional<at::Tensor>&,
-              const c10::optional<at::Tensor>&, c10::optional<at::Device>)>();
-  return op;
-}
+using posenc_test::check_module_options_op;
+using posenc_test::rope_frequencies_op;
+using posenc_test::rotary_call_op;
+using posenc_test::rotary_frequencies_op;
+using posenc_test::RotaryFrequencies;
 
 // The three frequency tensors of rotary_embedding_frequencies(text) side by side (inv_freq, the
 // long ones, the attention factor), as one tensor to compare.

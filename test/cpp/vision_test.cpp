@@ -226,7 +226,7 @@ TEST_F(Vision, AxialRotaryErrors) {
                       "axes_dim must name the rotated width of each axis");
   EXPECT_POSENC_ERROR(
       posenc::AxialRotaryEmbedding(posenc::AxialRotaryEmbeddingOptions({4}).theta(-1)),
-      "AxialRotaryEmbedding: base must be");
+      "AxialRotaryEmbedding: theta must be finite and >= 5.2e-290");
   posenc::AxialRotaryEmbedding rope(posenc::AxialRotaryEmbeddingOptions({4, 4}));
   const auto x = torch::randn({1, 3, 2, 8});
   EXPECT_POSENC_ERROR(rope(x, torch::zeros({2, 2})),

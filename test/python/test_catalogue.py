@@ -562,7 +562,7 @@ VISION_ERRORS = [
     err("axial_rotary_tables-axes_dim=i64max-1", lambda o, n: o.axial_rotary_tables(torch.zeros(4, 1, device=META), [I64 - 1]), RuntimeError, "limit"),
     err("axial_rotary_tables-axes_dim-empty", lambda o, n: o.axial_rotary_tables(torch.zeros(4, 0), []), RuntimeError, "axes_dim must name the rotated width of each axis (e.g. {16, 56, 56} for Flux)"),
     err("axial_rotary_tables-ids-nan", lambda o, n: o.axial_rotary_tables(torch.tensor([[0.0], [math.nan]]), [4]), RuntimeError, "ids must be finite"),
-    err("axial_rotary_tables-theta=0", lambda o, n: o.axial_rotary_tables(torch.zeros(4, 1), [4], 0.0), RuntimeError, "base must be finite and >= 5.2e-290 (so that every angle position * base^-e is a finite"),
+    err("axial_rotary_tables-theta=0", lambda o, n: o.axial_rotary_tables(torch.zeros(4, 1), [4], 0.0), RuntimeError, "theta must be finite and >= 5.2e-290 (so that every angle position * theta^-e is a finite"),
     err("axial_rotary_tables-dtype=int64", lambda o, n: o.axial_rotary_tables(torch.zeros(4, 1), [4], dtype=i64), RuntimeError, "dtype must be float16, bfloat16, float32 or float64"),
     # resample_position_table(posemb, new_size, old_size, num_prefix_tokens, interpolation, antialias, align_corners)
     err("resample_position_table-not-square-without-old_size", lambda o, n: o.resample_position_table(torch.zeros(1, 7, 8), [3, 3]), RuntimeError, "the table's 6 grid rows (N - num_prefix_tokens = 7 - 1) are not a square grid"),
@@ -766,7 +766,7 @@ NN_ERRORS = [
     err("AxialRotaryEmbedding-axes_dim-odd", lambda o, n: n.AxialRotaryEmbedding([4, 3]), ValueError, "every axes_dim must be even and >= 2 (each axis rotates pairs of channels) and within posenc's limit of 2^28 channels, but"),
     err("AxialRotaryEmbedding-axes_dim=-2", lambda o, n: n.AxialRotaryEmbedding([-2]), ValueError, "every axes_dim must be even and >= 2 (each axis rotates pairs of channels) and within posenc's limit of 2^28 channels, but"),
     err("AxialRotaryEmbedding-axes_dim=2^62", lambda o, n: n.AxialRotaryEmbedding([2**62]), ValueError, "limit"),
-    err("AxialRotaryEmbedding-theta=0", lambda o, n: n.AxialRotaryEmbedding([4], theta=0.0), ValueError, "base must be finite and >= 5.2e-290 (so that every angle position * base^-e is a finite"),
+    err("AxialRotaryEmbedding-theta=0", lambda o, n: n.AxialRotaryEmbedding([4], theta=0.0), ValueError, "theta must be finite and >= 5.2e-290 (so that every angle position * theta^-e is a finite"),
     err("AxialRotaryEmbedding-pairing-unknown", lambda o, n: n.AxialRotaryEmbedding([4], pairing="bogus"), ValueError, "pairing must be one of 'half_split', 'interleaved'"),
     err("AxialRotaryEmbedding-forward-ids-columns-mismatch", call(lambda n: n.AxialRotaryEmbedding([2, 2]), "forward", torch.zeros(1, 3, 1, 4), torch.zeros(3, 3)), RuntimeError, "ids must be [N, 2] (one coordinate per token and axis of axes_dim)"),
     err("AxialRotaryEmbedding-forward-head_dim-too-small", call(lambda n: n.AxialRotaryEmbedding([2, 4]), "forward", torch.zeros(1, 3, 1, 4), torch.zeros(3, 2)), RuntimeError, "the head dimension Dh = 4 is smaller than the rotated width 6 (input shape [1, 3, 1, 4])"),

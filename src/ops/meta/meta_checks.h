@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 #include "ops/op_arguments.h"
+#include "ops/sym_length.h"
 
 #include <c10/util/Exception.h>
 
@@ -63,6 +64,24 @@ inline void check_table(const at::Tensor& table, const at::Tensor& x) {
               detail::size_of(x, -1), " (input shape ", detail::shape_of(x),
               "); build the module with d_model = ", detail::size_of(x, -1),
               " or project the input to ", width, " features");
+}
+
+/// The offset form's positions offset .. offset + L - 1: offset + L must fit in int64 and, where
+/// the call cannot compute rows past its table (`extendable` false: no columns / inv_freq), lie
+/// in its `rows` rows, as the real kernels check. Checked where L and the rows are concrete (fake
+/// tensors of torch.compile and FakeTensorMode); a symbolic length is checked when the program
+/// runs, so that torch.export keeps it symbolic.
+inline void check_offset_rows(int64_t offset, const detail::SymSize& length,
+                              const detail::SymSize& rows, bool extendable) {
+  const c10::optional<int64_t> known = concrete(length);
+  const c10::optional<int64_t> max_len = concrete(rows);
+  if (!known || !max_len) {
+    return;
+  }
+  detail::check_offset_start(offset, *known);
+  if (!extendable && offset > *max_len - *known) {
+    detail::check_offset(offset, *known, *max_len, detail::caller_hint());
+  }
 }
 
 } // namespace meta

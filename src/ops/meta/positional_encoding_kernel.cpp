@@ -11,8 +11,9 @@ namespace ops {
 namespace meta {
 namespace {
 
-at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t, bool,
-                              OptionalTensor positions, double scale, OptionalTensor columns) {
+at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int64_t offset,
+                              bool batch_first, OptionalTensor positions, double scale,
+                              OptionalTensor columns) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
                                          "posenc::add_position_table");
   check_input(x, 3);
@@ -20,6 +21,10 @@ at::Tensor add_position_table(const at::Tensor& x, const at::Tensor& table, int6
   check_table(table, x);
   check_positions(positions, x, has_value(columns), "columns");
   check_definition_device(columns, "columns", x.device());
+  if (!has_value(positions)) {
+    check_offset_rows(offset, detail::size_of(x, batch_first ? 1 : 0),
+                      detail::size_of(table, -2), has_value(columns));
+  }
   return at::empty_like(x);
 }
 

@@ -38,27 +38,40 @@ void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
   check_definition_device(inv_freq, "inv_freq", x.device());
 }
 
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t,
-                        OptionalTensor positions, bool, bool, bool, OptionalTensor inv_freq,
-                        double) {
+// The offset form's rows must lie in the caches unless inv_freq computes the rest.
+void check_rotary_offset(const at::Tensor& x, const at::Tensor& cos, int64_t offset,
+                         OptionalTensor positions, bool heads_first, OptionalTensor inv_freq) {
+  if (!has_value(positions)) {
+    check_offset_rows(offset, detail::size_of(x, heads_first ? 2 : 1), detail::size_of(cos, 0),
+                      has_value(inv_freq));
+  }
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                        int64_t offset, OptionalTensor positions, bool, bool heads_first, bool,
+                        OptionalTensor inv_freq, double) {
   const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary");
   check_rotary(x, cos, sin, positions, inv_freq);
+  check_rotary_offset(x, cos, offset, positions, heads_first, inv_freq);
   return at::empty_like(x);
 }
 
-void apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t,
-                   OptionalTensor positions, bool, bool, bool, OptionalTensor inv_freq, double) {
+void apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t offset,
+                   OptionalTensor positions, bool, bool heads_first, bool, OptionalTensor inv_freq,
+                   double) {
   const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_");
   check_rotary(x, cos, sin, positions, inv_freq);
+  check_rotary_offset(x, cos, offset, positions, heads_first, inv_freq);
 }
 
 // What the shapes alone tell of q and k: the keys of the queries' tokens, in their dtype.
 void check_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-              const at::Tensor& sin, OptionalTensor positions, OptionalTensor inv_freq,
-              bool heads_first) {
+              const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+              OptionalTensor inv_freq, bool heads_first) {
   const char* const who = detail::caller();
   check_rotary(q, cos, sin, positions, inv_freq);
   check_rotary(k, cos, sin, positions, inv_freq);
+  check_rotary_offset(q, cos, offset, positions, heads_first, inv_freq);
   const int64_t length = heads_first ? 2 : 1;
   // sym_size: symbolic sizes stay symbolic (torch.export with a dynamic sequence length)
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && k.sym_size(0) == q.sym_size(0) &&
@@ -69,20 +82,20 @@ void check_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
 
 std::tuple<at::Tensor, at::Tensor> apply_rotary_qk(const at::Tensor& q, const at::Tensor& k,
                                                    const at::Tensor& cos, const at::Tensor& sin,
-                                                   int64_t, OptionalTensor positions, bool,
+                                                   int64_t offset, OptionalTensor positions, bool,
                                                    bool heads_first, bool, OptionalTensor inv_freq,
                                                    double) {
   const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_qk");
-  check_qk(q, k, cos, sin, positions, inv_freq, heads_first);
+  check_qk(q, k, cos, sin, offset, positions, inv_freq, heads_first);
   // As the CPU and CUDA kernels allocate: contiguous.
   return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(k.sym_sizes(), k.options())};
 }
 
 void apply_rotary_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
-                      int64_t, OptionalTensor positions, bool, bool heads_first, bool,
+                      int64_t offset, OptionalTensor positions, bool, bool heads_first, bool,
                       OptionalTensor inv_freq, double) {
   const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, "posenc::apply_rotary_qk_");
-  check_qk(q, k, cos, sin, positions, inv_freq, heads_first);
+  check_qk(q, k, cos, sin, offset, positions, inv_freq, heads_first);
 }
 
 std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& cos,

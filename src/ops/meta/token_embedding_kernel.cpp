@@ -15,9 +15,9 @@ namespace meta {
 namespace {
 
 std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
-    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t, bool,
-    OptionalTensor positions, double scale, int64_t padding_idx, double dropout, bool train,
-    OptionalTensor columns) {
+    const at::Tensor& tokens, const at::Tensor& weight, const at::Tensor& table, int64_t offset,
+    bool batch_first, OptionalTensor positions, double scale, int64_t padding_idx, double dropout,
+    bool train, OptionalTensor columns) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
                                          "posenc::token_and_position_embedding");
   const char* const who = detail::caller();
@@ -41,6 +41,10 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
               weight.device(), ", but has ", detail::size_of(table, -1), " on ", table.device());
   check_positions(positions, tokens, has_value(columns), "columns");
   check_definition_device(columns, "columns", weight.device());
+  if (!has_value(positions)) {
+    check_offset_rows(offset, detail::size_of(tokens, batch_first ? 1 : 0),
+                      detail::size_of(table, -2), has_value(columns));
+  }
   // [B, L] ids and a [V, D] weight give [B, L, D]; symbolic sizes stay symbolic (torch.export with
   // a dynamic sequence length).
   at::Tensor out = at::empty_symint({tokens.sym_size(0), tokens.sym_size(1), weight.sym_size(1)},
