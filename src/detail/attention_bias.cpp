@@ -103,12 +103,13 @@ void check_attention_temperature(double floor_scale, double attn_scale) {
               "; Llama 4 uses 0.1, Ministral 3 its llama_4_scaling_beta");
   // The scales are computed in float32 (as transformers does): p / floor_scale, its logarithm
   // and the product with attn_scale must stay finite there for every int64 position p < 2^63.
-  // With floor_scale >= 2^-64, p / floor_scale < 2^127 < float32's largest value, whose
-  // logarithm is below 89; with |attn_scale| <= float32's largest value / 128, the product and
+  // With floor_scale >= 2^-62, p / floor_scale <= 2^125, two binades below float32's largest
+  // value (some LibTorch builds' float32 log1p overflows at 2^127, LibTorch 1.13's), and its
+  // logarithm is below 87; with |attn_scale| <= float32's largest value / 128, the product and
   // the 1 added stay finite.
-  constexpr double kSmallestFloorScale = 0x1p-64;
+  constexpr double kSmallestFloorScale = 0x1p-62;
   constexpr double kLargestAttnScale = static_cast<double>(std::numeric_limits<float>::max()) / 128;
-  TORCH_CHECK(floor_scale >= kSmallestFloorScale, who, ": floor_scale must be >= 2^-64 (",
+  TORCH_CHECK(floor_scale >= kSmallestFloorScale, who, ": floor_scale must be >= 2^-62 (",
               kSmallestFloorScale, ") so that position / floor_scale stays finite in float32, "
               "where the scales are computed, but got ",
               floor_scale, "; Llama 4 uses 8192, Ministral 3 its original_max_position_embeddings");

@@ -464,7 +464,7 @@ TEST(AttentionTemperatureBounds, OptionsThatOverflowFloat32AreRefused) {
             std::string::npos);
   EXPECT_NE(posenc_test::error_message([] {
               AttentionTemperature(AttentionTemperatureOptions().floor_scale(1e-50));
-            }).find("AttentionTemperature: floor_scale must be >= 2^-64"),
+            }).find("AttentionTemperature: floor_scale must be >= 2^-62"),
             std::string::npos);
   EXPECT_NE(options_error("AttentionTemperature", R"({"attn_scale": -1e39})")
                 .find("attn_scale must lie in"),
@@ -474,7 +474,7 @@ TEST(AttentionTemperatureBounds, OptionsThatOverflowFloat32AreRefused) {
   for (const auto form : {posenc::AttentionTemperatureForm::kLlama4,
                           posenc::AttentionTemperatureForm::kMinistral3}) {
     AttentionTemperature temperature(
-        AttentionTemperatureOptions().floor_scale(0x1p-64).attn_scale(-largest).form(form));
+        AttentionTemperatureOptions().floor_scale(0x1p-62).attn_scale(-largest).form(form));
     const torch::Tensor q = torch::ones({1, 3, 1, 2});
     const torch::Tensor positions =
         torch::tensor({int64_t{0}, int64_t{1} << 40, std::numeric_limits<int64_t>::max()});

@@ -43,7 +43,7 @@ struct ALiBiOptions {
 ///     posenc::AttentionTemperatureOptions().floor_scale(8192).attn_scale(0.1));
 /// ```
 struct AttentionTemperatureOptions {
-  /// Positions are counted in steps of `floor_scale` (finite, >= 2^-64 so that the float32
+  /// Positions are counted in steps of `floor_scale` (finite, >= 2^-62 so that the float32
   /// quotient of every int64 position stays finite; Ministral 3: `original_max_position_embeddings`).
   /// Default: 8192 (Llama 4's).
   TORCH_ARG(double, floor_scale) = 8192.0;
