@@ -668,15 +668,8 @@ void fuzz_config_json(FuzzedDataProvider& in) {
   const int64_t rotary_dim = 2 * in.ConsumeIntegralInRange<int64_t>(1, 64);
   const c10::optional<int64_t> seq_len =
       in.ConsumeBool() ? c10::optional<int64_t>(in.ConsumeIntegral<int64_t>()) : c10::nullopt;
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("posenc::rope_frequencies", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              int64_t, double, c10::string_view, c10::optional<at::ArrayRef<double>>,
-              c10::optional<int64_t>, const c10::optional<at::Tensor>&,
-              const c10::optional<at::Tensor>&, c10::optional<at::Device>)>();
-  const auto result = op.call(rotary_dim, 10000.0, block, c10::nullopt, seq_len, c10::nullopt,
-                              c10::nullopt, c10::nullopt);
+  const auto result = posenc_test::rope_frequencies_op().call(
+      rotary_dim, 10000.0, block, c10::nullopt, seq_len, c10::nullopt, c10::nullopt, c10::nullopt);
   const at::Tensor& inv_freq = std::get<0>(result);
   if (inv_freq.numel() != rotary_dim / 2 || !inv_freq.isfinite().all().item<bool>() ||
       !(std::get<1>(result).item<double>() > 0.0)) {
