@@ -58,11 +58,37 @@ elseif(POSENC_TORCH_CUDA_ARCH_LIST)
   set(ENV{TORCH_CUDA_ARCH_LIST} "${POSENC_TORCH_CUDA_ARCH_LIST}")
 endif()
 
+# The CUDA architectures, when nobody chose them: LibTorch's own default (its "Common" list) starts
+# at compute 5.0, which nvcc 13 no longer builds, so the build would stop in its first CUDA file.
+# posenc picks the architectures the torch package itself was built for (torch.cuda.get_arch_list()
+# when a Python with that torch is known, else Volta's successors up to Blackwell) that this nvcc
+# can build, PTX for the newest; it stops here, with what to set, if none is left, and refuses a
+# TORCH_CUDA_ARCH_LIST naming one this nvcc cannot build.
+if(_posenc_torch_root AND EXISTS "${_posenc_torch_root}/lib/libtorch_cuda.so" AND NOT POSENC_TORCH_DIRECT)
+  include(posencCuda)
+  posenc_choose_cuda_architectures("${_posenc_torch_root}")
+endif()
+
 if(POSENC_TORCH_DIRECT)
   include(posencTorchDirect)
 else()
   find_package(Torch CONFIG REQUIRED)
 endif()
+
+# The C++ standard: C++17, or the newer one this LibTorch's headers require (2.15's ATen.h, for
+# one, stops with "#error C++20 or later compatible compiler is required"; read from the header,
+# not assumed from the version). posenc's targets ask
+# for it publicly, so a consumer of the installed package compiles with it too.
+set(POSENC_CXX_STANDARD 17)
+foreach(_dir IN LISTS TORCH_INCLUDE_DIRS)
+  if(EXISTS "${_dir}/ATen/ATen.h")
+    file(STRINGS "${_dir}/ATen/ATen.h" _posenc_required REGEX "__cplusplus < 20[0-9][0-9][0-9][0-9]L")
+    if(_posenc_required MATCHES "__cplusplus < 202002L")
+      set(POSENC_CXX_STANDARD 20)
+    endif()
+    break()
+  endif()
+endforeach()
 
 get_filename_component(_posenc_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
 get_filename_component(_posenc_c10_lib_dir "${c10_LIBRARY}" DIRECTORY)
@@ -89,4 +115,4 @@ if(NOT POSENC_TORCH_DIRECT AND (CAFFE2_USE_CUDA OR TORCH_CUDA_LIBRARIES))
 else()
   set(POSENC_TORCH_HAS_CUDA OFF)
 endif()
-message(STATUS "posenc: LibTorch ${POSENC_TORCH_VERSION} at ${_posenc_torch_lib_dir} (CUDA: ${POSENC_TORCH_HAS_CUDA})")
+message(STATUS "posenc: LibTorch ${POSENC_TORCH_VERSION} at ${_posenc_torch_lib_dir} (CUDA: ${POSENC_TORCH_HAS_CUDA}, C++${POSENC_CXX_STANDARD})")

@@ -45,7 +45,7 @@ function(posenc_layer name)
   set(library posenc_layer_${name})
   add_library(${library} OBJECT ${LAYER_SOURCES})
   target_include_directories(${library} PRIVATE "${view}/src" "${view}/include")
-  target_compile_features(${library} PRIVATE cxx_std_17)
+  target_compile_features(${library} PRIVATE cxx_std_${POSENC_CXX_STANDARD})
   target_link_libraries(${library} PRIVATE ${TORCH_LIBRARIES} OpenMP::OpenMP_CXX
     $<BUILD_INTERFACE:nlohmann_json::nlohmann_json>)
   # Every product and sum rounds on its own, as in the composite (ATen) kernels the hand-written

@@ -146,11 +146,15 @@ def test_empty_out_is_resized_silently(posenc_ops):
 
 def test_out_of_another_shape_is_resized_with_pytorchs_warning(posenc_ops, capfd):
     out = torch.empty(5)
-    posenc_ops.add_position_table_out(torch.zeros(2, 3, 4), posenc_ops.sinusoidal_table(8, 4), out=out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        posenc_ops.add_position_table_out(torch.zeros(2, 3, 4), posenc_ops.sinusoidal_table(8, 4), out=out)
     assert torch.equal(out, posenc_ops.sinusoidal_table(3, 4).expand(2, 3, 4))
-    # Warnings of torch.ops calls go to C++'s handler, which prints them to stderr (torch.add's
-    # become Python warnings): the same warning, from the same function of ATen.
-    assert "An output with one or more elements was resized since it had shape [5]" in capfd.readouterr().err
+    # The same warning as torch.add's, from the same function of ATen. In torch 2.11 warnings of
+    # torch.ops calls go to C++'s handler, which prints them to stderr; torch 2.15 raises them as
+    # Python warnings, as it does torch.add's.
+    expected = "An output with one or more elements was resized since it had shape [5]"
+    assert any(expected in str(warning.message) for warning in caught) or expected in capfd.readouterr().err
 
 
 def test_fake_tensor_out_is_resized(posenc_ops):

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Builds and tests posenc against every torch release a user may have: the torch × route matrix.
+
+For each torch version, in a virtual environment of its own (torch from PyPI, about 5 GB):
+
+1. builds the wheel, ``pip wheel --no-build-isolation .`` (the README's Python route), keeping its
+   CMake build folder;
+2. installs that build as a CMake package (``cmake --install``) and builds and runs test/consumer
+   against it with ``find_package(posenc)`` (the C++ route, test/consumer/run.cmake);
+3. installs the wheel and runs the test subset (SUBSET below: every family through the operators,
+   posenc.nn, TorchScript export, torch.compile / torch.export, fake and meta tensors) against it.
+
+Two routes per version: ``no-toolkit`` (nvcc hidden, CUDA_HOME unset, ``POSENC_CUDA=OFF``: the CPU
+kernels against the CPU libraries of pip's CUDA torch, what a machine without a CUDA toolkit gets)
+and ``toolkit`` (nvcc on PATH; only where nvcc's CUDA major version is the torch's, else the row says
+why not; ``TORCH_CUDA_ARCH_LIST`` from the environment, else posenc's choice, cmake/posencCuda.cmake).
+
+The results are kept in docs/torch_matrix.json (one row per version and route, the newest run
+replacing the older) and the table is written from it into docs/install.md and the README's list of
+tested versions, between their ``torch-matrix`` markers. It downloads gigabytes and takes about 15
+minutes per version and route on 2 cores, so it runs outside CI; CI runs the newest torch release
+with ``--ci`` (scripts/test.sh newest: no-toolkit route, nothing written to docs/).
+
+    scripts/torch_matrix.py                          # every version of VERSIONS, both routes
+    scripts/torch_matrix.py --versions 2.6.0 2.15.0 --routes no-toolkit
+    scripts/torch_matrix.py --versions newest --ci   # what CI runs
+    scripts/torch_matrix.py --tables-only            # rewrite the tables from the JSON
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ["2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
+ROUTES = ["no-toolkit", "toolkit"]
+SCIKIT_BUILD_CORE = "scikit-build-core==0.11.6"
+# The test subset: each family through its operators and posenc.nn modules (rotary, sinusoidal and
+# learned tables, biases, vision), TorchScript export, torch.compile / torch.export with dynamic
+# shapes, fake and meta tensors, context-parallel positions, the out= and aliasing rules. Tests that
+# need posenc's CLI or C++ test tool, or transformers/diffusers/timm, are not in it (those run on the
+# pinned torch in CI).
+SUBSET = ["test_ops.py", "test_rotary.py", "test_positions.py", "test_export.py", "test_dynamic_shapes.py",
+          "test_attention_bias.py", "test_vision.py", "test_context_parallel.py", "test_call_safety.py",
+          "test_fake_devices.py", "test_package.py"]
+JSON_PATH = ROOT / "docs" / "torch_matrix.json"
+BEGIN, END = "<!-- torch-matrix:begin -->", "<!-- torch-matrix:end -->"
+
+
+def log(message):
+    print(f"torch_matrix: {message}", flush=True)
+
+
+def run(command, env=None, cwd=None, logfile=None):
+    """Runs a command, its output appended to logfile; returns (ok, seconds, last lines of output)."""
+    start = time.monotonic()
+    result = subprocess.run([str(part) for part in command], env=env, cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if logfile:
+        with open(logfile, "a") as handle:
+            handle.write(f"$ {' '.join(map(str, command))}\n{result.stdout}\n")
+    return result.returncode == 0, time.monotonic() - start, result.stdout[-3000:]
+
+
+def nvcc_version():
+    for candidate in [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]:
+        if candidate and os.access(candidate, os.X_OK):
+            out = subprocess.run([candidate, "--version"], capture_output=True, text=True).stdout
+            match = re.search(r"release (\d+)\.(\d+)", out)
+            if match:
+                return candidate, f"{match.group(1)}.{match.group(2)}"
+    return None, None
+
+
+def route_environment(route, nvcc):
+    env = dict(os.environ)
+    cuda_dirs = {"/usr/local/cuda/bin", os.path.dirname(nvcc) if nvcc else ""}
+    path = [entry for entry in env.get("PATH", "").split(":") if entry and entry not in cuda_dirs]
+    for variable in ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDAToolkit_ROOT"):
+        env.pop(variable, None)
+    if route == "toolkit":
+        path.append(os.path.dirname(nvcc))
+    env["PATH"] = ":".join(path)
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def make_venv(work, version, logfile, upgrade=False):
+    """The environment of one torch version; returns (python, torch version, torch's CUDA) or None."""
+    venv = work / "venvs" / f"torch-{version}"
+    python = venv / "bin" / "python"
+    requirement = "torch" if version == "newest" else f"torch=={version}"
+    probe = [python, "-c", "import torch, pytest, numpy, scikit_build_core; print(torch.__version__, torch.version.cuda)"]
+    ok, _, out = run(probe, logfile=logfile) if python.exists() else (False, 0, "")
+    if not ok or (version == "newest" and upgrade):
+        log(f"creating {venv} with {requirement} (about 5 GB)")
+        if not python.exists():
+            ok, _, out = run([sys.executable, "-m", "venv", venv], logfile=logfile)
+            if not ok:
+                return None
+        ok, _, out = run([python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--upgrade", requirement, "numpy",
+                          "pytest", SCIKIT_BUILD_CORE], logfile=logfile)
+        if not ok:
+            log(f"installing {requirement} failed:\n{out}")
+            return None
+        ok, _, out = run(probe, logfile=logfile)
+        if not ok:
+            return None
+    torch_version, torch_cuda = out.split()[-2:]
+    return python, torch_version, None if torch_cuda == "None" else torch_cuda
+
+
+def test_counts(output):
+    counts = {}
+    for number, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", output):
+        counts[what.rstrip("s") if what.startswith("error") else what] = int(number)
+    return counts
+
+
+def one_route(work, version, route, python, torch_version, torch_cuda, logfile, unoptimized=False):
+    row = {"torch": torch_version, "route": route, "torch_cuda": torch_cuda or "none",
+           "date": datetime.date.today().isoformat()}
+    nvcc, nvcc_release = nvcc_version()
+    row["nvcc"] = nvcc_release if route == "toolkit" else "hidden"
+    if route == "toolkit":
+        if not torch_cuda:
+            row.update(result="impossible", reason="a CPU-only torch has no CUDA kernels to build")
+            return row
+        if not nvcc:
+            row.update(result="impossible", reason="no nvcc installed")
+            return row
+        if nvcc_release.split(".")[0] != torch_cuda.split(".")[0]:
+            row.update(result="impossible",
+                       reason=f"torch is built for CUDA {torch_cuda}; the installed nvcc is {nvcc_release} "
+                              "(another major version)")
+            return row
+    env = route_environment(route, nvcc)
+    tag = f"{version}-{route}"
+    build_dir = work / "build" / tag
+    wheel_dir = work / "wheels" / tag
+    shutil.rmtree(build_dir, ignore_errors=True)
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    start = time.monotonic()
+    cuda_define = "OFF" if route == "no-toolkit" else "ON"
+    env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
+    # --ci: compiled at -O0, as test_pip_install.py does (about half the compile time): CI checks
+    # that the build, the packages and the results are right, not the optimized code's speed.
+    optimization = ["-C", "cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG"] if unoptimized else []
+    ok, seconds, out = run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", wheel_dir,
+                            "-C", f"build-dir={build_dir}", "-C", f"cmake.define.POSENC_CUDA={cuda_define}",
+                            *optimization, ROOT], env=env, logfile=logfile)
+    row["wheel"] = "built" if ok else "FAILED"
+    row["build_seconds"] = round(seconds)
+    if not ok:
+        row.update(result="failed", reason="the wheel did not build: " + out.strip().splitlines()[-1][:200],
+                   seconds=round(time.monotonic() - start))
+        return row
+    wheels = sorted(wheel_dir.glob("posenc-*.whl"))
+    row["wheel_file"] = wheels[0].name
+    # The CMake package from the same build, used by test/consumer with find_package(posenc).
+    ok, _, out = run(["cmake", f"-DPOSENC_BUILD_DIR={build_dir}", f"-DCONSUMER_SOURCE_DIR={ROOT}/test/consumer",
+                      f"-DWORK_DIR={work}/consumer/{tag}", "-DGENERATOR=Ninja",
+                      "-P", ROOT / "test" / "consumer" / "run.cmake"], env=env, logfile=logfile)
+    row["cmake_package"] = "passed" if ok else "FAILED"
+    ok_install, _, out_install = run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
+                                      wheels[0]], env=env, logfile=logfile)
+    if not ok_install:
+        row.update(result="failed", reason="the wheel did not install", seconds=round(time.monotonic() - start))
+        return row
+    site = subprocess.run([python, "-c", "import posenc, os; print(os.path.dirname(posenc.__file__))"], env=env,
+                          capture_output=True, text=True)
+    if site.returncode != 0:
+        row.update(result="failed", reason="import posenc failed: " + site.stderr.strip().splitlines()[-1][:200],
+                   seconds=round(time.monotonic() - start))
+        return row
+    library_dir = Path(site.stdout.strip()) / "lib"
+    test_env = dict(env, POSENC_LIBRARY=str(next(library_dir.glob("libposenc.so*"))),
+                    POSENC_IO_LIBRARY=str(next(library_dir.glob("libposenc_io.so*"))))
+    ok_tests, test_seconds, out = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+                                       *[ROOT / "test" / "python" / name for name in SUBSET]],
+                                      env=test_env, cwd=work, logfile=logfile)
+    row["tests"] = test_counts(out.strip().splitlines()[-1] if out.strip() else "")
+    row["test_seconds"] = round(test_seconds)
+    row["seconds"] = round(time.monotonic() - start)
+    passed = ok_tests and row["cmake_package"] == "passed"
+    row["result"] = "passed" if passed else "failed"
+    if not passed:
+        failures = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
+        row["reason"] = ("; ".join(failures[:5]) or out.strip().splitlines()[-1])[:600] if not ok_tests \
+            else "the CMake package's consumer did not build or run"
+    return row
+
+
+def load_rows():
+    if JSON_PATH.exists():
+        return json.loads(JSON_PATH.read_text())["rows"]
+    return []
+
+
+def version_key(version):
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def table(rows):
+    lines = ["| torch (CUDA of the wheel) | route | wheel + CMake package | test subset | time | run on |",
+             "|---|---|---|---|---|---|"]
+    for row in sorted(rows, key=lambda r: (version_key(r["torch"]), ROUTES.index(r["route"]))):
+        route = row["route"] + (f" (nvcc {row['nvcc']})" if row["route"] == "toolkit" and row.get("nvcc") else "")
+        if row["result"] == "impossible":
+            lines.append(f"| {row['torch']} ({row['torch_cuda']}) | {route} | impossible: {row['reason']} | | | {row['date']} |")
+            continue
+        counts = row.get("tests", {})
+        tests = ", ".join(f"{counts[key]} {key}" for key in ("passed", "failed", "error", "skipped") if counts.get(key))
+        build = f"wheel {row.get('wheel', '?')}, package {row.get('cmake_package', 'not run')}"
+        verdict = "**passed**" if row["result"] == "passed" else f"**FAILED**: {row.get('reason', '')}"
+        minutes = f"{row.get('seconds', 0) / 60:.0f} min (build {row.get('build_seconds', 0) / 60:.0f})"
+        lines.append(f"| {row['torch']} ({row['torch_cuda']}) | {route} | {build} | {verdict} {tests} | {minutes} | {row['date']} |")
+    return "\n".join(lines)
+
+
+def replace_between(path, text):
+    content = path.read_text()
+    begin, end = content.index(BEGIN), content.index(END)
+    path.write_text(content[:begin + len(BEGIN)] + "\n" + text + "\n" + content[end:])
+
+
+def write_tables(rows):
+    replace_between(ROOT / "docs" / "install.md", table(rows))
+    passing = sorted({row["torch"] for row in rows if row["result"] == "passed"}, key=version_key)
+    routes = {}
+    for row in rows:
+        if row["result"] == "passed":
+            routes.setdefault(row["torch"], set()).add(row["route"])
+    listed = ", ".join(f"{version} ({' and '.join(sorted(routes[version], key=ROUTES.index))})" for version in passing)
+    replace_between(ROOT / "README.md",
+                    f"Tested torch releases (`scripts/torch_matrix.py`, [the table](docs/install.md#the-torch-matrix)): "
+                    f"{listed or 'none yet'}.")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", nargs="+", default=VERSIONS, help="torch versions, or 'newest'")
+    parser.add_argument("--routes", nargs="+", choices=ROUTES, default=ROUTES)
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "torch_matrix",
+                        help="where the environments, builds and logs go (default: build/torch_matrix)")
+    parser.add_argument("--keep-venvs", action="store_true", help="keep each environment (5 GB) after its run")
+    parser.add_argument("--ci", action="store_true", help="write nothing to docs/; exit 1 if a route fails")
+    parser.add_argument("--upgrade", action="store_true", help="with 'newest': reinstall torch if a newer one exists")
+    parser.add_argument("--tables-only", action="store_true", help="rewrite the tables from docs/torch_matrix.json")
+    args = parser.parse_args()
+    rows = load_rows()
+    if args.tables_only:
+        write_tables(rows)
+        return 0
+    args.work.mkdir(parents=True, exist_ok=True)
+    status = 0
+    for version in args.versions:
+        logfile = args.work / f"torch-{version}.log"
+        made = make_venv(args.work, version, logfile, args.upgrade)
+        if made is None:
+            log(f"torch {version}: no environment (see {logfile})")
+            status = 1
+            continue
+        python, torch_version, torch_cuda = made
+        for route in args.routes:
+            log(f"torch {torch_version} ({torch_cuda}), {route}: building and testing (log: {logfile})")
+            row = one_route(args.work, version, route, python, torch_version.split("+")[0], torch_cuda, logfile,
+                            unoptimized=args.ci)
+            log(f"torch {torch_version}, {route}: {row['result']} {row.get('tests', '')} {row.get('reason', '')}")
+            if row["result"] == "failed":
+                status = 1
+                if args.ci:
+                    print("".join(logfile.read_text().splitlines(keepends=True)[-80:]), flush=True)
+            if not args.ci:
+                rows = [r for r in rows if (r["torch"], r["route"]) != (row["torch"], row["route"])] + [row]
+                JSON_PATH.write_text(json.dumps({"rows": sorted(rows, key=lambda r: (version_key(r["torch"]), r["route"]))},
+                                                indent=1) + "\n")
+                write_tables(rows)
+        if not args.keep_venvs and not args.ci:
+            shutil.rmtree(args.work / "venvs" / f"torch-{version}", ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
