@@ -28,31 +28,15 @@ function(posenc_choose_cuda_architectures torch_root)
     string(REGEX REPLACE "compute_([0-9]+)([0-9])" "\\1.\\2" _arch "${_code}")
     list(APPEND _buildable "${_arch}")
   endforeach()
-  string(REPLACE ";" " " _buildable_text "${_buildable}")
 
   set(_given "$ENV{TORCH_CUDA_ARCH_LIST}")
   if(NOT _given AND POSENC_TORCH_CUDA_ARCH_LIST)
     set(_given "${POSENC_TORCH_CUDA_ARCH_LIST}")
   endif()
-  if(_given)
-    string(REGEX MATCHALL "[0-9]+\\.[0-9]+" _asked "${_given}")
-    foreach(_arch IN LISTS _asked)
-      if(NOT _arch IN_LIST _buildable)
-        message(FATAL_ERROR
-          "posenc: TORCH_CUDA_ARCH_LIST=\"${_given}\" names compute ${_arch}, which this nvcc "
-          "(${CUDAToolkit_VERSION}, ${CUDAToolkit_NVCC_EXECUTABLE}) cannot build; it builds "
-          "${_buildable_text}. Set TORCH_CUDA_ARCH_LIST to some of those (e.g. your GPU's: "
-          "python -c 'import torch; print(torch.cuda.get_device_capability())'), or configure with "
-          "-DPOSENC_CUDA=OFF for the CPU kernels only.")
-      endif()
-    endforeach()
-    return()
-  endif()
-
   set(_wanted 7.5 8.0 8.6 8.9 9.0 10.0 12.0)
   set(_from "posenc's default")
   foreach(_python IN ITEMS "${Python_EXECUTABLE}" "${Python3_EXECUTABLE}")
-    if(_python)
+    if(_python AND NOT _given)
       execute_process(
         COMMAND "${_python}" -c "import torch; print(' '.join(torch.cuda.get_arch_list()))"
         OUTPUT_VARIABLE _torch_arches OUTPUT_STRIP_TRAILING_WHITESPACE
@@ -69,28 +53,62 @@ function(posenc_choose_cuda_architectures torch_root)
       endif()
     endif()
   endforeach()
+  posenc_select_cuda_architectures(_chosen _error BUILDABLE ${_buildable} WANTED ${_wanted} GIVEN "${_given}"
+    NVCC "${CUDAToolkit_VERSION}, ${CUDAToolkit_NVCC_EXECUTABLE}" FROM "${_from}")
+  if(_error)
+    message(FATAL_ERROR "posenc: ${_error}")
+  endif()
+  if(_given)
+    return()
+  endif()
+  message(STATUS "posenc: CUDA architectures ${_chosen} (${_from}, as far as nvcc "
+                 "${CUDAToolkit_VERSION} builds them; set TORCH_CUDA_ARCH_LIST to choose)")
+  set(ENV{TORCH_CUDA_ARCH_LIST} "${_chosen}")
+  set(POSENC_TORCH_CUDA_ARCH_LIST "${_chosen}" CACHE STRING
+      "TORCH_CUDA_ARCH_LIST of the first configure (the CUDA architectures compiled for)" FORCE)
+endfunction()
+
+# The decision alone, without nvcc or Python (test/cmake/cuda_architectures.cmake tests it):
+#   posenc_select_cuda_architectures(<chosen> <error> BUILDABLE <nvcc's> WANTED <torch's>
+#                                    GIVEN <TORCH_CUDA_ARCH_LIST or ""> NVCC <text> FROM <text>)
+# <chosen>: the space-separated list for TORCH_CUDA_ARCH_LIST (the wanted ones nvcc builds, PTX for
+# the newest), or GIVEN when that is set and nvcc builds every architecture it names; <error>: what
+# to tell the user when nothing can work, else empty.
+function(posenc_select_cuda_architectures chosen_var error_var)
+  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "GIVEN;NVCC;FROM" "BUILDABLE;WANTED")
+  string(REPLACE ";" " " _buildable_text "${ARG_BUILDABLE}")
+  set(${chosen_var} "" PARENT_SCOPE)
+  set(${error_var} "" PARENT_SCOPE)
+  if(ARG_GIVEN)
+    string(REGEX MATCHALL "[0-9]+\\.[0-9]+" _asked "${ARG_GIVEN}")
+    foreach(_arch IN LISTS _asked)
+      if(NOT _arch IN_LIST ARG_BUILDABLE)
+        set(${error_var}
+          "TORCH_CUDA_ARCH_LIST=\"${ARG_GIVEN}\" names compute ${_arch}, which this nvcc (${ARG_NVCC}) cannot build; it builds ${_buildable_text}. Set TORCH_CUDA_ARCH_LIST to some of those (e.g. your GPU's: python -c 'import torch; print(torch.cuda.get_device_capability())'), or configure with -DPOSENC_CUDA=OFF for the CPU kernels only."
+          PARENT_SCOPE)
+        return()
+      endif()
+    endforeach()
+    set(${chosen_var} "${ARG_GIVEN}" PARENT_SCOPE)
+    return()
+  endif()
   set(_chosen "")
-  foreach(_arch IN LISTS _wanted)
-    if(_arch IN_LIST _buildable)
+  foreach(_arch IN LISTS ARG_WANTED)
+    if(_arch IN_LIST ARG_BUILDABLE)
       list(APPEND _chosen "${_arch}")
     endif()
   endforeach()
   if(NOT _chosen)
-    string(REPLACE ";" " " _wanted_text "${_wanted}")
-    message(FATAL_ERROR
-      "posenc: no CUDA architecture both wanted (${_wanted_text}, from ${_from}) and buildable by "
-      "this nvcc (${CUDAToolkit_VERSION}: ${_buildable_text}). Set TORCH_CUDA_ARCH_LIST to your "
-      "GPU's architecture, install the CUDA toolkit of your torch's CUDA version, or configure with "
-      "-DPOSENC_CUDA=OFF for the CPU kernels only.")
+    string(REPLACE ";" " " _wanted_text "${ARG_WANTED}")
+    set(${error_var}
+      "no CUDA architecture both wanted (${_wanted_text}, from ${ARG_FROM}) and buildable by this nvcc (${ARG_NVCC}: ${_buildable_text}). Set TORCH_CUDA_ARCH_LIST to your GPU's architecture, install the CUDA toolkit of your torch's CUDA version, or configure with -DPOSENC_CUDA=OFF for the CPU kernels only."
+      PARENT_SCOPE)
+    return()
   endif()
   list(POP_BACK _chosen _newest)
   list(APPEND _chosen "${_newest}+PTX")
   string(REPLACE ";" " " _chosen_text "${_chosen}")
-  message(STATUS "posenc: CUDA architectures ${_chosen_text} (${_from}, as far as nvcc "
-                 "${CUDAToolkit_VERSION} builds them; set TORCH_CUDA_ARCH_LIST to choose)")
-  set(ENV{TORCH_CUDA_ARCH_LIST} "${_chosen_text}")
-  set(POSENC_TORCH_CUDA_ARCH_LIST "${_chosen_text}" CACHE STRING
-      "TORCH_CUDA_ARCH_LIST of the first configure (the CUDA architectures compiled for)" FORCE)
+  set(${chosen_var} "${_chosen_text}" PARENT_SCOPE)
 endfunction()
 
 # CUDA code is compiled with LibTorch's C++ standard. CMake < 3.26 does not know nvcc's flag for

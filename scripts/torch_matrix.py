@@ -142,6 +142,8 @@ def one_route(work, version, route, python, torch_version, torch_cuda, logfile, 
                               "(another major version)")
             return row
     env = route_environment(route, nvcc)
+    if route == "toolkit":
+        row["cuda_arch_list"] = env.get("TORCH_CUDA_ARCH_LIST") or "posenc's choice"
     tag = f"{version}-{route}"
     build_dir = work / "build" / tag
     wheel_dir = work / "wheels" / tag
@@ -212,7 +214,9 @@ def table(rows):
     lines = ["| torch (CUDA of the wheel) | route | wheel + CMake package | test subset | time | run on |",
              "|---|---|---|---|---|---|"]
     for row in sorted(rows, key=lambda r: (version_key(r["torch"]), ROUTES.index(r["route"]))):
-        route = row["route"] + (f" (nvcc {row['nvcc']})" if row["route"] == "toolkit" and row.get("nvcc") else "")
+        route = row["route"]
+        if route == "toolkit" and row.get("nvcc"):
+            route += f" (nvcc {row['nvcc']}" + (f", TORCH_CUDA_ARCH_LIST={row['cuda_arch_list']}" if "cuda_arch_list" in row else "") + ")"
         if row["result"] == "impossible":
             lines.append(f"| {row['torch']} ({row['torch_cuda']}) | {route} | impossible: {row['reason']} | | | {row['date']} |")
             continue
