@@ -4,20 +4,35 @@
 #   posenc_choose_cuda_architectures(<torch root>)   before find_package(Torch)
 #   posenc_cuda_standard(<standard>)                 after enable_language(CUDA)
 
-# Sets ENV{TORCH_CUDA_ARCH_LIST} (which find_package(Torch) reads) when neither the environment nor
-# the cache (POSENC_TORCH_CUDA_ARCH_LIST) names the architectures. LibTorch's default, its "Common"
-# list, starts at compute 5.0, which nvcc 13 no longer builds: the build would stop in its first CUDA
-# file. The choice: the architectures the torch package itself was built for
-# (torch.cuda.get_arch_list(), from the Python that has that torch, when one is known), else Turing
-# to Blackwell (7.5 8.0 8.6 8.9 9.0 10.0 12.0); of those, the ones this nvcc builds, with PTX for the
-# newest so that later GPUs can run it. A list given by the user is checked against nvcc here, so
-# that an architecture it cannot build stops the configure with what to do, not the build.
+# Sets ENV{TORCH_CUDA_ARCH_LIST} (which find_package(Torch) reads) when neither the CMake variable
+# TORCH_CUDA_ARCH_LIST, nor the environment, nor the cache (POSENC_TORCH_CUDA_ARCH_LIST) names the
+# architectures. LibTorch's default ("Auto") detects the GPUs of the machine and, where it finds
+# none (a machine that builds wheels, CI), falls back to its "Common" list, which starts at compute
+# 5.0: nvcc 13 no longer builds that, and the build would stop in its first CUDA file. posenc's
+# choice: the GPUs of this machine when the torch of the Python that builds sees any, else the
+# architectures that torch package was built for (torch._C._cuda_getArchFlags(), which needs no
+# GPU), else Turing to Blackwell (7.5 8.0 8.6 8.9 9.0 10.0 12.0); of those, the ones this nvcc builds,
+# PTX for the newest so that later GPUs can run it. A list given by the user is checked against nvcc
+# here (its numbered architectures; names such as "Common" or "Hopper" are left to LibTorch), so
+# that an architecture nvcc cannot build stops the configure with what to do, not the build.
 function(posenc_choose_cuda_architectures torch_root)
-  find_package(CUDAToolkit QUIET)
-  if(NOT CUDAToolkit_NVCC_EXECUTABLE)
+  set(_nvcc "")
+  foreach(_candidate IN ITEMS "${CMAKE_CUDA_COMPILER}" "$ENV{CUDACXX}")
+    if(NOT _nvcc AND _candidate AND EXISTS "${_candidate}")
+      set(_nvcc "${_candidate}")
+    endif()
+  endforeach()
+  if(NOT _nvcc)
+    find_package(CUDAToolkit QUIET)
+    set(_nvcc "${CUDAToolkit_NVCC_EXECUTABLE}")
+  endif()
+  if(NOT _nvcc)
     return()  # find_package(Torch) reports the missing toolkit itself
   endif()
-  execute_process(COMMAND "${CUDAToolkit_NVCC_EXECUTABLE}" --list-gpu-arch
+  execute_process(COMMAND "${_nvcc}" --version OUTPUT_VARIABLE _nvcc_version_text ERROR_QUIET)
+  string(REGEX MATCH "release [0-9]+\\.[0-9]+" _nvcc_release "${_nvcc_version_text}")
+  string(REPLACE "release " "" _nvcc_release "${_nvcc_release}")
+  execute_process(COMMAND "${_nvcc}" --list-gpu-arch
                   OUTPUT_VARIABLE _nvcc_out RESULT_VARIABLE _nvcc_status ERROR_QUIET)
   if(NOT _nvcc_status EQUAL 0)
     return()  # an nvcc too old for --list-gpu-arch (CUDA < 11): LibTorch's own choice stands
@@ -29,16 +44,35 @@ function(posenc_choose_cuda_architectures torch_root)
     list(APPEND _buildable "${_arch}")
   endforeach()
 
-  set(_given "$ENV{TORCH_CUDA_ARCH_LIST}")
-  if(NOT _given AND POSENC_TORCH_CUDA_ARCH_LIST)
-    set(_given "${POSENC_TORCH_CUDA_ARCH_LIST}")
+  if(DEFINED TORCH_CUDA_ARCH_LIST)
+    set(_given "${TORCH_CUDA_ARCH_LIST}")  # (LibTorch reads the variable before the environment)
+    set(_given_hint "")
+  elseif(DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(_given "$ENV{TORCH_CUDA_ARCH_LIST}")
+    string(CONCAT _given_hint " (A list from an earlier configure is remembered in the cache as "
+                  "POSENC_TORCH_CUDA_ARCH_LIST; configure with -U POSENC_TORCH_CUDA_ARCH_LIST, or "
+                  "in a new build folder, to forget it.)")
+  else()
+    set(_given "")
   endif()
   set(_wanted 7.5 8.0 8.6 8.9 9.0 10.0 12.0)
   set(_from "posenc's default")
+  # The Python whose torch is this LibTorch (pip install, scripts/build.sh pip): its GPUs, else
+  # the architectures its CUDA kernels were built for.
+  set(_ask [=[
+import os, sys, torch
+if os.path.realpath(os.path.dirname(torch.__file__)) != os.path.realpath(sys.argv[1]):
+    sys.exit(1)
+if torch.cuda.is_available():
+    caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    print("gpus", " ".join(f"sm_{a}{b}" for a, b in caps))
+else:
+    flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)()
+    print("torch", flags or " ".join(torch.cuda.get_arch_list()))
+]=])
   foreach(_python IN ITEMS "${Python_EXECUTABLE}" "${Python3_EXECUTABLE}")
     if(_python AND NOT _given)
-      execute_process(
-        COMMAND "${_python}" -c "import torch; print(' '.join(torch.cuda.get_arch_list()))"
+      execute_process(COMMAND "${_python}" -c "${_ask}" "${torch_root}"
         OUTPUT_VARIABLE _torch_arches OUTPUT_STRIP_TRAILING_WHITESPACE
         RESULT_VARIABLE _torch_status ERROR_QUIET)
       if(_torch_status EQUAL 0 AND _torch_arches MATCHES "sm_[0-9]+")
@@ -48,21 +82,26 @@ function(posenc_choose_cuda_architectures torch_root)
           string(REGEX REPLACE "sm_([0-9]+)([0-9])" "\\1.\\2" _arch "${_sm}")
           list(APPEND _wanted "${_arch}")
         endforeach()
-        set(_from "torch.cuda.get_arch_list() of ${_python}")
+        list(REMOVE_DUPLICATES _wanted)
+        if(_torch_arches MATCHES "^gpus")
+          set(_from "the GPUs of this machine, as ${_python}'s torch sees them")
+        else()
+          set(_from "the architectures ${_python}'s torch was built for")
+        endif()
         break()
       endif()
     endif()
   endforeach()
   posenc_select_cuda_architectures(_chosen _error BUILDABLE ${_buildable} WANTED ${_wanted} GIVEN "${_given}"
-    NVCC "${CUDAToolkit_VERSION}, ${CUDAToolkit_NVCC_EXECUTABLE}" FROM "${_from}")
+    NVCC "${_nvcc_release}, ${_nvcc}" FROM "${_from}")
   if(_error)
-    message(FATAL_ERROR "posenc: ${_error}")
+    message(FATAL_ERROR "posenc: ${_error}${_given_hint}")
   endif()
   if(_given)
     return()
   endif()
   message(STATUS "posenc: CUDA architectures ${_chosen} (${_from}, as far as nvcc "
-                 "${CUDAToolkit_VERSION} builds them; set TORCH_CUDA_ARCH_LIST to choose)")
+                 "${_nvcc_release} builds them; set TORCH_CUDA_ARCH_LIST to choose)")
   set(ENV{TORCH_CUDA_ARCH_LIST} "${_chosen}")
   set(POSENC_TORCH_CUDA_ARCH_LIST "${_chosen}" CACHE STRING
       "TORCH_CUDA_ARCH_LIST of the first configure (the CUDA architectures compiled for)" FORCE)
@@ -80,6 +119,8 @@ function(posenc_select_cuda_architectures chosen_var error_var)
   set(${chosen_var} "" PARENT_SCOPE)
   set(${error_var} "" PARENT_SCOPE)
   if(ARG_GIVEN)
+    # (the numbered architectures; names and LibTorch's keywords, "All", "Common", "Hopper", are
+    # LibTorch's to expand)
     string(REGEX MATCHALL "[0-9]+\\.[0-9]+" _asked "${ARG_GIVEN}")
     foreach(_arch IN LISTS _asked)
       if(NOT _arch IN_LIST ARG_BUILDABLE)
@@ -118,7 +159,7 @@ function(posenc_cuda_standard standard)
   if(CMAKE_CUDA_COMPILER_ID STREQUAL "NVIDIA" AND NOT CMAKE_CUDA${standard}_STANDARD_COMPILE_OPTION)
     if(standard GREATER 17 AND CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.0)
       message(FATAL_ERROR
-        "posenc: LibTorch ${POSENC_TORCH_VERSION} needs C++${standard}, which nvcc "
+        "posenc: this LibTorch needs C++${standard}, which nvcc "
         "${CMAKE_CUDA_COMPILER_VERSION} cannot compile (nvcc 12 or newer can). Install the CUDA "
         "toolkit of your torch's CUDA version, or configure with -DPOSENC_CUDA=OFF for the CPU "
         "kernels only.")

@@ -18,8 +18,12 @@ why not; ``TORCH_CUDA_ARCH_LIST`` from the environment, else posenc's choice, cm
 The results are kept in docs/torch_matrix.json (one row per version and route, the newest run
 replacing the older) and the table is written from it into docs/install.md and the README's list of
 tested versions, between their ``torch-matrix`` markers. It downloads gigabytes and takes about 15
-minutes per version and route on 2 cores, so it runs outside CI; CI runs the newest torch release
-with ``--ci`` (scripts/test.sh newest: no-toolkit route, nothing written to docs/).
+minutes per version and route on 2 cores, so the matrix runs outside CI; CI runs one row, the newest
+torch release, with ``--ci`` (scripts/test.sh newest: no-toolkit route compiled at -O0, nothing
+written to docs/; its environment, about 5 GB, stays in build/torch_matrix/venvs/torch-newest).
+
+The subset skips the tests that need posenc's CLI or C++ test tool (the C++ side of the TorchScript
+and checkpoint round trips, about 150 tests): those run in CI on the pinned torch.
 
     scripts/torch_matrix.py                          # every version of VERSIONS, both routes
     scripts/torch_matrix.py --versions 2.6.0 2.15.0 --routes no-toolkit
@@ -81,11 +85,12 @@ def nvcc_version():
 
 def route_environment(route, nvcc):
     env = dict(os.environ)
-    cuda_dirs = {"/usr/local/cuda/bin", os.path.dirname(nvcc) if nvcc else ""}
-    path = [entry for entry in env.get("PATH", "").split(":") if entry and entry not in cuda_dirs]
+    # (directories of CUDA toolkits only: an nvcc in /usr/bin stays, with the compilers beside it;
+    # the route's POSENC_CUDA=OFF is what keeps the toolkit out of the build)
+    path = [entry for entry in env.get("PATH", "").split(":") if entry and "cuda" not in entry.lower()]
     for variable in ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDAToolkit_ROOT"):
         env.pop(variable, None)
-    if route == "toolkit":
+    if route == "toolkit" and os.path.dirname(nvcc) not in path:
         path.append(os.path.dirname(nvcc))
     env["PATH"] = ":".join(path)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
@@ -97,7 +102,7 @@ def make_venv(work, version, logfile, upgrade=False):
     venv = work / "venvs" / f"torch-{version}"
     python = venv / "bin" / "python"
     requirement = "torch" if version == "newest" else f"torch=={version}"
-    probe = [python, "-c", "import torch, pytest, numpy, scikit_build_core; print(torch.__version__, torch.version.cuda)"]
+    probe = [python, "-c", "import torch, pytest, numpy, scikit_build_core; print('torch-matrix:', torch.__version__, torch.version.cuda)"]
     ok, _, out = run(probe, logfile=logfile) if python.exists() else (False, 0, "")
     if not ok or (version == "newest" and upgrade):
         log(f"creating {venv} with {requirement} (about 5 GB)")
@@ -113,13 +118,22 @@ def make_venv(work, version, logfile, upgrade=False):
         ok, _, out = run(probe, logfile=logfile)
         if not ok:
             return None
-    torch_version, torch_cuda = out.split()[-2:]
+    marked = [line.split()[1:] for line in out.splitlines() if line.startswith("torch-matrix: ")]
+    if not marked:
+        return None
+    torch_version, torch_cuda = marked[-1]
     return python, torch_version, None if torch_cuda == "None" else torch_cuda
 
 
 def test_counts(output):
+    """The counts of pytest's summary line (the last line that has one: torch may print after it)."""
+    summary = ""
+    for line in reversed(output.splitlines()):
+        if re.search(r"\d+ (passed|failed|errors?)\b", line):
+            summary = line
+            break
     counts = {}
-    for number, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", output):
+    for number, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed)", summary):
         counts[what.rstrip("s") if what.startswith("error") else what] = int(number)
     return counts
 
@@ -161,10 +175,15 @@ def one_route(work, version, route, python, torch_version, torch_cuda, logfile, 
     row["wheel"] = "built" if ok else "FAILED"
     row["build_seconds"] = round(seconds)
     if not ok:
-        row.update(result="failed", reason="the wheel did not build: " + out.strip().splitlines()[-1][:200],
+        errors = [line.strip() for line in out.splitlines() if "CMake Error" in line or "error:" in line
+                  or "#error" in line or "fatal" in line]
+        row.update(result="failed", reason="the wheel did not build: " + (errors[0] if errors else last_line(out))[:300],
                    seconds=round(time.monotonic() - start))
         return row
     wheels = sorted(wheel_dir.glob("posenc-*.whl"))
+    if not wheels:
+        row.update(result="failed", reason="pip wheel wrote no posenc wheel", seconds=round(time.monotonic() - start))
+        return row
     row["wheel_file"] = wheels[0].name
     # The CMake package from the same build, used by test/consumer with find_package(posenc).
     ok, _, out = run(["cmake", f"-DPOSENC_BUILD_DIR={build_dir}", f"-DCONSUMER_SOURCE_DIR={ROOT}/test/consumer",
@@ -179,25 +198,34 @@ def one_route(work, version, route, python, torch_version, torch_cuda, logfile, 
     site = subprocess.run([python, "-c", "import posenc, os; print(os.path.dirname(posenc.__file__))"], env=env,
                           capture_output=True, text=True)
     if site.returncode != 0:
-        row.update(result="failed", reason="import posenc failed: " + site.stderr.strip().splitlines()[-1][:200],
+        row.update(result="failed", reason="import posenc failed: " + last_line(site.stderr)[:200],
                    seconds=round(time.monotonic() - start))
         return row
     library_dir = Path(site.stdout.strip()) / "lib"
-    test_env = dict(env, POSENC_LIBRARY=str(next(library_dir.glob("libposenc.so*"))),
-                    POSENC_IO_LIBRARY=str(next(library_dir.glob("libposenc_io.so*"))))
+    libraries = [sorted(library_dir.glob(pattern)) for pattern in ("libposenc.so*", "libposenc_io.so*")]
+    if not all(libraries):
+        row.update(result="failed", reason=f"the wheel has no libposenc / libposenc_io in {library_dir}",
+                   seconds=round(time.monotonic() - start))
+        return row
+    test_env = dict(env, POSENC_LIBRARY=str(libraries[0][0]), POSENC_IO_LIBRARY=str(libraries[1][0]))
     ok_tests, test_seconds, out = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
                                        *[ROOT / "test" / "python" / name for name in SUBSET]],
                                       env=test_env, cwd=work, logfile=logfile)
-    row["tests"] = test_counts(out.strip().splitlines()[-1] if out.strip() else "")
+    row["tests"] = test_counts(out)
     row["test_seconds"] = round(test_seconds)
     row["seconds"] = round(time.monotonic() - start)
     passed = ok_tests and row["cmake_package"] == "passed"
     row["result"] = "passed" if passed else "failed"
     if not passed:
         failures = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
-        row["reason"] = ("; ".join(failures[:5]) or out.strip().splitlines()[-1])[:600] if not ok_tests \
+        row["reason"] = ("; ".join(failures[:5]) or last_line(out))[:600] if not ok_tests \
             else "the CMake package's consumer did not build or run"
     return row
+
+
+def last_line(text):
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else "(no output)"
 
 
 def load_rows():
@@ -267,6 +295,7 @@ def main():
     status = 0
     for version in args.versions:
         logfile = args.work / f"torch-{version}.log"
+        logfile.write_text("")
         made = make_venv(args.work, version, logfile, args.upgrade)
         if made is None:
             log(f"torch {version}: no environment (see {logfile})")
@@ -275,8 +304,13 @@ def main():
         python, torch_version, torch_cuda = made
         for route in args.routes:
             log(f"torch {torch_version} ({torch_cuda}), {route}: building and testing (log: {logfile})")
-            row = one_route(args.work, version, route, python, torch_version.split("+")[0], torch_cuda, logfile,
-                            unoptimized=args.ci)
+            try:
+                row = one_route(args.work, version, route, python, torch_version.split("+")[0], torch_cuda, logfile,
+                                unoptimized=args.ci)
+            except Exception as error:  # a row for it, and on to the next
+                row = {"torch": torch_version.split("+")[0], "route": route, "torch_cuda": torch_cuda or "none",
+                       "date": datetime.date.today().isoformat(), "result": "failed",
+                       "reason": f"torch_matrix.py: {type(error).__name__}: {error}"}
             log(f"torch {torch_version}, {route}: {row['result']} {row.get('tests', '')} {row.get('reason', '')}")
             if row["result"] == "failed":
                 status = 1

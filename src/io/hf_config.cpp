@@ -485,6 +485,50 @@ std::string shown(const json& value) {
   return text.size() > 60 ? text.substr(0, 57) + "..." : text;
 }
 
+// Layer indices as a reader scans them: "0 .. 4, 6, 8 .. 10" (ascending input).
+std::string index_ranges(const std::vector<int64_t>& indices) {
+  std::string text;
+  for (size_t i = 0; i < indices.size();) {
+    size_t last = i;
+    while (last + 1 < indices.size() && indices[last + 1] == indices[last] + 1) {
+      ++last;
+    }
+    text += (text.empty() ? "" : ", ") + std::to_string(indices[i]);
+    if (last > i) {
+      text += (last == i + 1 ? ", " : " .. ") + std::to_string(indices[last]);
+    }
+    i = last + 1;
+  }
+  return text;
+}
+
+// Which layers to choose from when per_layer_config makes a layer type ambiguous: the layers
+// per_layer_config gives fields of their own, and those of the type asked for (layer_types).
+std::string per_layer_choice(const json& per_layer_config, const json& layer_types,
+                             const std::string& layer_type) {
+  std::vector<int64_t> own;
+  for (const auto& item : per_layer_config.items()) {
+    const std::string& key = item.key();
+    if (!key.empty() && key.size() < 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      own.push_back(std::stoll(key));
+    }
+  }
+  std::sort(own.begin(), own.end());
+  std::string text = "per_layer_config gives layers " + index_ranges(own) + " fields of their own";
+  if (layer_types.is_array()) {
+    std::vector<int64_t> of_type;
+    for (size_t i = 0; i < layer_types.size(); ++i) {
+      if (layer_types[i] == layer_type) {
+        of_type.push_back(static_cast<int64_t>(i));
+      }
+    }
+    text += of_type.empty() ? "; layer_types has no " + layer_type + " layer"
+                            : "; the " + layer_type + " layers are " + index_ranges(of_type);
+  }
+  return text;
+}
+
 json parse(const std::string& text, const std::string& source) {
   detail::check_json_limits(text, detail::kMaxConfigFileBytes, source);
   try {
@@ -541,7 +585,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   const bool has_overrides = per_layer_config.is_object() && !per_layer_config.empty();
   TORCH_CHECK(!has_overrides || read.layer || read.layer_type.empty(), source, ": ", top,
               "per_layer_config gives some layers fields of their own, so a layer type does not "
-              "say which; choose the layer by its index (layer)");
+              "say which; choose the layer by its index (layer) (",
+              per_layer_choice(per_layer_config, field(base_config, "layer_types"),
+                               read.layer_type),
+              ")");
   json layer_config;
   const json* layer_override = nullptr;
   if (has_overrides && read.layer) {

@@ -39,3 +39,11 @@ expect("a buildable TORCH_CUDA_ARCH_LIST" "${chosen}" "${error}" "9.0a;10.0+PTX"
 # ... and refused, naming the architecture, when nvcc cannot build one of it
 posenc_select_cuda_architectures(chosen error BUILDABLE ${nvcc13} WANTED ${torch_2_15} GIVEN "5.0 9.0" NVCC "13.0" FROM "torch")
 expect("TORCH_CUDA_ARCH_LIST naming compute 5.0 for nvcc 13" "${chosen}" "${error}" "" "names compute 5.0, which this nvcc \\(13.0\\) cannot build; it builds 7.5 8.0")
+# LibTorch's keywords and names are LibTorch's to expand: passed on unchecked
+posenc_select_cuda_architectures(chosen error BUILDABLE ${nvcc13} WANTED ${torch_2_15} GIVEN "Hopper" NVCC "13.0" FROM "torch")
+expect("a named architecture" "${chosen}" "${error}" "Hopper" "")
+posenc_select_cuda_architectures(chosen error BUILDABLE ${nvcc13} WANTED ${torch_2_15} GIVEN "8.0 8.6+PTX" NVCC "13.0" FROM "torch")
+expect("a list with +PTX" "${chosen}" "${error}" "8.0 8.6+PTX" "")
+# the GPUs of the machine (one wanted architecture): that one, with PTX
+posenc_select_cuda_architectures(chosen error BUILDABLE ${nvcc13} WANTED 9.0 GIVEN "" NVCC "13.0" FROM "gpus")
+expect("one GPU" "${chosen}" "${error}" "9.0+PTX" "")

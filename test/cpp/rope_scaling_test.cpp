@@ -749,7 +749,27 @@ TEST(HfConfig, PerLayerRopeParameters) {
   read.layer.reset();
   EXPECT_POSENC_ERROR(read_hf_rope_config(config, "config.json", read),
                       "per_layer_config gives some layers fields of their own, so a layer type "
-                      "does not say which; choose the layer by its index (layer)");
+                      "does not say which; choose the layer by its index (layer) (per_layer_config "
+                      "gives layers 2 fields of their own; the full_attention layers are 2)");
+  {
+    // the indices to choose from, as ranges
+    std::string six = config;
+    six.replace(six.find(R"(["sliding_attention", "sliding_attention", "full_attention"])"),
+                std::string(R"(["sliding_attention", "sliding_attention", "full_attention"])").size(),
+                R"(["sliding_attention", "sliding_attention", "sliding_attention", "full_attention",
+                    "sliding_attention", "full_attention"])");
+    six.replace(six.find(R"({"2": {"head_dim": 32}})"), std::string(R"({"2": {"head_dim": 32}})").size(),
+                R"({"5": {"head_dim": 32}, "3": {"head_dim": 32}})");
+    HfConfigReadOptions by_type;
+    by_type.layer_type = "sliding_attention";
+    EXPECT_POSENC_ERROR(read_hf_rope_config(six, "config.json", by_type),
+                        "(per_layer_config gives layers 3, 5 fields of their own; the "
+                        "sliding_attention layers are 0 .. 2, 4)");
+    by_type.layer_type = "chunked_attention";
+    EXPECT_POSENC_ERROR(read_hf_rope_config(six, "config.json", by_type),
+                        "(per_layer_config gives layers 3, 5 fields of their own; layer_types has "
+                        "no chunked_attention layer)");
+  }
   // Without per_layer_config, a layer type is enough; an unknown one is named.
   std::string plain = config;
   plain.erase(plain.find(R"("per_layer_config")"), std::string(R"("per_layer_config": {"2": {"head_dim": 32}},)").size());
