@@ -2252,7 +2252,7 @@ void fuzz_rotary_options(FuzzedDataProvider& in) {
   check_limits("posenc::rotary_embedding_frequencies", text, posenc::detail::kMaxOptionTextBytes,
                outcome);
   if (!outcome.empty() && outcome.rfind("error: RotaryEmbedding", 0) != 0 &&
-      outcome.rfind("error: posenc::rotary_embedding_call", 0) != 0) {
+      outcome.rfind("error: posenc::rotary_embedding_frequencies", 0) != 0) {
     std::cerr << "posenc_fuzzer: rotary_embedding_frequencies(" << text
               << ") gave a message naming neither RotaryEmbedding nor the operator: " << outcome
               << "\n";

@@ -384,11 +384,11 @@ namespace {
 
 using nlohmann::json;
 
-RotaryEmbeddingOptions options_from_json(c10::string_view text) {
-  detail::check_json_limits(text, detail::kMaxOptionTextBytes,
-                            "posenc::rotary_embedding_call: module");
+// (`op`: the operator called, named in the messages)
+RotaryEmbeddingOptions options_from_json(c10::string_view text, const char* op) {
+  detail::check_json_limits(text, detail::kMaxOptionTextBytes, std::string(op) + ": module");
   const json module = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  TORCH_CHECK(module.is_object(), "posenc::rotary_embedding_call: module must be a JSON object "
+  TORCH_CHECK(module.is_object(), op, ": module must be a JSON object "
               "of a RotaryEmbedding's options (posenc.nn.RotaryEmbedding passes its own), but got '",
               std::string(text), "'");
   // (posenc.nn's reader of keyword arguments, as check_module_options reads the other modules';
@@ -426,7 +426,7 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text) {
 
 /// The call of a module's options text, read once per text (posenc.nn passes the same text on
 /// every call of a module).
-std::shared_ptr<const RotaryModuleCall> module_call(c10::string_view text) {
+std::shared_ptr<const RotaryModuleCall> module_call(c10::string_view text, const char* op) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<const RotaryModuleCall>> calls;
   const std::string key(text);
@@ -438,7 +438,7 @@ std::shared_ptr<const RotaryModuleCall> module_call(c10::string_view text) {
     }
   }
   auto call = std::make_shared<const RotaryModuleCall>(
-      rotary_module_call(options_from_json(text), kName, /*python=*/true));
+      rotary_module_call(options_from_json(text, op), kName, /*python=*/true));
   const std::lock_guard<std::mutex> lock(mutex);
   if (calls.size() >= 256) { // (a bound: modules come and go)
     calls.clear();
@@ -451,7 +451,7 @@ at::Tensor rotary_embedding_call(const at::Tensor& x, const at::Tensor& cos, con
                                  const c10::optional<at::Tensor>& long_inv_freq,
                                  c10::string_view module, int64_t offset,
                                  const c10::optional<at::Tensor>& positions) {
-  const auto call = module_call(module);
+  const auto call = module_call(module, "posenc::rotary_embedding_call");
   const at::Tensor none;
   return rotary_module_forward(*call, {cos, sin, inv_freq, long_inv_freq ? *long_inv_freq : none},
                                x, offset, positions ? *positions : none);
@@ -461,7 +461,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_call_qk(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
     const at::Tensor& inv_freq, const c10::optional<at::Tensor>& long_inv_freq,
     c10::string_view module, int64_t offset, const c10::optional<at::Tensor>& positions) {
-  const auto call = module_call(module);
+  const auto call = module_call(module, "posenc::rotary_embedding_call_qk");
   const at::Tensor none;
   return rotary_module_forward_qk(*call,
                                   {cos, sin, inv_freq, long_inv_freq ? *long_inv_freq : none}, q,
@@ -471,7 +471,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_call_qk(
 // The frequencies posenc.nn's module holds beside its caches, as the C++ module's (reset()).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_embedding_frequencies(
     c10::string_view module) {
-  const auto call = module_call(module);
+  const auto call = module_call(module, "posenc::rotary_embedding_frequencies");
   const RotaryModuleState state = rotary_module_state(*call, c10::nullopt);
   const auto float64 = at::TensorOptions().dtype(at::kDouble);
   return {state.inv_freq,

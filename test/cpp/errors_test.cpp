@@ -417,7 +417,7 @@ TEST(JsonLimits, DeepOptionTextsAreRefusedBeforeParsing) {
       << module_error.substr(0, 300);
   const std::string rotary_error = error_on_thread(
       [&] { frequencies.call("{\"head_dim\": 8, \"max_len\": 8, \"rope_parameters\": " + deep + "}"); });
-  EXPECT_NE(rotary_error.find("posenc::rotary_embedding_call: module nests deeper than 64 levels"),
+  EXPECT_NE(rotary_error.find("posenc::rotary_embedding_frequencies: module nests deeper than 64 levels"),
             std::string::npos)
       << rotary_error.substr(0, 300);
   // 64 levels pass the limit and reach the reader, which names the wrong type.
