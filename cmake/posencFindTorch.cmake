@@ -39,10 +39,28 @@ if(_posenc_torch_root AND EXISTS "${_posenc_torch_root}/lib/libtorch_cuda.so"
     set(POSENC_TORCH_DIRECT ON)
   else()
     find_package(CUDAToolkit QUIET)
+    # The CUDA version the torch package was built for (pip's torch: torch/version.py), whose
+    # major version the toolkit must share: kernels from another major version's nvcc are not
+    # built against that torch's CUDA runtime.
+    set(_posenc_torch_cuda "")
+    if(EXISTS "${_posenc_torch_root}/version.py")
+      file(STRINGS "${_posenc_torch_root}/version.py" _posenc_cuda_line REGEX "^cuda")
+      if(_posenc_cuda_line MATCHES "'([0-9]+)\\.([0-9]+)")
+        set(_posenc_torch_cuda "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+        set(_posenc_torch_cuda_major "${CMAKE_MATCH_1}")
+      endif()
+    endif()
     if(NOT CUDAToolkit_FOUND)
       message(STATUS "posenc: LibTorch at ${_posenc_torch_root} is a CUDA build, but no CUDA "
                      "toolkit was found: CPU kernels only (set CUDAToolkit_ROOT or put nvcc on "
                      "PATH for the CUDA kernels)")
+      set(POSENC_TORCH_DIRECT ON)
+    elseif(_posenc_torch_cuda AND NOT _posenc_torch_cuda_major EQUAL CUDAToolkit_VERSION_MAJOR)
+      message(STATUS "posenc: LibTorch at ${_posenc_torch_root} is built for CUDA "
+                     "${_posenc_torch_cuda}, but the CUDA toolkit found is ${CUDAToolkit_VERSION} "
+                     "(${CUDAToolkit_NVCC_EXECUTABLE}), another major version: CPU kernels only "
+                     "(install CUDA ${_posenc_torch_cuda_major}'s toolkit and set CUDAToolkit_ROOT "
+                     "for the CUDA kernels)")
       set(POSENC_TORCH_DIRECT ON)
     endif()
   endif()
