@@ -37,12 +37,7 @@ function(posenc_choose_cuda_architectures torch_root)
   if(NOT _nvcc_status EQUAL 0)
     return()  # an nvcc too old for --list-gpu-arch (CUDA < 11): LibTorch's own choice stands
   endif()
-  string(REGEX MATCHALL "compute_[0-9]+" _codes "${_nvcc_out}")
-  set(_buildable "")
-  foreach(_code IN LISTS _codes)
-    string(REGEX REPLACE "compute_([0-9]+)([0-9])" "\\1.\\2" _arch "${_code}")
-    list(APPEND _buildable "${_arch}")
-  endforeach()
+  posenc_architectures_of(_buildable "compute" "${_nvcc_out}")
 
   if(DEFINED TORCH_CUDA_ARCH_LIST)
     set(_given "${TORCH_CUDA_ARCH_LIST}")  # (LibTorch reads the variable before the environment)
@@ -76,13 +71,7 @@ else:
         OUTPUT_VARIABLE _torch_arches OUTPUT_STRIP_TRAILING_WHITESPACE
         RESULT_VARIABLE _torch_status ERROR_QUIET)
       if(_torch_status EQUAL 0 AND _torch_arches MATCHES "sm_[0-9]+")
-        string(REGEX MATCHALL "sm_[0-9]+" _sms "${_torch_arches}")
-        set(_wanted "")
-        foreach(_sm IN LISTS _sms)
-          string(REGEX REPLACE "sm_([0-9]+)([0-9])" "\\1.\\2" _arch "${_sm}")
-          list(APPEND _wanted "${_arch}")
-        endforeach()
-        list(REMOVE_DUPLICATES _wanted)
+        posenc_architectures_of(_wanted "sm" "${_torch_arches}")
         if(_torch_arches MATCHES "^gpus")
           set(_from "the GPUs of this machine, as ${_python}'s torch sees them")
         else()
@@ -105,6 +94,19 @@ else:
   set(ENV{TORCH_CUDA_ARCH_LIST} "${_chosen}")
   set(POSENC_TORCH_CUDA_ARCH_LIST "${_chosen}" CACHE STRING
       "TORCH_CUDA_ARCH_LIST of the first configure (the CUDA architectures compiled for)" FORCE)
+endfunction()
+
+# The architectures named in `text` as <prefix>_XY (nvcc's compute_90, torch's sm_90) as TORCH_CUDA_ARCH_LIST
+# writes them (9.0), each once, in order.
+function(posenc_architectures_of out_var prefix text)
+  string(REGEX MATCHALL "${prefix}_[0-9]+" _codes "${text}")
+  set(_arches "")
+  foreach(_code IN LISTS _codes)
+    string(REGEX REPLACE "${prefix}_([0-9]+)([0-9])" "\\1.\\2" _arch "${_code}")
+    list(APPEND _arches "${_arch}")
+  endforeach()
+  list(REMOVE_DUPLICATES _arches)
+  set(${out_var} "${_arches}" PARENT_SCOPE)
 endfunction()
 
 # The decision alone, without nvcc or Python (test/cmake/cuda_architectures.cmake tests it):

@@ -47,3 +47,8 @@ expect("a list with +PTX" "${chosen}" "${error}" "8.0 8.6+PTX" "")
 # the GPUs of the machine (one wanted architecture): that one, with PTX
 posenc_select_cuda_architectures(chosen error BUILDABLE ${nvcc13} WANTED 9.0 GIVEN "" NVCC "13.0" FROM "gpus")
 expect("one GPU" "${chosen}" "${error}" "9.0+PTX" "")
+# nvcc's and torch's spellings read as TORCH_CUDA_ARCH_LIST writes them, each once
+posenc_architectures_of(read "compute" "compute_75\ncompute_90\ncompute_100\ncompute_120\n")
+expect("nvcc --list-gpu-arch read" "${read}" "" "7.5;9.0;10.0;12.0" "")
+posenc_architectures_of(read "sm" "torch sm_80 sm_90 sm_90 sm_120")
+expect("torch's flags read" "${read}" "" "8.0;9.0;12.0" "")
