@@ -145,4 +145,18 @@ if(NOT POSENC_TORCH_DIRECT AND (CAFFE2_USE_CUDA OR TORCH_CUDA_LIBRARIES))
 else()
   set(POSENC_TORCH_HAS_CUDA OFF)
 endif()
+# pip's CUDA torch: its libraries find NVIDIA's (nccl, cudnn, cuSPARSELt, ...) in
+# site-packages/nvidia/*/lib through their RPATH. An executable linked against them with a CUDA
+# toolkit's library folder on its own -rpath (TorchConfig.cmake puts it there) has the linker
+# resolve those from the toolkit's folder instead, where an older nccl may live (torch 2.15 beside
+# CUDA 13.0's toolkit: undefined references to ncclCommGrow, ...). -rpath-link points the linker
+# at the torch's own (posenc::posenc's interface, src/CMakeLists.txt).
+set(POSENC_TORCH_RPATH_LINK "")
+if(POSENC_TORCH_HAS_CUDA AND TORCH_INSTALL_PREFIX)
+  get_filename_component(_posenc_nvidia "${TORCH_INSTALL_PREFIX}/../nvidia" ABSOLUTE)
+  if(IS_DIRECTORY "${_posenc_nvidia}")
+    file(GLOB _posenc_nvidia_libs LIST_DIRECTORIES true "${_posenc_nvidia}/*/lib")
+    list(JOIN _posenc_nvidia_libs ":" POSENC_TORCH_RPATH_LINK)
+  endif()
+endif()
 message(STATUS "posenc: LibTorch ${POSENC_TORCH_VERSION} at ${_posenc_torch_lib_dir} (CUDA: ${POSENC_TORCH_HAS_CUDA}, C++${POSENC_CXX_STANDARD})")

@@ -185,10 +185,17 @@ def one_route(work, version, route, python, torch_version, torch_cuda, logfile, 
         row.update(result="failed", reason="pip wheel wrote no posenc wheel", seconds=round(time.monotonic() - start))
         return row
     row["wheel_file"] = wheels[0].name
-    # The CMake package from the same build, used by test/consumer with find_package(posenc).
-    ok, _, out = run(["cmake", f"-DPOSENC_BUILD_DIR={build_dir}", f"-DCONSUMER_SOURCE_DIR={ROOT}/test/consumer",
+    # The CMake package from the same objects: the build folder configured again as a plain CMake
+    # build (SKBUILD off: the libraries' RUNPATH names the torch's lib folder, not the wheel's
+    # ../../torch/lib; only a relink), installed, and used by test/consumer with find_package(posenc).
+    prefix = subprocess.run([python, "-c", "import torch; print(torch.utils.cmake_prefix_path)"], env=env,
+                            capture_output=True, text=True).stdout.strip()
+    ok, _, out = run(["cmake", "-S", ROOT, "-B", build_dir, "-DSKBUILD=OFF", f"-DCMAKE_PREFIX_PATH={prefix}"],
+                     env=env, logfile=logfile)
+    ok = ok and run(["cmake", "--build", build_dir, "--target", "posenc", "posenc_io"], env=env, logfile=logfile)[0]
+    ok = ok and run(["cmake", f"-DPOSENC_BUILD_DIR={build_dir}", f"-DCONSUMER_SOURCE_DIR={ROOT}/test/consumer",
                       f"-DWORK_DIR={work}/consumer/{tag}", "-DGENERATOR=Ninja",
-                      "-P", ROOT / "test" / "consumer" / "run.cmake"], env=env, logfile=logfile)
+                      "-P", ROOT / "test" / "consumer" / "run.cmake"], env=env, logfile=logfile)[0]
     row["cmake_package"] = "passed" if ok else "FAILED"
     ok_install, _, out_install = run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
                                       wheels[0]], env=env, logfile=logfile)
