@@ -169,6 +169,7 @@ def one_route(work, version, route, python, torch_version, torch_cuda, logfile, 
     # --ci: compiled at -O0, as test_pip_install.py does (about half the compile time): CI checks
     # that the build, the packages and the results are right, not the optimized code's speed.
     optimization = ["-C", "cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG"] if unoptimized else []
+    row["compiled"] = "-O0" if unoptimized else "-O3"
     ok, seconds, out = run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", wheel_dir,
                             "-C", f"build-dir={build_dir}", "-C", f"cmake.define.POSENC_CUDA={cuda_define}",
                             *optimization, ROOT], env=env, logfile=logfile)
@@ -259,7 +260,7 @@ def table(rows):
         tests = ", ".join(f"{counts[key]} {key}" for key in ("passed", "failed", "error", "skipped") if counts.get(key))
         build = f"wheel {row.get('wheel', '?')}, package {row.get('cmake_package', 'not run')}"
         verdict = "**passed**" if row["result"] == "passed" else f"**FAILED**: {row.get('reason', '')}"
-        minutes = f"{row.get('seconds', 0) / 60:.0f} min (build {row.get('build_seconds', 0) / 60:.0f})"
+        minutes = f"{row.get('seconds', 0) / 60:.0f} min (build {row.get('build_seconds', 0) / 60:.0f} at {row.get('compiled', '-O3')})"
         lines.append(f"| {row['torch']} ({row['torch_cuda']}) | {route} | {build} | {verdict} {tests} | {minutes} | {row['date']} |")
     return "\n".join(lines)
 
@@ -290,7 +291,9 @@ def main():
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "torch_matrix",
                         help="where the environments, builds and logs go (default: build/torch_matrix)")
     parser.add_argument("--keep-venvs", action="store_true", help="keep each environment (5 GB) after its run")
-    parser.add_argument("--ci", action="store_true", help="write nothing to docs/; exit 1 if a route fails")
+    parser.add_argument("--ci", action="store_true", help="write nothing to docs/; exit 1 if a route fails (implies --unoptimized)")
+    parser.add_argument("--unoptimized", action="store_true",
+                        help="compile posenc's C++ at -O0 (about half the compile time; the row and table say so)")
     parser.add_argument("--upgrade", action="store_true", help="with 'newest': reinstall torch if a newer one exists")
     parser.add_argument("--tables-only", action="store_true", help="rewrite the tables from docs/torch_matrix.json")
     args = parser.parse_args()
@@ -313,7 +316,7 @@ def main():
             log(f"torch {torch_version} ({torch_cuda}), {route}: building and testing (log: {logfile})")
             try:
                 row = one_route(args.work, version, route, python, torch_version.split("+")[0], torch_cuda, logfile,
-                                unoptimized=args.ci)
+                                unoptimized=args.ci or args.unoptimized)
             except Exception as error:  # a row for it, and on to the next
                 row = {"torch": torch_version.split("+")[0], "route": route, "torch_cuda": torch_cuda or "none",
                        "date": datetime.date.today().isoformat(), "result": "failed",

@@ -19,6 +19,12 @@ parameters are cast on the CPU before the move, or moved and cast in one `.to("c
 and autograd's engine needs a CUDA driver for CUDA tensors, fake or not, so gradients are checked
 on meta (the backward operators themselves run on fake CUDA).
 
+A limit of torch 2.6 to 2.9 (not posenc's): FakeTensorMode runs an operator whose arguments are all
+real tensors on those real tensors (as constants), so `.to("cuda")` of a real module inside the mode
+calls the CUDA driver ("Found no NVIDIA driver"). There the tests that move a real module into fake
+CUDA are skipped where a probe (a torch.nn.Linear moved the same way) fails with the driver; the
+operators on fake CUDA and every module move to meta still run. From torch 2.10 nothing is skipped.
+
 No module call reads from the device, the dynamic / LongRoPE RotaryEmbedding with explicit
 positions included (it chooses the call's frequencies where the positions lie; transformers reads
 `position_ids.max()` there).
@@ -688,6 +694,28 @@ MODULE_CASES = [
 ]
 
 
+@functools.lru_cache(maxsize=None)
+def _torch_moves_real_modules_into_fake_cuda():
+    """None where torch moves a real module into fake CUDA without a driver, else torch's error."""
+    module = torch.nn.Linear(2, 2)
+    module.register_buffer("scale", torch.ones(2))
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            module.to(CUDA)
+    except RuntimeError as error:
+        return str(error).splitlines()[0]
+    return None
+
+
+def skip_where_torch_moves_modules_on_the_driver():
+    """The skip of torch 2.6 to 2.9's limit (the module docstring): only below 2.10 and only where
+    the probe fails on the CUDA driver; anything else fails the test."""
+    problem = _torch_moves_real_modules_into_fake_cuda()
+    if TORCH_VERSION < (2, 10) and problem is not None and "driver" in problem.lower():
+        pytest.skip(f"torch {torch.__version__} runs the move of a real module into FakeTensorMode on the "
+                    f"real tensors, which needs a CUDA driver: {problem}")
+
+
 def build_module(posenc, build):
     torch.manual_seed(0)
     return build(posenc.nn)
@@ -711,6 +739,16 @@ def check_state_follows(reference, module, target):
     assert sorted(dict(module.named_parameters())) == sorted(dict(reference.named_parameters()))
 
 
+def test_the_move_probe_sees_torchs_limit_only_where_it_is():
+    """The skip above cannot hide a posenc failure: its probe uses torch.nn only, and from torch 2.10
+    it must pass (a failure here is torch's or the environment's, and is then seen)."""
+    problem = _torch_moves_real_modules_into_fake_cuda()
+    if TORCH_VERSION >= (2, 10):
+        assert problem is None, problem
+    elif problem is not None:
+        assert "driver" in problem.lower(), problem
+
+
 def test_every_module_is_covered(posenc):
     covered = {case.values[0] for case in MODULE_CASES}
     modules = {name for name in posenc.nn.__all__ if isinstance(getattr(posenc.nn, name), type)}
@@ -722,6 +760,8 @@ def test_every_module_is_covered(posenc):
 def test_module_on_another_device(posenc, kind, move, name, label, build, call):
     """Built on the CPU, moved with `.to(device)` or `.cuda()` (meta: `.to("meta")`): parameters and
     buffers follow, and every forward gives outputs on the device, shaped as on the CPU."""
+    if kind == "cuda":
+        skip_where_torch_moves_modules_on_the_driver()
     reference = build_module(posenc, build)
     expected = call(reference, Target("cpu"), torch.float32)
     module = build_module(posenc, build)
@@ -753,6 +793,8 @@ def test_module_cast_on_another_device(posenc, kind, dtype, order, name, label, 
     CPU), and the forward takes inputs of the module's dtype. `move_then_cast` casts a module
     already on the device: on fake CUDA only where it has no parameters (torch cannot cast fake
     parameters again, see the module docstring)."""
+    if kind == "cuda":
+        skip_where_torch_moves_modules_on_the_driver()
     reference = build_module(posenc, build).to(dtype)
     expected = call(reference, Target("cpu"), dtype)
     module = build_module(posenc, build)
@@ -811,6 +853,8 @@ def _devices_named(message, first, second):
     name for name in sorted(REFUSALS)])
 def test_module_refuses_an_input_on_another_device(posenc, name, module_on, input_on):
     """A module on one device and an input on another: an error that names both devices."""
+    if module_on == "cuda":
+        skip_where_torch_moves_modules_on_the_driver()
     build, call = REFUSALS[name]
     module = build_module(posenc, build)
     fake = "cuda" in (module_on, input_on)
