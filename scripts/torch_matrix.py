@@ -26,6 +26,7 @@ The subset skips the tests that need posenc's CLI or C++ test tool (the C++ side
 and checkpoint round trips, about 150 tests): those run in CI on the pinned torch.
 
     scripts/torch_matrix.py                          # every version of VERSIONS, both routes
+    scripts/torch_matrix.py --unoptimized            # the same, posenc's C++ at -O0 (about 6 min a row)
     scripts/torch_matrix.py --versions 2.6.0 2.15.0 --routes no-toolkit
     scripts/torch_matrix.py --versions newest --ci   # what CI runs
     scripts/torch_matrix.py --tables-only            # rewrite the tables from the JSON
