@@ -294,7 +294,8 @@ def main():
     parser.add_argument("--keep-venvs", action="store_true", help="keep each environment (5 GB) after its run")
     parser.add_argument("--ci", action="store_true", help="write nothing to docs/; exit 1 if a route fails (implies --unoptimized)")
     parser.add_argument("--unoptimized", action="store_true",
-                        help="compile posenc's C++ at -O0 (about half the compile time; the row and table say so)")
+                        help="compile posenc's C++ at -O0 (a fraction of the compile time; the row and table say so); "
+                             "nvcc's CUDA flags stay those of Release")
     parser.add_argument("--upgrade", action="store_true", help="with 'newest': reinstall torch if a newer one exists")
     parser.add_argument("--tables-only", action="store_true", help="rewrite the tables from docs/torch_matrix.json")
     args = parser.parse_args()

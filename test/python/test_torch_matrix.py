@@ -36,7 +36,7 @@ def test_pytest_summary_is_found_before_what_torch_prints_after_it(matrix):
 
 
 def test_table_orders_versions_numerically_and_says_why_a_route_is_impossible(matrix):
-    rows = [row("2.15.0", "toolkit", cuda_arch_list="9.0"), row("2.10.0", "no-toolkit"),
+    rows = [row("2.15.0", "toolkit", cuda_arch_list="9.0"), row("2.10.0", "no-toolkit", compiled="-O0"),
             row("2.6.0", "toolkit", result="impossible", torch_cuda="12.4",
                 reason="torch is built for CUDA 12.4; the installed nvcc is 13.0 (another major version)"),
             row("2.15.0", "no-toolkit", result="failed", reason="FAILED test_ops.py::x")]
@@ -45,6 +45,8 @@ def test_table_orders_versions_numerically_and_says_why_a_route_is_impossible(ma
     assert [line.split("|")[1].strip().split(" ")[0] for line in body] == ["2.6.0", "2.10.0", "2.15.0", "2.15.0"]
     assert "impossible: torch is built for CUDA 12.4" in body[0]
     assert "**passed** 10 passed, 2 skipped" in body[1]
+    # how posenc's C++ was compiled: -O0 with --unoptimized; rows without the field are Release (-O3)
+    assert "10 min (build 8 at -O0)" in body[1] and "(build 8 at -O3)" in body[3]
     assert "no-toolkit" in body[2] and "**FAILED**: FAILED test_ops.py::x" in body[2]
     assert "toolkit (nvcc 13.0, TORCH_CUDA_ARCH_LIST=9.0)" in body[3]
 
