@@ -8,7 +8,9 @@ For each torch version, in a virtual environment of its own (torch from PyPI, ab
 2. installs that build as a CMake package (``cmake --install``) and builds and runs test/consumer
    against it with ``find_package(posenc)`` (the C++ route, test/consumer/run.cmake);
 3. installs the wheel and runs the test subset (SUBSET below: every family through the operators,
-   posenc.nn, TorchScript export, torch.compile / torch.export, fake and meta tensors) against it.
+   posenc.nn, TorchScript export, torch.compile / torch.export, fake and meta tensors) against it,
+   and, where torch has the ONNX exporter posenc uses (>= 2.9), ONNX_SUBSET with the pinned onnx,
+   onnxscript and ONNX Runtime (not with ``--ci``).
 
 Two routes per version: ``no-toolkit`` (nvcc hidden, CUDA_HOME unset, ``POSENC_CUDA=OFF``: the CPU
 kernels against the CPU libraries of pip's CUDA torch, what a machine without a CUDA toolkit gets)
@@ -18,7 +20,8 @@ why not; ``TORCH_CUDA_ARCH_LIST`` from the environment, else posenc's choice, cm
 The results are kept in docs/torch_matrix.json (one row per version and route, the newest run
 replacing the older) and the table is written from it into docs/install.md and the README's list of
 tested versions, between their ``torch-matrix`` markers. It downloads gigabytes and takes about 15
-minutes per version and route on 2 cores, so the matrix runs outside CI; CI runs one row, the newest
+minutes per version and route on 2 cores (2 to 4 with ``--unoptimized``, once the environment is
+made), so the matrix runs outside CI; CI runs one row, the newest
 torch release, with ``--ci`` (scripts/test.sh newest: no-toolkit route compiled at -O0, nothing
 written to docs/; its environment, about 5 GB, stays in build/torch_matrix/venvs/torch-newest).
 
@@ -26,7 +29,7 @@ The subset skips the tests that need posenc's CLI or C++ test tool (the C++ side
 and checkpoint round trips, about 150 tests): those run in CI on the pinned torch.
 
     scripts/torch_matrix.py                          # every version of VERSIONS, both routes
-    scripts/torch_matrix.py --unoptimized            # the same, posenc's C++ at -O0 (about 6 min a row)
+    scripts/torch_matrix.py --unoptimized            # the same, posenc's C++ at -O0
     scripts/torch_matrix.py --versions 2.6.0 2.15.0 --routes no-toolkit
     scripts/torch_matrix.py --versions newest --ci   # what CI runs
     scripts/torch_matrix.py --tables-only            # rewrite the tables from the JSON
@@ -55,6 +58,20 @@ SCIKIT_BUILD_CORE = "scikit-build-core==0.11.6"
 SUBSET = ["test_ops.py", "test_rotary.py", "test_positions.py", "test_export.py", "test_dynamic_shapes.py",
           "test_attention_bias.py", "test_vision.py", "test_context_parallel.py", "test_call_safety.py",
           "test_fake_devices.py", "test_package.py"]
+# ONNX export (posenc.onnx, torch.onnx.export(dynamo=True) at opset 23: torch >= 2.9), one export per
+# family and the refusals, run by ONNX Runtime, with onnx / onnxscript / onnxruntime at the versions
+# scripts/setup.sh pins (test_onnx.py's exact tolerances are those of the pinned ONNX Runtime).
+# Matrix rows only: CI runs all of test_onnx.py on the pinned torch, and its newest-torch row stays
+# without it (about 3 minutes more).
+ONNX_SUBSET = ["test_onnx.py::" + name for name in (
+    "test_sequence_encodings_equal_posenc[dtype0-sinusoidal]", "test_token_and_position_embedding_equals_posenc",
+    "test_rotary_equals_posenc[dtype0-half_split]", "test_rotary_equals_posenc[dtype0-interleaved]",
+    "test_rotary_qk_with_gqa_and_dynamic_heads", "test_multimodal_rotary_equals_posenc[False]",
+    "test_timesteps_equal_posenc[options0]", "test_timestep_embedder_equals_posenc", "test_conformer_block_equals_posenc",
+    "test_attention_biases_keep_their_lengths_dynamic", "test_query_temperatures_equal_posenc",
+    "test_tables_built_per_call_keep_their_length", "test_unsupported_calls_are_refused_with_the_reason",
+    "test_export_writes_a_file_onnx_runtime_loads")]
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 JSON_PATH = ROOT / "docs" / "torch_matrix.json"
 BEGIN, END = "<!-- torch-matrix:begin -->", "<!-- torch-matrix:end -->"
 
@@ -126,6 +143,33 @@ def make_venv(work, version, logfile, upgrade=False):
     return python, torch_version, None if torch_cuda == "None" else torch_cuda
 
 
+def onnx_pins():
+    """onnx, onnxscript and onnxruntime at the versions scripts/setup.sh installs (`<name>_version=`)."""
+    pins = {}
+    for line in (ROOT / "scripts" / "setup.sh").read_text().splitlines():
+        name, _, value = line.partition("_version=")
+        if name in ONNX_PACKAGES and value:
+            pins[name] = value.strip()
+    missing = set(ONNX_PACKAGES) - set(pins)
+    if missing:
+        raise LookupError(f"scripts/setup.sh pins no {sorted(missing)}")
+    return [f"{name}=={pins[name]}" for name in ONNX_PACKAGES]
+
+
+def add_onnx(python, logfile):
+    """Installs the pinned ONNX packages into a matrix environment where they are not; returns
+    whether they are there."""
+    pins = onnx_pins()
+    check = ("import sys, importlib.metadata as m; sys.exit([f'{p}=={m.version(p)}' for p in "
+             f"{ONNX_PACKAGES!r}] != {pins!r})")
+    if run([python, "-c", check], logfile=logfile)[0]:
+        return True
+    ok, _, out = run([python, "-m", "pip", "install", "--quiet", "--no-cache-dir", *pins], logfile=logfile)
+    if not ok:
+        log(f"installing {pins} failed:\n{out}")
+    return ok
+
+
 def test_counts(output):
     """The counts of pytest's summary line (the last line that has one: torch may print after it)."""
     summary = ""
@@ -139,7 +183,7 @@ def test_counts(output):
     return counts
 
 
-def one_route(work, version, route, python, torch_version, torch_cuda, logfile, unoptimized=False):
+def one_route(work, version, route, python, torch_version, torch_cuda, logfile, unoptimized=False, onnx=False):
     row = {"torch": torch_version, "route": route, "torch_cuda": torch_cuda or "none",
            "date": datetime.date.today().isoformat()}
     nvcc, nvcc_release = nvcc_version()
@@ -217,8 +261,10 @@ def one_route(work, version, route, python, torch_version, torch_cuda, logfile, 
                    seconds=round(time.monotonic() - start))
         return row
     test_env = dict(env, POSENC_LIBRARY=str(libraries[0][0]), POSENC_IO_LIBRARY=str(libraries[1][0]))
+    subset = SUBSET + (ONNX_SUBSET if onnx else [])
+    row["onnx"] = bool(onnx)
     ok_tests, test_seconds, out = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
-                                       *[ROOT / "test" / "python" / name for name in SUBSET]],
+                                       *[f"{ROOT / 'test' / 'python'}/{name}" for name in subset]],
                                       env=test_env, cwd=work, logfile=logfile)
     row["tests"] = test_counts(out)
     row["test_seconds"] = round(test_seconds)
@@ -261,6 +307,8 @@ def table(rows):
         tests = ", ".join(f"{counts[key]} {key}" for key in ("passed", "failed", "error", "skipped") if counts.get(key))
         build = f"wheel {row.get('wheel', '?')}, package {row.get('cmake_package', 'not run')}"
         verdict = "**passed**" if row["result"] == "passed" else f"**FAILED**: {row.get('reason', '')}"
+        if row.get("onnx"):
+            tests += " (ONNX export included)"
         minutes = f"{row.get('seconds', 0) / 60:.0f} min (build {row.get('build_seconds', 0) / 60:.0f} at {row.get('compiled', '-O3')})"
         lines.append(f"| {row['torch']} ({row['torch_cuda']}) | {route} | {build} | {verdict} {tests} | {minutes} | {row['date']} |")
     return "\n".join(lines)
@@ -314,11 +362,13 @@ def main():
             status = 1
             continue
         python, torch_version, torch_cuda = made
+        # ONNX export where torch has it (>= 2.9, test_onnx.py's own condition), outside --ci
+        onnx = not args.ci and version_key(torch_version) >= (2, 9) and add_onnx(python, logfile)
         for route in args.routes:
             log(f"torch {torch_version} ({torch_cuda}), {route}: building and testing (log: {logfile})")
             try:
                 row = one_route(args.work, version, route, python, torch_version.split("+")[0], torch_cuda, logfile,
-                                unoptimized=args.ci or args.unoptimized)
+                                unoptimized=args.ci or args.unoptimized, onnx=onnx)
             except Exception as error:  # a row for it, and on to the next
                 row = {"torch": torch_version.split("+")[0], "route": route, "torch_cuda": torch_cuda or "none",
                        "date": datetime.date.today().isoformat(), "result": "failed",

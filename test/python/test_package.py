@@ -798,6 +798,10 @@ def _ddp_rank(rank, store, result_dir):
         half = batch.shape[0] // WORLD_SIZE
         mine = slice(rank * half, (rank + 1) * half)
         torch.save(_train(posenc.nn, batch[mine], targets[mine], ddp_rank=rank), os.path.join(result_dir, f"rank{rank}.pt"))
+        # Both ranks done before either tears gloo down: once, on torch 2.13 (matrix row), a rank
+        # tearing down while the other was still finishing aborted ("terminate called without an
+        # active exception"). (A rank that fails above does not reach this; mp.spawn stops the other.)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -36,7 +36,7 @@ def test_pytest_summary_is_found_before_what_torch_prints_after_it(matrix):
 
 
 def test_table_orders_versions_numerically_and_says_why_a_route_is_impossible(matrix):
-    rows = [row("2.15.0", "toolkit", cuda_arch_list="9.0"), row("2.10.0", "no-toolkit", compiled="-O0"),
+    rows = [row("2.15.0", "toolkit", cuda_arch_list="9.0", onnx=True), row("2.10.0", "no-toolkit", compiled="-O0"),
             row("2.6.0", "toolkit", result="impossible", torch_cuda="12.4",
                 reason="torch is built for CUDA 12.4; the installed nvcc is 13.0 (another major version)"),
             row("2.15.0", "no-toolkit", result="failed", reason="FAILED test_ops.py::x")]
@@ -49,6 +49,22 @@ def test_table_orders_versions_numerically_and_says_why_a_route_is_impossible(ma
     assert "10 min (build 8 at -O0)" in body[1] and "(build 8 at -O3)" in body[3]
     assert "no-toolkit" in body[2] and "**FAILED**: FAILED test_ops.py::x" in body[2]
     assert "toolkit (nvcc 13.0, TORCH_CUDA_ARCH_LIST=9.0)" in body[3]
+    assert "10 passed, 2 skipped (ONNX export included)" in body[3] and "ONNX" not in body[1]
+
+
+def test_onnx_rows_use_the_versions_setup_sh_pins(matrix):
+    """The ONNX packages of a matrix row are those CI tests with (scripts/setup.sh), and the ONNX
+    subset names tests that exist in test_onnx.py."""
+    setup = open(os.path.join(SOURCE_ROOT, "scripts", "setup.sh")).read()
+    pins = matrix.onnx_pins()
+    assert [pin.split("==")[0] for pin in pins] == ["onnx", "onnxscript", "onnxruntime"]
+    for pin in pins:
+        name, version = pin.split("==")
+        assert f"{name}_version={version}\n" in setup
+    source = open(os.path.join(SOURCE_ROOT, "test", "python", "test_onnx.py")).read()
+    for node in matrix.ONNX_SUBSET:
+        test = node.split("::")[1].split("[")[0]
+        assert f"def {test}(" in source, node
 
 
 def test_tables_are_written_between_the_markers_only(matrix, tmp_path, monkeypatch):
