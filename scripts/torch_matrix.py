@@ -211,8 +211,8 @@ def one_route(work, version, route, python, torch_version, torch_cuda, logfile, 
     start = time.monotonic()
     cuda_define = "OFF" if route == "no-toolkit" else "ON"
     env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
-    # --ci: compiled at -O0, as test_pip_install.py does (about half the compile time): CI checks
-    # that the build, the packages and the results are right, not the optimized code's speed.
+    # --ci and --unoptimized: compiled at -O0, as test_pip_install.py does (a fraction of the compile
+    # time): they check that the build, the packages and the results are right, not the code's speed.
     optimization = ["-C", "cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG"] if unoptimized else []
     row["compiled"] = "-O0" if unoptimized else "-O3"
     ok, seconds, out = run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", wheel_dir,
