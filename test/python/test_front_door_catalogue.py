@@ -946,11 +946,27 @@ def apply(c, model):
     return c.hf.apply_posenc_rope(model)
 
 
-def odd_width(form, width=5):
+def odd_width(folder, width=5):
     def fn(c):
+        import importlib
+
         q, k = torch.randn(1, 2, 3, width), torch.randn(1, 1, 3, width)
         cos, sin = torch.randn(1, 3, width), torch.randn(1, 3, width)
-        return c.hf._replacement(form)(q, k, cos, sin)
+        modeling = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+        return c.hf.replacement_for(modeling.apply_rotary_pos_emb)(q, k, cos, sin)
+
+    return fn
+
+
+def served_as_its_code(make):
+    """A model whose config names another (or no known) model type is served by what its code
+    computes: discovery reads the modeling file's functions, not the type's name."""
+
+    def fn(c):
+        tokens = torch.randint(3, SMALL["vocab_size"], (1, 7), generator=torch.Generator().manual_seed(5))
+        reference, patched = make(), c.hf.apply_posenc_rope(make())
+        with torch.no_grad():
+            return patched(tokens).logits, reference(tokens).logits
 
     return fn
 
@@ -999,16 +1015,16 @@ DROP_IN_ROWS = [
     ok("drop-in-model_type-tuple", refused_unchanged(with_model_type(("llama",)), apply, ValueError, "('llama',)"), equals("unchanged")),
     ok("drop-in-model_type-int", refused_unchanged(with_model_type(7), apply, ValueError, "7"), equals("unchanged")),
     ok("drop-in-model_type-None", refused_unchanged(with_model_type(None), apply, ValueError, "LlamaForCausalLM"), equals("unchanged")),
-    ok("drop-in-model_type-empty", refused_unchanged(with_model_type(""), apply, ValueError, "supports the model types", "''"), equals("unchanged")),
-    ok("drop-in-model_type-uppercase", refused_unchanged(with_model_type("LLAMA"), apply, ValueError, "'LLAMA'"), equals("unchanged")),
-    ok("drop-in-model_type-falcon", refused_unchanged(with_model_type("falcon"), apply, ValueError, "'falcon'"), equals("unchanged")),
-    ok("drop-in-llama-claiming-mistral", refused_unchanged(with_model_type("mistral"), apply, ValueError, "modeling_mistral", "left unpatched"), equals("unchanged")),
+    ok("drop-in-model_type-empty", served_as_its_code(with_model_type("")), logits_match),
+    ok("drop-in-model_type-uppercase", served_as_its_code(with_model_type("LLAMA")), logits_match),
+    ok("drop-in-model_type-falcon", served_as_its_code(with_model_type("falcon")), logits_match),
+    ok("drop-in-llama-claiming-mistral", served_as_its_code(with_model_type("mistral")), logits_match),
     ok("drop-in-bert", refused_unchanged(lambda: __import__("transformers").BertModel(__import__("transformers").BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=32)),
                                          apply, ValueError, "'bert'"), equals("unchanged")),
     ok("drop-in-instance-forward-qwen2", refused_unchanged(lambda: own_forward(tiny("qwen2")), apply, ValueError, "has a forward of its own"), equals("unchanged")),
-    err("drop-in-config-but-no-attention", lambda c: c.hf.apply_posenc_rope(WithConfig("llama")), ValueError, "no module of this WithConfig calls"),
-    err("drop-in-partial-odd-width", odd_width("partial"), ValueError, "5"),
-    err("drop-in-halves-odd-width", odd_width("halves"), ValueError, "5"),
+    err("drop-in-config-but-no-attention", lambda c: c.hf.apply_posenc_rope(WithConfig("llama")), ValueError, "no module of this 'llama' model (WithConfig) calls"),
+    err("drop-in-partial-odd-width", odd_width("phi3"), ValueError, "5"),
+    err("drop-in-halves-odd-width", odd_width("llama"), ValueError, "5"),
     ok("drop-in-patched-llama-equals-transformers", patched_equals_transformers("llama"), logits_match),
     ok("drop-in-patched-twice-one-class", lambda c: (lambda m: {type(l.self_attn) for l in c.hf.apply_posenc_rope(c.hf.apply_posenc_rope(m)).model.layers})(tiny("qwen2")),
        lambda r, c: (len(r) == 1 and next(iter(r)).__name__ == "PosencQwen2Attention") or pytest.fail(repr(r))),

@@ -210,10 +210,13 @@ def test_cos_and_sin_of_odd_width_are_refused(hf):
     cos, sin = torch.randn(1, 6, 5), torch.randn(1, 6, 5)
     with torch.no_grad(), pytest.raises(ValueError, match="cos and sin must have an even width R .* but got 5"):
         attention(hidden, (cos, sin), None)
+    import importlib
+
     q, k = torch.randn(1, 4, 6, 5), torch.randn(1, 2, 6, 5)
-    for form in ("halves", "partial", "interleaved"):
+    for folder in ("llama", "phi3", "cohere", "glm"):
+        modeling = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
         with pytest.raises(ValueError, match="must have an even width"):
-            hf._replacement(form)(q, k, cos, sin)
+            hf.replacement_for(modeling.apply_rotary_pos_emb)(q, k, cos, sin)
 
 
 # --- posenc.onnx ---------------------------------------------------------------------------------

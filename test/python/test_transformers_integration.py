@@ -55,7 +55,22 @@ VARIANTS = [(model_type, {}) for model_type in (
     ("phi3", dict(max_position_embeddings=64, original_max_position_embeddings=16,
                   rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 8,
                                        long_factor=[1.0 + i / 4 for i in range(8)]))),
+] + [
+    # One model of each form beyond the three above (discovery: none of these is named in posenc).
+    ("glm", {}),  # interleaved pairs, cos as cat(freqs, freqs), half of each head
+    ("helium", dict(head_dim=16)),  # interleaved pairs from cat(freqs, freqs), whole heads
+    ("ernie4_5", {}),  # the same, computed in float32
+    ("gptj", dict(rotary_dim=8)),  # one tensor per call, [B, L, H, D], the R/2 values once
+    ("gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16)),  # halves, R/2 values once
+    ("nanochat", {}),  # the inverse direction
+    ("llama4_text", dict(intermediate_size_mlp=96, num_local_experts=2, head_dim=16)),  # complex freqs_cis
+    ("deepseek_v3", dict(num_key_value_heads=4, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+                         kv_lora_rank=16, q_lora_rank=24, n_routed_experts=4, num_experts_per_tok=2,
+                         moe_intermediate_size=32, first_k_dense_replace=1, head_dim=8, n_group=1,
+                         topk_group=1)),  # MLA
 ]
+# posenc calls per attention layer and forward: q and k in one call, but two for one-tensor forms.
+CALLS_PER_LAYER = {"gptj": 2}
 
 
 def variant_id(variant):
@@ -85,7 +100,7 @@ class CountPosencCalls(torch.utils._python_dispatch.TorchDispatchMode):
         self.calls = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.name().startswith("posenc::apply_rotary_qk"):
+        if func.name().startswith("posenc::apply_rotary"):
             self.calls += 1
         return func(*args, **(kwargs or {}))
 
@@ -111,7 +126,7 @@ def test_patched_model_equals_its_unpatched_self(hf, variant):
         logits = patched(tokens).logits
     with torch.no_grad():
         expected = reference(tokens).logits
-    assert counter.calls == SMALL["num_hidden_layers"]
+    assert counter.calls == SMALL["num_hidden_layers"] * CALLS_PER_LAYER.get(model_type, 1)
     assert_close_to(logits, expected, 1e-6)
 
     # A training step: the loss's gradient of every parameter.
@@ -136,10 +151,17 @@ def test_patched_model_equals_its_unpatched_self(hf, variant):
     assert counter.calls >= 12 * SMALL["num_hidden_layers"]
 
 
-@pytest.mark.parametrize("model_type", ["llama", "phi3", "cohere"])
+def modeling_of(model):
+    import importlib
+
+    return importlib.import_module(type(model).__module__)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "phi3", "cohere", "glm"])
 def test_bfloat16_rotation_is_never_less_exact_than_transformers(hf, model_type):
-    model = small_model(model_type, {"partial_rotary_factor": 0.5} if model_type == "phi3" else {})
-    modeling = hf._modeling_module(model_type)
+    partial = {"partial_rotary_factor": 0.5, "head_dim": 16}
+    model = small_model(model_type, partial if model_type in ("phi3", "glm") else {})
+    modeling = modeling_of(model)
     torch.manual_seed(2)
     q = torch.randn(2, 4, 37, 16, dtype=torch.bfloat16)
     k = torch.randn(2, 2, 37, 16, dtype=torch.bfloat16)
@@ -147,7 +169,7 @@ def test_bfloat16_rotation_is_never_less_exact_than_transformers(hf, model_type)
     cos, sin = model.model.rotary_emb(q, positions)
     assert cos.dtype == torch.bfloat16
     theirs = modeling.apply_rotary_pos_emb(q, k, cos, sin)
-    ours = hf._replacement(hf.SUPPORTED_MODEL_TYPES[model_type])(q, k, cos, sin)
+    ours = hf.replacement_for(modeling.apply_rotary_pos_emb)(q, k, cos, sin)
     exact = modeling.apply_rotary_pos_emb(q.double(), k.double(), cos.double(), sin.double())
     for their, our, truth in zip(theirs, ours, exact):
         assert our.dtype == torch.bfloat16
@@ -260,13 +282,23 @@ def test_instance_forwards_are_refused_unchanged(hf):
 
 
 def test_unsupported_models_are_refused_unchanged(hf, monkeypatch):
-    for model_type in ("gptj", "glm"):  # GPT-J's pairs; GLM's interleaved partial rotation
-        model = small_model(model_type)
-        with pytest.raises(ValueError, match=f"supports the model types .* but this model is '{model_type}'"):
+    # A rotary function whose arguments are none of posenc's calls (CLVP rotates v too).
+    def apply_rotary_pos_emb_qkv(q, k, v, cos, sin, position_ids=None, unsqueeze_dim=1):
+        return q, k, v
+
+    model = small_model("llama")
+    with monkeypatch.context() as patch:
+        patch.setattr(modeling_of(model), "apply_rotary_pos_emb", apply_rotary_pos_emb_qkv)
+        with pytest.raises(ValueError, match=r"apply_rotary_pos_emb_qkv cannot be replaced: its arguments \(q, k, v, "
+                                             r"cos, sin, position_ids, unsqueeze_dim\) are none of the calls"):
             hf.apply_posenc_rope(model)
-        assert not hf.is_patched(model)
+    assert not hf.is_patched(model)
     with pytest.raises(ValueError, match="takes a transformers model"):
         hf.apply_posenc_rope(torch.nn.Linear(2, 2))
+    bert = transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                          intermediate_size=32, vocab_size=32))
+    with pytest.raises(ValueError, match="no module of this 'bert' model .* calls a rotary function"):
+        hf.apply_posenc_rope(bert)
 
     # A transformers whose apply_rotary_pos_emb or rotate_half means something else is refused, not
     # patched: in a generated copy (mistral) and in the files the forms come from (llama, gpt_neox).
@@ -282,14 +314,99 @@ def test_unsupported_models_are_refused_unchanged(hf, monkeypatch):
                                        ("llama", "rotate_half", rotate_half)]:
         model = small_model(model_type)
         with monkeypatch.context() as patch:
-            patch.setattr(hf._modeling_module(model_type), name, function)
-            with pytest.raises(ValueError, match="is not the '(halves|partial)' rotation posenc replaces"):
+            patch.setattr(modeling_of(model), name, function)
+            with pytest.raises(ValueError, match="cannot be replaced: it computes none of the rotations posenc"):
                 hf.apply_posenc_rope(model)
         assert not hf.is_patched(model)
+    # ... and served again once the file is what it was (the probe's cache follows the globals).
+    assert hf.is_patched(hf.apply_posenc_rope(small_model("llama")))
+
+
+def test_a_rotary_embedding_in_another_layout_is_refused(hf, monkeypatch):
+    """LLaMA's function reads cos as cat(freqs, freqs); a rotary embedding that makes another
+    layout would be rotated by other angles, so the model is refused at patching."""
+    model = small_model("llama")
+    rotary = type(model.model.rotary_emb)
+    original = rotary.forward
+
+    def forward(self, x, position_ids):
+        cos, sin = original(self, x, position_ids)
+        half = cos.shape[-1] // 2
+        return cos[..., :half].repeat_interleave(2, dim=-1), sin[..., :half].repeat_interleave(2, dim=-1)
+
+    monkeypatch.setattr(rotary, "forward", forward)
+    with pytest.raises(ValueError, match="reads cos and sin as 'cat' .* its rotary embedding model.rotary_emb makes "
+                                         "them otherwise"):
+        hf.apply_posenc_rope(model)
+    assert not hf.is_patched(model)
+
+
+# (modeling file, function, what the probe must find): one function of every form 5.23.0 uses.
+FORMS = [
+    ("llama", "apply_rotary_pos_emb", "halves pairs, cos/sin cat, first R channels (whole heads), call qk"),
+    ("phi3", "apply_rotary_pos_emb", "halves pairs, cos/sin cat, first R channels (R may be less than the head), "
+                                     "call qk"),
+    ("cohere", "apply_rotary_pos_emb", "interleaved pairs, cos/sin repeat, first R channels (whole heads), call qk"),
+    ("glm", "apply_rotary_pos_emb", "interleaved pairs, cos/sin cat, first R channels (R may be less than the head), "
+                                    "call qk"),
+    ("gpt_oss", "apply_rotary_pos_emb", "halves pairs, cos/sin half, first R channels (whole heads), call qk"),
+    ("deepseek_v3", "apply_rotary_pos_emb_interleave", "interleaved pairs, cos/sin cat, first R channels (whole "
+                                                       "heads), written de-interleaved, call qk"),
+    ("gemma4", "apply_rotary_pos_emb", "halves pairs, cos/sin cat, first R channels (whole heads), call x"),
+    ("gptj", "apply_rotary_pos_emb", "interleaved pairs, cos/sin half, first R channels (whole heads), call x, "
+                                     "q and k [B, L, H, D]"),
+    ("deepseek_v4", "apply_rotary_pos_emb", "interleaved pairs, cos/sin half, last R channels (R may be less than "
+                                            "the head), call x"),
+    ("nanochat", "apply_rotary_pos_emb", "inverse halves pairs, cos/sin cat, first R channels (whole heads), "
+                                         "call qk"),
+    ("llama4", "apply_rotary_emb", "interleaved pairs, cos/sin half, first R channels (whole heads), call complex, "
+                                   "q and k [B, L, H, D]"),
+    ("deepseek_v2", "apply_rotary_emb", "interleaved pairs, cos/sin half, first R channels (whole heads), call "
+                                        "complex, q and k [B, H, L, D]"),
+]
+
+
+@pytest.mark.parametrize("folder, name, expected", FORMS, ids=[f"{f}.{n}" for f, n, _ in FORMS])
+def test_the_probe_finds_each_form_and_the_replacement_computes_it(hf, folder, name, expected):
+    import importlib
+
+    function = getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
+    form = hf.rotation_form(function)
+    assert hf._describe_form(form) == expected
+    # The replacement against the function on inputs the probe never saw: longer, other heads,
+    # per-sequence rows, a 64-wide head (and 32 of it where the form rotates part of a head).
+    generator = torch.Generator().manual_seed(7)
+    for width in (64, 32) if form.partial else (64,):
+        heads_first = form.heads_first if form.heads_first is not None else True
+        shape = (3, 5, 29, 64) if heads_first else (3, 29, 5, 64)
+        q = torch.randn(shape, generator=generator)
+        k = torch.randn(shape[:1] + ((1, 29) if heads_first else (29, 1)) + (64,), generator=generator)
+        angles = torch.rand(3, 29, width // 2, generator=generator) * 40
+        laid = {"cat": lambda a: torch.cat((a, a), -1), "repeat": lambda a: a.repeat_interleave(2, -1),
+                "half": lambda a: a}[form.layout]
+        cos, sin = laid(angles.cos()), laid(angles.sin())
+        extra = {} if form.heads_first is not None else {"unsqueeze_dim": 1}
+        ours = hf.replacement_for(function)
+        if form.call == "complex":
+            freqs = torch.polar(torch.ones_like(angles), angles)
+            pairs = zip(ours(q, k, freqs), function(q, k, freqs))
+        elif form.call == "qk":
+            pairs = zip(ours(q, k, cos, sin, **extra), function(q, k, cos, sin, **extra))
+        else:
+            pairs = [(ours(t, cos, sin, **extra), function(t, cos, sin, **extra)) for t in (q, k)]
+        for our, their in pairs:
+            assert our.shape == their.shape
+            assert_close_to(our, their, 1e-6)
 
 
 def test_calls_outside_the_supported_form_are_refused(hf):
-    rotate = hf._replacement("halves")
+    import importlib
+
+    def replacement(folder):
+        modeling = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+        return hf.replacement_for(modeling.apply_rotary_pos_emb), modeling
+
+    rotate, _ = replacement("llama")
     q, k = torch.randn(1, 4, 5, 16), torch.randn(1, 2, 5, 16)
     cos, sin = torch.randn(1, 5, 16), torch.randn(1, 5, 16)
     with pytest.raises(ValueError, match="unsqueeze_dim must be 1"):
@@ -297,14 +414,15 @@ def test_calls_outside_the_supported_form_are_refused(hf):
     with pytest.raises(ValueError, match="must have one width"):
         rotate(q, k, cos[..., :8], sin[..., :8])
     with pytest.raises(ValueError, match="must have one width"):
-        hf._replacement("interleaved")(q, k, cos[..., :8], sin[..., :8])
+        replacement("cohere")[0](q, k, cos[..., :8], sin[..., :8])
     with pytest.raises(ValueError, match=r"must be \[B, L, R\] or \[1, L, R\]"):
         rotate(q, k, cos[:, :4], sin[:, :4])
     with pytest.raises(ValueError, match="must not require grad"):
         rotate(q, k, cos.requires_grad_(), sin)
+    with pytest.raises(TypeError, match="unexpected or repeated argument 'scale'"):
+        rotate(q, k, cos, sin, scale=2)
     # [B, L, H, D] with unsqueeze_dim=2, and a partial rotation, are what transformers computes.
-    partial = hf._replacement("partial")
-    modeling = hf._modeling_module("phi3")
+    partial, modeling = replacement("phi3")
     q2, k2 = q.transpose(1, 2), k.transpose(1, 2)
     c, s = cos.detach()[..., :4].repeat(1, 1, 2), sin[..., :4].repeat(1, 1, 2)  # as models make them
     for ours, theirs in zip(partial(q2, k2, c, s, unsqueeze_dim=2),

@@ -1,30 +1,64 @@
-"""Hugging Face transformers models that rotate queries and keys with posenc's fused q+k operator.
+"""Hugging Face transformers models that rotate queries and keys with posenc's rotary operators.
 
 ``apply_posenc_rope(model)`` patches one model instance (not its class, not other models): its
 attention layers become instances of a subclass (``Posenc<Class>``) whose forward is their class's
-own code, calling ``torch.ops.posenc.apply_rotary_qk`` where that code calls the modeling file's
-``apply_rotary_pos_emb``. The model's rotary embedding still
-makes cos and sin (so every rope type, scaling and position id works as before); posenc rotates
-q and k with them in one pass, reading each token's row once for all heads.
+own code, calling ``torch.ops.posenc.apply_rotary_qk`` (or ``apply_rotary`` for a function that
+turns one tensor) where that code calls its modeling file's rotary function. The model's rotary
+embedding still makes cos and sin (so every rope type, scaling and position id works as before);
+posenc rotates q and k with them in one pass, reading each token's row once for all heads.
 
     import posenc.integrations.transformers as posenc_hf
     model = transformers.AutoModelForCausalLM.from_pretrained(...)
     posenc_hf.apply_posenc_rope(model)     # the same model, patched; generate, compile, save as before
 
+**Discovery, not a list.** No model type is named here. A model is served when every rotary
+function its text attention calls is one posenc computes exactly, decided from the function itself
+by a numerical probe (``rotation_form``): the function is called on random q, k and angles in
+float32, in each of the forms below, and compared with posenc's operator on the same inputs; the
+first form that agrees (within 1e-5, where a wrong form is off by the size of the values) is the
+function's form. A probe, not a list of source fingerprints, because what matters is what the
+function computes: a newer transformers that rewrites a function without changing its meaning is
+still served, and one that changes its meaning is refused. The sha256 of each function's source is
+reported with its form (``describe_posenc_rope``) so that a reader can see which code was probed.
+The forms (every one transformers 5.23.0's text attention uses, with posenc's operator):
+
+* pairing: ``halves`` (pairs (i, i + R/2): LLaMA's rotate_half) or ``interleaved`` (pairs
+  (2i, 2i + 1): Cohere, GLM, GPT-J, Helium, ERNIE 4.5, DeepSeek-V4);
+* cos/sin layout, as the function reads them: ``cat`` (each token's R/2 values twice,
+  cat(freqs, freqs): LLaMA's rotary embedding), ``repeat`` (repeat_interleave(freqs, 2): Cohere's)
+  or ``half`` (the R/2 values once: GPT-J, gpt-oss, DeepSeek-V4);
+* placement: the ``first`` R channels of the head (R = the whole head or fewer: GPT-NeoX, Phi-3,
+  GLM; the rest passed through) or the ``last`` R (DeepSeek-V4);
+* output: ``same`` channel order, or ``deinterleaved`` (MLA's apply_rotary_pos_emb_interleave:
+  the pairs (2i, 2i + 1) rotated and written as halves);
+* call: ``qk`` (q, k, cos, sin[, unsqueeze_dim]; k may be None), ``x`` (one tensor: Gemma 3n,
+  Gemma 4, GPT-J, DeepSeek-V4: q-only and k-only calls) or ``complex`` (xq, xk, freqs_cis: Llama 4
+  and DeepSeek-V2 multiply pairs (2i, 2i + 1) as complex numbers by cos + i sin, which is the
+  interleaved rotation).
+
+The probe also fixes the heads layout a function without ``unsqueeze_dim`` assumes. Whether the
+model's rotary embedding makes cos and sin in the layout the form reads is checked when the model
+is patched (``cat``: equal halves; ``repeat``: equal pairs), by calling each rotary embedding of
+the model (``*RotaryEmbedding`` modules, every layer type) on a few positions. Vision towers'
+rotary functions (``*_vision``, ``*_2d*``, ``apply_multidimensional_rope``) are left to the model's
+own code. Anything else is refused with a ``ValueError`` before anything is changed, naming the
+function and why.
+
 Equal to the unpatched model in float32 (the rotation is the same arithmetic, each output rounded
 once); in bfloat16 and float16 posenc computes in float32 and rounds once, where transformers rounds
-each product and the sum, so results differ by at most a few units in the last place of the dtype.
-The result has q's dtype (transformers' formula promotes, e.g. bfloat16 q times float32 cos under
-autocast gives float32; posenc keeps bfloat16). cos and sin must be what the model's rotary
-embedding makes, the R/2 values of each token twice (cat(freqs, freqs)): posenc reads the first
-half.
-Unsupported models are refused with a ``ValueError`` before anything is changed.
+each product and the sum (or, in the files that upcast, the same as posenc), so results differ by
+at most a few units in the last place of the dtype. The result has q's dtype (transformers'
+formula promotes, e.g. bfloat16 q times float32 cos under autocast gives float32; posenc keeps
+bfloat16).
 """
 
 import ast
+import collections
 import hashlib
 import importlib
 import inspect
+import os
+import re
 import sys
 import textwrap
 import threading
@@ -34,66 +68,27 @@ import torch
 
 import posenc  # noqa: F401  (loads the operators)
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "apply_posenc_rope", "remove_posenc_rope", "is_patched"]
+__all__ = ["apply_posenc_rope", "remove_posenc_rope", "is_patched", "describe_posenc_rope", "rotation_form",
+           "replacement_for", "RotationForm"]
 
-#: The model types whose rotary application posenc replaces, and the form of each modeling file's
-#: ``apply_rotary_pos_emb``: "halves" (the whole head, pairs (i, i + D/2): LLaMA's function),
-#: "partial" (the first R = cos.shape[-1] channels in halves, the rest passed through: GPT-NeoX's
-#: and Phi-3's) or "interleaved" (the whole head, pairs (2i, 2i + 1), computed in float32:
-#: Cohere's). Each is tested on a small random model against its unpatched self
-#: (test/python/test_transformers_integration.py).
-SUPPORTED_MODEL_TYPES = {
-    "llama": "halves",
-    "mistral": "halves",
-    "mixtral": "halves",
-    "qwen2": "halves",
-    "qwen2_moe": "halves",
-    "qwen3": "halves",
-    "qwen3_moe": "halves",
-    "gemma": "halves",
-    "gemma2": "halves",
-    "gemma3_text": "halves",
-    "granite": "halves",
-    "starcoder2": "halves",
-    "olmo": "halves",
-    "olmo2": "halves",
-    "smollm3": "halves",
-    "stablelm": "halves",
-    "phi": "halves",
-    "persimmon": "halves",
-    "gpt_neox": "partial",
-    "phi3": "partial",
-    "cohere": "interleaved",
-}
+# A rotary function of a modeling file: what a class's forward calls by a global name like these.
+_ROTARY_NAME = re.compile(r"^apply_\w*(rotary|rope)\w*$")
+# Rotary functions of vision towers (2-D/3-D positions of patches), left to the model's own code.
+_VISION_NAME = re.compile(r"(vision|_2d|multidimensional)")
 
-# The functions each form replaces, as transformers 5.23.0 writes them: sha256 of their source
-# without docstring, decorators and comments (ast.unparse), so that a transformers release that
-# changes a function, in any modeling file and in the reference files themselves, is refused
-# rather than patched with a different meaning. "halves": LLaMA's and OLMo's apply_rotary_pos_emb
-# (every generated copy is one of them); "partial": GPT-NeoX's and Phi-3's; "interleaved":
-# Cohere's.
-_FORM_FINGERPRINTS = {
-    "halves": {
-        "4a8f8b85ee37bd3fdcb3cd5290bea811ada42a032591078e916200182f73656f",
-        "92ec8cff28b47c788cea65c9fe196d4c5e39d443ce37bf4218515d230adb3af0",
-    },
-    "partial": {
-        "d979b6dc501d84b5a022d5672eeaa1b0bfe2674393a7000aea57a3a10de0fd77",
-        "9af4c6b9d14681cfc477e2a567580ba16718dc7c5b7e7f488fab00a3155feb69",
-    },
-    "interleaved": {
-        "e8f88cb26b9ab6f87a9a098ee4c9b64d6ee30d33acd03b21584be514970802a4",
-    },
-}
-# rotate_half of each form: LLaMA's (halves, partial), Cohere's (pairs (2i, 2i + 1)).
-_ROTATE_HALF_FINGERPRINTS = {
-    "halves": {"7b6c9b425ca04287b0d1187fe8f5be68f7e98e5a26b955275ef63e701173e587"},
-    "partial": {"7b6c9b425ca04287b0d1187fe8f5be68f7e98e5a26b955275ef63e701173e587"},
-    "interleaved": {"aaf0544cc6c97a6033599c6ade53c27b16ded945a1a0fd0916c5fb5cf02e71fd"},
-}
+#: The form of a rotary function posenc computes exactly (see the module docstring).
+RotationForm = collections.namedtuple(
+    "RotationForm", ["call", "pairing", "layout", "placement", "output", "heads_first", "partial", "inverse"],
+    defaults=[False])
 
-# Where a model type's modeling file lives when it is not models/<type>/modeling_<type>.py.
-_MODELING_MODULES = {"gemma3_text": "gemma3"}
+
+def _describe_form(form):
+    heads = "" if form.heads_first is None else (", q and k [B, H, L, D]" if form.heads_first else
+                                                  ", q and k [B, L, H, D]")
+    return (f"{'inverse ' if form.inverse else ''}{form.pairing} pairs, cos/sin {form.layout}, "
+            f"{form.placement} R channels{' (R may be less than the head)' if form.partial else ' (whole heads)'}"
+            f"{', written de-interleaved' if form.output == 'deinterleaved' else ''}, call {form.call}{heads}")
+
 
 # The patched classes live in modules named by this prefix and the modeling file
 # (posenc.integrations._posenc_rope_modeling_llama.PosencLlamaAttention), which
@@ -102,43 +97,23 @@ PATCHED_MODULE_PREFIX = "posenc.integrations._posenc_rope_"
 
 # Held while the patched modules and classes are looked up and made (apply_posenc_rope from many
 # threads at once, unpickling): one module per modeling file and one class per attention class,
-# the ones pickle finds by name.
+# the ones pickle finds by name. Also guards the cache of probed functions.
 _lock = threading.RLock()
+_forms = {}  # function -> RotationForm, or the reason it is refused (a str)
 
 
-def _modeling_module(model_type):
-    name = _MODELING_MODULES.get(model_type, model_type)
-    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-
-
-def _fingerprint(function):
-    """sha256 of a function's source without its docstring, decorators and comments."""
+def _source_sha256(function):
+    """sha256 of a function's source without its docstring, decorators and comments, or None."""
     try:
         source = inspect.getsource(inspect.unwrap(function))
-    except (OSError, TypeError) as error:
-        raise ValueError(f"posenc: the source of {getattr(function, '__qualname__', function)} cannot be read "
-                         f"({error}), so posenc cannot check what it would replace; the model was left unpatched")
-    node = ast.parse(textwrap.dedent(source)).body[0]
+        node = ast.parse(textwrap.dedent(source)).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
     node.decorator_list = []
     if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
             and isinstance(node.body[0].value.value, str):
         node.body = node.body[1:] or [ast.Pass()]
     return hashlib.sha256(ast.unparse(node).encode()).hexdigest()
-
-
-def _form_of(model_type, modeling):
-    form = SUPPORTED_MODEL_TYPES[model_type]
-    function = getattr(modeling, "apply_rotary_pos_emb", None)
-    rotate_half = getattr(modeling, "rotate_half", None)
-    if function is None or rotate_half is None:
-        raise ValueError(f"posenc: {modeling.__name__} has no apply_rotary_pos_emb/rotate_half in this "
-                         f"transformers ({_transformers_version()}); posenc cannot patch '{model_type}' models")
-    if _fingerprint(rotate_half) not in _ROTATE_HALF_FINGERPRINTS[form] or \
-            _fingerprint(function) not in _FORM_FINGERPRINTS[form]:
-        raise ValueError(
-            f"posenc: {modeling.__name__}.apply_rotary_pos_emb in this transformers ({_transformers_version()}) "
-            f"is not the '{form}' rotation posenc replaces (transformers 5.23.0's); the model was left unpatched")
-    return form
 
 
 def _transformers_version():
@@ -147,62 +122,416 @@ def _transformers_version():
     return transformers.__version__
 
 
-def _rotate(q, k, cos, sin, unsqueeze_dim, form):
-    if unsqueeze_dim not in (1, 2):
+# --- the call conventions -------------------------------------------------------------------------
+
+def _convention(function):
+    """(call, parameter names, unsqueeze default or None) of a rotary function, or a reason (str)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError) as error:
+        return f"its signature cannot be read ({error})"
+    names = list(parameters)
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters.values()):
+        return f"it takes *args or **kwargs ({', '.join(names)})"
+    unsqueeze = parameters["unsqueeze_dim"].default if "unsqueeze_dim" in parameters else None
+    if names[:4] == ["q", "k", "cos", "sin"] and set(names[4:]) <= {"position_ids", "unsqueeze_dim"}:
+        return "qk", names, unsqueeze
+    if len(names) >= 3 and names[0] in ("x", "tensor", "hidden_states") and set(names[1:3]) == {"cos", "sin"} \
+            and set(names[3:]) <= {"unsqueeze_dim"}:
+        return "x", names, unsqueeze
+    if names == ["xq", "xk", "freqs_cis"]:
+        return "complex", names, None
+    return (f"its arguments ({', '.join(names)}) are none of the calls posenc knows: (q, k, cos, sin[, "
+            "unsqueeze_dim]), (x, cos, sin[, unsqueeze_dim]) or (xq, xk, freqs_cis)")
+
+
+def _bind(names, args, kwargs, function_name):
+    if len(args) > len(names):
+        raise TypeError(f"{function_name}() takes {len(names)} arguments but {len(args)} were given")
+    values = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names or key in values:
+            raise TypeError(f"{function_name}() got an unexpected or repeated argument '{key}'")
+        values[key] = value
+    return values
+
+
+# --- posenc's rotation in each form ---------------------------------------------------------------
+
+def _half_values(table, layout):
+    if layout == "cat":
+        return table[..., :table.shape[-1] // 2]
+    if layout == "repeat":
+        return table[..., 0::2]
+    return table
+
+
+def _rotate_tensors(tensors, cos, sin, form, unsqueeze_dim):
+    """posenc's rotation of each tensor of `tensors` (None passes through) by cos/sin in `form`."""
+    heads_first = form.heads_first if form.heads_first is not None else unsqueeze_dim == 1
+    if form.heads_first is None and unsqueeze_dim not in (1, 2):
         raise ValueError(f"posenc apply_rotary_pos_emb: unsqueeze_dim must be 1 (q, k [B, H, L, D]) or "
                          f"2 ([B, L, H, D]), but got {unsqueeze_dim}")
-    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or sin.shape != cos.shape:
+    present = [t for t in tensors if t is not None]
+    if any(t.dim() != 4 for t in present) or cos.dim() != 3 or sin.shape != cos.shape:
         raise ValueError(f"posenc apply_rotary_pos_emb: q and k must be 4-D and cos, sin [B, L, R] of one shape, "
-                         f"but got q {list(q.shape)}, k {list(k.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
-    heads_first = unsqueeze_dim == 1
-    batch, length = q.shape[0], q.shape[2 if heads_first else 1]
-    rows, width = cos.shape[0], cos.shape[2]
+                         f"but got {[list(t.shape) for t in present]}, cos {list(cos.shape)}, sin {list(sin.shape)}")
+    first = present[0]
+    batch, length, head = first.shape[0], first.shape[2 if heads_first else 1], first.shape[-1]
+    rows = cos.shape[0]
     if cos.shape[1] != length or rows not in (1, batch):
         raise ValueError(f"posenc apply_rotary_pos_emb: cos and sin must be [B, L, R] or [1, L, R] for q of batch "
                          f"{batch} and length {length}, but got {list(cos.shape)}")
-    if form in ("halves", "interleaved") and (q.shape[-1] != width or k.shape[-1] != width):
-        raise ValueError(f"posenc apply_rotary_pos_emb: q, k and cos must have one width (this model rotates whole "
-                         f"heads), but got q {q.shape[-1]}, k {k.shape[-1]}, cos {width}")
     if cos.requires_grad or sin.requires_grad:
         raise ValueError("posenc apply_rotary_pos_emb: cos and sin must not require grad (posenc differentiates "
                          "with respect to q and k only); compute them under torch.no_grad()")
-    if width % 2 != 0:
+    if form.layout != "half" and cos.shape[-1] % 2 != 0:
         raise ValueError(f"posenc apply_rotary_pos_emb: cos and sin must have an even width R (each token's R/2 "
-                         f"values twice, as the model's rotary embedding makes them), but got {width}; posenc "
+                         f"values twice, as the model's rotary embedding makes them), but got {cos.shape[-1]}; posenc "
                          "rotates pairs of channels and cannot rotate an odd count")
+    cos_rows = _half_values(cos, form.layout)
+    sin_rows = _half_values(sin, form.layout)
+    width = 2 * cos_rows.shape[-1]
+    if any(t.shape[-1] != head for t in present) or width > head or (width != head and not form.partial):
+        raise ValueError(f"posenc apply_rotary_pos_emb: q, k and cos must have one width (this model rotates whole "
+                         f"heads), or cos a narrower one where the model rotates part of each head, but got "
+                         f"{[t.shape[-1] for t in present]} and cos {cos.shape[-1]} ({form.layout} layout)")
     half = width // 2
-    # The model's cos/sin hold each token's R/2 values twice: in both halves (cat(freqs, freqs))
-    # or, interleaved (Cohere, pairs (2i, 2i + 1)), twice in a row (repeat_interleave). posenc's
-    # tables are one copy, one row per token (a strided view; the operator reads it as it lies or
-    # makes it contiguous, a copy of [rows * L, R/2]); both compute in float32 and round once.
-    interleaved = form == "interleaved"
-    columns = slice(None, None, 2) if interleaved else slice(None, half)
-    cos_rows = cos[..., columns].reshape(rows * length, half)
-    sin_rows = sin[..., columns].reshape(rows * length, half)
+    cos_rows = cos_rows.reshape(rows * length, half)
+    sin_rows = sin_rows.reshape(rows * length, half)
     # One row per token of the batch; with rows shared by the batch ([1, L, R]), rows 0 .. L - 1.
-    positions = torch.arange(rows * length, device=q.device).view(rows, length) if rows > 1 else None
-    return torch.ops.posenc.apply_rotary_qk(q, k, cos_rows, sin_rows, 0, positions, interleaved, heads_first, False,
-                                            None, 1.0)
+    positions = torch.arange(rows * length, device=first.device).view(rows, length) if rows > 1 else None
+    interleaved = form.pairing == "interleaved"
+    last = form.placement == "last" and width != head
+
+    def prepare(t):
+        return t.narrow(-1, head - width, width) if last else t
+
+    def finish(t, rotated):
+        if form.output == "deinterleaved":
+            # MLA: pairs (2i, 2i + 1) rotated and written as halves (even channels, then odd).
+            rotated = torch.cat((rotated[..., 0::2], rotated[..., 1::2]), dim=-1)
+        return torch.cat((t.narrow(-1, 0, head - width), rotated), dim=-1) if last else rotated
+
+    if len(present) == 2:
+        q, k = present
+        rq, rk = torch.ops.posenc.apply_rotary_qk(prepare(q), prepare(k), cos_rows, sin_rows, 0, positions,
+                                                  interleaved, heads_first, form.inverse, None, 1.0)
+        results = iter((finish(q, rq), finish(k, rk)))
+    else:
+        x = present[0]
+        results = iter((finish(x, torch.ops.posenc.apply_rotary(prepare(x), cos_rows, sin_rows, 0, positions,
+                                                                interleaved, heads_first, form.inverse, None,
+                                                                1.0)),))
+    return [None if t is None else next(results) for t in tensors]
 
 
-def _replacement(form):
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        """posenc's rotation of q and k by the model's cos and sin (posenc.integrations.transformers)."""
-        return _rotate(q, k, cos, sin, unsqueeze_dim, form)
+def _replacement(function, form):
+    """posenc's function in place of `function` (a rotary function of the form `form`), taking the
+    same arguments."""
+    call, names, unsqueeze_default = _convention(function)
+    name = function.__name__
 
-    return apply_rotary_pos_emb
+    if call == "qk":
+        def rotate(*args, **kwargs):
+            values = _bind(names, args, kwargs, name)
+            q, k = values["q"], values.get("k")
+            unsqueeze = values.get("unsqueeze_dim", unsqueeze_default)
+            rq, rk = _rotate_tensors([q, k], values["cos"], values["sin"], form, unsqueeze)
+            return rq if k is None else (rq, rk)  # (Qwen4-exp: k=None rotates q alone)
+    elif call == "complex":
+        def rotate(*args, **kwargs):
+            values = _bind(names, args, kwargs, name)
+            freqs = values["freqs_cis"]
+            if not torch.is_complex(freqs):
+                raise ValueError(f"posenc {name}: freqs_cis must be complex (cos + i sin), but got {freqs.dtype}")
+            # (a + ib)(cos + i sin) on pairs (2i, 2i + 1): the interleaved rotation by cos and sin.
+            return tuple(_rotate_tensors([values["xq"], values["xk"]], freqs.real, freqs.imag, form, None))
+    else:
+        def rotate(*args, **kwargs):
+            values = _bind(names, args, kwargs, name)
+            unsqueeze = values.get("unsqueeze_dim", unsqueeze_default)
+            return _rotate_tensors([values[names[0]]], values["cos"], values["sin"], form, unsqueeze)[0]
+
+    rotate.__name__ = name
+    rotate.__qualname__ = name
+    rotate.__doc__ = f"posenc's rotation in place of {function.__module__}.{name} ({_describe_form(form)})."
+    rotate._posenc_original = function
+    return rotate
 
 
-def _calls_rope(cls, modeling):
-    forward = cls.__dict__.get("forward")
-    return (isinstance(forward, types.FunctionType) and forward.__globals__ is modeling.__dict__
-            and "apply_rotary_pos_emb" in forward.__code__.co_names)
+# --- the probe ------------------------------------------------------------------------------------
+
+_CANDIDATES = [(pairing, layout, placement, output, inverse)
+               for inverse in (False, True)
+               for output in ("same", "deinterleaved")
+               for placement in ("first", "last")
+               for pairing in ("halves", "interleaved")
+               for layout in ("cat", "repeat", "half")
+               if not (output == "deinterleaved" and (pairing == "halves" or placement == "last"))]
 
 
-def _patched_module(modeling, form):
+def _probe_inputs(generator, heads_first, width, head=16):
+    batch, heads, kv_heads, length = 2, 3, 1, 5
+
+    def tensor(h):
+        shape = (batch, h, length, head) if heads_first else (batch, length, h, head)
+        return torch.randn(shape, generator=generator)
+
+    positions = torch.randint(0, 60, (batch, length, 1), generator=generator).float()
+    inv_freq = torch.rand(width // 2, generator=generator) + 0.05
+    angles = positions * inv_freq
+    return tensor(heads), tensor(kv_heads), angles
+
+
+def _laid_out(values, layout):
+    if layout == "cat":
+        return torch.cat((values, values), dim=-1)
+    if layout == "repeat":
+        return values.repeat_interleave(2, dim=-1)
+    return values
+
+
+def _agrees(function, names, call, form, unsqueeze, heads_first, width, generator):
+    q, k, angles = _probe_inputs(generator, heads_first, width)
+    cos, sin = _laid_out(angles.cos(), form.layout), _laid_out(angles.sin(), form.layout)
+    kwargs = {} if unsqueeze is None else {"unsqueeze_dim": unsqueeze}
+    try:
+        with torch.no_grad():
+            if call == "complex":
+                freqs = torch.polar(torch.ones_like(angles), angles)
+                theirs = function(q, k, freqs)
+                ours = _rotate_tensors([q, k], freqs.real, freqs.imag, form, None)
+            elif call == "qk":
+                theirs = function(q, k, cos, sin, **kwargs)
+                ours = _rotate_tensors([q, k], cos, sin, form, unsqueeze)
+            else:
+                theirs = (function(**{names[0]: q, "cos": cos, "sin": sin}, **kwargs),)
+                ours = _rotate_tensors([q], cos, sin, form, unsqueeze)
+    except (RuntimeError, ValueError, IndexError, TypeError):
+        return None  # this form's inputs are not ones the function takes
+    if not isinstance(theirs, (tuple, list)) or len(theirs) != len(ours):
+        return False
+    return all(isinstance(t, torch.Tensor) and t.shape == o.shape and bool(((t - o).abs() <= 1e-5).all())
+               for t, o in zip(theirs, ours))
+
+
+def _probe(function):
+    convention = _convention(function)
+    if isinstance(convention, str):
+        return convention
+    call, names, unsqueeze_default = convention
+    generator = torch.Generator().manual_seed(0)
+    # With unsqueeze_dim, both heads layouts through it (heads_first decided per call); without,
+    # the one layout the function assumes, fixed in the form.
+    variants = [(None, [(1, True), (2, False)])] if unsqueeze_default is not None else \
+        [(True, [(None, True)]), (False, [(None, False)])]
+    for pairing, layout, placement, output, inverse in _CANDIDATES:
+        if call == "complex" and layout != "half":
+            continue  # (freqs_cis holds each pair's cos + i sin once)
+        for heads_first, probes in variants:
+            form = RotationForm(call, pairing, layout, placement, output, heads_first, True, inverse)
+            whole = [_agrees(function, names, call, form, u, h, 16, generator) for u, h in probes]
+            if not all(whole):
+                continue
+            partial = [_agrees(function, names, call, form, u, h, 8, generator) for u, h in probes]
+            if any(result is False for result in partial):
+                continue  # narrower cos is rotated otherwise (another placement)
+            return form._replace(partial=all(partial))
+    return "it computes none of the rotations posenc performs (probed in every form, float32, on random inputs)"
+
+
+def _cache_key(function):
+    # What the function computes depends on the globals it reads (rotate_half): a rebound global
+    # (a monkeypatch, a reloaded file) is probed again.
+    names = getattr(getattr(function, "__code__", None), "co_names", ())
+    scope = getattr(function, "__globals__", {})
+    return function, tuple((name, id(scope.get(name))) for name in names if name in scope)
+
+
+def rotation_form(function):
+    """The ``RotationForm`` of a transformers rotary function, found by the probe (cached per
+    function and the globals it reads), or raises ``ValueError`` naming why posenc cannot compute
+    it."""
+    key = _cache_key(function)
+    with _lock:
+        form = _forms.get(key)
+        if form is None:
+            form = _forms[key] = _probe(function)
+    if isinstance(form, str):
+        raise ValueError(f"posenc: {function.__module__}.{function.__qualname__} cannot be replaced: {form}")
+    return form
+
+
+def replacement_for(function):
+    """posenc's function in place of the rotary function ``function`` (same arguments, same
+    results within the stated rounding), or raises ``ValueError`` where posenc cannot compute it:
+    what ``apply_posenc_rope`` puts in a patched layer's namespace, for modeling code of your own."""
+    return _replacement(function, rotation_form(function))
+
+
+# --- the model's attention layers and rotary embeddings -------------------------------------------
+
+def _rotating_methods(cls):
+    """{method name: function} of cls's methods (its own and inherited, below torch.nn.Module) that
+    call a rotary function of a transformers modeling file by a global name: forward, and helpers
+    such as an indexer's (Mistral Large 4) or a cross-attention's. Text attention only."""
+    methods = {}
+    for klass in cls.__mro__:
+        if klass in (torch.nn.Module, object):
+            break
+        for name, value in vars(klass).items():
+            if name in methods or not isinstance(value, types.FunctionType):
+                continue
+            scope = inspect.unwrap(value).__globals__  # (through @torch.no_grad() and the like)
+            if str(scope.get("__name__", "")).startswith("transformers.") and any(
+                    _ROTARY_NAME.match(n) and not _VISION_NAME.search(n) and callable(scope.get(n))
+                    for n in inspect.unwrap(value).__code__.co_names):
+                methods[name] = value
+    # (a name defined lower in the MRO without a rotary call hides the one above it)
+    return {name: function for name, function in methods.items() if _defined(cls, name) is function}
+
+
+def _defined(cls, name):
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
+
+
+def _rotary_calls(cls):
+    """(modeling module, [rotary function names], {method name: function}) of cls, or
+    (None, [], {}) where no method of cls rotates."""
+    methods = _rotating_methods(cls)
+    if not methods:
+        return None, [], {}
+    modules = {inspect.unwrap(function).__globals__["__name__"] for function in methods.values()}
+    if len(modules) > 1:
+        raise ValueError(f"posenc: {cls.__name__}'s methods that rotate live in several modeling files "
+                         f"({', '.join(sorted(modules))}); posenc patches one file per class, so the model was left "
+                         "unpatched")
+    module = sys.modules.get(modules.pop())
+    names = {n for function in methods.values() for n in inspect.unwrap(function).__code__.co_names
+             if _ROTARY_NAME.match(n) and not _VISION_NAME.search(n) and callable(module.__dict__.get(n))}
+    return module, sorted(names), methods
+
+
+def _original_class(module):
+    return type(module).__dict__.get("_posenc_rope_original", type(module))
+
+
+def _layout_ok(table, layout):
+    half = table.shape[-1] // 2
+    if layout == "cat":
+        return table.shape[-1] % 2 == 0 and torch.equal(table[..., :half], table[..., half:])
+    if layout == "repeat":
+        return table.shape[-1] % 2 == 0 and torch.equal(table[..., 0::2], table[..., 1::2])
+    return True
+
+
+def _rotary_tables(model):
+    """(name, cos, sin) of every text rotary embedding of the model at a few positions, or raises."""
+    tables = []
+    for name, module in model.named_modules():
+        if not type(module).__name__.endswith("RotaryEmbedding") or "Vision" in type(module).__name__:
+            continue  # (a vision tower's: its rotary functions are left to the model's code)
+        try:
+            parameters = list(inspect.signature(module.forward).parameters)
+        except (TypeError, ValueError):
+            continue
+        if parameters[:2] != ["x", "position_ids"]:
+            continue  # a vision tower's (patch grids, timestamps): not what text attention reads
+        tensor = next(iter(module.buffers()), None)
+        device = tensor.device if tensor is not None else torch.device("cpu")
+        layer_types = [None]
+        if "layer_type" in parameters:
+            # Per-layer-type tables keep a <layer type>_inv_freq buffer each (Gemma 3, Beam, ...).
+            declared = [n[:-len("_inv_freq")] for n, _ in module.named_buffers(recurse=False)
+                        if n.endswith("_inv_freq") and not n.endswith("original_inv_freq")]
+            layer_types = sorted(set(declared)) or [None]
+        for layer_type in layer_types:
+            kwargs = {} if layer_type is None else {"layer_type": layer_type}
+            try:
+                with torch.no_grad():
+                    cos, sin = module(torch.zeros(1, 6, 1, device=device), torch.arange(3, 9, device=device)[None],
+                                      **kwargs)
+            except Exception as error:  # noqa: BLE001  (any failure means: not checked, so refused)
+                raise ValueError(f"posenc: the model's rotary embedding {name} ({type(module).__name__}) could not be "
+                                 f"called on a few positions to check the layout of its cos and sin "
+                                 f"({type(error).__name__}: {error}); the model was left unpatched") from error
+            label = f"{name}[{layer_type}]" if layer_type is not None else name
+            if not (isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor) and cos.dim() == 3
+                    and cos.shape == sin.shape):
+                raise ValueError(f"posenc: the model's rotary embedding {label} ({type(module).__name__}) makes no "
+                                 "cos and sin of shape [B, L, R] for positions [1, L], so posenc cannot check their "
+                                 "layout; the model was left unpatched")
+            tables.append((label, cos, sin))
+    return tables
+
+
+def _attention_layers(model):
+    """[(layer, modeling module, {name: form})] of the model's text attention, or raises ValueError."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if not isinstance(model, torch.nn.Module) or config is None:
+        raise ValueError(f"posenc: apply_posenc_rope takes a transformers model (a torch.nn.Module with a "
+                         f"config), but got {type(model).__name__}")
+    if not isinstance(model_type, str):
+        raise ValueError(f"posenc: apply_posenc_rope reads the model type from config.model_type, which must be a "
+                         f"string (it names the model in posenc's messages), but this {type(model).__name__}'s is "
+                         f"{type(model_type).__name__} {model_type!r}; the model was left unpatched")
+    layers = []
+    for layer in model.modules():
+        cls = _original_class(layer)
+        modeling, names, methods = _rotary_calls(cls)
+        if not names:
+            continue
+        forms = {}
+        for name in names:
+            try:
+                forms[name] = rotation_form(modeling.__dict__[name])
+            except ValueError as error:
+                raise ValueError(f"{error}; {cls.__name__} of this '{model_type}' model calls it, so the model was "
+                                 "left unpatched") from None
+        layers.append((layer, modeling, forms, methods))
+    if not layers:
+        raise ValueError(f"posenc: no module of this '{model_type}' model ({type(model).__name__}) calls a rotary "
+                         "function (apply_..._rotary_... or apply_..._rope... of its modeling file) from its forward; "
+                         "the model was left unpatched")
+    for layer, _, _, methods in layers:
+        for name in methods:
+            if name in layer.__dict__:
+                raise ValueError(f"posenc: {type(layer).__name__} {layer.__dict__[name]!r} has a {name} of its own "
+                                 "(a hook or another patch set on the instance); posenc patches the class's methods "
+                                 "only, so the model was left unpatched")
+    _check_tables(model, model_type, layers)
+    return layers
+
+
+def _check_tables(model, model_type, layers):
+    layouts = {(form.layout, form.partial) for _, _, forms, _ in layers for form in forms.values()}
+    if all(layout == "half" for layout, _ in layouts):
+        return
+    tables = _rotary_tables(model)
+    if not tables:
+        raise ValueError(f"posenc: this '{model_type}' model has no rotary embedding module (a *RotaryEmbedding "
+                         "taking x and position_ids) whose cos and sin posenc could check; the model was left "
+                         "unpatched")
+    for layout, _ in layouts:
+        for name, cos, sin in tables:
+            if not (_layout_ok(cos, layout) and _layout_ok(sin, layout)):
+                raise ValueError(f"posenc: the rotary function of this '{model_type}' model reads cos and sin as "
+                                 f"'{layout}' (each token's R/2 values twice), but its rotary embedding {name} makes "
+                                 f"them otherwise (cos {list(cos.shape)}); posenc would rotate by other angles, so "
+                                 "the model was left unpatched")
+
+
+# --- the patched modules and classes --------------------------------------------------------------
+
+def _patched_module(modeling, forms):
     """The module of the patched classes of one modeling file: a copy of the file's namespace (taken
     again at every call, so later changes to the file's other globals are seen) with posenc's
-    apply_rotary_pos_emb, registered in sys.modules (torch.compile finds a function's globals, and
+    rotary functions, registered in sys.modules (torch.compile finds a function's globals, and
     pickle a class, by their module's name)."""
     name = PATCHED_MODULE_PREFIX + modeling.__name__.rsplit(".", 1)[-1]
     module = sys.modules.get(name)
@@ -210,97 +539,131 @@ def _patched_module(modeling, form):
         module = types.ModuleType(name, f"posenc's patched classes of {modeling.__name__}")
         sys.modules[name] = module
     keep = {key: module.__dict__[key] for key in list(module.__dict__) if key.startswith("Posenc")}
+    replaced = module.__dict__.get("_posenc_replaced", {})
     module.__dict__.update({key: value for key, value in vars(modeling).items()
                             if key not in ("__name__", "__doc__", "__spec__", "__loader__", "__package__")})
     module.__dict__.update(keep)
-    module.__dict__["apply_rotary_pos_emb"] = _replacement(form)
+    for function_name, form in forms.items():
+        replaced[function_name] = _replacement(modeling.__dict__[function_name], form)
+    module.__dict__.update(replaced)
+    module.__dict__["_posenc_replaced"] = replaced
     return module
 
 
 def _patched_class(cls, module):
-    """cls with its own forward run in `module`'s namespace: module.Posenc<cls.__name__>, made once."""
+    """cls with its rotating methods (forward and the helpers that rotate) run in `module`'s
+    namespace: module.Posenc<cls.__name__>, made once."""
     name = "Posenc" + cls.__name__
     patched = module.__dict__.get(name)
     if patched is None or patched.__bases__ != (cls,):
-        original = cls.__dict__["forward"]
-        forward = types.FunctionType(original.__code__, module.__dict__, original.__name__, original.__defaults__,
-                                     original.__closure__)
-        forward.__kwdefaults__ = original.__kwdefaults__
-        forward.__qualname__ = f"{name}.forward"
-        forward.__doc__ = original.__doc__
-        patched = type(name, (cls,), {"forward": forward, "__module__": module.__name__, "__qualname__": name,
-                                      "_posenc_rope_original": cls})
+        namespace = {"__module__": module.__name__, "__qualname__": name, "_posenc_rope_original": cls}
+        for method_name, original in _rotating_methods(cls).items():
+            namespace[method_name] = _rebound(original, module.__dict__, f"{name}.{method_name}")
+        patched = type(name, (cls,), namespace)
         setattr(module, name, patched)
     return patched
+
+
+def _rebound(function, scope, qualname):
+    """`function` reading its globals from `scope`. A decorated function (functools.wraps, as
+    @torch.no_grad() makes) is rebuilt around its rebound inner function: the wrapper's closure
+    cell that held the inner function holds the rebound one."""
+    inner = getattr(function, "__wrapped__", None)
+    if inner is None:
+        method = types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__,
+                                    function.__closure__)
+        method.__kwdefaults__ = function.__kwdefaults__
+        method.__doc__ = function.__doc__
+    else:
+        rebound_inner = _rebound(inner, scope, qualname)
+        cells = function.__closure__ or ()
+        if not any(cell.cell_contents is inner for cell in cells):
+            raise ValueError(f"posenc: {qualname} is wrapped by a decorator that does not keep the function it "
+                             "wraps in its closure; posenc cannot rebuild it, so the model was left unpatched")
+        closure = tuple(types.CellType(rebound_inner) if cell.cell_contents is inner else cell for cell in cells)
+        method = types.FunctionType(function.__code__, function.__globals__, function.__name__,
+                                    function.__defaults__, closure)
+        method.__kwdefaults__ = function.__kwdefaults__
+        method.__dict__.update(function.__dict__)
+        method.__wrapped__ = rebound_inner
+        method.__doc__ = function.__doc__
+    method.__qualname__ = qualname
+    return method
+
+
+def _modeling_file(stem):
+    """The transformers modeling module whose file is `stem`.py (modeling_llama)."""
+    import transformers
+
+    folder = stem[len("modeling_"):]
+    root = os.path.join(os.path.dirname(transformers.__file__), "models")
+    candidates = [folder] + sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, stem + ".py")))
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(root, candidate, stem + ".py")):
+            return importlib.import_module(f"transformers.models.{candidate}.{stem}")
+    raise ImportError(f"posenc: no transformers modeling file is named {stem}.py")
 
 
 def _rebuild_patched_module(name):
     """Makes the module `name` (PATCHED_MODULE_PREFIX + modeling file) with every patched class its
     modeling file can have: what unpickling a patched model in a fresh process imports."""
-    stem = name[len(PATCHED_MODULE_PREFIX):]
-    for model_type in SUPPORTED_MODEL_TYPES:
-        if f"modeling_{_MODELING_MODULES.get(model_type, model_type)}" == stem:
-            modeling = _modeling_module(model_type)
-            form = _form_of(model_type, modeling)
-            with _lock:
-                module = _patched_module(modeling, form)
-                for value in list(vars(modeling).values()):
-                    if isinstance(value, type) and issubclass(value, torch.nn.Module) and _calls_rope(value, modeling):
-                        _patched_class(value, module)
-            return module
-    raise ImportError(f"posenc: {name} names no modeling file of a supported model type")
-
-
-def _attention_layers(model):
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if not isinstance(model, torch.nn.Module) or model_type is None:
-        raise ValueError(f"posenc: apply_posenc_rope takes a transformers model (a torch.nn.Module with a "
-                         f"config), but got {type(model).__name__}")
-    if not isinstance(model_type, str):
-        raise ValueError(f"posenc: apply_posenc_rope reads the model type from config.model_type, which must be a "
-                         f"string (one of {sorted(SUPPORTED_MODEL_TYPES)}), but this {type(model).__name__}'s is "
-                         f"{type(model_type).__name__} {model_type!r}; the model was left unpatched")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"posenc: apply_posenc_rope supports the model types {sorted(SUPPORTED_MODEL_TYPES)}, but "
-                         f"this model is '{model_type}' ({type(model).__name__}); the model was left unpatched")
-    modeling = _modeling_module(model_type)
-    form = _form_of(model_type, modeling)
-    layers = [m for m in model.modules()
-              if _original_class(m).__module__ == modeling.__name__ and _calls_rope(_original_class(m), modeling)]
-    if not layers:
-        raise ValueError(f"posenc: no module of this {type(model).__name__} calls {modeling.__name__}."
-                         "apply_rotary_pos_emb from its forward; the model was left unpatched")
-    for layer in layers:
-        if "forward" in layer.__dict__:
-            raise ValueError(f"posenc: {type(layer).__name__} {layer.__dict__['forward']!r} has a forward of its own "
-                             "(a hook or another patch set on the instance); posenc patches the class's forward "
-                             "only, so the model was left unpatched")
-    return layers, modeling, form
-
-
-def _original_class(module):
-    return type(module).__dict__.get("_posenc_rope_original", type(module))
+    modeling = _modeling_file(name[len(PATCHED_MODULE_PREFIX):])
+    with _lock:
+        classes = []
+        forms = {}
+        for value in list(vars(modeling).values()):
+            if isinstance(value, type) and issubclass(value, torch.nn.Module) and value.__module__ == modeling.__name__:
+                try:
+                    owner, names, _ = _rotary_calls(value)
+                except ValueError:
+                    continue
+                if owner is modeling and names:
+                    try:
+                        forms.update({n: rotation_form(modeling.__dict__[n]) for n in names})
+                    except ValueError:
+                        continue
+                    classes.append(value)
+        module = _patched_module(modeling, forms)
+        for cls in classes:
+            _patched_class(cls, module)
+    return module
 
 
 def apply_posenc_rope(model):
-    """Makes ``model`` (a transformers model of a type in ``SUPPORTED_MODEL_TYPES``) rotate queries and
-    keys with ``torch.ops.posenc.apply_rotary_qk``. Patches this instance only: each attention layer
-    becomes an instance of a subclass of its class (``Posenc<Class>``, in a module of posenc's)
-    whose forward is its class's forward with the modeling file's ``apply_rotary_pos_emb``
-    replaced. Parameters, buffers, state-dict keys, config and outputs (see the module docstring)
-    stay as they were; ``generate``, ``torch.compile``, ``save_pretrained``, ``copy.deepcopy``,
-    pickling and ``nn.DataParallel`` replicas work as before. Patching a patched model changes
-    nothing. Raises ``ValueError``, with the model unchanged, for a model type posenc does not
-    support, a transformers whose rotation is not the one posenc replaces, or an attention layer
-    whose instance has a forward of its own. Returns ``model``."""
-    layers, modeling, form = _attention_layers(model)
+    """Makes ``model`` (a transformers model) rotate queries and keys with posenc's operators, where
+    every rotary function its text attention calls is one posenc computes exactly (see the module
+    docstring: found by a probe of each function, not from a list of model types). Patches this
+    instance only: each attention layer becomes an instance of a subclass of its class
+    (``Posenc<Class>``, in a module of posenc's) whose forward is its class's forward with the
+    modeling file's rotary functions replaced. Parameters, buffers, state-dict keys, config and
+    outputs (see the module docstring) stay as they were; ``generate``, ``torch.compile``,
+    ``save_pretrained``, ``copy.deepcopy``, pickling and ``nn.DataParallel`` replicas work as
+    before. Patching a patched model changes nothing. Raises ``ValueError``, with the model
+    unchanged, where a rotary function is none of posenc's forms, the model's rotary embedding makes
+    cos and sin in another layout than its function reads, no layer calls a rotary function, or an
+    attention layer's instance has a forward of its own. Returns ``model``."""
+    layers = _attention_layers(model)
     with _lock:
-        module = _patched_module(modeling, form)
-        classes = [(layer, _patched_class(_original_class(layer), module)) for layer in layers]
-    for layer, patched in classes:
+        patches = []
+        for layer, modeling, forms, _ in layers:
+            module = _patched_module(modeling, forms)
+            patches.append((layer, _patched_class(_original_class(layer), module)))
+    for layer, patched in patches:
         layer.__class__ = patched
     return model
+
+
+def describe_posenc_rope(model):
+    """What ``apply_posenc_rope`` would do with ``model``, without changing it: a list of
+    (modeling file, function name, form description, sha256 of the function's source) for each
+    rotary function its text attention calls. Raises the ``ValueError`` that apply_posenc_rope
+    would."""
+    seen = {}
+    for _, modeling, forms, _ in _attention_layers(model):
+        for name, form in forms.items():
+            function = modeling.__dict__[name]
+            seen[(modeling.__name__, name)] = (modeling.__name__, name, _describe_form(form), _source_sha256(function))
+    return sorted(seen.values())
 
 
 def _check_module(model, function):
