@@ -34,6 +34,7 @@ SHRINK = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_l
               encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
               encoder_ffn_dim=96, decoder_ffn_dim=96, encoder_hidden_size=64, num_decoder_layers=2,
               depth=2, embed_dim=64, num_heads=4, out_hidden_size=64, vision_layers=2, text_hidden_size=64,
+              vocab_size_per_layer_input=128, hidden_size_per_layer_input=8, num_kv_shared_layers=0,
               pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
 MAX_PARAMETERS = 40_000_000  # a shrunk model larger than this is reported as not buildable small
 TOLERANCE = 1e-5  # of the largest output: float32, the same arithmetic on both sides (see the test)
@@ -62,6 +63,7 @@ def _rotates(module):
     for value in vars(module).values():
         if isinstance(value, type) and issubclass(value, torch.nn.Module) and value.__module__ == module.__name__:
             forward = value.__dict__.get("forward")
+            forward = inspect.unwrap(forward) if forward is not None else None  # (through decorators)
             if forward is not None and hasattr(forward, "__code__") and any(
                     ROTARY.match(n) and callable(module.__dict__.get(n)) for n in forward.__code__.co_names):
                 return True
@@ -165,7 +167,15 @@ def _model_class(model_type):
             name = name[0]
         if name and hasattr(transformers, name):
             return getattr(transformers, name)
-    return None
+    # Types without an Auto class (a composite model's text or tower part): the modeling file's
+    # model class for this config, a causal LM first.
+    config_class = transformers.CONFIG_MAPPING[model_type]
+    found = [value for module in _modeling_modules(model_type) for value in vars(module).values()
+             if isinstance(value, type) and issubclass(value, transformers.PreTrainedModel)
+             and value.__module__ == module.__name__ and getattr(value, "config_class", None) is config_class
+             and "PreTrained" not in value.__name__]
+    found.sort(key=lambda c: (not c.__name__.endswith("ForCausalLM"), not c.__name__.endswith("Model"), c.__name__))
+    return found[0] if found else None
 
 
 def _output(model, tokens):
@@ -202,7 +212,7 @@ def sweep_one(hf, model_type):
     """(result, detail): result is "served", "refused", "not buildable" or "FAILED"."""
     cls = _model_class(model_type)
     if cls is None:
-        return "not buildable", "no Auto model class for this type"
+        return "not buildable", "no model class for this type's config (Auto or in its modeling file)"
     attempts, tried, first_error = [{}], 0, None
     while tried < len(attempts):
         overrides = attempts[tried]

@@ -341,6 +341,21 @@ def _probe(function):
     return "it computes none of the rotations posenc performs (probed in every form, float32, on random inputs)"
 
 
+def _underlying(value, name):
+    """The Python function behind a modeling file's global `name`: the function itself, or, where
+    the `kernels` package is installed and transformers' hub decorator made the function an
+    nn.Module (kernels' Func, calling the function unless a hub kernel was chosen), the function
+    its forward closes over."""
+    if isinstance(value, types.FunctionType) or not isinstance(value, torch.nn.Module):
+        return value
+    forward = getattr(type(value), "forward", None)
+    for cell in getattr(forward, "__closure__", None) or ():
+        contents = cell.cell_contents
+        if isinstance(contents, types.FunctionType) and name in (None, contents.__name__):
+            return contents
+    return value
+
+
 def _cache_key(function):
     # What the function computes depends on the globals it reads (rotate_half): a rebound global
     # (a monkeypatch, a reloaded file) is probed again.
@@ -353,13 +368,15 @@ def rotation_form(function):
     """The ``RotationForm`` of a transformers rotary function, found by the probe (cached per
     function and the globals it reads), or raises ``ValueError`` naming why posenc cannot compute
     it."""
+    function = _underlying(function, getattr(function, "__name__", None))
     key = _cache_key(function)
     with _lock:
         form = _forms.get(key)
         if form is None:
             form = _forms[key] = _probe(function)
     if isinstance(form, str):
-        raise ValueError(f"posenc: {function.__module__}.{function.__qualname__} cannot be replaced: {form}")
+        name = getattr(function, "__qualname__", None) or type(function).__name__
+        raise ValueError(f"posenc: {getattr(function, '__module__', '')}.{name} cannot be replaced: {form}")
     return form
 
 
@@ -367,6 +384,7 @@ def replacement_for(function):
     """posenc's function in place of the rotary function ``function`` (same arguments, same
     results within the stated rounding), or raises ``ValueError`` where posenc cannot compute it:
     what ``apply_posenc_rope`` puts in a patched layer's namespace, for modeling code of your own."""
+    function = _underlying(function, getattr(function, "__name__", None))
     return _replacement(function, rotation_form(function))
 
 
@@ -433,7 +451,7 @@ def _rotary_tables(model):
     """(name, cos, sin) of every text rotary embedding of the model at a few positions, or raises."""
     tables = []
     for name, module in model.named_modules():
-        if not type(module).__name__.endswith("RotaryEmbedding") or "Vision" in type(module).__name__:
+        if not type(module).__name__.endswith("RotaryEmbedding") or "VisionRotary" in type(module).__name__:
             continue  # (a vision tower's: its rotary functions are left to the model's code)
         try:
             parameters = list(inspect.signature(module.forward).parameters)
@@ -489,7 +507,7 @@ def _attention_layers(model):
         forms = {}
         for name in names:
             try:
-                forms[name] = rotation_form(modeling.__dict__[name])
+                forms[name] = rotation_form(_underlying(modeling.__dict__[name], name))
             except ValueError as error:
                 raise ValueError(f"{error}; {cls.__name__} of this '{model_type}' model calls it, so the model was "
                                  "left unpatched") from None
@@ -544,7 +562,7 @@ def _patched_module(modeling, forms):
                             if key not in ("__name__", "__doc__", "__spec__", "__loader__", "__package__")})
     module.__dict__.update(keep)
     for function_name, form in forms.items():
-        replaced[function_name] = _replacement(modeling.__dict__[function_name], form)
+        replaced[function_name] = _replacement(_underlying(modeling.__dict__[function_name], function_name), form)
     module.__dict__.update(replaced)
     module.__dict__["_posenc_replaced"] = replaced
     return module
@@ -619,7 +637,7 @@ def _rebuild_patched_module(name):
                     continue
                 if owner is modeling and names:
                     try:
-                        forms.update({n: rotation_form(modeling.__dict__[n]) for n in names})
+                        forms.update({n: rotation_form(_underlying(modeling.__dict__[n], n)) for n in names})
                     except ValueError:
                         continue
                     classes.append(value)
@@ -661,7 +679,7 @@ def describe_posenc_rope(model):
     seen = {}
     for _, modeling, forms, _ in _attention_layers(model):
         for name, form in forms.items():
-            function = modeling.__dict__[name]
+            function = _underlying(modeling.__dict__[name], name)
             seen[(modeling.__name__, name)] = (modeling.__name__, name, _describe_form(form), _source_sha256(function))
     return sorted(seen.values())
 
