@@ -173,6 +173,10 @@ const std::vector<ModelTypeRule>& model_type_rules() {
         "glm_ocr_text",
         "helium",
         "openai_privacy_filter",
+        // PE audio/video encoders: their stack_freqs turns (2i, 2i + 1) by [[cos, -sin], [sin, cos]]
+        "pe_audio_encoder",
+        "pe_audio_video_encoder",
+        "pe_video_encoder",
         "deepseek_v2",
         "llama4",
         "llama4_text"},

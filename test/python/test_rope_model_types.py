@@ -164,6 +164,39 @@ def test_glm4v_rotates_as_its_code(posenc_package, model_type, pairing):
         assert max_error(changed.forward_positions(q, positions), q_ref) > 0.1, change
 
 
+@pytest.mark.parametrize("folder, model_type", [("pe_audio", "pe_audio_encoder"), ("pe_video", "pe_video_encoder"),
+                                                ("pe_audio_video", "pe_audio_video_encoder")])
+def test_pe_encoders_rotate_pairs_as_their_code(posenc_package, folder, model_type):
+    """The PE audio / video / audio-video encoders turn time positions in pairs (2i, 2i + 1)
+    (stack_freqs: [[cos, -sin], [sin, cos]] on each pair), which their config does not say: posenc
+    reads the types as interleaved (it read halves, silently, before). Against each encoder's own
+    rotary class and apply_rotary_pos_emb near the end of its context; the halves differ."""
+    modeling = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(model_type, hidden_size=256, num_attention_heads=2, head_dim=128)
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True)
+    assert module.pairing == "interleaved" and module.rotary_dim == 128
+    rotary_class = next(getattr(modeling, n) for n in dir(modeling) if n.endswith("EncoderRotaryEmbedding"))
+    torch.manual_seed(13)
+    offset = config.max_position_embeddings - 16
+    positions = torch.arange(offset, offset + 16)[None]
+    q, k = torch.randn(1, 2, 16, 128), torch.randn(1, 2, 16, 128)
+
+    def theirs(q, k):
+        cos, sin = rotary_class(config=config)(q, positions)
+        return modeling.apply_rotary_pos_emb(q, k, cos, sin)
+
+    hf = theirs(q, k)
+    with float64_everywhere():
+        reference = theirs(q.double(), k.double())
+    for ours, their, exact in zip(module.forward_qk(q, k, offset), hf, reference):
+        ulp = 2 ** -23 * exact.abs().max().item()
+        assert max_error(ours, exact) <= max_error(their, exact) + ulp
+    halves = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, pairing="half_split")
+    assert max_error(halves.forward_qk(q, k, offset)[0], reference[0]) > 0.1
+
+
 @pytest.mark.parametrize("rope_interleave", [True, False])
 def test_mla_rotates_its_rope_part_as_deepseek_v3(posenc_package, posenc_cli, tmp_path, rope_interleave):
     """DeepSeek-V3 (MLA): only the qk_rope_head_dim channels of a head turn, held apart (q_pe,
