@@ -201,7 +201,14 @@ void run_export(const ExportArgs& args) {
     if (args.max_len > 0) {
       options.max_len(args.max_len);
     }
-    options.heads_first(args.heads_first).beyond_max_len(beyond).cached_len(args.cached_len);
+    // Dynamic NTK and LongRoPE exist to run past max_position_embeddings (their frequencies follow
+    // the call's length, as transformers computes them): rows past the caches are computed per
+    // call by default, not refused.
+    const RopeType rope_type = options.scaling().type();
+    const bool extends = rope_type == RopeType::kDynamic || rope_type == RopeType::kLongRope;
+    options.heads_first(args.heads_first)
+        .beyond_max_len(extends ? BeyondMaxLen::kExtrapolate : beyond)
+        .cached_len(args.cached_len);
     if (!args.pairing.empty()) { // else the model type's (read_hf_rope_config)
       options
           .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
@@ -305,7 +312,8 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--heads-first", args->heads_first,
                 "Inputs are [B, H, L, Dh] instead of [B, L, H, Dh] (rotary)");
   cmd->add_flag("--extrapolate", args->extrapolate,
-                "Compute positions past max-len on the fly instead of raising");
+                "Compute positions past max-len on the fly instead of raising (rotary with "
+                "--hf-config: what dynamic and longrope configs do without it)");
   cmd->add_option("--format", args->format,
                   "torchscript (a module torch.jit.load runs), safetensors (the module's tables, "
                   "its state dict) or onnx (a graph of standard ONNX operators, batch and length "

@@ -507,7 +507,8 @@ std::string index_ranges(const std::vector<int64_t>& indices) {
 }
 
 // Which layers to choose from when per_layer_config makes a layer type ambiguous: the layers
-// per_layer_config gives fields of their own, and those of the type asked for (layer_types).
+// per_layer_config gives fields of their own, and those of each type (layer_types), the type asked
+// for first.
 std::string per_layer_choice(const json& per_layer_config, const json& layer_types,
                              const std::string& layer_type) {
   std::vector<int64_t> own;
@@ -521,14 +522,27 @@ std::string per_layer_choice(const json& per_layer_config, const json& layer_typ
   std::sort(own.begin(), own.end());
   std::string text = "per_layer_config gives layers " + index_ranges(own) + " fields of their own";
   if (layer_types.is_array()) {
-    std::vector<int64_t> of_type;
-    for (size_t i = 0; i < layer_types.size(); ++i) {
-      if (layer_types[i] == layer_type) {
-        of_type.push_back(static_cast<int64_t>(i));
+    // Every type's layers, the one asked for first: a user picks a layer index from these.
+    std::vector<std::string> types = {layer_type};
+    for (const json& type : layer_types) {
+      if (type.is_string() &&
+          std::find(types.begin(), types.end(), type.get<std::string>()) == types.end()) {
+        types.push_back(type.get<std::string>());
       }
     }
-    text += of_type.empty() ? "; layer_types has no " + layer_type + " layer"
-                            : "; the " + layer_type + " layers are " + index_ranges(of_type);
+    for (const std::string& type : types) {
+      std::vector<int64_t> of_type;
+      for (size_t i = 0; i < layer_types.size(); ++i) {
+        if (layer_types[i] == type) {
+          of_type.push_back(static_cast<int64_t>(i));
+        }
+      }
+      if (of_type.empty()) {
+        text += "; layer_types has no " + type + " layer";
+      } else {
+        text += "; the " + type + " layers are " + index_ranges(of_type);
+      }
+    }
   }
   return text;
 }

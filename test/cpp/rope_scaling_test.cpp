@@ -750,7 +750,8 @@ TEST(HfConfig, PerLayerRopeParameters) {
   EXPECT_POSENC_ERROR(read_hf_rope_config(config, "config.json", read),
                       "per_layer_config gives some layers fields of their own, so a layer type "
                       "does not say which; choose the layer by its index (layer) (per_layer_config "
-                      "gives layers 2 fields of their own; the full_attention layers are 2)");
+                      "gives layers 2 fields of their own; the full_attention layers are 2; the "
+                      "sliding_attention layers are 0, 1)");
   {
     // the indices to choose from, as ranges
     std::string six = config;
@@ -764,11 +765,12 @@ TEST(HfConfig, PerLayerRopeParameters) {
     by_type.layer_type = "sliding_attention";
     EXPECT_POSENC_ERROR(read_hf_rope_config(six, "config.json", by_type),
                         "(per_layer_config gives layers 3, 5 fields of their own; the "
-                        "sliding_attention layers are 0 .. 2, 4)");
+                        "sliding_attention layers are 0 .. 2, 4; the full_attention layers are 3, 5)");
     by_type.layer_type = "chunked_attention";
     EXPECT_POSENC_ERROR(read_hf_rope_config(six, "config.json", by_type),
                         "(per_layer_config gives layers 3, 5 fields of their own; layer_types has "
-                        "no chunked_attention layer)");
+                        "no chunked_attention layer; the sliding_attention layers are 0 .. 2, 4; "
+                        "the full_attention layers are 3, 5)");
   }
   // Without per_layer_config, a layer type is enough; an unknown one is named.
   std::string plain = config;

@@ -205,13 +205,16 @@ def test_python_module_from_a_transformers_config_matches_transformers(posenc_pa
     assert_not_worse_than_transformers(module.forward_qk(q, k, offset), hf_qk, reference)
 
 
+@pytest.mark.parametrize("max_len", [2 * MAX_POS, None])
 @pytest.mark.parametrize("name", ["dynamic", "longrope"])
-def test_prefill_past_the_context_then_decoding_matches_transformers(posenc_cli, tmp_path, name):
+def test_prefill_past_the_context_then_decoding_matches_transformers(posenc_cli, tmp_path, name, max_len):
     """dynamic and longrope frequencies follow the call's length: a prefill past the context and
     then single-token decoding steps, as HF's stateful module sees them (its sequence only grows,
-    where posenc's stateless rule and HF's agree)."""
+    where posenc's stateless rule and HF's agree). Exported with caches past the context, and with
+    none (max_len None: the config's max_position_embeddings): past it the rows are computed per
+    call by default, as extending the context is what these types are for."""
     config = config_dict(name, "v5")
-    exported = export(posenc_cli, tmp_path, config, "--max-len", str(2 * MAX_POS))
+    exported = export(posenc_cli, tmp_path, config, *([] if max_len is None else ["--max-len", str(max_len)]))
     hf = hf_config(config)
     module = LlamaRotaryEmbedding(hf)
     torch.manual_seed(1)
@@ -231,6 +234,16 @@ def test_prefill_past_the_context_then_decoding_matches_transformers(posenc_cli,
             ours_error, hf_error = max_error(ours, reference), max_error(theirs, reference)
             assert ours_error <= hf_error + ulp
             assert ours_error <= 4 * ulp
+
+
+def test_an_exported_config_of_a_fixed_rope_type_refuses_past_its_context(posenc_cli, tmp_path):
+    """The fixed rope types keep the refusal past max_position_embeddings (a model trained to that
+    length) unless --extrapolate is given; dynamic and longrope extend (above)."""
+    config = config_dict("linear", "v5")
+    q = torch.randn(1, HEADS, 4, HEAD_DIM)
+    with pytest.raises((RuntimeError, torch.jit.Error), match="max_len"):  # (TorchScript's error type)
+        export(posenc_cli, tmp_path, config)(q, MAX_POS - 2)
+    assert export(posenc_cli, tmp_path, config, "--extrapolate")(q, MAX_POS - 2).shape == q.shape
 
 
 def test_rope_command_prints_transformers_frequencies(posenc_cli, tmp_path):
