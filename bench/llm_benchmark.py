@@ -57,7 +57,7 @@ def rotation_alone(arguments, modeling, posenc_hf):
 
     heads, kv_heads = CONFIG["num_attention_heads"], CONFIG["num_key_value_heads"]
     head_dim = CONFIG["hidden_size"] // heads
-    replacement = posenc_hf._replacement("halves")
+    replacement = posenc_hf.replacement_for(modeling.apply_rotary_pos_emb)
     rows = []
     for length in (1, arguments.prefill_length):
         q = torch.randn(1, length, heads, head_dim).transpose(1, 2)

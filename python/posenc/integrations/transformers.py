@@ -54,6 +54,7 @@ bfloat16).
 
 import ast
 import collections
+import copy
 import hashlib
 import importlib
 import inspect
@@ -470,9 +471,11 @@ def _rotary_tables(model):
         for layer_type in layer_types:
             kwargs = {} if layer_type is None else {"layer_type": layer_type}
             try:
+                # A copy: a dynamic rotary embedding updates its frequencies when called, and the
+                # model must stay as it was (refused or not).
                 with torch.no_grad():
-                    cos, sin = module(torch.zeros(1, 6, 1, device=device), torch.arange(3, 9, device=device)[None],
-                                      **kwargs)
+                    cos, sin = copy.deepcopy(module)(torch.zeros(1, 6, 1, device=device),
+                                                     torch.arange(3, 9, device=device)[None], **kwargs)
             except Exception as error:  # noqa: BLE001  (any failure means: not checked, so refused)
                 raise ValueError(f"posenc: the model's rotary embedding {name} ({type(module).__name__}) could not be "
                                  f"called on a few positions to check the layout of its cos and sin "
