@@ -179,11 +179,21 @@ def _model_class(model_type):
 
 
 def _output(model, tokens):
+    parameters = inspect.signature(model.forward).parameters
     kwargs = {"input_ids": tokens}
-    if getattr(model.config, "is_encoder_decoder", False):
+    if "input_ids" not in parameters and "input_values" in parameters:
+        # An audio model (Moonshine, PE audio): 0.5 s of a random waveform at 16 kHz.
+        kwargs = {"input_values": torch.randn(tokens.shape[0], 8000, generator=torch.Generator().manual_seed(2))}
+    if getattr(model.config, "is_encoder_decoder", False) or "decoder_input_ids" in parameters:
         kwargs["decoder_input_ids"] = tokens
     with torch.no_grad():
-        out = model(**kwargs)
+        try:
+            out = model(**kwargs)
+        except RuntimeError as error:
+            if "input_values" not in kwargs or "channels" not in str(error):
+                raise
+            kwargs["input_values"] = kwargs["input_values"][:, None]  # (a waveform with a channel axis)
+            out = model(**kwargs)
     value = getattr(out, "logits", None)
     if value is None:
         value = getattr(out, "last_hidden_state", None)
