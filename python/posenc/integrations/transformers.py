@@ -309,7 +309,7 @@ def _agrees(function, names, call, form, unsqueeze, heads_first, width, generato
             else:
                 theirs = (function(**{names[0]: q, "cos": cos, "sin": sin}, **kwargs),)
                 ours = _rotate_tensors([q], cos, sin, form, unsqueeze)
-    except (RuntimeError, ValueError, IndexError, TypeError):
+    except Exception:  # noqa: BLE001  (whatever the model's code raises: not inputs it takes)
         return None  # this form's inputs are not ones the function takes
     if not isinstance(theirs, (tuple, list)) or len(theirs) != len(ours):
         return False
@@ -369,6 +369,9 @@ def rotation_form(function):
     """The ``RotationForm`` of a transformers rotary function, found by the probe (cached per
     function and the globals it reads), or raises ``ValueError`` naming why posenc cannot compute
     it."""
+    if not callable(function):
+        raise TypeError(f"posenc: rotation_form takes a rotary function (a transformers modeling file's "
+                        f"apply_rotary_pos_emb or the like), but got {type(function).__name__}")
     function = _underlying(function, getattr(function, "__name__", None))
     key = _cache_key(function)
     with _lock:
@@ -385,8 +388,8 @@ def replacement_for(function):
     """posenc's function in place of the rotary function ``function`` (same arguments, same
     results within the stated rounding), or raises ``ValueError`` where posenc cannot compute it:
     what ``apply_posenc_rope`` puts in a patched layer's namespace, for modeling code of your own."""
-    function = _underlying(function, getattr(function, "__name__", None))
-    return _replacement(function, rotation_form(function))
+    form = rotation_form(function)
+    return _replacement(_underlying(function, getattr(function, "__name__", None)), form)
 
 
 # --- the model's attention layers and rotary embeddings -------------------------------------------
