@@ -93,7 +93,8 @@ def measure(model_type, extra, arguments):
     patched = hf.apply_posenc_rope(build(model_type, extra))
     described = hf.describe_posenc_rope(reference)
     own = [(sys.modules[module], name) for module, name, _, _ in described]
-    ours = [(sys.modules[hf.PATCHED_MODULE_PREFIX + module.rsplit(".", 1)[-1]], name) for module, name, _, _ in described]
+    ours = [(sys.modules[hf.PATCHED_MODULE_PREFIX + module.rsplit(".", 1)[-1]], name)
+            for module, name, _, _ in described]
     torch.manual_seed(1)
     prompt = torch.randint(3, BASE["vocab_size"], (1, arguments.prompt))
     short = prompt[:, :32]

@@ -471,3 +471,76 @@ def test_per_sequence_position_ids(hf, model_type):
     assert counter.calls == SMALL["num_hidden_layers"]
     with torch.no_grad():
         assert_close_to(logits, reference(tokens, position_ids=position_ids).logits, 1e-6)
+
+
+def test_q_only_calls_answer_as_the_models_function(hf):
+    """k=None: Qwen4-exp's function returns q alone, Mistral Large 4's (its shared-KV layers) the
+    pair (q, None); DeepSeek-V3's takes no k=None. The probe finds which, the replacement answers
+    the same, and a function that takes no k=None is not called with one."""
+    import importlib
+
+    torch.manual_seed(4)
+    q = torch.randn(2, 4, 5, 16)
+    angles = torch.rand(2, 5, 8) * 30
+    cos, sin = torch.cat((angles.cos(), angles.cos()), -1), torch.cat((angles.sin(), angles.sin()), -1)
+    for folder, name, kind in [("qwen4_exp", "apply_rotary_pos_emb", "q"),
+                               ("mistral_large4", "apply_rotary_pos_emb_interleave", "pair"),
+                               ("deepseek_v3", "apply_rotary_pos_emb_interleave", None)]:
+        function = getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
+        assert hf.rotation_form(function).k_none == kind, folder
+        ours = hf.replacement_for(function)
+        if kind is None:
+            with pytest.raises(ValueError, match="k must be a tensor"):
+                ours(q, None, cos, sin)
+            continue
+        theirs, mine = function(q, None, cos, sin), ours(q, None, cos, sin)
+        if kind == "pair":
+            assert mine[1] is None and theirs[1] is None
+            theirs, mine = theirs[0], mine[0]
+        assert isinstance(mine, torch.Tensor) and mine.shape == theirs.shape
+        assert_close_to(mine, theirs, 1e-6)
+
+
+def test_cos_cut_along_its_last_axis_at_a_call_is_refused(hf):
+    """MiniMax M3's indexer passes cos[..., :index_head_dim] to the rotary function: the layout
+    checked on the rotary embedding's tables is not what reaches the function (with an index head
+    narrower than the rotary, posenc would read other values), so such a call is refused."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import transformers_sweep
+
+    config = transformers_sweep.small_config("minimax_m3_vl_text", layer_types=["minimax_m3_sparse", "full_attention"],
+                                             num_hidden_layers=2, index_head_dim=8)
+    from transformers.models.minimax_m3_vl import modeling_minimax_m3_vl as modeling
+
+    model = modeling.MiniMaxM3VLTextModel(config).eval()
+    with pytest.raises(ValueError, match=r"MiniMaxM3VLIndexer.forward passes cos\[\.\.\., :self.head_dim\] to "
+                                         "apply_rotary_pos_emb: cos/sin cut along their last axis"):
+        hf.apply_posenc_rope(model)
+    assert not hf.is_patched(model)
+
+
+def test_a_model_without_weights_is_refused(hf):
+    with torch.device("meta"):
+        model = small_model("llama")
+    with pytest.raises(ValueError, match="on the meta device .* patch the model once its weights are loaded"):
+        hf.apply_posenc_rope(model)
+    assert not hf.is_patched(model)
+
+
+def test_a_patched_module_makes_a_class_it_lacks_on_first_use(hf):
+    """A process that has patched other classes of a modeling file (or none of this one) still
+    unpickles a model whose layers are another class of it: the patched module makes the class
+    when pickle asks for it."""
+    import pickle
+
+    model = hf.apply_posenc_rope(small_model("mistral"))
+    data = pickle.dumps(model)
+    module = sys.modules[hf.PATCHED_MODULE_PREFIX + "modeling_mistral"]
+    del module.__dict__["PosencMistralAttention"]
+    restored = pickle.loads(data)
+    assert type(restored.model.layers[0].self_attn).__name__ == "PosencMistralAttention" and hf.is_patched(restored)
+    tokens = torch.randint(3, SMALL["vocab_size"], (1, 7))
+    with torch.no_grad():
+        assert torch.equal(restored(tokens).logits, model(tokens).logits)
+    with pytest.raises(AttributeError, match="has no attribute 'PosencNoSuchClass'"):
+        getattr(module, "PosencNoSuchClass")

@@ -79,8 +79,9 @@ _VISION_NAME = re.compile(r"(vision|_2d|multidimensional)")
 
 #: The form of a rotary function posenc computes exactly (see the module docstring).
 RotationForm = collections.namedtuple(
-    "RotationForm", ["call", "pairing", "layout", "placement", "output", "heads_first", "partial", "inverse"],
-    defaults=[False])
+    "RotationForm", ["call", "pairing", "layout", "placement", "output", "heads_first", "partial", "inverse",
+                     "k_none"],
+    defaults=[False, None])  # k_none: what a qk call with k=None returns: "q", "pair" (q, None), or None (refused)
 
 
 def _describe_form(form):
@@ -238,8 +239,12 @@ def _replacement(function, form):
             values = _bind(names, args, kwargs, name)
             q, k = values["q"], values.get("k")
             unsqueeze = values.get("unsqueeze_dim", unsqueeze_default)
+            if k is None and form.k_none is None:
+                raise ValueError(f"posenc {name}: k must be a tensor (the model's function takes no k=None)")
             rq, rk = _rotate_tensors([q, k], values["cos"], values["sin"], form, unsqueeze)
-            return rq if k is None else (rq, rk)  # (Qwen4-exp: k=None rotates q alone)
+            if k is None:  # as the model's function answers (Qwen4-exp: q; Mistral Large 4: (q, None))
+                return rq if form.k_none == "q" else (rq, None)
+            return rq, rk
     elif call == "complex":
         def rotate(*args, **kwargs):
             values = _bind(names, args, kwargs, name)
@@ -297,6 +302,8 @@ def _agrees(function, names, call, form, unsqueeze, heads_first, width, generato
     q, k, angles = _probe_inputs(generator, heads_first, width)
     cos, sin = _laid_out(angles.cos(), form.layout), _laid_out(angles.sin(), form.layout)
     kwargs = {} if unsqueeze is None else {"unsqueeze_dim": unsqueeze}
+    if "position_ids" in names:  # (posenc's rows are cos/sin's own: a function that reads these differs)
+        kwargs["position_ids"] = torch.arange(q.shape[2 if heads_first else 1]).flip(0)[None]
     try:
         with torch.no_grad():
             if call == "complex":
@@ -315,6 +322,30 @@ def _agrees(function, names, call, form, unsqueeze, heads_first, width, generato
         return False
     return all(isinstance(t, torch.Tensor) and t.shape == o.shape and bool(((t - o).abs() <= 1e-5).all())
                for t, o in zip(theirs, ours))
+
+
+def _k_none(function, form, generator):
+    """What the function returns for k=None (q-only calls: Qwen4-exp returns q, Mistral Large 4's
+    shared-KV layers get (q, None)), checked against posenc's q; None where it takes no k=None."""
+    if form.call != "qk":
+        return None
+    heads_first = True if form.heads_first is None else form.heads_first
+    q, _, angles = _probe_inputs(generator, heads_first, 16)
+    cos, sin = _laid_out(angles.cos(), form.layout), _laid_out(angles.sin(), form.layout)
+    kwargs = {} if form.heads_first is not None else {"unsqueeze_dim": 1}
+    try:
+        with torch.no_grad():
+            theirs = function(q, None, cos, sin, **kwargs)
+            ours = _rotate_tensors([q], cos, sin, form, kwargs.get("unsqueeze_dim"))[0]
+    except Exception:  # noqa: BLE001  (it takes no k=None)
+        return None
+    if isinstance(theirs, torch.Tensor):
+        kind, value = "q", theirs
+    elif isinstance(theirs, (tuple, list)) and len(theirs) == 2 and theirs[1] is None:
+        kind, value = "pair", theirs[0]
+    else:
+        return None
+    return kind if value.shape == ours.shape and bool(((value - ours).abs() <= 1e-5).all()) else None
 
 
 def _probe(function):
@@ -338,7 +369,7 @@ def _probe(function):
             partial = [_agrees(function, names, call, form, u, h, 8, generator) for u, h in probes]
             if any(result is False for result in partial):
                 continue  # narrower cos is rotated otherwise (another placement)
-            return form._replace(partial=all(partial))
+            return form._replace(partial=all(partial), k_none=_k_none(function, form, generator))
     return "it computes none of the rotations posenc performs (probed in every form, float32, on random inputs)"
 
 
@@ -438,11 +469,58 @@ def _rotary_calls(cls):
     return module, sorted(names), methods
 
 
+def _slices_last_axis(node):
+    """Whether an argument expression may cut cos/sin along their last axis (cos[..., :n],
+    cos.narrow(-1, ...)): the layout checked on the rotary embedding's tables would then not be
+    what reaches the function (MiniMax M3's indexer with an index head narrower than the rotary)."""
+    for part in ast.walk(node):
+        if isinstance(part, ast.Call) and isinstance(part.func, ast.Attribute) and part.func.attr in (
+                "narrow", "split", "chunk", "unbind", "tensor_split", "index_select", "gather"):
+            return True
+        if isinstance(part, ast.Subscript):
+            items = list(part.slice.elts) if isinstance(part.slice, ast.Tuple) else [part.slice]
+            ellipsis = any(isinstance(i, ast.Constant) and i.value is Ellipsis for i in items)
+            last = items[-1]
+            full = isinstance(last, ast.Slice) and last.lower is None and last.upper is None and last.step is None
+            if (ellipsis or len(items) >= 3) and not full:
+                return True
+    return False
+
+
+def _check_call_sites(cls, methods, modeling, forms):
+    """Every call of a replaced function in cls's rotating methods passes cos and sin (freqs_cis)
+    whole along their last axis, or raises ValueError."""
+    for method_name, method in methods.items():
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(method))))
+        except (OSError, TypeError, SyntaxError) as error:
+            raise ValueError(f"posenc: the source of {cls.__name__}.{method_name} cannot be read ({error}), so posenc "
+                             "cannot check what it passes to its rotary function; the model was left unpatched") \
+                from None
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in forms):
+                continue
+            convention = _convention(_underlying(modeling.__dict__[node.func.id], node.func.id))
+            names = convention[1]
+            tables = [n for n in names if n in ("cos", "sin", "freqs_cis")]
+            passed = [node.args[names.index(n)] for n in tables if names.index(n) < len(node.args)]
+            passed += [keyword.value for keyword in node.keywords if keyword.arg in tables]
+            for argument in passed:
+                if _slices_last_axis(argument):
+                    raise ValueError(f"posenc: {cls.__name__}.{method_name} passes {ast.unparse(argument)} to "
+                                     f"{node.func.id}: cos/sin cut along their last axis, whose layout posenc cannot "
+                                     "check when patching; the model was left unpatched")
+
+
 def _original_class(module):
     return type(module).__dict__.get("_posenc_rope_original", type(module))
 
 
 def _layout_ok(table, layout):
+    if table.device.type == "meta":
+        raise ValueError("posenc: the model's rotary embedding makes its cos and sin on the meta device (a model "
+                         "without weights yet), so posenc cannot check their layout; patch the model once its "
+                         "weights are loaded. The model was left unpatched")
     half = table.shape[-1] // 2
     if layout == "cat":
         return table.shape[-1] % 2 == 0 and torch.equal(table[..., :half], table[..., half:])
@@ -504,7 +582,7 @@ def _attention_layers(model):
         raise ValueError(f"posenc: apply_posenc_rope reads the model type from config.model_type, which must be a "
                          f"string (it names the model in posenc's messages), but this {type(model).__name__}'s is "
                          f"{type(model_type).__name__} {model_type!r}; the model was left unpatched")
-    layers = []
+    layers, checked = [], set()
     for layer in model.modules():
         cls = _original_class(layer)
         modeling, names, methods = _rotary_calls(cls)
@@ -517,6 +595,9 @@ def _attention_layers(model):
             except ValueError as error:
                 raise ValueError(f"{error}; {cls.__name__} of this '{model_type}' model calls it, so the model was "
                                  "left unpatched") from None
+        if cls not in checked:
+            _check_call_sites(cls, methods, modeling, forms)
+            checked.add(cls)
         layers.append((layer, modeling, forms, methods))
     if not layers:
         raise ValueError(f"posenc: no module of this '{model_type}' model ({type(model).__name__}) calls a rotary "
@@ -561,6 +642,7 @@ def _patched_module(modeling, forms):
     module = sys.modules.get(name)
     if module is None:
         module = types.ModuleType(name, f"posenc's patched classes of {modeling.__name__}")
+        module.__getattr__ = _class_maker(modeling, module)
         sys.modules[name] = module
     keep = {key: module.__dict__[key] for key in list(module.__dict__) if key.startswith("Posenc")}
     replaced = module.__dict__.get("_posenc_replaced", {})
@@ -572,6 +654,28 @@ def _patched_module(modeling, forms):
     module.__dict__.update(replaced)
     module.__dict__["_posenc_replaced"] = replaced
     return module
+
+
+def _class_maker(modeling, module):
+    """The patched module's __getattr__ (PEP 562): Posenc<Class> made on first use, for a class of the
+    modeling file that this process has not patched yet (unpickling a model whose layers another
+    model of the same file did not have, e.g. MiniMax M3's indexer)."""
+
+    def __getattr__(attribute):
+        cls = modeling.__dict__.get(attribute[len("Posenc"):]) if attribute.startswith("Posenc") else None
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+            with _lock:
+                try:
+                    owner, names, _ = _rotary_calls(cls)
+                    if owner is modeling and names:
+                        _patched_module(modeling, {n: rotation_form(_underlying(modeling.__dict__[n], n))
+                                                   for n in names})
+                        return _patched_class(cls, module)
+                except ValueError as error:
+                    raise AttributeError(f"module {module.__name__!r} cannot make {attribute}: {error}") from None
+        raise AttributeError(f"module {module.__name__!r} has no attribute {attribute!r}")
+
+    return __getattr__
 
 
 def _patched_class(cls, module):
@@ -601,10 +705,17 @@ def _rebound(function, scope, qualname):
     else:
         rebound_inner = _rebound(inner, scope, qualname)
         cells = function.__closure__ or ()
-        if not any(cell.cell_contents is inner for cell in cells):
+
+        def holds(cell, value):
+            try:
+                return cell.cell_contents is value
+            except ValueError:  # (an empty cell)
+                return False
+
+        if not any(holds(cell, inner) for cell in cells):
             raise ValueError(f"posenc: {qualname} is wrapped by a decorator that does not keep the function it "
                              "wraps in its closure; posenc cannot rebuild it, so the model was left unpatched")
-        closure = tuple(types.CellType(rebound_inner) if cell.cell_contents is inner else cell for cell in cells)
+        closure = tuple(types.CellType(rebound_inner) if holds(cell, inner) else cell for cell in cells)
         method = types.FunctionType(function.__code__, function.__globals__, function.__name__,
                                     function.__defaults__, closure)
         method.__kwdefaults__ = function.__kwdefaults__
