@@ -64,13 +64,17 @@ VARIANTS = [(model_type, {}) for model_type in (
     ("gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16)),  # halves, R/2 values once
     ("nanochat", {}),  # the inverse direction
     ("llama4_text", dict(intermediate_size_mlp=96, num_local_experts=2, head_dim=16)),  # complex freqs_cis
+    ("gemma3n_text", dict(head_dim=16, vocab_size_per_layer_input=128, hidden_size_per_layer_input=8,
+                          num_kv_shared_layers=0)),  # one tensor per call, cos as cat(freqs, freqs)
+    ("deepseek_v4", {}),  # one tensor per call, the last R channels of each head, pairs (2i, 2i + 1)
     ("deepseek_v3", dict(num_key_value_heads=4, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
                          kv_lora_rank=16, q_lora_rank=24, n_routed_experts=4, num_experts_per_tok=2,
                          moe_intermediate_size=32, first_k_dense_replace=1, head_dim=8, n_group=1,
                          topk_group=1)),  # MLA
 ]
-# posenc calls per attention layer and forward: q and k in one call, but two for one-tensor forms.
-CALLS_PER_LAYER = {"gptj": 2}
+# posenc calls per attention layer and forward: q and k in one call, but two for one-tensor forms
+# (DeepSeek-V4: three, q, the shared key/value, and the output turned back by -sin).
+CALLS_PER_LAYER = {"gptj": 2, "gemma3n_text": 2, "deepseek_v4": 3}
 
 
 def variant_id(variant):
