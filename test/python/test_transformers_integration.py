@@ -30,6 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python")
 
 transformers = pytest.importorskip("transformers")
 pytestmark = requires_torch(2, 4, "transformers 5")
+sys.path.insert(0, os.path.dirname(__file__))
+from transformers_sweep import CountPosencCalls  # noqa: E402  (counts posenc::apply_rotary* calls)
 
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -96,17 +98,6 @@ def small_model(model_type, extra=None, seed=0):
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
-
-
-class CountPosencCalls(torch.utils._python_dispatch.TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.name().startswith("posenc::apply_rotary"):
-            self.calls += 1
-        return func(*args, **(kwargs or {}))
 
 
 def assert_close_to(actual, expected, margin):
