@@ -1764,6 +1764,7 @@ const std::vector<ModuleKeys>& option_modules() {
         {"base", 'n', false, base},
         {"deinterleave", 'b', false, boolean},
         {"inverse", 'b', false, boolean},
+        {"rotate_last_channels", 'b', false, boolean},
         {"heads_first", 'b', false, boolean},
         {"freq_factors", 'N', false, {"null", "[1, 2]", "[1, 1, 2, 2]", "[]"}},
         {"attention_factor_in_cos_sin", 'b', false, boolean},

@@ -403,7 +403,8 @@ def mrope_position_ids(token_types: Tensor, image_grid_thw: Optional[Tensor] = N
 class RotaryEmbedding(_DerivedTables):
     """Rotary position embedding (``posenc::RotaryEmbedding``): caches ``cos``/``sin`` ``[cached_len,
     rotary_dim / 2]``; ``forward(x, offset=0)`` rotates queries or keys ``[B, L, H, head_dim]``
-    (``[B, H, L, head_dim]`` with ``heads_first``), the first ``rotary_dim`` channels of each head.
+    (``[B, H, L, head_dim]`` with ``heads_first``), the first ``rotary_dim`` channels of each head
+    (the last with ``rotate_last_channels``: DeepSeek-V4's heads).
 
     ``rope_scaling`` is Hugging Face's block (``{"rope_type": "llama3", "factor": 8.0, ...}``, the
     parameter names of ``modeling_rope_utils.py``) for every rope type: ``default``, ``linear``,
@@ -431,7 +432,7 @@ class RotaryEmbedding(_DerivedTables):
                  rope_scaling: Optional[dict] = None, freq_factors: Optional[List[float]] = None,
                  attention_factor_in_cos_sin: bool = True, mrope_section: Optional[List[int]] = None,
                  mrope_interleaved: bool = False, cached_len: Optional[int] = None,
-                 deinterleave: bool = False, inverse: bool = False) -> None:
+                 deinterleave: bool = False, inverse: bool = False, rotate_last_channels: bool = False) -> None:
         super().__init__()
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
@@ -441,6 +442,9 @@ class RotaryEmbedding(_DerivedTables):
         self.deinterleave = deinterleave
         #: Turned by -theta (NanoChat's rotation; the C++ options' inverse).
         self.inverse = inverse
+        #: The last ``rotary_dim`` channels of each head turn, the leading ones pass through
+        #: (DeepSeek-V4's heads; the C++ options' rotate_last_channels).
+        self.rotate_last_channels = rotate_last_channels
         self.heads_first = heads_first
         self.beyond_max_len = beyond_max_len
         scaling = dict(rope_scaling or {})
@@ -456,6 +460,7 @@ class RotaryEmbedding(_DerivedTables):
         self._module = json.dumps({key: _json_value(value) for key, value in {
             "head_dim": head_dim, "max_len": max_len, "cached_len": cached_len, "base": base,
             "rotary_dim": self.rotary_dim, "pairing": self.pairing, "deinterleave": deinterleave, "inverse": inverse,
+            "rotate_last_channels": rotate_last_channels,
             "heads_first": heads_first, "beyond_max_len": self.beyond_max_len,
             "freq_factors": self.freq_factors, "attention_factor_in_cos_sin": attention_factor_in_cos_sin,
             "mrope_section": self.mrope_section, "mrope_interleaved": mrope_interleaved}.items()} | {
@@ -528,7 +533,8 @@ class RotaryEmbedding(_DerivedTables):
         cached = f", cached_len={self.cached_len}" if self.cached_len != self.max_len else ""
         return (f"head_dim={self.head_dim}, max_len={self.max_len}{cached}, rotary_dim={self.rotary_dim}, "
                 f"base={self.base}, pairing={self.pairing}{', deinterleave=True' if self.deinterleave else ''}"
-                f"{', inverse=True' if self.inverse else ''}, "
+                f"{', inverse=True' if self.inverse else ''}"
+                f"{', rotate_last_channels=True' if self.rotate_last_channels else ''}, "
                 f"heads_first={self.heads_first}, rope_type={self.rope_type}")
 
 

@@ -719,11 +719,13 @@ def _cli_module(args):
             options["deinterleave"] = True
         if args.inverse:
             options["inverse"] = True
+        if args.rotate_last_channels:
+            options["rotate_last_channels"] = True
         return nn.RotaryEmbedding.from_hf_config(args.hf_config, layer=args.layer, layer_type=args.layer_type or None,
                                                  **options)
     return nn.RotaryEmbedding(args.head_dim, args.max_len, base=args.base, rotary_dim=args.rotary_dim,
                               pairing=args.pairing or "half_split", deinterleave=args.deinterleave,
-                              inverse=args.inverse, **options)
+                              inverse=args.inverse, rotate_last_channels=args.rotate_last_channels, **options)
 
 
 def _cli_program(module):
@@ -771,6 +773,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--pairing", default="")
     parser.add_argument("--deinterleave", action="store_true")
     parser.add_argument("--inverse", action="store_true")
+    parser.add_argument("--rotate-last-channels", action="store_true")
     parser.add_argument("--seq-first", action="store_true")
     parser.add_argument("--heads-first", action="store_true")
     parser.add_argument("--extrapolate", action="store_true")

@@ -49,6 +49,7 @@ struct ExportArgs {
   std::string pairing; // "": half_split, or with --hf-config the pairing the config implies
   bool deinterleave = false;
   bool inverse = false;
+  bool rotate_last_channels = false;
   std::string hf_config;
   std::shared_ptr<io::HfConfigReadOptions> read = std::make_shared<io::HfConfigReadOptions>();
   std::string format = "torchscript";
@@ -136,6 +137,7 @@ void run_onnx_export(const ExportArgs& args) {
     }
     for (const auto& flag : {std::make_pair("--deinterleave", args.deinterleave),
                              std::make_pair("--inverse", args.inverse),
+                             std::make_pair("--rotate-last-channels", args.rotate_last_channels),
                              std::make_pair("--heads-first", args.heads_first)}) {
       if (flag.second) {
         argv.emplace_back(flag.first);
@@ -220,6 +222,9 @@ void run_export(const ExportArgs& args) {
     if (args.inverse) { // else the model type's
       options.inverse(true);
     }
+    if (args.rotate_last_channels) { // else the model type's
+      options.rotate_last_channels(true);
+    }
     save(RotaryEmbedding(options), args.output, args.format);
     return;
   }
@@ -230,6 +235,7 @@ void run_export(const ExportArgs& args) {
                                                : RotaryPairing::kHalfSplit)
         .deinterleave(args.deinterleave)
         .inverse(args.inverse)
+        .rotate_last_channels(args.rotate_last_channels)
         .heads_first(args.heads_first)
         .beyond_max_len(beyond)
         .cached_len(args.cached_len);
@@ -307,6 +313,10 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--inverse", args->inverse,
                 "Turned by -theta (rotary: NanoChat's rotation); with --hf-config, the model "
                 "type's where not given");
+  cmd->add_flag("--rotate-last-channels", args->rotate_last_channels,
+                "The last --rotary-dim channels of each head turn, the leading ones pass "
+                "through (rotary: DeepSeek-V4's heads); with --hf-config, the model type's "
+                "where not given");
   cmd->add_flag("--seq-first", args->seq_first,
                 "Inputs are [L, B, D] instead of [B, L, D] (sinusoidal)");
   cmd->add_flag("--heads-first", args->heads_first,
@@ -353,7 +363,8 @@ void add_export_command(CLI::App& app) {
     // Each module's own options: required where it needs them, refused where it has none.
     const bool rotary = args->module == "rotary";
     for (const char* name : {"--head-dim", "--rotary-dim", "--pairing", "--deinterleave",
-                             "--inverse", "--heads-first", "--cached-len"}) {
+                             "--inverse", "--rotate-last-channels", "--heads-first",
+                             "--cached-len"}) {
       if (!rotary && cmd->count(name) > 0) {
         throw CLI::ValidationError(name, "applies to --module rotary only");
       }

@@ -146,6 +146,10 @@ void run_rope(const RopeArgs& args) {
     if (options.inverse()) {
       std::cout << "turned by -theta (inverse: NanoChat's rotate_half)\n";
     }
+    if (options.rotate_last_channels()) {
+      std::cout << "the last " << options.rotated_width() << " of " << options.head_dim()
+                << " channels of each head turn (rotate_last_channels: DeepSeek-V4's heads)\n";
+    }
     if (args.seq_len > 0) {
       std::cout << "frequencies of a call ending at position " << args.seq_len - 1 << "\n";
     }

@@ -200,14 +200,16 @@ torch::jit::Module to_torchscript(const LearnedPositionalEmbeddingImpl& module) 
 
 namespace {
 // The attributes rotation.py reads: `interleaved` (pairs (2i, 2i + 1)), `deinterleave` (pairs
-// (2i, 2i + 1) read, halves written: RotaryEmbeddingOptions::deinterleave) and `inverse` (turned
-// by -theta: RotaryEmbeddingOptions::inverse).
-void register_pairing(torch::jit::Module& exported, RotaryPairing pairing, bool deinterleave,
-                      bool inverse) {
+// (2i, 2i + 1) read, halves written: RotaryEmbeddingOptions::deinterleave), `inverse` (turned
+// by -theta: RotaryEmbeddingOptions::inverse) and `rotate_last` (the last rotated channels:
+// RotaryEmbeddingOptions::rotate_last_channels).
+void register_pairing(torch::jit::Module& exported, RotaryPairing pairing, bool deinterleave = false,
+                      bool inverse = false, bool rotate_last = false) {
   exported.register_attribute("interleaved", c10::BoolType::get(),
                               pairing == RotaryPairing::kInterleaved);
   exported.register_attribute("deinterleave", c10::BoolType::get(), deinterleave);
   exported.register_attribute("inverse", c10::BoolType::get(), inverse);
+  exported.register_attribute("rotate_last", c10::BoolType::get(), rotate_last);
 }
 } // namespace
 
@@ -218,7 +220,8 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   torch::jit::Module exported("__torch__.posenc.RotaryEmbedding");
   exported.register_attribute("max_len", c10::IntType::get(), options.max_len());
   exported.register_attribute("rotary_dim", c10::IntType::get(), rotary_dim);
-  register_pairing(exported, options.pairing(), options.deinterleave(), options.inverse());
+  register_pairing(exported, options.pairing(), options.deinterleave(), options.inverse(),
+                   options.rotate_last_channels());
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   exported.register_attribute("extrapolate", c10::BoolType::get(),
                               options.beyond_max_len() == BeyondMaxLen::kExtrapolate);
@@ -400,7 +403,7 @@ torch::jit::Module to_torchscript(const AxialRotaryEmbeddingImpl& module) {
   const detail::CallerScope caller(detail::CallerScope::Rename{}, AxialRotaryEmbeddingImpl::kName);
   register_axial_tables(exported, options.axes_dim(), options.theta());
   exported.register_attribute("theta", c10::FloatType::get(), options.theta());
-  register_pairing(exported, options.pairing(), /*deinterleave=*/false, /*inverse=*/false);
+  register_pairing(exported, options.pairing());
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   define(exported, AxialRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kAxialRotary});
   exported.eval();
@@ -424,7 +427,7 @@ torch::jit::Module to_torchscript(const VisionRotaryEmbeddingImpl& module) {
                               std::string(grid_indexing_name(options.grid_indexing())));
   exported.register_attribute("num_prefix_tokens", c10::IntType::get(),
                               options.num_prefix_tokens());
-  register_pairing(exported, options.pairing(), /*deinterleave=*/false, /*inverse=*/false);
+  register_pairing(exported, options.pairing());
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   define(exported, VisionRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kVisionRotary});
   exported.eval();

@@ -129,13 +129,20 @@ const std::vector<ModelRule>& model_rules() {
 
 // What the model code of a model type in transformers 5.23.0 does to the rotation beyond what its
 // config.json says (found by reading each modeling file's rotary class, rotate_half and
-// apply_rotary_pos_emb), one entry per rule: the reader applies kInterleavedPairs, kNtkAlpha,
-// the deinterleave rules and kInverse, and reports kNotApplied (a warning; an error when strict).
+// apply_rotary_pos_emb), one entry per rule: the reader applies kInterleavedPairs,
+// kInterleavedLastChannels, kNtkAlpha, the deinterleave rules and kInverse, and reports kNotApplied
+// and kInterleavedPairsOwnMrope's multimodal rule (a warning; an error when strict).
 // test_rope_model_types.py compares every model type with a rotary embedding against its own code,
 // and docs/rope_models.md lists them. Adding a model type is one entry here and its row there.
 enum class CodeRule {
   /// Channels (2i, 2i + 1) turn together (an interleaved rotate_half, complex multiplication).
   kInterleavedPairs,
+  /// kInterleavedPairs on the last R channels of each head, the leading ones passed through
+  /// (DeepSeek-V4's [nope | rope] heads): RotaryEmbeddingOptions::rotate_last_channels.
+  kInterleavedLastChannels,
+  /// kInterleavedPairs, with multimodal positions that follow a rule of the model's own that posenc
+  /// does not apply (reported, as kNotApplied; text positions are equal).
+  kInterleavedPairsOwnMrope,
   /// Rope type "dynamic" with a non-zero `alpha` is NTK-alpha (compute_ntk_alpha_rope_parameters).
   kNtkAlpha,
   /// Channels (2i, 2i + 1) regrouped into halves before turning (DeepSeek-V3's
@@ -172,6 +179,9 @@ const std::vector<ModelTypeRule>& model_type_rules() {
         "glm_ocr",
         "glm_ocr_text",
         "helium",
+        // Moonshine: cos/sin as halves, their first half repeated per pair (repeat_interleave)
+        "moonshine",
+        "moonshine_streaming",
         "openai_privacy_filter",
         // PE audio/video encoders: their stack_freqs turns (2i, 2i + 1) by [[cos, -sin], [sin, cos]]
         "pe_audio_encoder",
@@ -195,15 +205,16 @@ const std::vector<ModelTypeRule>& model_type_rules() {
        CodeRule::kNtkAlpha,
        "the model's code reads rope type 'dynamic' with an alpha as 'ntk_alpha' (a fixed base * "
        "alpha^(R / (R - 2)))"},
-      {{"deepseek_v4", "moonshine", "moonshine_streaming"},
-       CodeRule::kNotApplied,
-       "the model's code turns channels (2i, 2i + 1) together, with rules of its own that posenc "
-       "does not apply; posenc's options from a config pair (i, i + D/2)"},
+      {{"deepseek_v4"},
+       CodeRule::kInterleavedLastChannels,
+       "the model's code turns the last R channels of each head ([nope | rope]), channels "
+       "(2i, 2i + 1) together: the interleaved pairing with rotate_last_channels"},
       {{"ernie4_5_vl_moe", "ernie4_5_vl_moe_text"},
-       CodeRule::kNotApplied,
-       "the model's code turns channels (2i, 2i + 1) together and gives the pairs the frequencies "
-       "in an order of its own (its M-RoPE recomposition interleaves the h and w sections and "
-       "moves t last), text positions included; posenc keeps the frequencies in order"},
+       CodeRule::kInterleavedPairsOwnMrope,
+       "the model's code turns channels (2i, 2i + 1) together (read: the interleaved pairing, "
+       "equal for text positions) and gives the frequencies of image and video positions axes "
+       "of its own (M-RoPE recomposition: height for even i and width for odd i over the first "
+       "2 * mrope_section[0] pairs, time after), which posenc does not apply"},
       {{"nanochat"},
        CodeRule::kInverse,
        "the model's code turns by -theta (its rotate_half is cat(x2, -x1)): inverse"},
@@ -835,7 +846,17 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
               "given");
   // MLA (DeepSeek-V2/V3 and their kin): only qk_rope_head_dim channels of each head turn, held in
   // a part of the head of their own (q_pe, k_pe): the module's heads are those parts.
-  const c10::optional<int64_t> mla_width = integer(source, config, "qk_rope_head_dim", top);
+  // DeepSeek-V4's heads hold their rotated channels at their end (head_dim * partial_rotary_factor
+  // of them, its rotary class's width): whole heads, not MLA's parts.
+  const bool last_channels = model_type_rule(model_type) != nullptr &&
+                             model_type_rule(model_type)->rule == CodeRule::kInterleavedLastChannels;
+  const c10::optional<int64_t> mla_width =
+      last_channels ? c10::nullopt : integer(source, config, "qk_rope_head_dim", top);
+  if (last_channels && !field(config, "qk_rope_head_dim").is_null()) {
+    audit.add(prefix + "qk_rope_head_dim", Status::kIgnored, shown(field(config, "qk_rope_head_dim")),
+              "the rotated width at the end of each head is head_dim * partial_rotary_factor, as "
+              "the model's rotary class computes it");
+  }
   // (absent: the model type's own default, else hidden_size / num_attention_heads, as transformers)
   const int64_t head_dim = mla_width        ? *mla_width
                            : head_dim_field ? *head_dim_field
@@ -1093,15 +1114,18 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   }
   // model_type (the one model_defaults read): the rules of its code.
   const bool interleaved_pairs =
-      code_rule != nullptr && code_rule->rule == CodeRule::kInterleavedPairs;
+      code_rule != nullptr && (code_rule->rule == CodeRule::kInterleavedPairs ||
+                               code_rule->rule == CodeRule::kInterleavedLastChannels ||
+                               code_rule->rule == CodeRule::kInterleavedPairsOwnMrope);
   if (!model_type.empty()) {
     const std::string name = std::string(own_type.is_string() ? top : "") + "model_type";
     if (code_rule == nullptr) {
       audit.add(name, Status::kUsed, shown(model_type_field),
                 "no rule of its own that posenc knows of");
-    } else if (code_rule->rule == CodeRule::kNotApplied) {
+    } else if (code_rule->rule == CodeRule::kNotApplied ||
+               code_rule->rule == CodeRule::kInterleavedPairsOwnMrope) {
       audit.add_rule(name, shown(model_type_field), code_rule->what);
-    } else if (code_rule->rule == CodeRule::kInterleavedPairs || ntk_alpha_rule ||
+    } else if (interleaved_pairs || ntk_alpha_rule ||
                code_rule->rule == CodeRule::kDeinterleave ||
                code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave ||
                code_rule->rule == CodeRule::kInverse) {
@@ -1369,7 +1393,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
           .mrope_interleaved(mrope_interleaved)
           .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit)
           .deinterleave(deinterleave)
-          .inverse(code_rule != nullptr && code_rule->rule == CodeRule::kInverse);
+          .inverse(code_rule != nullptr && code_rule->rule == CodeRule::kInverse)
+          .rotate_last_channels(code_rule != nullptr &&
+                                code_rule->rule == CodeRule::kInterleavedLastChannels);
   result.audit = audit.take();
   return result;
 }

@@ -78,6 +78,9 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
   if (options.inverse()) {
     module["inverse"] = true;
   }
+  if (options.rotate_last_channels()) {
+    module["rotate_last_channels"] = true;
+  }
   if (!options.mrope_section().empty()) {
     module["mrope_section"] = options.mrope_section();
     module["mrope_interleaved"] = options.mrope_interleaved();

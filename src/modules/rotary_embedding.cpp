@@ -78,6 +78,9 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   if (options.inverse()) {
     stream << ", inverse=true";
   }
+  if (options.rotate_last_channels()) {
+    stream << ", rotate_last_channels=true";
+  }
   stream << ", heads_first=" << options.heads_first();
   if (options.beyond_max_len() != BeyondMaxLen::kError) {
     stream << ", beyond_max_len=" << options.beyond_max_len();

@@ -262,6 +262,32 @@ at::Tensor regrouped(const RotaryEmbeddingOptions& options, const at::Tensor& x)
   return at::cat({halves, x.narrow(-1, rotary_dim, value_of(size_of(x, -1)) - rotary_dim)}, -1);
 }
 
+/// Whether a call turns the last rotary_dim channels of x's heads apart from the others: with
+/// `rotate_last_channels` and a partial rotation, for heads of width head_dim. (Other inputs stay
+/// whole: the checks and the operator report them.)
+bool turns_last_channels(const RotaryEmbeddingOptions& options, const at::Tensor& x) {
+  return options.rotate_last_channels() && options.rotated_width() < options.head_dim() &&
+         x.defined() && x.dim() == 4 && size_of(x, 3) == options.head_dim();
+}
+
+/// With `rotate_last_channels`: the last rotary_dim channels of x's heads (a view), which the
+/// call turns as whole heads; else x.
+at::Tensor rotated_channels(const RotaryEmbeddingOptions& options, const at::Tensor& x) {
+  const int64_t rotary_dim = options.rotated_width();
+  return turns_last_channels(options, x)
+             ? x.narrow(-1, options.head_dim() - rotary_dim, rotary_dim)
+             : x;
+}
+
+/// `turned` (the rotation of rotated_channels(options, x)) after x's leading channels where the
+/// module rotates the last ones; else `turned`.
+at::Tensor with_passed_channels(const RotaryEmbeddingOptions& options, const at::Tensor& x,
+                                const at::Tensor& turned) {
+  return turns_last_channels(options, x)
+             ? at::cat({x.narrow(-1, 0, options.head_dim() - options.rotated_width()), turned}, -1)
+             : turned;
+}
+
 } // namespace
 
 RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* name,
@@ -337,10 +363,12 @@ at::Tensor rotary_module_forward(const RotaryModuleCall& call, const RotaryModul
   const detail::CallerScope caller(kName, call.hint);
   const CallTables tables = call_tables(call, tensors, x, offset, positions);
   const RotaryEmbeddingOptions& options = call.options;
-  return apply_rotary(regrouped(options, x), tables.cos, tables.sin, offset,
-                      optional_tensor(tables.positions),
-                      options.pairing() == RotaryPairing::kInterleaved, options.heads_first(),
-                      options.inverse(), optional_tensor(tables.inv_freq), call.attention_factor);
+  const at::Tensor turned = apply_rotary(
+      regrouped(options, rotated_channels(options, x)), tables.cos, tables.sin, offset,
+      optional_tensor(tables.positions), options.pairing() == RotaryPairing::kInterleaved,
+      options.heads_first(), options.inverse(), optional_tensor(tables.inv_freq),
+      call.attention_factor);
+  return with_passed_channels(options, x, turned);
 }
 
 std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCall& call,
@@ -355,8 +383,9 @@ std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCa
   const CallTables tables = call_tables(call, tensors, q, offset, positions);
   const bool interleaved = options.pairing() == RotaryPairing::kInterleaved;
   if (in_place) {
-    at::Tensor q_ = q; // (handles to the same tensors)
-    at::Tensor k_ = k;
+    // (handles to the same tensors, or views of their rotated channels)
+    at::Tensor q_ = rotated_channels(options, q);
+    at::Tensor k_ = rotated_channels(options, k);
     // With deinterleave: pairs (2i, 2i + 1) turned where they lie (the operator checks q and k
     // before writing either), then regrouped into halves: the arithmetic of turning regrouped
     // copies.
@@ -365,17 +394,20 @@ std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCa
                      options.inverse(), optional_tensor(tables.inv_freq), call.attention_factor);
     if (options.deinterleave()) {
       const int64_t rotary_dim = options.rotated_width();
-      for (const at::Tensor* t : {&q, &k}) {
+      for (const at::Tensor* t : {&q_, &k_}) {
         at::Tensor part = t->narrow(-1, 0, rotary_dim);
         part.copy_(regrouped(options, part));
       }
     }
     return {q, k};
   }
-  return apply_rotary_qk(regrouped(options, q), regrouped(options, k), tables.cos, tables.sin,
-                         offset, optional_tensor(tables.positions), interleaved,
-                         options.heads_first(), options.inverse(), optional_tensor(tables.inv_freq),
-                         call.attention_factor);
+  const auto turned = apply_rotary_qk(
+      regrouped(options, rotated_channels(options, q)),
+      regrouped(options, rotated_channels(options, k)), tables.cos, tables.sin, offset,
+      optional_tensor(tables.positions), interleaved, options.heads_first(), options.inverse(),
+      optional_tensor(tables.inv_freq), call.attention_factor);
+  return {with_passed_channels(options, q, std::get<0>(turned)),
+          with_passed_channels(options, k, std::get<1>(turned))};
 }
 
 namespace {
@@ -402,6 +434,8 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text, const char* op) 
   options.base(base)
       .deinterleave(read.boolean("deinterleave", options.deinterleave()))
       .inverse(read.boolean("inverse", options.inverse()))
+      .rotate_last_channels(
+          read.boolean("rotate_last_channels", options.rotate_last_channels()))
       .heads_first(read.boolean("heads_first", options.heads_first()))
       .freq_factors(read.numbers("freq_factors", {}, /*nullable=*/true))
       .attention_factor_in_cos_sin(

@@ -476,6 +476,87 @@ TEST_F(Rotary, InverseTurnsByMinusTheta) {
   EXPECT_TRUE(torch::equal(q, both(x, 3)));
 }
 
+// rotate_last_channels (DeepSeek-V4's [nope | rope] heads): the last rotary_dim channels turn as a
+// whole head of their own, the leading ones pass through bit for bit, in every kind of call, both
+// pairings and layouts, with deinterleave and inverse, and in the TorchScript export; against the
+// long-double rotation of the trailing channels.
+TEST_F(Rotary, RotateLastChannelsTurnsTheTrailingChannels) {
+  using torch::indexing::Slice;
+  for (const RotaryPairing pairing : {RotaryPairing::kHalfSplit, RotaryPairing::kInterleaved}) {
+    for (const bool heads_first : {false, true}) {
+      const auto options = RotaryEmbeddingOptions(12, 64).rotary_dim(8).base(500.0).pairing(
+          pairing).heads_first(heads_first);
+      RotaryEmbedding rope(RotaryEmbeddingOptions(options).rotate_last_channels(true));
+      RotaryEmbedding whole(RotaryEmbeddingOptions(8, 64).base(500.0).pairing(pairing).heads_first(
+          heads_first));
+      EXPECT_NE(printed(*rope).find(", rotate_last_channels=true"), std::string::npos)
+          << printed(*rope);
+      const bool interleaved = pairing == RotaryPairing::kInterleaved;
+      const auto x = heads_first ? torch::randn({2, 3, 5, 12}) : torch::randn({2, 5, 3, 12});
+      const auto pass = x.narrow(3, 0, 4);
+      const auto expected = torch::cat({pass, whole(x.narrow(3, 4, 8).contiguous(), 9)}, 3);
+      const auto out = rope(x, 9);
+      EXPECT_TRUE(torch::equal(out, expected));
+      EXPECT_TRUE(torch::equal(out.narrow(3, 0, 4), pass)); // passed through bit for bit
+      EXPECT_TRUE(torch::equal(rope->forward_positions(x, torch::arange(9, 14)), expected));
+      const auto k = x.narrow(heads_first ? 1 : 2, 0, 1);
+      auto [q_out, k_out] = rope->forward_qk(x, k, 9);
+      EXPECT_TRUE(torch::equal(q_out, expected));
+      EXPECT_TRUE(torch::equal(k_out, expected.narrow(heads_first ? 1 : 2, 0, 1)));
+      auto q_in_place = x.clone();
+      auto k_in_place = k.clone();
+      rope->forward_qk_(q_in_place, k_in_place, 9);
+      EXPECT_TRUE(torch::equal(q_in_place, expected));
+      EXPECT_TRUE(torch::equal(k_in_place, expected.narrow(heads_first ? 1 : 2, 0, 1)));
+      auto exported = posenc::to_torchscript(rope);
+      EXPECT_LE(max_abs_difference(exported.forward({x, int64_t{9}}).toTensor(), expected), 1e-6);
+      // the values: float64 caches (float64 angles, rounded once) against long double
+      RotaryEmbedding rope64(RotaryEmbeddingOptions(options).heads_first(false).rotate_last_channels(
+          true));
+      rope64->to(torch::kDouble);
+      const auto x64 = torch::randn({2, 5, 3, 12}, torch::kDouble);
+      const std::vector<int64_t> positions = {9, 10, 11, 12, 13};
+      const auto reference = torch::cat(
+          {x64.narrow(3, 0, 4),
+           reference_rope(x64.narrow(3, 4, 8).contiguous(), positions, 8, interleaved, 500.0L)},
+          3);
+      EXPECT_LE(max_abs_difference(rope64(x64, 9), reference), 1e-14);
+    }
+  }
+  // with deinterleave and inverse: the trailing channels regrouped and turned by -theta
+  RotaryEmbedding both(RotaryEmbeddingOptions(12, 64).rotary_dim(8).deinterleave(true).inverse(
+      true).rotate_last_channels(true));
+  RotaryEmbedding whole(RotaryEmbeddingOptions(8, 64).deinterleave(true).inverse(true));
+  const auto x = torch::randn({1, 4, 2, 12});
+  const auto expected = torch::cat({x.narrow(3, 0, 4), whole(x.narrow(3, 4, 8), 3)}, 3);
+  EXPECT_TRUE(torch::equal(both(x, 3), expected));
+  auto q = x.clone();
+  auto k = x.narrow(2, 0, 1).clone();
+  both->forward_qk_(q, k, 3);
+  EXPECT_TRUE(torch::equal(q, expected));
+  EXPECT_TRUE(torch::equal(k, expected.narrow(2, 0, 1)));
+  // packed sequences: the rows of their own positions
+  RotaryEmbedding last(RotaryEmbeddingOptions(12, 64).rotary_dim(8).rotate_last_channels(true));
+  const auto packed = torch::randn({5, 2, 12});
+  const auto cu_seqlens = torch::tensor({0, 2, 5}, torch::kInt);
+  const auto rows = last->forward_packed(packed, cu_seqlens);
+  EXPECT_TRUE(torch::equal(rows.narrow(0, 2, 3),
+                           last(packed.narrow(0, 2, 3).unsqueeze(0), 0).squeeze(0)));
+  EXPECT_TRUE(torch::equal(rows.narrow(2, 0, 4), packed.narrow(2, 0, 4)));
+  // the whole head rotated: the option changes nothing
+  RotaryEmbedding full(RotaryEmbeddingOptions(12, 64).rotate_last_channels(true));
+  RotaryEmbedding plain(RotaryEmbeddingOptions(12, 64));
+  EXPECT_TRUE(torch::equal(full(x, 3), plain(x, 3)));
+  // heads of another width contradict head_dim, as without the option
+  EXPECT_POSENC_ERROR(last(torch::randn({1, 4, 2, 10}), 0),
+                      "RotaryEmbedding: expected heads of width head_dim = 12, but got 10");
+  // inputs left unchanged by a refused call
+  auto unchanged = x.clone();
+  auto wrong = torch::randn({1, 4, 2, 10});
+  EXPECT_THROW(last->forward_qk_(unchanged, wrong, 0), c10::Error);
+  EXPECT_TRUE(torch::equal(unchanged, x));
+}
+
 // deinterleave (DeepSeek-V3's rope_interleave): pairs (2i, 2i + 1) are rotated and written as
 // halves (i, i + R/2): out[i] = a cos - b sin, out[i + R/2] = a sin + b cos with a = x[2i],
 // b = x[2i + 1]; the channels past the rotated width pass through. Against the long double

@@ -106,7 +106,10 @@ def _head_width(text, layer_type, layer):
                     if int(key) == layer), None)  # (its keys may be zero-padded: "05")
         if own:
             return int(own)
-    for name in ("qk_rope_head_dim", "head_dim"):
+    # (DeepSeek-V4: whole heads [nope | rope], its apply function turning their last channels; MLA's
+    # rope parts elsewhere)
+    names = ("head_dim",) if getattr(text, "model_type", None) == "deepseek_v4" else ("qk_rope_head_dim", "head_dim")
+    for name in names:
         try:
             value = getattr(text, name, None)
         except Exception:  # Gemma 4: head_dim is a per-layer attribute
@@ -300,6 +303,10 @@ def compare(posenc, model_type, export=None):
         rotary_types = [t for t in set(layer_types) if hasattr(built, f"{t}_inv_freq")]
         if rotary_types:
             layer_types = [t for t in layer_types if t in rotary_types]
+        elif takes_layer_type and all(hasattr(built, f"{t}_inv_freq") for t in getattr(built, "layer_types", None) or [None]):
+            # (DeepSeek-V4: its rotary's own layer types, the rope_parameters keys "main" / "compress",
+            # which its attention layers' kinds name through rope_layer_type)
+            layer_types = list(built.layer_types)
     except Exception:  # (compare_layer reports a class that cannot be built)
         pass
     per_layer = bool(text.to_dict().get("per_layer_config"))

@@ -378,21 +378,26 @@ def test_learned_source_scripts_like_the_export(test_tool, tmp_path):
 
 
 ROTARY_CASES = {
-    "default": ([], dict(rotary_dim=8, interleaved=False, deinterleave=False, inverse=False, heads_first=False, extrapolate=False)),
-    "extrapolate": (["--extrapolate"], dict(rotary_dim=8, interleaved=False, deinterleave=False, inverse=False, heads_first=False, extrapolate=True)),
+    "default": ([], dict(rotary_dim=8, interleaved=False, deinterleave=False, inverse=False, rotate_last=False, heads_first=False, extrapolate=False)),
+    "extrapolate": (["--extrapolate"], dict(rotary_dim=8, interleaved=False, deinterleave=False, inverse=False, rotate_last=False, heads_first=False, extrapolate=True)),
     "interleaved_heads_first_partial_extrapolate": (
         ["--pairing", "interleaved", "--heads-first", "--rotary-dim", "6", "--extrapolate"],
-        dict(rotary_dim=6, interleaved=True, deinterleave=False, inverse=False, heads_first=True, extrapolate=True),
+        dict(rotary_dim=6, interleaved=True, deinterleave=False, inverse=False, rotate_last=False, heads_first=True, extrapolate=True),
     ),
     # DeepSeek-V3's rope_interleave: pairs (2i, 2i + 1) read, halves written
     "deinterleave_partial": (
         ["--deinterleave", "--rotary-dim", "6"],
-        dict(rotary_dim=6, interleaved=False, deinterleave=True, inverse=False, heads_first=False, extrapolate=False),
+        dict(rotary_dim=6, interleaved=False, deinterleave=True, inverse=False, rotate_last=False, heads_first=False, extrapolate=False),
+    ),
+    # DeepSeek-V4: the last rotary_dim channels turn, pairs (2i, 2i + 1)
+    "rotate_last_interleaved_partial": (
+        ["--rotate-last-channels", "--pairing", "interleaved", "--rotary-dim", "6"],
+        dict(rotary_dim=6, interleaved=True, deinterleave=False, inverse=False, rotate_last=True, heads_first=False, extrapolate=False),
     ),
     # NanoChat: turned by -theta
     "inverse_interleaved": (
         ["--inverse", "--pairing", "interleaved", "--extrapolate"],
-        dict(rotary_dim=8, interleaved=True, deinterleave=False, inverse=True, heads_first=False, extrapolate=True),
+        dict(rotary_dim=8, interleaved=True, deinterleave=False, inverse=True, rotate_last=False, heads_first=False, extrapolate=True),
     ),
 }
 
@@ -788,26 +793,26 @@ VISION_CASES = {
         ["--dim", 24, "--frequency-size", 17, "--seed", 3],
         dict(hidden_size=24, embedding_dim=17, flip_sin_to_cos=True, downscale_freq_shift=0.0, scale=1.0, max_period=10000),
     ),
-    "axial_flux": ("axial", ["--axes-dim", 4, 6, 2, "--theta", 10000], dict(axes_dim=[4, 6, 2], theta=10000.0, interleaved=True, deinterleave=False, inverse=False, heads_first=False)),
+    "axial_flux": ("axial", ["--axes-dim", 4, 6, 2, "--theta", 10000], dict(axes_dim=[4, 6, 2], theta=10000.0, interleaved=True, deinterleave=False, inverse=False, rotate_last=False, heads_first=False)),
     "axial_half_split_heads_first": (
         "axial",
         ["--axes-dim", 4, 6, 2, "--theta", 500, "--half-split", "--heads-first"],
-        dict(axes_dim=[4, 6, 2], theta=500.0, interleaved=False, deinterleave=False, inverse=False, heads_first=True),
+        dict(axes_dim=[4, 6, 2], theta=500.0, interleaved=False, deinterleave=False, inverse=False, rotate_last=False, heads_first=True),
     ),
     "vision_eva02": (
         "vision",
         ["--dim", 16],
-        dict(dim=16, temperature=10000.0, ref_feat_shape=[], grid_offset=0.0, grid_indexing="ij", num_prefix_tokens=1, interleaved=True, deinterleave=False, inverse=False, heads_first=True, axes_dim=[8, 8]),
+        dict(dim=16, temperature=10000.0, ref_feat_shape=[], grid_offset=0.0, grid_indexing="ij", num_prefix_tokens=1, interleaved=True, deinterleave=False, inverse=False, rotate_last=False, heads_first=True, axes_dim=[8, 8]),
     ),
     "vision_every_option": (
         "vision",
         ["--dim", 16, "--theta", 100, "--ref-feat-shape", 4, 6, "--grid-offset", 0.5, "--xy", "--half-split", "--tokens-first", "--prefix", 2],
-        dict(dim=16, temperature=100.0, ref_feat_shape=[4, 6], grid_offset=0.5, grid_indexing="xy", num_prefix_tokens=2, interleaved=False, deinterleave=False, inverse=False, heads_first=False, axes_dim=[8, 8]),
+        dict(dim=16, temperature=100.0, ref_feat_shape=[4, 6], grid_offset=0.5, grid_indexing="xy", num_prefix_tokens=2, interleaved=False, deinterleave=False, inverse=False, rotate_last=False, heads_first=False, axes_dim=[8, 8]),
     ),
     "vision_no_prefix": (
         "vision",
         ["--dim", 12, "--ref-feat-shape", 7, 3, "--prefix", 0],
-        dict(dim=12, temperature=10000.0, ref_feat_shape=[7, 3], grid_offset=0.0, grid_indexing="ij", num_prefix_tokens=0, interleaved=True, deinterleave=False, inverse=False, heads_first=True, axes_dim=[6, 6]),
+        dict(dim=12, temperature=10000.0, ref_feat_shape=[7, 3], grid_offset=0.0, grid_indexing="ij", num_prefix_tokens=0, interleaved=True, deinterleave=False, inverse=False, rotate_last=False, heads_first=True, axes_dim=[6, 6]),
     ),
 }
 VISION_KINDS = {"timesteps": "Timesteps", "embedder": "TimestepEmbedder", "axial": "AxialRotaryEmbedding", "vision": "VisionRotaryEmbedding"}

@@ -182,6 +182,7 @@ ROTARY_CASES = {
     "partial": {"rotary_dim": 32},
     "inverse": {"inverse": True},
     "deinterleave": {"deinterleave": True},
+    "rotate_last_channels": {"rotary_dim": 32, "pairing": "interleaved", "rotate_last_channels": True},
 }
 
 
@@ -443,6 +444,8 @@ CLI_CASES = {
                 "--pairing", "interleaved", "--base", "500000"], lambda b, l, h: (b, l, h, 64)),
     "rotary_heads_first_inverse": (["--module", "rotary", "--max-len", "256", "--head-dim", "64", "--heads-first",
                                     "--inverse", "--deinterleave"], lambda b, l, h: (b, h, l, 64)),
+    "rotary_rotate_last_channels": (["--module", "rotary", "--max-len", "256", "--head-dim", "64", "--rotary-dim", "16",
+                                     "--pairing", "interleaved", "--rotate-last-channels"], lambda b, l, h: (b, l, h, 64)),
     "rotary_hf_config": (["--module", "rotary", "--hf-config", "CONFIG"], lambda b, l, h: (b, l, h, 64)),
 }
 

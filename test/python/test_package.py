@@ -287,6 +287,36 @@ def test_inverse_turns_by_minus_theta_as_the_cpp_module(posenc, posenc_cli, tmp_
     assert torch.allclose(back, x.double(), rtol=0, atol=4 * bound)
 
 
+@pytest.mark.parametrize("pairing", ["half_split", "interleaved"])
+def test_rotate_last_channels_turns_the_trailing_channels_as_the_cpp_module(posenc, posenc_cli, tmp_path, pairing):
+    """rotate_last_channels (DeepSeek-V4's [nope | rope] heads): posenc.nn and the C++ module's
+    TorchScript export agree bit for bit; the leading channels pass through unchanged and the last
+    rotary_dim turn as the float64 rotation of those channels (within float32's error, as
+    test_inverse_turns_by_minus_theta_as_the_cpp_module), not as the leading ones would."""
+    from reference import rope_cos_sin, rope_half_split, rope_interleaved
+
+    scripted = export(posenc_cli, tmp_path, "last", "--module", "rotary", "--max-len", 64, "--head-dim", 16,
+                      "--rotary-dim", 6, "--pairing", pairing, "--rotate-last-channels")
+    module = posenc.nn.RotaryEmbedding(16, 64, rotary_dim=6, pairing=pairing, rotate_last_channels=True)
+    same_state(module, scripted)
+    assert "rotate_last_channels=True" in repr(module) and scripted.rotate_last
+    x = torch.randn(2, 10, 3, 16)
+    y = module(x, 40)
+    assert torch.equal(y, scripted(x, 40))
+    assert torch.equal(y[..., :10], x[..., :10])
+    q, k = module.forward_qk(x, x[:, :, :1].contiguous(), 40)
+    assert torch.equal(q, y) and torch.equal(k, scripted(x[:, :, :1].contiguous(), 40))
+    cos, sin = rope_cos_sin(torch.arange(40, 50), 6)
+    reference = {"half_split": rope_half_split, "interleaved": rope_interleaved}[pairing]
+    expected = torch.cat([x[..., :10].double(), reference(x[..., 10:].double(), cos, sin, 6)], -1)
+    bound = 4 * 2.0 ** -24 * (x.abs().max().item() * 2) + 2 * 2.0 ** -25 * x.abs().max().item()
+    assert (y.double() - expected).abs().max().item() <= bound
+    leading = posenc.nn.RotaryEmbedding(16, 64, rotary_dim=6, pairing=pairing)(x, 40)
+    assert (y - leading).abs().max().item() > 100 * bound
+    # the option comes from the config of DeepSeek-V4 (test_rope_model_types compares it with its code)
+    assert not posenc.nn.RotaryEmbedding(16, 64, rotary_dim=6).rotate_last_channels
+
+
 def _hf_rope(posenc, posenc_cli, tmp_path, config, **module_options):
     """The C++ module exported from a Hugging Face config, and posenc.nn's from the same fields."""
     path = tmp_path / "config.json"

@@ -88,9 +88,10 @@ def test_no_model_type_rotates_differently_without_a_warning(results):
 
 def test_warned_model_types_are_errors_when_strict(results, posenc_package):
     warned = [model_type for model_type, (status, _) in results.items() if status in ("warned", "equal, warned")]
-    # (5 at this writing: ERNIE 4.5-VL's frequency order, MiniMax-M3-VL's rotary_dim, Moonshine-Streaming's
-    # pairs; Llama 4's, Ministral 3's and Mistral 4's query temperatures are applied since)
-    assert len(warned) >= 5, warned
+    # (4 at this writing: ERNIE 4.5-VL's axes of image positions, MiniMax-M3-VL's rotary_dim; Llama 4's,
+    # Ministral 3's and Mistral 4's query temperatures, Moonshine-Streaming's pairs and DeepSeek-V4's
+    # last channels are applied since)
+    assert len(warned) >= 4, warned
     for model_type in warned:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -122,6 +123,81 @@ def test_nanochat_turns_by_minus_theta_as_its_code(results, posenc_package):
     module = posenc_package.nn.RotaryEmbedding.from_hf_config(config)
     assert module.inverse and "inverse=True" in repr(module)
     assert not posenc_package.nn.RotaryEmbedding.from_hf_config(config, inverse=False).inverse
+
+
+@pytest.mark.parametrize("layer_type", ["main", "compress"])
+def test_deepseek_v4_rotates_the_last_channels_as_its_code(results, posenc_package, layer_type):
+    """DeepSeek-V4's heads are [nope | rope]: its apply_rotary_pos_emb turns the last
+    head_dim * partial_rotary_factor channels, pairs (2i, 2i + 1), with its rotary class's
+    cos/sin of each rope layer type ("main", "compress"). posenc reads the type as whole heads with
+    rotate_last_channels and the interleaved pairing, equal to the model's code on full heads (the
+    model_types comparison, near the end of the context); turning the leading channels instead, as
+    posenc did before, is not."""
+    assert results["deepseek_v4"][0] == "equal", results["deepseek_v4"]
+    modeling = importlib.import_module("transformers.models.deepseek_v4.modeling_deepseek_v4")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model("deepseek_v4")
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(config, layer_type=layer_type, heads_first=True,
+                                                              max_len=4096)
+    assert (module.head_dim, module.rotary_dim, module.pairing, module.rotate_last_channels) == (
+        512, 64, "interleaved", True)
+    torch.manual_seed(5)
+    q = torch.randn(1, 2, 6, 512)
+    positions = torch.arange(4000, 4006)[None]
+
+    def theirs(q):
+        cos, sin = modeling.DeepseekV4RotaryEmbedding(config)(q, positions, layer_type)
+        return modeling.apply_rotary_pos_emb(q, cos, sin)
+
+    hf = theirs(q)
+    with float64_everywhere():
+        reference = theirs(q.double())
+    ours = module(q, 4000)
+    ulp = 2 ** -23 * reference.abs().max().item()
+    assert max_error(ours, reference) <= max_error(hf, reference) + ulp
+    assert torch.equal(ours[..., :448], q[..., :448])
+    leading = posenc_package.nn.RotaryEmbedding.from_hf_config(config, layer_type=layer_type, heads_first=True,
+                                                               max_len=4096, rotate_last_channels=False)
+    assert max_error(leading(q, 4000), reference) > 1e-2
+
+
+def test_ernie4_5_vl_text_positions_rotate_as_its_code(results, posenc_package):
+    """ERNIE 4.5-VL's text rotary pairs (2i, 2i + 1) (rotate_half_text) and, after its
+    recomposition of pre-permuted frequencies, gives pair i frequency i for text positions (all
+    three axes equal). posenc reads the interleaved pairing, equal to its code at text positions
+    near the end of the context; the axes of image positions stay a warned rule (refused as [3, B, L]
+    positions by the module, which has no mrope_section), and the half-split pairing is not equal."""
+    assert results["ernie4_5_vl_moe_text"][0] == "warned", results["ernie4_5_vl_moe_text"]
+    modeling = importlib.import_module("transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = transformers.AutoConfig.for_model("ernie4_5_vl_moe_text")
+        module = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True)
+    assert any("posenc does not apply model_type" in str(w.message) for w in caught)
+    audit = {row["key"]: row for row in posenc_package.nn.read_hf_rope_config(config)["audit"]}
+    assert "image and video positions" in audit["model_type"]["reason"], audit["model_type"]
+    assert module.pairing == "interleaved" and module.mrope_section is None
+    torch.manual_seed(3)
+    q, k = torch.randn(1, 2, 6, 128), torch.randn(1, 1, 6, 128)
+    start = config.max_position_embeddings - 6
+    positions = torch.arange(start, start + 6)[None]
+
+    def theirs(q, k):
+        cos, sin = modeling.Ernie4_5_VLMoeTextRotaryEmbedding(config)(q, positions)
+        return modeling.apply_rotary_pos_emb(q, k, cos, sin)
+
+    q_hf, k_hf = theirs(q, k)
+    with float64_everywhere():
+        q_ref, k_ref = theirs(q.double(), k.double())
+    q_ours, k_ours = module.forward_qk(q, k, start)
+    ulp = 2 ** -23 * max(q_ref.abs().max().item(), k_ref.abs().max().item())
+    assert max_error(q_ours, q_ref) <= max_error(q_hf, q_ref) + ulp
+    assert max_error(k_ours, k_ref) <= max_error(k_hf, k_ref) + ulp
+    halves = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, pairing="half_split")
+    assert max_error(halves(q, start), q_ref) > 1e-2
+    with pytest.raises((RuntimeError, ValueError), match="mrope_section"):
+        module.forward_positions(q, positions.expand(3, 1, 6))
 
 
 @pytest.mark.parametrize("model_type, pairing", [("glm4v_text", "interleaved"), ("glm4v_moe_text", "half_split")])

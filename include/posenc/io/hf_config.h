@@ -118,7 +118,9 @@ struct HfRopeConfig {
 /// halves (i, i + D/2) except for the model types whose code turns (2i, 2i + 1) together and that
 /// are tested against it (BLT, Cohere, ERNIE 4.5, GLM, GLM-4.1V, Helium, ...), and MLA models
 /// (`qk_rope_head_dim`) rotate their rope parts, regrouped from pairs (2i, 2i + 1) into halves
-/// where their code does it (RotaryEmbeddingOptions::deinterleave). Hunyuan (hunyuan_v1_dense,
+/// where their code does it (RotaryEmbeddingOptions::deinterleave). DeepSeek-V4's heads turn
+/// their last head_dim * partial_rotary_factor channels, pairs (2i, 2i + 1)
+/// (RotaryEmbeddingOptions::rotate_last_channels). Hunyuan (hunyuan_v1_dense,
 /// hunyuan_v1_moe, hunyuan_vl): rope type "dynamic" with an `alpha` is read as their code reads
 /// it, the fixed NTK-alpha type (RopeType::kNtkAlpha). docs/rope_models.md lists every model type
 /// of transformers 5.23.0 with a rotary embedding and what the reader does with it.

@@ -101,8 +101,9 @@ struct RotaryEmbeddingOptions {
   /// Base of the frequencies base^(-2i / rotary_dim). Must be finite and >= 5.2e-290 (every angle
   /// a finite number). Default: 10000 (LLaMA 3 uses 500000).
   TORCH_ARG(double, base) = 10000.0;
-  /// Number of leading channels of each head that are rotated (partial rotary, GPT-NeoX's
-  /// rotary_pct, GPT-J's rotary_dim); the rest pass through. Even, 2 <= rotary_dim <= head_dim.
+  /// Number of channels of each head that are rotated (partial rotary, GPT-NeoX's rotary_pct,
+  /// GPT-J's rotary_dim): the leading ones, or the last with `rotate_last_channels`; the rest pass
+  /// through. Even, 2 <= rotary_dim <= head_dim.
   /// Default: head_dim.
   TORCH_ARG(c10::optional<int64_t>, rotary_dim) = c10::nullopt;
   /// Which channels are paired: kHalfSplit (GPT-NeoX, HF LLaMA) or kInterleaved (GPT-J,
@@ -116,6 +117,11 @@ struct RotaryEmbeddingOptions {
   /// output's). Calls cost one copy of the rotated channels more (in-place calls rotate copies
   /// and write them back). Default: false.
   TORCH_ARG(bool, deinterleave) = false;
+  /// Rotates the last `rotary_dim` channels of each head instead of the first (heads laid out as
+  /// [pass-through | rotated]: DeepSeek-V4's `x[..., -rope_dim:]`); the leading `head_dim -
+  /// rotary_dim` channels pass through. Pairing, deinterleave and inverse apply to the rotated
+  /// channels as they would to leading ones. Default: false.
+  TORCH_ARG(bool, rotate_last_channels) = false;
   /// Turns each pair by -theta instead of theta: NanoChat's rotation (its rotate_half is
   /// cat(x2, -x1)). Attention scores of the rotated queries and keys are those of theta at the
   /// negated relative distance. Default: false.

@@ -2,8 +2,9 @@
 # modules (RotaryEmbedding, AxialRotaryEmbedding, VisionRotaryEmbedding): the arithmetic of
 # posenc's apply_rotary kernels, with the attributes `interleaved` (pairs (2i, 2i + 1), else
 # (i, i + R/2)), `deinterleave` (pairs (2i, 2i + 1) read and written as halves (i, i + R/2):
-# RotaryEmbeddingOptions::deinterleave), `inverse` (turned by -theta: -sin is exact) and
-# `heads_first` ([B, H, L, Dh], else [B, L, H, Dh]). See common.py for how these files are used.
+# RotaryEmbeddingOptions::deinterleave), `inverse` (turned by -theta: -sin is exact),
+# `rotate_last` (the last R channels turn, the leading ones pass through:
+# RotaryEmbeddingOptions::rotate_last_channels) and `heads_first` ([B, H, L, Dh], else [B, L, H, Dh]). See common.py for how these files are used.
 
 import torch
 from torch import Tensor
@@ -28,7 +29,9 @@ class RotationMethods:
     def _rotate(self, x: Tensor, c: Tensor, s: Tensor) -> Tensor:
         half = c.size(-1)
         rotated = 2 * half
-        part = x[..., :rotated]
+        passed = x.size(-1) - rotated
+        start = passed if self.rotate_last else 0
+        part = x[..., start:start + rotated]
         if self.interleaved or self.deinterleave:
             shape = part.shape[:-1]
             shape.append(half)
@@ -47,6 +50,8 @@ class RotationMethods:
             out = torch.stack([new_a, new_b], -1).flatten(-2)
         else:
             out = torch.cat([new_a, new_b], -1)
-        if rotated < x.size(-1):
+        if passed > 0 and self.rotate_last:
+            out = torch.cat([x[..., :passed].to(out.dtype), out], -1)
+        elif passed > 0:
             out = torch.cat([out, x[..., rotated:].to(out.dtype)], -1)
         return out.to(x.dtype)
