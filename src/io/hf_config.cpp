@@ -215,6 +215,18 @@ const std::vector<ModelTypeRule>& model_type_rules() {
        "equal for text positions) and gives the frequencies of image and video positions axes "
        "of its own (M-RoPE recomposition: height for even i and width for odd i over the first "
        "2 * mrope_section[0] pairs, time after), which posenc does not apply"},
+      // Configs of encoders and sub-models that the comparison classes as not a text rotary (their
+      // rotary turns frames or patches, or their attention has none) and that the reader would
+      // otherwise read as a text model's: never silently (test_rope_model_types.py).
+      {{"clip_text_model", "deepseek_ocr2_encoder", "esm", "higgs_audio_v2", "inkling2_text",
+        "lasr_encoder", "moonshine_streaming_encoder", "moshi_depth", "nemotron_h",
+        "pocket_tts_audio_tokenizer", "pocket_tts_audio_tokenizer_decoder",
+        "pocket_tts_audio_tokenizer_encoder"},
+       CodeRule::kNotApplied,
+       "posenc has not compared its reading of this model type with the model's code: an encoder "
+       "or sub-model whose positions are audio frames or patches, or whose attention takes no "
+       "rotary at all (CLIP's text encoder, Nemotron-H, ESM with absolute positions); the options "
+       "read may not be its rotation"},
       {{"nanochat"},
        CodeRule::kInverse,
        "the model's code turns by -theta (its rotate_half is cat(x2, -x1)): inverse"},

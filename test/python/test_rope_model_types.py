@@ -102,6 +102,33 @@ def test_warned_model_types_are_errors_when_strict(results, posenc_package):
                 posenc_package.nn.read_hf_rope_config(config, strict=True, layer=0 if layer_types else None)
 
 
+def test_encoders_are_never_read_silently(results, posenc_package):
+    """The model types the comparison classes as not a text rotary (vision and audio encoders,
+    sub-models, attention without rotary): reading their default config either stops with a
+    message or warns (a rule posenc does not apply), never gives options silently. The PE audio /
+    video encoders are the exception: read as their code pairs channels, and compared with it in
+    test_pe_encoders_rotate_pairs_as_their_code."""
+    import re
+    compared_elsewhere = {"pe_audio_encoder", "pe_video_encoder", "pe_audio_video_encoder"}
+    silent = {}
+    for model_type, (status, _) in results.items():
+        if status != "not a text rotary" or model_type in compared_elsewhere:
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                config = transformers.AutoConfig.for_model(model_type)
+            except Exception:
+                continue  # (no default config to read)
+            try:
+                posenc_package.nn.read_hf_rope_config(config)
+            except (ValueError, RuntimeError):
+                continue
+        if not any(re.search("posenc does not apply", str(w.message)) for w in caught):
+            silent[model_type] = "read without a warning"
+    assert not silent, silent
+
+
 def test_docs_list_every_model_type_with_its_status(results):
     with open(DOCS, encoding="utf-8") as file:
         text = file.read()
