@@ -1770,6 +1770,7 @@ const std::vector<ModuleKeys>& option_modules() {
         {"attention_factor_in_cos_sin", 'b', false, boolean},
         {"mrope_section", 'I', false, {"null", "[1, 1, 0]", "[1, 1, 2]", "[]"}},
         {"mrope_interleaved", 'b', false, boolean},
+        {"mrope_hw_alternating", 'b', false, boolean},
         {"pairing", 'e', false, pairing},
         {"beyond_max_len", 'e', false, beyond},
         {"rope_parameters",

@@ -415,7 +415,8 @@ class RotaryEmbedding(_DerivedTables):
     (DeepSeek; read it from ``attention_factor``). ``dynamic`` and ``longrope`` switch, per call, to
     the frequencies of the call's length once it passes ``max_position_embeddings`` /
     ``original_max_position_embeddings`` (the C++ module's semantics: keys cached by earlier calls
-    keep the rotation they got). ``mrope_section`` (Qwen2-VL; ``mrope_interleaved``: Qwen3-VL)
+    keep the rotation they got). ``mrope_section`` (Qwen2-VL; ``mrope_interleaved``: Qwen3-VL;
+    ``mrope_hw_alternating``: ERNIE 4.5-VL)
     rotates by multimodal positions ``[3, B, L]`` given to ``forward_positions``.
     ``beyond_max_len="extrapolate"`` computes positions past ``max_len`` from the frequencies.
     ``cached_len`` (default: ``max_len``; needed where ``max_len``'s caches would exceed posenc's
@@ -432,7 +433,8 @@ class RotaryEmbedding(_DerivedTables):
                  rope_scaling: Optional[dict] = None, freq_factors: Optional[List[float]] = None,
                  attention_factor_in_cos_sin: bool = True, mrope_section: Optional[List[int]] = None,
                  mrope_interleaved: bool = False, cached_len: Optional[int] = None,
-                 deinterleave: bool = False, inverse: bool = False, rotate_last_channels: bool = False) -> None:
+                 deinterleave: bool = False, inverse: bool = False, rotate_last_channels: bool = False,
+                 mrope_hw_alternating: bool = False) -> None:
         super().__init__()
         self.head_dim, self.max_len, self.base = head_dim, max_len, base
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
@@ -454,6 +456,8 @@ class RotaryEmbedding(_DerivedTables):
         self.attention_factor_in_cos_sin = attention_factor_in_cos_sin
         self.mrope_section = list(mrope_section) if mrope_section else None
         self.mrope_interleaved = mrope_interleaved
+        #: ERNIE 4.5-VL's multimodal assignment (the C++ options' mrope_hw_alternating).
+        self.mrope_hw_alternating = mrope_hw_alternating
         #: The options as the rotary_embedding operators read them (JSON text, numbers as
         #: _json_value gives them; the rope parameters' max_position_embeddings is max_len by
         #: default, as in the C++ options), which check them as the C++ module's reset().
@@ -463,7 +467,8 @@ class RotaryEmbedding(_DerivedTables):
             "rotate_last_channels": rotate_last_channels,
             "heads_first": heads_first, "beyond_max_len": self.beyond_max_len,
             "freq_factors": self.freq_factors, "attention_factor_in_cos_sin": attention_factor_in_cos_sin,
-            "mrope_section": self.mrope_section, "mrope_interleaved": mrope_interleaved}.items()} | {
+            "mrope_section": self.mrope_section, "mrope_interleaved": mrope_interleaved,
+            "mrope_hw_alternating": mrope_hw_alternating}.items()} | {
             "rope_parameters": {"rope_type": self.rope_type} | {
                 key: _json_value(value) for key, value in scaling.items()}})
         with _cpp_checks():  # the operator checks the options as the C++ module's reset() (posenc's table of rope types)

@@ -130,6 +130,7 @@ void run_rope(const RopeArgs& args) {
       // Which position axis (temporal, height, width) turns each pair.
       std::cout << "multimodal: mrope_section=" << c10::IntArrayRef(options.mrope_section())
                 << (options.mrope_interleaved() ? ", mrope_interleaved=true" : "")
+                << (options.mrope_hw_alternating() ? ", mrope_hw_alternating=true" : "")
                 << " (positions [3, B, L])\n";
     }
     if (!config.rotary_layers.empty() && !read.layer) {

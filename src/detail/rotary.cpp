@@ -277,6 +277,22 @@ std::vector<int64_t> mrope_axes(const std::vector<int64_t>& section, bool interl
   return axes;
 }
 
+std::vector<int64_t> mrope_hw_alternating_axes(const std::vector<int64_t>& section,
+                                               int64_t half) {
+  // (the sizes' checks: contiguous blocks')
+  mrope_axes(section, /*interleaved=*/false, half);
+  TORCH_CHECK(section[1] == section[2], detail::caller(),
+              ": mrope_hw_alternating alternates the height and width frequencies, so "
+              "mrope_section's height and width sizes must be equal, but got ",
+              c10::IntArrayRef(section), "; ERNIE 4.5-VL's [22, 22, 20] (height, width, time) is "
+              "{20, 22, 22} here (time, height, width)");
+  std::vector<int64_t> axes(static_cast<size_t>(half), 0);
+  for (int64_t i = 0; i < section[1] + section[2]; ++i) {
+    axes[static_cast<size_t>(i)] = i % 2 == 0 ? 1 : 2;
+  }
+  return axes;
+}
+
 void check_rotary_input(const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device) {
   const char* const who = detail::caller();

@@ -127,6 +127,12 @@ at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequenci
 std::vector<int64_t> mrope_axes(const std::vector<int64_t>& section, bool interleaved,
                                 int64_t half);
 
+/// ERNIE 4.5-VL's multimodal assignment (RotaryEmbeddingOptions::mrope_hw_alternating) of the
+/// `half` frequencies: i < section[1] + section[2] to the height axis (even i) or the width axis
+/// (odd i), the others to the temporal axis. Checks that `section` holds three non-negative sizes
+/// summing to `half`, with section[1] == section[2].
+std::vector<int64_t> mrope_hw_alternating_axes(const std::vector<int64_t>& section, int64_t half);
+
 /// Checks an input of apply_rotary: 4-D, floating, on `device`, at least `rotary_dim` channels.
 void check_rotary_input(const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device);

@@ -258,7 +258,10 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   c10::List<int64_t> mrope_axes;
   if (!options.mrope_section().empty()) {
     for (const int64_t axis :
-         detail::mrope_axes(options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2)) {
+         options.mrope_hw_alternating()
+             ? detail::mrope_hw_alternating_axes(options.mrope_section(), rotary_dim / 2)
+             : detail::mrope_axes(options.mrope_section(), options.mrope_interleaved(),
+                                  rotary_dim / 2)) {
       mrope_axes.push_back(axis);
     }
   }

@@ -130,8 +130,7 @@ const std::vector<ModelRule>& model_rules() {
 // What the model code of a model type in transformers 5.23.0 does to the rotation beyond what its
 // config.json says (found by reading each modeling file's rotary class, rotate_half and
 // apply_rotary_pos_emb), one entry per rule: the reader applies kInterleavedPairs,
-// kInterleavedLastChannels, kNtkAlpha, the deinterleave rules and kInverse, and reports kNotApplied
-// and kInterleavedPairsOwnMrope's multimodal rule (a warning; an error when strict).
+// kInterleavedLastChannels, kNtkAlpha, the deinterleave rules and kInverse, and reports kNotApplied (a warning; an error when strict).
 // test_rope_model_types.py compares every model type with a rotary embedding against its own code,
 // and docs/rope_models.md lists them. Adding a model type is one entry here and its row there.
 enum class CodeRule {
@@ -140,9 +139,6 @@ enum class CodeRule {
   /// kInterleavedPairs on the last R channels of each head, the leading ones passed through
   /// (DeepSeek-V4's [nope | rope] heads): RotaryEmbeddingOptions::rotate_last_channels.
   kInterleavedLastChannels,
-  /// kInterleavedPairs, with multimodal positions that follow a rule of the model's own that posenc
-  /// does not apply (reported, as kNotApplied; text positions are equal).
-  kInterleavedPairsOwnMrope,
   /// Rope type "dynamic" with a non-zero `alpha` is NTK-alpha (compute_ntk_alpha_rope_parameters).
   kNtkAlpha,
   /// Channels (2i, 2i + 1) regrouped into halves before turning (DeepSeek-V3's
@@ -172,6 +168,9 @@ const std::vector<ModelTypeRule>& model_type_rules() {
         "cohere2_moe",
         "ernie4_5",
         "ernie4_5_moe",
+        // ERNIE 4.5-VL: rotate_half_text (its M-RoPE: mrope_rule)
+        "ernie4_5_vl_moe",
+        "ernie4_5_vl_moe_text",
         "glm",
         "glm4",
         "glm4v",
@@ -209,12 +208,6 @@ const std::vector<ModelTypeRule>& model_type_rules() {
        CodeRule::kInterleavedLastChannels,
        "the model's code turns the last R channels of each head ([nope | rope]), channels "
        "(2i, 2i + 1) together: the interleaved pairing with rotate_last_channels"},
-      {{"ernie4_5_vl_moe", "ernie4_5_vl_moe_text"},
-       CodeRule::kInterleavedPairsOwnMrope,
-       "the model's code turns channels (2i, 2i + 1) together (read: the interleaved pairing, "
-       "equal for text positions) and gives the frequencies of image and video positions axes "
-       "of its own (M-RoPE recomposition: height for even i and width for odd i over the first "
-       "2 * mrope_section[0] pairs, time after), which posenc does not apply"},
       // Configs of encoders and sub-models that the comparison classes as not a text rotary (their
       // rotary turns frames or patches, or their attention has none) and that the reader would
       // otherwise read as a text model's: never silently (test_rope_model_types.py).
@@ -252,11 +245,15 @@ bool mla_halves(const std::string& model_type) {
 // Model types whose text model turns by M-RoPE with rules of its code in transformers 5.23.0: the
 // sections it takes when the config gives none (`rope_parameters.get("mrope_section", [...])`), and
 // whether the sections interleave (Qwen3-VL's recomposition_frequencies) or stay contiguous
-// (Qwen2-VL's split), which the code decides whatever mrope_interleaved says.
+// (Qwen2-VL's split), which the code decides whatever mrope_interleaved says. ERNIE 4.5-VL's
+// config and code give the sections as (height, width, time), its recomposition alternating height
+// and width over the first pairs, time last (RotaryEmbeddingOptions::mrope_hw_alternating, whose
+// sections are posenc's (time, height, width)).
 struct MropeRule {
   std::vector<const char*> types;
-  std::vector<int64_t> section;
+  std::vector<int64_t> section; // as the config gives them
   bool interleaved;
+  bool hw_alternating = false;
 };
 const MropeRule* mrope_rule(const std::string& model_type) {
   static const std::vector<MropeRule> rules = {
@@ -278,6 +275,7 @@ const MropeRule* mrope_rule(const std::string& model_type) {
        {24, 20, 20},
        true},
       {{"qwen4_exp", "qwen4_exp_text"}, {11, 11, 10}, true},
+      {{"ernie4_5_vl_moe", "ernie4_5_vl_moe_text"}, {22, 22, 20}, false, true},
   };
   for (const MropeRule& rule : rules) {
     if (contains(rule.types, model_type)) {
@@ -1021,6 +1019,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 model_type + "'s code " +
                     (mrope->interleaved ? "always interleaves the sections"
                                         : "never interleaves the sections"));
+    } else if (key == "mrope_section" && mrope != nullptr && mrope->hw_alternating) {
+      audit.add(name, Status::kUsed, shown(item.value()),
+                "multimodal RoPE, sizes (height, width, time) as " + model_type +
+                    "'s code orders them (mrope_hw_alternating)");
     } else if (key == "mrope_section" || key == "mrope_interleaved") {
       audit.add(name, Status::kUsed, shown(item.value()), "multimodal RoPE");
     } else if (key == "max_position_embeddings") {
@@ -1127,15 +1129,13 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // model_type (the one model_defaults read): the rules of its code.
   const bool interleaved_pairs =
       code_rule != nullptr && (code_rule->rule == CodeRule::kInterleavedPairs ||
-                               code_rule->rule == CodeRule::kInterleavedLastChannels ||
-                               code_rule->rule == CodeRule::kInterleavedPairsOwnMrope);
+                               code_rule->rule == CodeRule::kInterleavedLastChannels);
   if (!model_type.empty()) {
     const std::string name = std::string(own_type.is_string() ? top : "") + "model_type";
     if (code_rule == nullptr) {
       audit.add(name, Status::kUsed, shown(model_type_field),
                 "no rule of its own that posenc knows of");
-    } else if (code_rule->rule == CodeRule::kNotApplied ||
-               code_rule->rule == CodeRule::kInterleavedPairsOwnMrope) {
+    } else if (code_rule->rule == CodeRule::kNotApplied) {
       audit.add_rule(name, shown(model_type_field), code_rule->what);
     } else if (interleaved_pairs || ntk_alpha_rule ||
                code_rule->rule == CodeRule::kDeinterleave ||
@@ -1391,6 +1391,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "absent: " + model_type + "'s code always interleaves the sections");
     }
     mrope_interleaved = mrope->interleaved;
+    if (mrope->hw_alternating) { // (height, width, time) -> posenc's (time, height, width)
+      TORCH_CHECK(mrope_section.size() == 3, source, ": ", where,
+                  "mrope_section must hold three sizes (height, width, time), but holds ",
+                  mrope_section.size());
+      mrope_section = {mrope_section[2], mrope_section[0], mrope_section[1]};
+    }
   }
   // (after the model's own sections: transformers accepts "mrope" without them there)
   TORCH_CHECK(!block.mrope_alias || !mrope_section.empty(), source, ": ", where,
@@ -1403,6 +1409,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
           .scaling(scaling)
           .mrope_section(mrope_section)
           .mrope_interleaved(mrope_interleaved)
+          .mrope_hw_alternating(mrope != nullptr && mrope->hw_alternating)
           .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit)
           .deinterleave(deinterleave)
           .inverse(code_rule != nullptr && code_rule->rule == CodeRule::kInverse)

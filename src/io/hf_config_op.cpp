@@ -84,6 +84,9 @@ std::string read_hf_rope_config_op(const std::string& config, bool strict,
   if (!options.mrope_section().empty()) {
     module["mrope_section"] = options.mrope_section();
     module["mrope_interleaved"] = options.mrope_interleaved();
+    if (options.mrope_hw_alternating()) {
+      module["mrope_hw_alternating"] = true;
+    }
   }
   if (options.cached_len()) {
     module["cached_len"] = *options.cached_len();

@@ -97,6 +97,9 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
     if (options.mrope_interleaved()) {
       stream << ", mrope_interleaved=true";
     }
+    if (options.mrope_hw_alternating()) {
+      stream << ", mrope_hw_alternating=true";
+    }
   }
   stream << ")";
 }

@@ -21,6 +21,7 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/where.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 #include <nlohmann/json.hpp>
@@ -157,6 +158,37 @@ struct CallTables {
   at::Tensor positions; // the call's, or (multimodal) indices of per-token rows
 };
 
+/// ERNIE 4.5-VL's multimodal rows (mrope_hw_alternating): the rows of each axis' positions for
+/// every frequency (multimodal_rotary_tables with one block per axis: its checks, rows past the
+/// caches and device paths), each frequency then taken from its axis' rows.
+std::tuple<at::Tensor, at::Tensor> hw_alternating_rows(const RotaryEmbeddingOptions& options,
+                                                       const CallTables& tables,
+                                                       const at::Tensor& positions,
+                                                       double attention_factor) {
+  const int64_t half = options.rotated_width() / 2;
+  std::vector<std::tuple<at::Tensor, at::Tensor>> axes;
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    std::vector<int64_t> block(3, 0);
+    block[static_cast<size_t>(axis)] = half;
+    axes.push_back(multimodal_rotary_tables(tables.cos, tables.sin, positions, block,
+                                            /*interleaved=*/false,
+                                            optional_tensor(tables.inv_freq), attention_factor));
+  }
+  // detail::mrope_hw_alternating_axes as masks over the frequencies (arange: traceable by
+  // torch.export, whose fake tensors hold no data to copy a constant into)
+  const at::Tensor frequency =
+      at::arange(half, at::TensorOptions().dtype(at::kLong).device(positions.device()));
+  const int64_t alternating = options.mrope_section()[1] + options.mrope_section()[2];
+  const at::Tensor paired = frequency.lt(alternating);
+  const at::Tensor height = paired.logical_and(frequency.remainder(2).eq(0));
+  const at::Tensor width = paired.logical_and(frequency.remainder(2).eq(1));
+  const auto pick = [&](const at::Tensor& t, const at::Tensor& h, const at::Tensor& w) {
+    return at::where(height, h, at::where(width, w, t));
+  };
+  return {pick(std::get<0>(axes[0]), std::get<0>(axes[1]), std::get<0>(axes[2])),
+          pick(std::get<1>(axes[0]), std::get<1>(axes[1]), std::get<1>(axes[2]))};
+}
+
 /// The caches and frequencies a call of `x` at these positions reads (dynamic / longrope: its own
 /// frequencies past the switch length), after checking x's head width.
 CallTables call_tables(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
@@ -218,9 +250,12 @@ CallTables call_tables(const RotaryModuleCall& call, const RotaryModuleTensors& 
     const auto rows = [&] {
       const detail::CallerScope caller(detail::CallerScope::KeepOuter{},
                                        "multimodal_rotary_tables");
-      return multimodal_rotary_tables(tables.cos, tables.sin, positions, options.mrope_section(),
-                                      options.mrope_interleaved(), optional_tensor(tables.inv_freq),
-                                      call.attention_factor);
+      if (!options.mrope_hw_alternating()) {
+        return multimodal_rotary_tables(tables.cos, tables.sin, positions,
+                                        options.mrope_section(), options.mrope_interleaved(),
+                                        optional_tensor(tables.inv_freq), call.attention_factor);
+      }
+      return hw_alternating_rows(options, tables, positions, call.attention_factor);
     }();
     const SymLength tokens = size_of(positions, 1) * size_of(positions, 2);
     const SymLength half = size_of(tensors.cos, 1);
@@ -323,7 +358,16 @@ RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const
                   : "set cached_len (e.g. 8192; positions past it are computed on each call) or "
                     "lower max_len");
   detail::check_rotary_arguments(options.cached_rows(), rotary_dim, options.base());
-  if (!options.mrope_section().empty()) {
+  TORCH_CHECK(!options.mrope_hw_alternating() ||
+                  (!options.mrope_section().empty() && !options.mrope_interleaved()),
+              who, ": mrope_hw_alternating (ERNIE 4.5-VL's assignment of the multimodal "
+              "frequencies) needs mrope_section and excludes mrope_interleaved (Qwen3-VL's), but ",
+              options.mrope_section().empty() ? "mrope_section is empty"
+                                              : "mrope_interleaved is set too",
+              "; pass mrope_section {t, h, w} with h == w, and one assignment");
+  if (options.mrope_hw_alternating()) {
+    detail::mrope_hw_alternating_axes(options.mrope_section(), rotary_dim / 2);
+  } else if (!options.mrope_section().empty()) {
     detail::mrope_axes(options.mrope_section(), options.mrope_interleaved(), rotary_dim / 2);
   }
   const detail::RopeSpec spec = detail::rope_spec(options);
@@ -442,6 +486,7 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text, const char* op) 
           read.boolean("attention_factor_in_cos_sin", options.attention_factor_in_cos_sin()))
       .mrope_section(read.integers("mrope_section", {}, /*nullable=*/true))
       .mrope_interleaved(read.boolean("mrope_interleaved", options.mrope_interleaved()))
+      .mrope_hw_alternating(read.boolean("mrope_hw_alternating", options.mrope_hw_alternating()))
       .pairing(read.choice("pairing", pairing_names(), options.pairing()))
       .beyond_max_len(
           read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()));

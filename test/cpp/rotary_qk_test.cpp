@@ -3,6 +3,7 @@
 // composite kernels, for GQA/MQA head counts, both pairings, both layouts, partial rotary, every
 // position form, in place on views of a fused qkv tensor; gradients; errors.
 
+#include <posenc/export.h>
 #include <posenc/posenc.h>
 
 #include "ops/composite/kernels.h"
@@ -488,6 +489,71 @@ TEST_F(RotaryQk, MultimodalModule) {
       EXPECT_NE(posenc_test::printed(*rope).find("mrope_section=[2, 3, 3]"), std::string::npos);
     }
   }
+}
+
+// mrope_hw_alternating (ERNIE 4.5-VL): sections {t, h, w} = {2, 3, 3} of R/2 = 8 frequencies give
+// frequencies 0..5 to height, width, height, width, height, width and 6, 7 to time; each token's
+// row of frequency i is the cache's row at the position of i's axis (rows past the caches computed,
+// as the other assignments'); text positions are plain RoPE; the TorchScript export turns alike.
+TEST_F(RotaryQk, MultimodalHeightWidthAlternating) {
+  const std::vector<int64_t> axes = {1, 2, 1, 2, 1, 2, 0, 0};
+  for (const bool heads_first : {false, true}) {
+    posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(16, 64)
+                                     .base(1e4)
+                                     .heads_first(heads_first)
+                                     .pairing(posenc::RotaryPairing::kInterleaved)
+                                     .mrope_section({2, 3, 3})
+                                     .mrope_hw_alternating(true)
+                                     .beyond_max_len(posenc::BeyondMaxLen::kExtrapolate));
+    EXPECT_NE(posenc_test::printed(*rope).find("mrope_hw_alternating=true"), std::string::npos);
+    const auto q = heads(2, 6, 4, 16, heads_first, torch::kFloat);
+    const auto k = heads(2, 6, 2, 16, heads_first, torch::kFloat);
+    auto positions = torch::randint(0, 64, {3, 2, 6}, torch::kLong);
+    positions[2][1][5] = 90; // past the caches: computed from the frequencies
+    const auto big = F::rotary_tables(128, 16, F::RotaryTablesFuncOptions().base(1e4));
+    auto cos_rows = torch::empty({12, 8});
+    auto sin_rows = torch::empty({12, 8});
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t l = 0; l < 6; ++l) {
+        for (int64_t i = 0; i < 8; ++i) {
+          const int64_t p = positions[axes[static_cast<size_t>(i)]][b][l].item<int64_t>();
+          cos_rows[b * 6 + l][i] = big.first[p][i];
+          sin_rows[b * 6 + l][i] = big.second[p][i];
+        }
+      }
+    }
+    const auto index = torch::arange(12).view({2, 6});
+    const auto q_expected =
+        posenc::ops::apply_rotary(q, cos_rows, sin_rows, 0, index, true, heads_first);
+    const auto k_expected =
+        posenc::ops::apply_rotary(k, cos_rows, sin_rows, 0, index, true, heads_first);
+    const auto both = rope->forward_qk_positions(q, k, positions);
+    EXPECT_TRUE(torch::equal(std::get<0>(both), q_expected)) << heads_first;
+    EXPECT_TRUE(torch::equal(std::get<1>(both), k_expected)) << heads_first;
+    EXPECT_TRUE(torch::equal(rope->forward_positions(q, positions), q_expected));
+    // not Qwen2-VL's contiguous blocks
+    posenc::RotaryEmbedding blocks(posenc::RotaryEmbeddingOptions(rope->options)
+                                       .mrope_hw_alternating(false));
+    EXPECT_FALSE(torch::equal(blocks->forward_positions(q, positions), q_expected));
+    const auto text = torch::arange(6).view({1, 1, 6}).expand({3, 2, 6});
+    EXPECT_TRUE(torch::equal(rope->forward_positions(q, text), rope->forward(q)));
+    auto exported = posenc::to_torchscript(rope);
+    const auto scripted = exported.get_method("forward_positions")({q, positions}).toTensor();
+    EXPECT_LE((scripted - q_expected).abs().max().item<double>(), 1e-6);
+  }
+  EXPECT_POSENC_ERROR(posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(16, 64)
+                                                  .mrope_section({2, 4, 2})
+                                                  .mrope_hw_alternating(true)),
+                      "mrope_section's height and width sizes must be equal, but got [2, 4, 2]");
+  EXPECT_POSENC_ERROR(posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(16, 64)
+                                                  .mrope_section({2, 3, 3})
+                                                  .mrope_interleaved(true)
+                                                  .mrope_hw_alternating(true)),
+                      "excludes mrope_interleaved (Qwen3-VL's), but mrope_interleaved is set too");
+  EXPECT_POSENC_ERROR(
+      posenc::RotaryEmbedding(posenc::RotaryEmbeddingOptions(16, 64).mrope_hw_alternating(true)),
+      "needs mrope_section and excludes mrope_interleaved (Qwen3-VL's), but mrope_section is "
+      "empty");
 }
 
 TEST_F(RotaryQk, MultimodalErrors) {

@@ -257,11 +257,15 @@ def test_rotary_from_a_config_equals_posenc(posenc, ort):
     assert_rotation_close(run(ort, program, x)[0], expected(module, x)[0], x)
 
 
-@pytest.mark.parametrize("interleaved", [False, True])
-def test_multimodal_rotary_equals_posenc(posenc, ort, interleaved):
-    """M-RoPE (Qwen2-VL's sections, Qwen3-VL's interleaved ones): positions [3, B, L]."""
-    section = [24, 20, 20] if interleaved else [16, 24, 24]
-    module = posenc.nn.RotaryEmbedding(128, 4096, mrope_section=section, mrope_interleaved=interleaved).eval()
+@pytest.mark.parametrize("layout", ["contiguous", "interleaved", "hw_alternating"])
+def test_multimodal_rotary_equals_posenc(posenc, ort, layout):
+    """M-RoPE (Qwen2-VL's sections, Qwen3-VL's interleaved ones, ERNIE 4.5-VL's alternating height
+    and width): positions [3, B, L]."""
+    interleaved = layout == "interleaved"
+    section = {"contiguous": [16, 24, 24], "interleaved": [24, 20, 20], "hw_alternating": [20, 22, 22]}[layout]
+    module = posenc.nn.RotaryEmbedding(128, 4096, mrope_section=section, mrope_interleaved=interleaved,
+                                       mrope_hw_alternating=layout == "hw_alternating",
+                                       pairing="interleaved" if layout == "hw_alternating" else "half_split").eval()
     d = dims(length=(1, 2048))
     program = posenc.onnx.export(posenc.onnx.Method(module, "forward_positions"),
                                  (torch.randn(2, 10, 4, 128), torch.randint(0, 4096, (3, 2, 10))),

@@ -88,10 +88,10 @@ def test_no_model_type_rotates_differently_without_a_warning(results):
 
 def test_warned_model_types_are_errors_when_strict(results, posenc_package):
     warned = [model_type for model_type, (status, _) in results.items() if status in ("warned", "equal, warned")]
-    # (4 at this writing: ERNIE 4.5-VL's axes of image positions, MiniMax-M3-VL's rotary_dim; Llama 4's,
-    # Ministral 3's and Mistral 4's query temperatures, Moonshine-Streaming's pairs and DeepSeek-V4's
-    # last channels are applied since)
-    assert len(warned) >= 4, warned
+    # (2 at this writing: MiniMax-M3-VL's rotary_dim; Llama 4's, Ministral 3's and Mistral 4's query
+    # temperatures, Moonshine-Streaming's pairs, DeepSeek-V4's last channels and ERNIE 4.5-VL's
+    # M-RoPE are applied since)
+    assert len(warned) >= 2, warned
     for model_type in warned:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -189,42 +189,52 @@ def test_deepseek_v4_rotates_the_last_channels_as_its_code(results, posenc_packa
     assert max_error(leading(q, 4000), reference) > 1e-2
 
 
-def test_ernie4_5_vl_text_positions_rotate_as_its_code(results, posenc_package):
-    """ERNIE 4.5-VL's text rotary pairs (2i, 2i + 1) (rotate_half_text) and, after its
-    recomposition of pre-permuted frequencies, gives pair i frequency i for text positions (all
-    three axes equal). posenc reads the interleaved pairing, equal to its code at text positions
-    near the end of the context; the axes of image positions stay a warned rule (refused as [3, B, L]
-    positions by the module, which has no mrope_section), and the half-split pairing is not equal."""
-    assert results["ernie4_5_vl_moe_text"][0] == "warned", results["ernie4_5_vl_moe_text"]
+@pytest.mark.parametrize("model_type", ["ernie4_5_vl_moe_text", "ernie4_5_vl_moe"])
+def test_ernie4_5_vl_rotates_as_its_code(results, posenc_package, model_type):
+    """ERNIE 4.5-VL's text rotary pairs (2i, 2i + 1) (rotate_half_text), and its recomposition of
+    pre-permuted frequencies gives frequency i the height axis (even i) or the width axis (odd i)
+    over the first 2 * 22 pairs and time after, from sections given as (height, width, time).
+    posenc reads the interleaved pairing and mrope_hw_alternating with sections (time, height,
+    width): equal to its code at text positions near the end of the context and at an image grid's
+    [3, B, L] positions; Qwen2-VL's contiguous blocks, or the half-split pairing, are not."""
+    assert results[model_type][0] == "equal", results[model_type]
     modeling = importlib.import_module("transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        config = transformers.AutoConfig.for_model("ernie4_5_vl_moe_text")
-        module = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True)
-    assert any("posenc does not apply model_type" in str(w.message) for w in caught)
-    audit = {row["key"]: row for row in posenc_package.nn.read_hf_rope_config(config)["audit"]}
-    assert "image and video positions" in audit["model_type"]["reason"], audit["model_type"]
-    assert module.pairing == "interleaved" and module.mrope_section is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(model_type)
+    text = config.get_text_config()
+    module = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True)
+    assert (module.pairing, module.mrope_section, module.mrope_hw_alternating) == ("interleaved", [20, 22, 22], True)
     torch.manual_seed(3)
-    q, k = torch.randn(1, 2, 6, 128), torch.randn(1, 1, 6, 128)
-    start = config.max_position_embeddings - 6
-    positions = torch.arange(start, start + 6)[None]
+    length = model_types.LENGTH
+    q, k = torch.randn(1, 2, length, 128), torch.randn(1, 1, length, 128)
+    start = text.max_position_embeddings - 2 * length
+    text_positions = torch.arange(start, start + length)[None].expand(3, 1, length)
 
-    def theirs(q, k):
-        cos, sin = modeling.Ernie4_5_VLMoeTextRotaryEmbedding(config)(q, positions)
+    def theirs(q, k, positions):
+        cos, sin = modeling.Ernie4_5_VLMoeTextRotaryEmbedding(text)(q, positions)
         return modeling.apply_rotary_pos_emb(q, k, cos, sin)
 
-    q_hf, k_hf = theirs(q, k)
-    with float64_everywhere():
-        q_ref, k_ref = theirs(q.double(), k.double())
-    q_ours, k_ours = module.forward_qk(q, k, start)
-    ulp = 2 ** -23 * max(q_ref.abs().max().item(), k_ref.abs().max().item())
-    assert max_error(q_ours, q_ref) <= max_error(q_hf, q_ref) + ulp
-    assert max_error(k_ours, k_ref) <= max_error(k_hf, k_ref) + ulp
+    for positions in (text_positions, model_types.grid_positions(start)):
+        q_hf, k_hf = theirs(q, k, positions)
+        with float64_everywhere():
+            q_ref, k_ref = theirs(q.double(), k.double(), positions)
+        q_ours, k_ours = module.forward_positions(q, positions), module.forward_positions(k, positions)
+        ulp = 2 ** -23 * max(q_ref.abs().max().item(), k_ref.abs().max().item())
+        assert max_error(q_ours, q_ref) <= max_error(q_hf, q_ref) + ulp
+        assert max_error(k_ours, k_ref) <= max_error(k_hf, k_ref) + ulp
+    blocks = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, mrope_hw_alternating=False)
+    assert max_error(blocks.forward_positions(q, positions), q_ref) > 1e-2
     halves = posenc_package.nn.RotaryEmbedding.from_hf_config(config, heads_first=True, pairing="half_split")
-    assert max_error(halves(q, start), q_ref) > 1e-2
-    with pytest.raises((RuntimeError, ValueError), match="mrope_section"):
-        module.forward_positions(q, positions.expand(3, 1, 6))
+    assert max_error(halves.forward_positions(q, positions), q_ref) > 1e-2
+    # sections given in the config are read in its code's order (height, width, time)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        given = posenc_package.nn.read_hf_rope_config({
+            "model_type": "ernie4_5_vl_moe_text", "hidden_size": 512, "num_attention_heads": 4,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [24, 24, 16]}})
+    assert given["module"]["mrope_section"] == [16, 24, 24] and given["module"]["mrope_hw_alternating"]
 
 
 @pytest.mark.parametrize("model_type, pairing", [("glm4v_text", "interleaved"), ("glm4v_moe_text", "half_split")])

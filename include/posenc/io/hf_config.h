@@ -114,7 +114,8 @@ struct HfRopeConfig {
 /// beside it; a top-level `original_max_position_embeddings` over the block's (Phi-3's configs
 /// need it); `head_dim` over hidden_size / num_attention_heads. Multimodal RoPE:
 /// `mrope_section` (Qwen2-VL, Qwen2.5-VL; transformers 4's type "mrope" is the default
-/// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields. The pairing is
+/// frequencies) and `mrope_interleaved` (Qwen3-VL) fill the options' mrope fields (ERNIE 4.5-VL's
+/// (height, width, time) sections: mrope_hw_alternating). The pairing is
 /// halves (i, i + D/2) except for the model types whose code turns (2i, 2i + 1) together and that
 /// are tested against it (BLT, Cohere, ERNIE 4.5, GLM, GLM-4.1V, Helium, ...), and MLA models
 /// (`qk_rope_head_dim`) rotate their rope parts, regrouped from pairs (2i, 2i + 1) into halves

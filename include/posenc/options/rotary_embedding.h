@@ -161,6 +161,11 @@ struct RotaryEmbeddingOptions {
   /// axis when i % 3 == 1 and i < 3 * section[1], the width axis when i % 3 == 2 and
   /// i < 3 * section[2], the temporal axis otherwise) instead of contiguous blocks. Default: false.
   TORCH_ARG(bool, mrope_interleaved) = false;
+  /// With `mrope_section` {t, h, w} (h == w): ERNIE 4.5-VL's assignment (its recomposition of
+  /// pre-permuted frequencies): the first h + w frequencies alternate between the height axis
+  /// (even i) and the width axis (odd i), the last t follow the temporal axis. Not with
+  /// `mrope_interleaved`. Default: false.
+  TORCH_ARG(bool, mrope_hw_alternating) = false;
 
  public:
   /// The number of rotated channels: `rotary_dim` if set, else `head_dim`.
