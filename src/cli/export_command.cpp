@@ -355,6 +355,13 @@ void add_export_command(CLI::App& app) {
                                  "an ONNX graph holds the table's rows and computes none past "
                                  "max-len; export with a --max-len that covers every position");
     }
+    if (args->rotate_last_channels && !from_config &&
+        (!args->rotary_dim || *args->rotary_dim == args->head_dim)) {
+      throw CLI::ValidationError("--rotate-last-channels",
+                                 "turns the last --rotary-dim channels of each head; give a "
+                                 "--rotary-dim below --head-dim (the whole head turns the same "
+                                 "without it)");
+    }
     if (args->deinterleave && args->pairing == "interleaved") {
       throw CLI::ValidationError("--deinterleave",
                                  "regroups pairs (2i, 2i + 1) into halves, the layout of "

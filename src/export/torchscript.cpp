@@ -220,6 +220,7 @@ torch::jit::Module to_torchscript(const RotaryEmbeddingImpl& module) {
   torch::jit::Module exported("__torch__.posenc.RotaryEmbedding");
   exported.register_attribute("max_len", c10::IntType::get(), options.max_len());
   exported.register_attribute("rotary_dim", c10::IntType::get(), rotary_dim);
+  exported.register_attribute("head_dim", c10::IntType::get(), options.head_dim());
   register_pairing(exported, options.pairing(), options.deinterleave(), options.inverse(),
                    options.rotate_last_channels());
   exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());

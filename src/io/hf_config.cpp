@@ -211,15 +211,15 @@ const std::vector<ModelTypeRule>& model_type_rules() {
       // Configs of encoders and sub-models that the comparison classes as not a text rotary (their
       // rotary turns frames or patches, or their attention has none) and that the reader would
       // otherwise read as a text model's: never silently (test_rope_model_types.py).
-      {{"clip_text_model", "deepseek_ocr2_encoder", "esm", "higgs_audio_v2", "inkling2_text",
-        "lasr_encoder", "moonshine_streaming_encoder", "moshi_depth", "nemotron_h",
-        "pocket_tts_audio_tokenizer", "pocket_tts_audio_tokenizer_decoder",
-        "pocket_tts_audio_tokenizer_encoder"},
+      // (Those whose rotary class runs on their default config are compared with it instead:
+      // test_sub_models_rotate_as_their_code.)
+      {{"clip_text_model", "esm", "inkling2_text", "moonshine_streaming_encoder", "moshi_depth",
+        "nemotron_h"},
        CodeRule::kNotApplied,
-       "posenc has not compared its reading of this model type with the model's code: an encoder "
-       "or sub-model whose positions are audio frames or patches, or whose attention takes no "
-       "rotary at all (CLIP's text encoder, Nemotron-H, ESM with absolute positions); the options "
-       "read may not be its rotation"},
+       "posenc has not compared its reading of this model type with the model's code: its "
+       "attention takes no rotary (CLIP's text encoder, Nemotron-H; ESM unless "
+       "position_embedding_type is 'rotary'), or its rotary class does not run on its default "
+       "config; the options read may not be its rotation"},
       {{"nanochat"},
        CodeRule::kInverse,
        "the model's code turns by -theta (its rotate_half is cat(x2, -x1)): inverse"},
@@ -593,6 +593,66 @@ const char* to_string(HfConfigKey::Status status) {
   return "?";
 }
 
+// DeepSeek-V4's configuration class (transformers 5.23.0) builds two rope sets from a config.json:
+// "main" (its sliding-window layers: rope_theta, the default type) and "compress" (its compressed
+// layers: compress_rope_theta, default 160000, with the file's rope scaling, and an attention
+// factor of 1 for YaRN), both of head_dim * partial_rotary_factor channels (partial_rotary_factor,
+// else qk_rope_head_dim / head_dim, else 64 / 512; head_dim 512 by default). Its layer_types name
+// kinds of attention, each reading one set. A copy of `config` in that form: rope_parameters
+// {main, compress} as the class makes them, and layer_types the set each layer reads.
+json deepseek_v4_rope_sets(const json& config) {
+  json out = config;
+  const json& head_field = field(config, "head_dim");
+  const double head_dim = head_field.is_number() ? head_field.get<double>() : 512.0;
+  if (head_field.is_null()) {
+    out["head_dim"] = 512;
+  }
+  const json& partial_field = field(config, "partial_rotary_factor");
+  const json& legacy_width = field(config, "qk_rope_head_dim");
+  const double partial = partial_field.is_number()   ? partial_field.get<double>()
+                         : legacy_width.is_number() ? legacy_width.get<double>() / head_dim
+                                                     : 64.0 / 512.0;
+  const json& scaling = field(config, "rope_scaling");
+  const json& rope = scaling.is_object() && !scaling.empty() ? scaling
+                                                               : field(config, "rope_parameters");
+  if (rope.is_object() && field(rope, "main").is_object() && field(rope, "compress").is_object()) {
+    out["rope_parameters"] = {{"main", rope["main"]}, {"compress", rope["compress"]}};
+  } else if (rope.is_null() || rope.is_object()) {
+    json flat = rope.is_object() ? rope : json::object();
+    flat.erase("main");
+    flat.erase("compress");
+    const json& theta = field(config, "rope_theta");
+    const json& compress_theta = field(config, "compress_rope_theta");
+    json main = {{"rope_type", "default"},
+                 {"rope_theta", theta.is_null() ? field(flat, "rope_theta").is_null()
+                                                      ? json(10000.0)
+                                                      : flat["rope_theta"]
+                                                : theta},
+                 {"partial_rotary_factor", partial}};
+    json compress = flat;
+    compress["rope_theta"] = compress_theta.is_null() ? json(160000.0) : compress_theta;
+    compress["partial_rotary_factor"] = partial;
+    if (!compress.contains("rope_type")) {
+      compress["rope_type"] = compress.contains("type") ? compress["type"] : json("default");
+    }
+    compress.erase("type");
+    if (compress["rope_type"] == "yarn" && !compress.contains("attention_factor")) {
+      compress["attention_factor"] = 1.0;
+    }
+    out["rope_parameters"] = {{"main", main}, {"compress", compress}};
+  } // (else: the reader's message for a malformed block)
+  out.erase("rope_scaling");
+  const json& kinds = field(config, "layer_types");
+  if (kinds.is_array()) {
+    json sets = json::array();
+    for (const json& kind : kinds) {
+      sets.push_back(kind == "sliding_attention" ? "main" : "compress");
+    }
+    out["layer_types"] = sets;
+  }
+  return out;
+}
+
 HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string& source,
                                  const HfConfigReadOptions& read) {
   Audit audit;
@@ -669,7 +729,16 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       layer_config["head_dim"] = global.is_null() ? json(512) : global;
     }
   }
-  const json& config = layer_override != nullptr || global_head_dim ? layer_config : base_config;
+  const json& chosen = layer_override != nullptr || global_head_dim ? layer_config : base_config;
+  const bool deepseek_v4 = early_type == "deepseek_v4";
+  const json v4_config = deepseek_v4 ? deepseek_v4_rope_sets(chosen) : json();
+  const json& config = deepseek_v4 ? v4_config : chosen;
+  if (deepseek_v4) {
+    audit.add(prefix + "layer_types", Status::kUsed, "[...]",
+              "DeepSeek-V4: each kind of attention reads a rope set of its configuration class "
+              "(sliding_attention: main; the compressed kinds: compress), built from rope_theta, "
+              "compress_rope_theta and the rope scaling as that class builds them");
+  }
   if (nested) {
     audit.add(in_text ? "text_config" : "thinker_config.text_config", Status::kUsed, "{...}",
               in_text ? "the language model's fields (the top level has no num_attention_heads)"
@@ -863,9 +932,13 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   const c10::optional<int64_t> mla_width =
       last_channels ? c10::nullopt : integer(source, config, "qk_rope_head_dim", top);
   if (last_channels && !field(config, "qk_rope_head_dim").is_null()) {
-    audit.add(prefix + "qk_rope_head_dim", Status::kIgnored, shown(field(config, "qk_rope_head_dim")),
-              "the rotated width at the end of each head is head_dim * partial_rotary_factor, as "
-              "the model's rotary class computes it");
+    const bool gives_partial = field(chosen, "partial_rotary_factor").is_null();
+    audit.add(prefix + "qk_rope_head_dim", gives_partial ? Status::kUsed : Status::kIgnored,
+              shown(field(config, "qk_rope_head_dim")),
+              gives_partial ? "the rotated width at the end of each head: partial_rotary_factor = "
+                              "qk_rope_head_dim / head_dim, as the configuration class sets it"
+                            : "partial_rotary_factor gives the rotated width at the end of each "
+                              "head (head_dim * partial_rotary_factor)");
   }
   // (absent: the model type's own default, else hidden_size / num_attention_heads, as transformers)
   const int64_t head_dim = mla_width        ? *mla_width
@@ -1017,8 +1090,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                !(item.value().is_boolean() && item.value().get<bool>() == mrope->interleaved)) {
       audit.add(name, Status::kIgnored, shown(item.value()),
                 model_type + "'s code " +
-                    (mrope->interleaved ? "always interleaves the sections"
-                                        : "never interleaves the sections"));
+                    (mrope->interleaved      ? "always interleaves the sections"
+                     : mrope->hw_alternating ? "alternates the height and width sections itself "
+                                               "(mrope_hw_alternating), whatever this says"
+                                             : "never interleaves the sections"));
     } else if (key == "mrope_section" && mrope != nullptr && mrope->hw_alternating) {
       audit.add(name, Status::kUsed, shown(item.value()),
                 "multimodal RoPE, sizes (height, width, time) as " + model_type +
@@ -1396,6 +1471,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                   "mrope_section must hold three sizes (height, width, time), but holds ",
                   mrope_section.size());
       mrope_section = {mrope_section[2], mrope_section[0], mrope_section[1]};
+      TORCH_CHECK(mrope_section[1] == mrope_section[2], source, ": ", where,
+                  "mrope_section must give as many height as width frequencies (", model_type,
+                  "'s code alternates them), but gives [", mrope_section[1], ", ",
+                  mrope_section[2], ", ", mrope_section[0], "] (height, width, time)");
     }
   }
   // (after the model's own sections: transformers accepts "mrope" without them there)

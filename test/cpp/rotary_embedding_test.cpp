@@ -550,11 +550,15 @@ TEST_F(Rotary, RotateLastChannelsTurnsTheTrailingChannels) {
   // heads of another width contradict head_dim, as without the option
   EXPECT_POSENC_ERROR(last(torch::randn({1, 4, 2, 10}), 0),
                       "RotaryEmbedding: expected heads of width head_dim = 12, but got 10");
-  // inputs left unchanged by a refused call
-  auto unchanged = x.clone();
-  auto wrong = torch::randn({1, 4, 2, 10});
-  EXPECT_THROW(last->forward_qk_(unchanged, wrong, 0), c10::Error);
-  EXPECT_TRUE(torch::equal(unchanged, x));
+  // an in-place call refused by the operator, after the views of the last channels are taken
+  // (positions past max_len): q and k unchanged, with deinterleave too
+  for (RotaryEmbedding* module : {&last, &both}) {
+    auto q_kept = x.clone();
+    auto k_kept = x.narrow(2, 0, 1).clone();
+    EXPECT_POSENC_ERROR((*module)->forward_qk_(q_kept, k_kept, 62), "max_len");
+    EXPECT_TRUE(torch::equal(q_kept, x));
+    EXPECT_TRUE(torch::equal(k_kept, x.narrow(2, 0, 1)));
+  }
 }
 
 // deinterleave (DeepSeek-V3's rope_interleave): pairs (2i, 2i + 1) are rotated and written as

@@ -405,7 +405,7 @@ ROTARY_CASES = {
 @pytest.mark.parametrize("case", ROTARY_CASES)
 def test_rotary_source_scripts_like_the_export(posenc_cli, tmp_path, case):
     flags, scalars = ROTARY_CASES[case]
-    scalars = dict(scalars, max_len=16, attention_factor=1.0, switch_len=-1, ntk_base=10000.0, ntk_factor=1.0, mrope_axes=[])
+    scalars = dict(scalars, max_len=16, head_dim=8, attention_factor=1.0, switch_len=-1, ntk_base=10000.0, ntk_factor=1.0, mrope_axes=[])
     path = tmp_path / "rotary.pt"
     args = [posenc_cli, "export", "--module", "rotary", "--max-len", "16", "--head-dim", "8", "-o", str(path), *flags]
     subprocess.run(args, check=True, capture_output=True)

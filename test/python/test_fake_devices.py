@@ -653,6 +653,19 @@ MODULE_CASES = [
         m.forward_positions(T(randn(2, 5, 3, 16, dtype=dt)),
                             T(torch.randint(0, 64, (3, 2, 5), generator=torch.Generator().manual_seed(8)))),
     ]),
+    # DeepSeek-V4's last channels (a view turned, the leading channels put before it; in place on the view)
+    _module_case("RotaryEmbedding", "rotate_last_channels", lambda nn: nn.RotaryEmbedding(
+        12, 16, rotary_dim=8, pairing="interleaved", rotate_last_channels=True), lambda m, T, dt: [
+        m(T(randn(2, 5, 3, 12, dtype=dt)), 4),
+        m.forward_positions(T(randn(2, 5, 3, 12, dtype=dt)), T(ints(POS_BL_ROTARY))),
+        m.forward_qk(T(randn(2, 5, 4, 12, dtype=dt)), T(randn(2, 5, 2, 12, dtype=dt)), 2),
+    ]),
+    # ERNIE 4.5-VL's M-RoPE: each axis' rows, each frequency from its axis (masks made where the positions lie)
+    _module_case("RotaryEmbedding", "mrope_hw_alternating", lambda nn: nn.RotaryEmbedding(
+        16, 64, mrope_section=[2, 3, 3], mrope_hw_alternating=True, pairing="interleaved"), lambda m, T, dt: [
+        m.forward_positions(T(randn(2, 5, 3, 16, dtype=dt)),
+                            T(torch.randint(0, 64, (3, 2, 5), generator=torch.Generator().manual_seed(9)))),
+    ]),
     _module_case("Timesteps", "default", lambda nn: nn.Timesteps(16), lambda m, T, dt: [
         m(T(torch.tensor([1.0, 250.5, 999.0], dtype=dt))),
         m(T(ints([1, 250, 999]))),

@@ -102,15 +102,44 @@ def test_warned_model_types_are_errors_when_strict(results, posenc_package):
                 posenc_package.nn.read_hf_rope_config(config, strict=True, layer=0 if layer_types else None)
 
 
+# Model types that the comparison classes as not a text rotary but whose rotary class turns token
+# positions and runs on their default config: compared with their own code here, read without a
+# warning.
+SUB_MODELS = {
+    "deepseek_ocr2_encoder": "DeepseekOcr2TextRotaryEmbedding",
+    "higgs_audio_v2": "HiggsAudioV2RotaryEmbedding",
+    "lasr_encoder": "LasrEncoderRotaryEmbedding",
+    "pocket_tts_audio_tokenizer": "PocketTTSAudioTokenizerRotaryEmbedding",
+    "pocket_tts_audio_tokenizer_decoder": "PocketTTSAudioTokenizerRotaryEmbedding",
+    "pocket_tts_audio_tokenizer_encoder": "PocketTTSAudioTokenizerRotaryEmbedding",
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(SUB_MODELS))
+def test_sub_models_rotate_as_their_code(posenc_package, model_type):
+    """Sub-models and encoders whose rotary class turns token positions (Higgs Audio v2's Llama
+    decoder, the audio tokenizers' and encoders' transformers, DeepSeek-OCR 2's text encoder): their
+    default config read by posenc is equal to that class and their apply function (model_types'
+    comparison, at the last positions of the context), with no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(model_type)
+    text = config.get_text_config()
+    modeling = model_types._modeling(model_type)
+    rotary_class = getattr(modeling, SUB_MODELS[model_type])
+    status, detail = model_types.compare_layer(posenc_package, model_type, config, text, rotary_class,
+                                               model_types._apply(modeling, text), None, None)
+    assert (status, detail) == ("equal", ""), (status, detail)
+
+
 def test_encoders_are_never_read_silently(results, posenc_package):
     """The model types the comparison classes as not a text rotary (vision and audio encoders,
     sub-models, attention without rotary): reading their default config either stops with a
-    message or warns (a rule posenc does not apply), never gives options silently. The PE audio /
-    video encoders are the exception: read as their code pairs channels, and compared with it in
-    test_pe_encoders_rotate_pairs_as_their_code."""
-    import re
-    compared_elsewhere = {"pe_audio_encoder", "pe_video_encoder", "pe_audio_video_encoder"}
-    silent = {}
+    message or warns of a rule of the model type that posenc does not apply, never gives options
+    silently. The exceptions are compared with their code: the PE audio / video encoders (read as
+    their code pairs channels, test_pe_encoders_rotate_pairs_as_their_code) and SUB_MODELS."""
+    compared_elsewhere = {"pe_audio_encoder", "pe_video_encoder", "pe_audio_video_encoder", *SUB_MODELS}
+    silent, checked = {}, 0
     for model_type, (status, _) in results.items():
         if status != "not a text rotary" or model_type in compared_elsewhere:
             continue
@@ -120,13 +149,15 @@ def test_encoders_are_never_read_silently(results, posenc_package):
                 config = transformers.AutoConfig.for_model(model_type)
             except Exception:
                 continue  # (no default config to read)
+            checked += 1
             try:
                 posenc_package.nn.read_hf_rope_config(config)
             except (ValueError, RuntimeError):
                 continue
-        if not any(re.search("posenc does not apply", str(w.message)) for w in caught):
+        if not any("posenc does not apply" in str(w.message) and "model_type" in str(w.message) for w in caught):
             silent[model_type] = "read without a warning"
     assert not silent, silent
+    assert checked >= 80, checked  # (90 at this writing: every one of them with a default config)
 
 
 def test_docs_list_every_model_type_with_its_status(results):
@@ -187,6 +218,51 @@ def test_deepseek_v4_rotates_the_last_channels_as_its_code(results, posenc_packa
     leading = posenc_package.nn.RotaryEmbedding.from_hf_config(config, layer_type=layer_type, heads_first=True,
                                                                max_len=4096, rotate_last_channels=False)
     assert max_error(leading(q, 4000), reference) > 1e-2
+
+
+@pytest.mark.parametrize("form", ["checkpoint", "minimal"])
+def test_deepseek_v4_config_json_reads_as_its_configuration_class(posenc_package, form):
+    """A DeepSeek-V4 config.json as checkpoints ship it (flat: rope_theta, compress_rope_theta, a YaRN
+    rope_scaling, qk_rope_head_dim) or with its sizes only: posenc builds the rope sets "main" and
+    "compress" as DeepseekV4Config does (compress: compress_rope_theta, the YaRN block, attention
+    factor 1; main: rope_theta, default; head_dim * qk_rope_head_dim / head_dim channels at the end
+    of each head), and each layer reads its kind's set. Equal to DeepSeek-V4's own rotary class and
+    apply function, built from the same file by transformers, for both sets and for a layer by
+    index."""
+    modeling = importlib.import_module("transformers.models.deepseek_v4.modeling_deepseek_v4")
+    layer_types = ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]
+    sizes = {"hidden_size": 1024, "num_attention_heads": 4, "num_key_value_heads": 1, "num_hidden_layers": 3,
+             "max_position_embeddings": 65536 * 16, "layer_types": layer_types}
+    file = {"model_type": "deepseek_v4", **sizes}
+    if form == "checkpoint":
+        file.update(head_dim=512, qk_rope_head_dim=64, rope_theta=10000.0, compress_rope_theta=160000.0,
+                    rope_scaling={"type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536,
+                                  "beta_fast": 32, "beta_slow": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(**{k: v for k, v in file.items()})
+    rope_sets = config.rope_parameters
+    assert set(rope_sets) == {"main", "compress"}
+    torch.manual_seed(7)
+    q = torch.randn(1, 2, 6, 512)
+    start = 65536 * 2  # (past YaRN's original context)
+    positions = torch.arange(start, start + 6)[None]
+    for choice, rope_set in (({"layer_type": "main"}, "main"), ({"layer_type": "compress"}, "compress"),
+                             ({"layer": 0}, "main"), ({"layer": 2}, "compress")):
+        module = posenc_package.nn.RotaryEmbedding.from_hf_config(file, heads_first=True, **choice)
+        assert (module.head_dim, module.rotary_dim, module.rotate_last_channels) == (512, 64, True), choice
+        cos, sin = modeling.DeepseekV4RotaryEmbedding(config)(q, positions, rope_set)
+        hf = modeling.apply_rotary_pos_emb(q, cos, sin)
+        with float64_everywhere():
+            cos64, sin64 = modeling.DeepseekV4RotaryEmbedding(config)(q.double(), positions, rope_set)
+            reference = modeling.apply_rotary_pos_emb(q.double(), cos64, sin64)
+        ulp = 2 ** -23 * reference.abs().max().item()
+        assert max_error(module(q, start), reference) <= max_error(hf, reference) + ulp, choice
+    # the two sets differ (bases 1e4 and 1.6e5, YaRN in the checkpoint's compress set)
+    main = posenc_package.nn.RotaryEmbedding.from_hf_config(file, layer_type="main")
+    compress = posenc_package.nn.RotaryEmbedding.from_hf_config(file, layer_type="compress")
+    assert not torch.equal(main.inv_freq, compress.inv_freq)
+    assert (compress.rope_type == "yarn") == (form == "checkpoint")
 
 
 @pytest.mark.parametrize("model_type", ["ernie4_5_vl_moe_text", "ernie4_5_vl_moe"])

@@ -19,6 +19,9 @@ class RotaryMethods:
         self._check_float(x)
         if x.size(3) < self.rotary_dim:
             raise RuntimeError(self.who + ": the head dimension Dh = " + str(x.size(3)) + " is smaller than the rotated width " + str(self.rotary_dim) + " (input shape " + str(x.shape) + ")")
+        if self.rotate_last and x.size(3) != self.head_dim:
+            # (the last channels are those of a head of head_dim channels, as the C++ module's check_heads)
+            raise RuntimeError(self.who + ": expected heads of width head_dim = " + str(self.head_dim) + ", but got " + str(x.size(3)) + " (input shape " + str(x.shape) + "); build the module with head_dim = " + str(x.size(3)) + " or split the heads to " + str(self.head_dim) + " channels")
         if x.device != self.cos.device:
             raise RuntimeError(self.who + ": expected the input on the device of the cos/sin caches (" + str(self.cos.device) + "), but got an input on " + str(x.device))
 
