@@ -100,3 +100,29 @@ def conformer_block(nn, d_model=16, num_heads=4, max_len=64):
             return self.attention(x, x, x, pos_emb)
 
     return ConformerBlock()
+
+
+def finish_rank(rank, directory):
+    """The end of a gloo rank's work: a barrier (every rank done before any tears gloo down), then
+    the marker `rank{rank}.done` in `directory` that spawn_ranks reads."""
+    import torch.distributed as dist
+    dist.barrier()
+    open(os.path.join(directory, f"rank{rank}.done"), "w").close()
+
+
+def spawn_ranks(rank_main, args, world_size, directory):
+    """torch.multiprocessing.spawn of `rank_main(rank, *args)` on `world_size` processes whose work
+    ends with finish_rank(rank, directory). torch's gloo teardown (destroy_process_group and the
+    interpreter's exit) aborts now and then on torch 2.13 and 2.15 ("terminate called without an
+    active exception"), after every rank has finished: such an abort, with every rank's marker
+    written, is a warning; any other failure (a rank's error, an abort before the markers) is
+    raised."""
+    import warnings
+    import torch.multiprocessing as mp
+    try:
+        mp.spawn(rank_main, args=args, nprocs=world_size, join=True)
+    except mp.ProcessExitedException as error:
+        done = all(os.path.exists(os.path.join(directory, f"rank{r}.done")) for r in range(world_size))
+        if not done or error.signal_name != "SIGABRT":
+            raise
+        warnings.warn(f"torch's gloo teardown aborted after every rank had finished its work: {error}")

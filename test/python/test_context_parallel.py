@@ -7,9 +7,8 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from conftest import requires_torch
+from conftest import finish_rank, requires_torch, spawn_ranks
 
 
 def rope_tables(max_len, rotary_dim, base=10000.0):
@@ -70,7 +69,7 @@ def test_opcheck_context_parallel_positions(posenc_ops):
 SEQ_LEN, WORLD = 32, 2
 
 
-def _rank_main(rank, library, store):
+def _rank_main(rank, library, store, directory):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
@@ -92,6 +91,7 @@ def _rank_main(rank, library, store):
             for part, where in zip(shards, all_positions):
                 assembled[:, where] = part
             assert torch.equal(assembled, whole), f"rank {rank}, zigzag {zigzag}: the shards differ from the whole sequence"
+        finish_rank(rank, directory)
     finally:
         dist.destroy_process_group()
 
@@ -99,4 +99,28 @@ def _rank_main(rank, library, store):
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="this torch has no gloo backend")
 def test_rotating_shards_equals_rotating_the_sequence_gloo(posenc_ops, tmp_path):
     library = os.environ["POSENC_LIBRARY"]
-    mp.spawn(_rank_main, args=(library, str(tmp_path / "store")), nprocs=WORLD, join=True)
+    spawn_ranks(_rank_main, (library, str(tmp_path / "store"), str(tmp_path)), WORLD, str(tmp_path))
+
+
+def _aborting_rank(rank, store, directory, after_finish):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    if after_finish:
+        finish_rank(rank, directory)
+    if rank == 0:
+        os.abort()  # (as torch's gloo teardown aborts: SIGABRT)
+    dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="this torch has no gloo backend")
+def test_spawn_ranks_forgives_only_a_teardown_abort(tmp_path):
+    """spawn_ranks (conftest): an abort after every rank has finished (gloo's teardown) is a
+    warning; an abort before is the failure it is."""
+    (tmp_path / "after").mkdir()
+    (tmp_path / "before").mkdir()
+    with pytest.warns(UserWarning, match="teardown aborted after every rank had finished"):
+        spawn_ranks(_aborting_rank, (str(tmp_path / "store1"), str(tmp_path / "after"), True), WORLD,
+                    str(tmp_path / "after"))
+    with pytest.raises(Exception, match="SIGABRT"):
+        spawn_ranks(_aborting_rank, (str(tmp_path / "store2"), str(tmp_path / "before"), False), WORLD,
+                    str(tmp_path / "before"))

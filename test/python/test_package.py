@@ -19,9 +19,8 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from conftest import TORCH_VERSION, conformer_block
+from conftest import TORCH_VERSION, conformer_block, finish_rank, spawn_ranks
 
 SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE_ROOT, "python"))
@@ -828,10 +827,9 @@ def _ddp_rank(rank, store, result_dir):
         half = batch.shape[0] // WORLD_SIZE
         mine = slice(rank * half, (rank + 1) * half)
         torch.save(_train(posenc.nn, batch[mine], targets[mine], ddp_rank=rank), os.path.join(result_dir, f"rank{rank}.pt"))
-        # Both ranks done before either tears gloo down: once, on torch 2.13 (matrix row), a rank
-        # tearing down while the other was still finishing aborted ("terminate called without an
-        # active exception"). (A rank that fails above does not reach this; mp.spawn stops the other.)
-        dist.barrier()
+        # Both ranks done before either tears gloo down (a rank that fails above does not reach
+        # this; mp.spawn stops the other)
+        finish_rank(rank, result_dir)
     finally:
         dist.destroy_process_group()
 
@@ -846,7 +844,7 @@ def test_ddp_equals_one_process_on_the_whole_batch(posenc, tmp_path):
     torch.manual_seed(1)
     batch, targets = torch.randn(4, 12, 8), torch.randn(4, 12, 4)
     torch.save((batch, targets), tmp_path / "data.pt")
-    mp.spawn(_ddp_rank, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    spawn_ranks(_ddp_rank, (str(tmp_path / "store"), str(tmp_path)), WORLD_SIZE, str(tmp_path))
     gradients, weights = _train(posenc.nn, batch, targets)
     for rank in range(WORLD_SIZE):
         ddp_gradients, ddp_weights = torch.load(tmp_path / f"rank{rank}.pt")
