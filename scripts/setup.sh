@@ -43,6 +43,8 @@ onnxscript_version=0.7.2
 onnxruntime_version=1.32.0
 # builds the Python package (pip install --no-build-isolation ., pyproject.toml)
 scikit_build_core_version=0.11.6
+# Counts the lines of each function for scripts/check_function_length.py (ctest architecture.function_length).
+lizard_version=1.24.3
 
 missing=()
 for package in "${packages[@]}"; do
@@ -83,6 +85,10 @@ for flavour in "${flavours[@]}"; do
     echo "setup: installing onnx==$onnx_version onnxscript==$onnxscript_version onnxruntime==$onnxruntime_version"
     "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 "onnx==$onnx_version" \
       "onnxscript==$onnxscript_version" "onnxruntime==$onnxruntime_version"
+  fi
+  if ! "$venv/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('lizard') != '$lizard_version')" 2>/dev/null; then
+    echo "setup: installing lizard==$lizard_version"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "lizard==$lizard_version"
   fi
   if ! "$venv/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('safetensors') != '$safetensors_version')" 2>/dev/null; then
     echo "setup: installing safetensors==$safetensors_version"

@@ -13,7 +13,7 @@ namespace posenc {
 namespace detail {
 
 void check_alibi_arguments(int64_t num_heads, double max_bias, int64_t first_head, int64_t heads) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(num_heads >= 1 && num_heads <= kMaxTableElements, who,
               ": num_heads must be in [1, 2^28] (posenc's limit of heads), but got ", num_heads,
               "; pass the number of attention heads of the model");
@@ -49,7 +49,7 @@ std::vector<double> alibi_slopes(int64_t num_heads, double max_bias, int64_t fir
 }
 
 void check_bucket_arguments(bool bidirectional, int64_t num_buckets, int64_t max_distance) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const int64_t smallest = bidirectional ? 4 : 2;
   TORCH_CHECK(num_buckets >= smallest, who, ": num_buckets must be >= ", smallest,
               bidirectional ? " when bidirectional (each direction needs an exact and a "
@@ -69,7 +69,7 @@ void check_bucket_arguments(bool bidirectional, int64_t num_buckets, int64_t max
 
 void check_relative_table_arguments(int64_t length, int64_t key_length, int64_t d_model,
                                     double base) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(length >= 1, who, ": length must be >= 1, but got ", length,
               "; pass the number of queries (the sequence length)");
   TORCH_CHECK(key_length >= 1, who, ": key_length must be >= 1, but got ", key_length,
@@ -81,7 +81,7 @@ void check_relative_table_arguments(int64_t length, int64_t key_length, int64_t 
 }
 
 AttentionTemperatureForm attention_temperature_form(c10::string_view name) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   if (name == "llama4") {
     return AttentionTemperatureForm::kLlama4;
   }
@@ -94,7 +94,7 @@ AttentionTemperatureForm attention_temperature_form(c10::string_view name) {
 }
 
 void check_attention_temperature(double floor_scale, double attn_scale) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(std::isfinite(floor_scale) && floor_scale > 0.0, who,
               ": floor_scale must be finite and > 0 (positions are counted in steps of it), but "
               "got ",

@@ -48,18 +48,18 @@ const char* extrapolate_hint(bool python) {
 }
 
 void check_dropout(double p) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(p >= 0.0 && p <= 1.0, who, ": dropout must be in [0, 1], but got ", p,
               "; pass the probability of zeroing an element (0 disables dropout)");
 }
 
 void check_scale(double scale) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(std::isfinite(scale), who, ": scale must be finite, but got ", scale);
 }
 
 void check_scale(double scale, c10::ScalarType dtype) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_scale(scale);
   constexpr double kFloatMax = std::numeric_limits<float>::max();
   TORCH_CHECK(dtype == c10::kDouble || std::abs(scale) <= kFloatMax, who,
@@ -69,21 +69,21 @@ void check_scale(double scale, c10::ScalarType dtype) {
 }
 
 void check_argument_device(const at::Tensor& tensor, const char* what, const c10::Device& device) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(tensor.device() == device, who, ": expected all tensors of the call on one device, ",
               "but ", what, " is on ", tensor.device(), " and the input on ", device, "; move ",
               what, " with .to(", device, ")");
 }
 
 void check_float_dtype(const char* what, c10::ScalarType dtype) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(is_supported_float(dtype), who, ": ", what,
               " must be float16, bfloat16, float32 or float64, but got ", dtype,
               "; positional encodings are sines and cosines and need a floating dtype");
 }
 
 int64_t checked_numel(const char* what, std::initializer_list<int64_t> sizes) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   int64_t elements = 1;
   bool overflow = false;
   std::string product;
@@ -98,7 +98,7 @@ int64_t checked_numel(const char* what, std::initializer_list<int64_t> sizes) {
 }
 
 void check_table_size(const char* what, int64_t rows, int64_t width, const char* lower) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(rows <= kMaxTableElements / width, who, ": ", what, " = ", rows, " * ", width,
               " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower ",
               lower);
@@ -106,7 +106,7 @@ void check_table_size(const char* what, int64_t rows, int64_t width, const char*
 
 void check_sequence_input(const at::Tensor& x, int64_t d_model, bool batch_first,
                           const c10::Device& device) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const char* layout =
       batch_first ? "[B, L, D] (batch_first=true)" : "[L, B, D] (batch_first=false)";
   TORCH_CHECK(x.defined(), who, ": expected an input tensor of shape ", layout,
@@ -128,27 +128,27 @@ void check_sequence_input(const at::Tensor& x, int64_t d_model, bool batch_first
 }
 
 void check_input_device(const at::Tensor& x, const c10::Device& device, const char* table_name) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(x.device() == device, who, ": expected the input on the device of ", table_name, " (",
               device, "), but got an input on ", x.device(), "; move the module with module->to(",
               x.device(), ") or the input with x.to(", device, ")");
 }
 
 void check_positions_device(const at::Tensor& positions, const c10::Device& device) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(positions.device() == device, who, ": positions must be on the input's device (",
               device, "), but got ", positions.device());
 }
 
 void check_no_offset_with_positions(int64_t offset) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(offset == 0, who,
               ": pass either an offset or explicit positions, not both (got offset = ", offset,
               ")");
 }
 
 void check_offset_start(int64_t offset, int64_t length) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
               "; positions start at 0");
   TORCH_CHECK(offset <= std::numeric_limits<int64_t>::max() - length, who,
@@ -156,7 +156,7 @@ void check_offset_start(int64_t offset, int64_t length) {
 }
 
 void check_offset(int64_t offset, int64_t length, int64_t max_len, const char* hint) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
               "; positions start at 0");
   TORCH_CHECK(
@@ -169,7 +169,7 @@ void check_offset(int64_t offset, int64_t length, int64_t max_len, const char* h
 }
 
 TableShape check_table(const at::Tensor& table) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(
       table.defined(), who,
       ": the encoding table is undefined; build it with posenc::functional::sinusoidal_table");
@@ -187,7 +187,7 @@ at::Tensor table_rows(const at::Tensor& table) {
 void check_positions_form(const at::Tensor& positions, int64_t length, at::IntArrayRef per_sequence,
                           const char* per_sequence_name, const c10::Device& device,
                           bool continuous) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(positions.defined(), who, ": positions are undefined");
   TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false) ||
                   (continuous && is_continuous(positions)),
@@ -207,7 +207,7 @@ bool is_continuous(const at::Tensor& positions) {
 
 void check_continuous_allowed(const at::Tensor& positions, bool has_definition,
                               const char* definition) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(!is_continuous(positions) || has_definition, who, ": floating-point positions (",
               positions.scalar_type(),
               ") are computed from the encoding's definition, which this call lacks (a learned "
@@ -217,7 +217,7 @@ void check_continuous_allowed(const at::Tensor& positions, bool has_definition,
 }
 
 void check_continuous_range(const at::Tensor& host) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const double* values = host.data_ptr<double>();
   // 2^63: the first value past int64's range; |position * frequency| stays finite below it.
   constexpr double kLimit = 9223372036854775808.0;
@@ -229,7 +229,7 @@ void check_continuous_range(const at::Tensor& host) {
 }
 
 void check_positions_range(int64_t smallest, int64_t largest, int64_t limit, const char* hint) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(smallest >= -1, who, ": positions must be >= -1 (-1 marks padding), but got ",
               smallest);
   TORCH_CHECK(limit < 0 || largest < limit, who, ": positions must be < max_len (", limit,

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <ostream>
 #include <utility>
 #include <vector>
 
@@ -76,6 +77,24 @@ inline const char* caller() {
   const char* name = CallerScope::current().name;
   TORCH_INTERNAL_ASSERT(name != nullptr, "posenc: a check ran outside any CallerScope");
   return name;
+}
+
+/// caller(), read only where it is printed. A check names its caller as
+///
+///   static constexpr detail::CallerName who{};
+///   TORCH_CHECK(holds, who, ": ...");
+///
+/// and TORCH_CHECK evaluates its message only when the check fails, so a check that holds never
+/// reads the thread-local scope (a decode step runs dozens of checks). Anywhere else it converts
+/// to caller()'s name.
+struct CallerName {
+  // NOLINTNEXTLINE(google-explicit-constructor): stands for the name wherever one is expected
+  operator const char*() const {
+    return caller();
+  }
+};
+inline std::ostream& operator<<(std::ostream& out, CallerName) {
+  return out << caller();
 }
 
 /// The name of the current CallerScope, or `op_name` outside one.

@@ -22,7 +22,7 @@ namespace detail {
 
 std::vector<int64_t> packed_positions(const std::vector<int64_t>& cu_seqlens, int64_t total,
                                       const std::vector<int64_t>& start) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(cu_seqlens.size() >= 2, who,
               ": cu_seqlens must hold the cumulative sequence lengths [0, l0, l0 + l1, ..., T] "
               "(at least 2 entries), but holds ", cu_seqlens.size());
@@ -59,7 +59,7 @@ std::vector<int64_t> packed_positions(const std::vector<int64_t>& cu_seqlens, in
 
 at::Tensor packed_positions_from(const at::Tensor& cu_seqlens, int64_t total,
                                  const at::Tensor& start) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const int64_t entries = cu_seqlens.numel();
   TORCH_CHECK(entries >= 2, who,
               ": cu_seqlens must hold the cumulative sequence lengths [0, l0, l0 + l1, ..., T] "
@@ -104,7 +104,7 @@ at::Tensor packed_positions_from(const at::Tensor& cu_seqlens, int64_t total,
 
 std::vector<int64_t> context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
                                                 bool zigzag) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, who,
               ": expected 0 <= rank < world_size with world_size >= 1, but got rank ", rank,
               " and world_size ", world_size);
@@ -144,7 +144,7 @@ const char* mrope_kind_name(int64_t kind) {
 // its interval (below 2^62, and its last frame's temporal position too; finite and >= 0 is the
 // caller's).
 void check_mrope_grids(const MRopeGrids& grids, int64_t merge) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_INTERNAL_ASSERT(grids.intervals.size() == grids.thw.size());
   for (size_t g = 0; g < grids.thw.size(); ++g) {
     const int64_t t = grids.thw[g][0];
@@ -228,7 +228,7 @@ MRopeNumbering mrope_position_ids(const std::vector<int64_t>& token_types,
                                   const std::vector<uint8_t>& keep, int64_t batch, int64_t length,
                                   const MRopeGrids& images, const MRopeGrids& videos,
                                   int64_t spatial_merge_size, bool frames_apart) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const int64_t merge = spatial_merge_size;
   TORCH_CHECK(merge >= 1, who, ": spatial_merge_size must be >= 1, but got ", merge);
   check_mrope_grids(images, merge);

@@ -173,7 +173,7 @@ RopeFrequencies ntk_alpha_type(const RopeSpec& spec, c10::optional<int64_t>) {
 // --- the checks of each type ------------------------------------------------------------------
 
 void check_dynamic(const RopeSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(spec.rotary_dim >= 4, who,
               ": dynamic NTK scaling raises the base to the power R / (R - 2), so it needs a "
               "rotated width R >= 4, but got ",
@@ -181,7 +181,7 @@ void check_dynamic(const RopeSpec& spec) {
 }
 
 void check_yarn(const RopeSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const RopeScalingOptions& scaling = spec.scaling;
   TORCH_CHECK(positive_number(scaling.beta_fast()) && positive_number(scaling.beta_slow()), who,
               ": yarn's beta_fast and beta_slow must be finite numbers > 0, but got ",
@@ -195,7 +195,7 @@ void check_yarn(const RopeSpec& spec) {
 }
 
 void check_longrope(const RopeSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const RopeScalingOptions& scaling = spec.scaling;
   const int64_t half = spec.rotary_dim / 2;
   for (const auto* factors : {&scaling.short_factor(), &scaling.long_factor()}) {
@@ -214,7 +214,7 @@ void check_longrope(const RopeSpec& spec) {
 }
 
 void check_llama3(const RopeSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const RopeScalingOptions& scaling = spec.scaling;
   TORCH_CHECK(positive_number(scaling.low_freq_factor()) &&
                   positive_number(scaling.high_freq_factor()) &&
@@ -225,7 +225,7 @@ void check_llama3(const RopeSpec& spec) {
 }
 
 void check_proportional(const RopeSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const double partial = spec.scaling.partial_rotary_factor();
   TORCH_CHECK(partial >= 0.0 && partial <= 1.0, who,
               ": proportional RoPE turns int(partial_rotary_factor * R // 2) of the R / 2 pairs, "
@@ -234,7 +234,7 @@ void check_proportional(const RopeSpec& spec) {
 }
 
 void check_ntk_alpha(const RopeSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const c10::optional<double> alpha = spec.scaling.alpha();
   TORCH_CHECK(alpha.has_value(), who,
               ": rope type 'ntk_alpha' needs alpha; set RopeScalingOptions::alpha (HF: "
@@ -527,7 +527,7 @@ std::string describe_rope_scaling(const RopeSpec& spec, double variant_attention
 // --- the common checks and the frequencies (rotary.h) ------------------------------------------
 
 void check_rope_spec(const RopeSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const RopeScalingOptions& scaling = spec.scaling;
   const RopeTypeEntry& entry = rope_type_entry(scaling.type());
   const int64_t half = spec.rotary_dim / 2;
@@ -575,7 +575,7 @@ void check_rope_spec(const RopeSpec& spec) {
 }
 
 RopeFrequencies rope_frequencies(const RopeSpec& spec, c10::optional<int64_t> seq_len) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_rope_spec(spec);
   const RopeScalingOptions& scaling = spec.scaling;
   RopeFrequencies result = rope_type_entry(scaling.type()).frequencies(spec, seq_len);
@@ -695,9 +695,8 @@ RopeBlock read_rope_block(const json& block, const std::string& source, const st
 }
 
 RopeScalingOptions rope_scaling_from_json(c10::string_view json_text, double base) {
-  const char* const who = detail::caller();
-  detail::check_json_limits(json_text, detail::kMaxOptionTextBytes,
-                            std::string(who) + ": rope_parameters");
+  const std::string who = detail::caller(); // (named in what it reads, not only on failure)
+  detail::check_json_limits(json_text, detail::kMaxOptionTextBytes, who + ": rope_parameters");
   json block;
   try {
     block = json::parse(json_text.begin(), json_text.end());

@@ -24,7 +24,7 @@ namespace posenc {
 namespace detail {
 
 void check_rotary_arguments(int64_t max_len, int64_t rotary_dim, double base) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, who,
               ": the rotated width must be even and >= 2, but got ", rotary_dim,
               "; rotary embeddings turn channels in pairs");
@@ -51,7 +51,7 @@ at::Tensor rope_long_inv_freq(const RopeSpec& spec) {
 
 at::Tensor rope_frequencies_at(const RopeSpec& spec, const at::Tensor& frequencies,
                                const at::Tensor& positions) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const int64_t half = spec.rotary_dim / 2;
   // (two fixed sets, the long one past the switch: longrope; else one set, rescaled: dynamic)
   const bool longrope = rope_type_entry(spec.scaling.type()).switches == RopeSwitch::kLongFactors;
@@ -119,7 +119,7 @@ RopeSpec rope_spec(int64_t rotary_dim, const functional::RotaryTablesFuncOptions
 // variant reads it.
 RopeSpec rope_spec_without_table(int64_t rotary_dim,
                                  const functional::RotaryTablesFuncOptions& options) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_rotary_arguments(1, rotary_dim, options.base());
   // dynamic reads max_position_embeddings; the types that read the original length default it to
   // max_position_embeddings, and yarn/longrope their factor to max / original.
@@ -246,7 +246,7 @@ std::pair<at::Tensor, at::Tensor> rotary_rows(const at::Tensor& positions,
 
 std::vector<int64_t> mrope_axes(const std::vector<int64_t>& section, bool interleaved,
                                 int64_t half) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   // (each within [0, half] before they are summed: a sum of huge sizes would wrap around)
   // Contiguous blocks must cover the frequencies exactly. Interleaved sections (Qwen3-VL's
   // recomposition) pick height for i % 3 == 1, i < 3 * section[1], and width for i % 3 == 2,
@@ -295,7 +295,7 @@ std::vector<int64_t> mrope_hw_alternating_axes(const std::vector<int64_t>& secti
 
 void check_rotary_input(const at::Tensor& x, int64_t rotary_dim, bool heads_first,
                         const c10::Device& device) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const char* layout =
       heads_first ? "[B, H, L, Dh] (heads_first=true)" : "[B, L, H, Dh] (heads_first=false)";
   TORCH_CHECK(x.defined(), who, ": expected a query or key tensor of shape ", layout,

@@ -78,7 +78,7 @@ at::Tensor column_plan_tensor(const SinusoidSpec& spec) {
 }
 
 ColumnPlan column_plan_from_tensor(const at::Tensor& columns, int64_t width) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(columns.dim() == 2 && columns.size(0) == 2 && columns.size(1) == width &&
                   columns.scalar_type() == at::kDouble,
               who, ": columns must be a float64 [2, D] = [2, ", width,
@@ -102,7 +102,7 @@ ColumnPlan column_plan_from_tensor(const at::Tensor& columns, int64_t width) {
 }
 
 void check_table_arguments(int64_t max_len, int64_t d_model, double base) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(d_model >= 1, who, ": d_model must be >= 1, but got ", d_model,
               "; pass the width of the embeddings the encoding is added to");
   TORCH_CHECK(max_len >= 1, who, ": max_len must be >= 1, but got ", max_len,
@@ -118,7 +118,7 @@ void check_table_arguments(int64_t max_len, int64_t d_model, double base) {
 
 void check_table_request(int64_t max_len, int64_t d_model, double base, int64_t offset,
                          c10::ScalarType dtype) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_table_arguments(max_len, d_model, base);
   check_float_dtype("dtype", dtype);
   TORCH_CHECK(offset >= 0, who, ": offset must be >= 0, but got ", offset,
@@ -129,7 +129,7 @@ void check_table_request(int64_t max_len, int64_t d_model, double base, int64_t 
 }
 
 ChannelLayout parse_channel_layout(c10::string_view text) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   if (text == "interleaved") {
     return ChannelLayout::kInterleaved;
   }
@@ -140,7 +140,7 @@ ChannelLayout parse_channel_layout(c10::string_view text) {
 }
 
 FrequencySpacing parse_frequency_spacing(c10::string_view text) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   if (text == "paper") {
     return FrequencySpacing::kPaper;
   }

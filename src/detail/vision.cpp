@@ -37,7 +37,7 @@ TimestepSpec timestep_spec(const TimestepEmbeddingOptions& options) {
 }
 
 void check_timestep_spec(const TimestepSpec& spec) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(spec.embedding_dim >= 2 && spec.embedding_dim <= kMaxTableElements, who,
               ": embedding_dim must be in [2, 2^28], but got ", spec.embedding_dim);
   TORCH_CHECK(spec.max_period >= 1, who, ": max_period must be >= 1, but got ", spec.max_period,
@@ -65,7 +65,7 @@ std::vector<double> timestep_frequencies(const TimestepSpec& spec) {
 namespace {
 
 [[noreturn]] void fail_timestep_angles(const at::Tensor& timesteps) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(
       false, who, ": timesteps must be finite (and scale * timesteps within float64), but got ",
       at::isfinite(timesteps.to(at::kDouble)).all().item<bool>() ? "timesteps whose angles overflow"
@@ -140,7 +140,7 @@ at::Tensor timestep_embedding_cpu(const at::Tensor& timesteps, const TimestepSpe
 
 at::Tensor timestep_embedding(const at::Tensor& timesteps, const TimestepSpec& spec,
                               c10::ScalarType dtype) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_timestep_spec(spec);
   check_float_dtype("dtype", dtype);
   TORCH_CHECK(timesteps.defined() && timesteps.dim() == 1, who,
@@ -225,7 +225,7 @@ at::Tensor grid_sincos_table(const std::vector<std::vector<double>>& axes,
 namespace {
 
 void check_grid(const char* name, const std::vector<int64_t>& sizes, int64_t width) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(!sizes.empty() && sizes.size() <= 2, who, ": ", name,
               " must be [H, W] (or one size for a square grid), but got ", sizes.size(),
               " values");
@@ -245,7 +245,7 @@ void check_grid(const char* name, const std::vector<int64_t>& sizes, int64_t wid
 void check_sincos_2d_arguments(int64_t embed_dim, const std::vector<int64_t>& grid_size,
                                int64_t extra_tokens, double interpolation_scale,
                                int64_t base_size) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(embed_dim >= 4 && embed_dim % 4 == 0 && embed_dim <= kMaxTableElements, who,
               ": embed_dim must be a positive multiple of 4 (half the columns per axis, each "
               "half sines and cosines) within posenc's limit of 2^28 columns, but got ",
@@ -284,7 +284,7 @@ at::Tensor sincos_2d_table(int64_t embed_dim, const std::vector<int64_t>& grid_s
 
 void check_timm_sincos_2d_arguments(const std::vector<int64_t>& feat_shape, int64_t dim,
                                     double temperature) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
               ": dim must be a positive multiple of 4 within posenc's limit of 2^28 columns, but got ",
               dim);
@@ -316,7 +316,7 @@ at::Tensor timm_sincos_2d_table(const std::vector<int64_t>& feat_shape, int64_t 
 void check_sincos_3d_arguments(int64_t embed_dim, const std::vector<int64_t>& spatial_size,
                                int64_t temporal_size, double spatial_interpolation_scale,
                                double temporal_interpolation_scale) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(embed_dim >= 16 && embed_dim % 16 == 0 && embed_dim <= kMaxTableElements, who,
               ": embed_dim must be a positive multiple of 16 (a quarter of the columns for time, "
               "three quarters for the two spatial axes, each half sines and cosines) within "
@@ -369,7 +369,7 @@ at::Tensor sincos_3d_table(int64_t embed_dim, const std::vector<int64_t>& spatia
 void check_grid_ids_arguments(const std::vector<int64_t>& feat_shape,
                               const std::vector<int64_t>& ref_feat_shape, double grid_offset,
                               c10::string_view grid_indexing) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(feat_shape.size() == 2, who, ": feat_shape must be the patch grid [H, W], but got ",
               feat_shape.size(), " values");
   check_grid("feat_shape", feat_shape, 1);
@@ -389,7 +389,7 @@ void check_grid_ids_arguments(const std::vector<int64_t>& feat_shape,
 void check_grid_rotary_arguments(const std::vector<int64_t>& feat_shape, int64_t dim,
                                  double temperature, const std::vector<int64_t>& ref_feat_shape,
                                  double grid_offset, c10::string_view grid_indexing) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(dim >= 4 && dim % 4 == 0 && dim <= kMaxTableElements, who,
               ": dim must be a positive multiple of 4 (a pair of channels per frequency and "
               "axis), but got ",
@@ -432,7 +432,7 @@ at::Tensor grid_ids(const std::vector<int64_t>& feat_shape,
 
 void check_axial_rotary_arguments(const at::Tensor& ids, const std::vector<int64_t>& axes_dim,
                                   double theta) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(!axes_dim.empty(), who,
               ": axes_dim must name the rotated width of each axis (e.g. {16, 56, 56} for Flux), "
               "but got an empty list");
@@ -464,7 +464,7 @@ void check_axial_rotary_arguments(const at::Tensor& ids, const std::vector<int64
 std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
                                                       const std::vector<int64_t>& axes_dim,
                                                       double theta, c10::ScalarType dtype) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_axial_rotary_arguments(ids, axes_dim, theta);
   check_float_dtype("dtype", dtype);
   // float64 coordinates: integer ids have no padding value here (-1 is a coordinate).
@@ -492,7 +492,7 @@ std::pair<at::Tensor, at::Tensor> axial_rotary_tables(const at::Tensor& ids,
 
 std::vector<int64_t> table_grid(const at::Tensor& posemb, const std::vector<int64_t>& old_size,
                                 int64_t num_prefix_tokens) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(posemb.defined() && (posemb.dim() == 2 || (posemb.dim() == 3 && posemb.size(0) == 1)),
               who, ": posemb must be a position table [1, N, D] or [N, D], but got ",
               posemb.defined() ? "shape " + c10::str(posemb.sizes()) : "an undefined tensor");
@@ -519,7 +519,7 @@ std::vector<int64_t> table_grid(const at::Tensor& posemb, const std::vector<int6
 
 CropPlan crop_plan(const at::Tensor& posemb, const std::vector<int64_t>& new_size,
                    const std::vector<int64_t>& old_size, int64_t num_prefix_tokens) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   CropPlan plan;
   plan.old_size = table_grid(posemb, old_size, num_prefix_tokens);
   TORCH_CHECK(new_size.size() == 1 || new_size.size() == 2, who,
@@ -541,7 +541,7 @@ CropPlan crop_plan(const at::Tensor& posemb, const std::vector<int64_t>& new_siz
 ResamplePlan resample_plan(const at::Tensor& posemb, const std::vector<int64_t>& new_size,
                            const std::vector<int64_t>& old_size, int64_t num_prefix_tokens,
                            c10::string_view interpolation, bool antialias) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   ResamplePlan plan;
   plan.old_size = table_grid(posemb, old_size, num_prefix_tokens);
   TORCH_CHECK((new_size.size() == 1 || new_size.size() == 2) && new_size.front() >= 1 &&

@@ -54,7 +54,7 @@ std::pair<std::string, std::string> split(const std::string& path) {
 // a FIFO or a terminal is written as a stream), never removed. `why` says, in a failure's message,
 // why the file was written in place.
 void write_in_place(const std::string& path, const std::string& bytes, const char* why) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, who, ": cannot open '", path, "' for writing: ", reason(errno));
   const int write_error = write_all(fd, bytes);
@@ -81,7 +81,7 @@ enum class Replaced { kDone, kRefused };
 // kRefused (nothing changed, no temporary left) where the directory does not allow it.
 Replaced replace_file(const std::string& path, const struct stat* existing,
                       const std::string& bytes) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const auto parts = split(path);
   const std::string& directory = parts.first;
   // A fresh name beside the target (O_EXCL: never someone else's file). A new file is created

@@ -130,9 +130,10 @@ const std::vector<ModelRule>& model_rules() {
 // What the model code of a model type in transformers 5.23.0 does to the rotation beyond what its
 // config.json says (found by reading each modeling file's rotary class, rotate_half and
 // apply_rotary_pos_emb), one entry per rule: the reader applies kInterleavedPairs,
-// kInterleavedLastChannels, kNtkAlpha, the deinterleave rules and kInverse, and reports kNotApplied (a warning; an error when strict).
-// test_rope_model_types.py compares every model type with a rotary embedding against its own code,
-// and docs/rope_models.md lists them. Adding a model type is one entry here and its row there.
+// kInterleavedLastChannels, kNtkAlpha, the deinterleave rules and kInverse, and reports kNotApplied
+// (a warning; an error when strict). test_rope_model_types.py compares every model type with a
+// rotary embedding against its own code, and docs/rope_models.md lists them. Adding a model type is
+// one entry here and its row there.
 enum class CodeRule {
   /// Channels (2i, 2i + 1) turn together (an interleaved rotate_half, complex multiplication).
   kInterleavedPairs,
@@ -158,36 +159,16 @@ struct ModelTypeRule {
 };
 const std::vector<ModelTypeRule>& model_type_rules() {
   static const std::vector<ModelTypeRule> rules = {
-      {{"blt",
-        "blt_global_transformer",
-        "blt_local_decoder",
-        "blt_local_encoder",
-        "blt_patcher",
-        "cohere",
-        "cohere2",
-        "cohere2_moe",
-        "ernie4_5",
-        "ernie4_5_moe",
+      {{"blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
+        "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe",
         // ERNIE 4.5-VL: rotate_half_text (its M-RoPE: mrope_rule)
-        "ernie4_5_vl_moe",
-        "ernie4_5_vl_moe_text",
-        "glm",
-        "glm4",
-        "glm4v",
-        "glm4v_text",
-        "glm_ocr",
-        "glm_ocr_text",
-        "helium",
+        "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "glm", "glm4", "glm4v", "glm4v_text", "glm_ocr",
+        "glm_ocr_text", "helium",
         // Moonshine: cos/sin as halves, their first half repeated per pair (repeat_interleave)
-        "moonshine",
-        "moonshine_streaming",
-        "openai_privacy_filter",
-        // PE audio/video encoders: their stack_freqs turns (2i, 2i + 1) by [[cos, -sin], [sin, cos]]
-        "pe_audio_encoder",
-        "pe_audio_video_encoder",
-        "pe_video_encoder",
-        "deepseek_v2",
-        "llama4",
+        "moonshine", "moonshine_streaming", "openai_privacy_filter",
+        // PE audio/video encoders: their stack_freqs turns (2i, 2i + 1) by [[cos, -sin], [sin,
+        // cos]]
+        "pe_audio_encoder", "pe_audio_video_encoder", "pe_video_encoder", "deepseek_v2", "llama4",
         "llama4_text"},
        CodeRule::kInterleavedPairs,
        "the model's code turns channels (2i, 2i + 1) together: the interleaved pairing"},
@@ -303,8 +284,9 @@ struct ModelDefaults {
   int64_t head_dim = 0;
   bool twice_hidden_per_head = false;
 };
-ModelDefaults model_defaults(const std::string& model_type) {
-  static const std::vector<std::pair<const char*, double>> thetas = {
+// Model types' default_theta where it is not 10000.
+const std::vector<std::pair<const char*, double>>& default_thetas() {
+  static const std::vector<std::pair<const char*, double>> table = {
       {"EvollaModel", 500000.0},
       {"apertus", 12000000.0},
       {"bailing_hybrid", 6000000.0},
@@ -366,7 +348,12 @@ ModelDefaults model_defaults(const std::string& model_type) {
       {"qwen3_vl_text", 500000.0},
       {"smollm3", 2000000.0},
       {"solar_open", 1000000.0}};
-  static const std::vector<std::pair<const char*, double>> partials = {
+  return table;
+}
+
+// Model types' default partial_rotary_factor where it is not 1.
+const std::vector<std::pair<const char*, double>>& default_partials() {
+  static const std::vector<std::pair<const char*, double>> table = {
       {"bamba", 0.5},
       {"dots3_note_audio_encoder", 0.5},
       {"glm", 0.5},
@@ -389,7 +376,12 @@ ModelDefaults model_defaults(const std::string& model_type) {
       {"qwen3_next", 0.25},
       {"recurrent_gemma", 0.5},
       {"stablelm", 0.25}};
-  static const std::vector<std::pair<const char*, int64_t>> head_dims = {
+  return table;
+}
+
+// Model types' default head_dim where it is not hidden_size / num_attention_heads.
+const std::vector<std::pair<const char*, int64_t>>& default_head_dims() {
+  static const std::vector<std::pair<const char*, int64_t>> table = {
       {"afmoe", 128},
       {"axk1", 64},
       {"bailing_hybrid", 64},
@@ -455,6 +447,10 @@ ModelDefaults model_defaults(const std::string& model_type) {
       {"voxtral_realtime_encoder", 64},
       {"xcodec2", 64},
       {"youtu", 64}};
+  return table;
+}
+
+ModelDefaults model_defaults(const std::string& model_type) {
   // (the value a table gives `model_type`, else `fallback`)
   const auto lookup = [&](const auto& table, auto fallback) {
     for (const auto& entry : table) {
@@ -465,9 +461,9 @@ ModelDefaults model_defaults(const std::string& model_type) {
     return fallback;
   };
   ModelDefaults defaults;
-  defaults.theta = lookup(thetas, 10000.0);
-  defaults.partial = lookup(partials, 1.0);
-  defaults.head_dim = lookup(head_dims, int64_t{0});
+  defaults.theta = lookup(default_thetas(), 10000.0);
+  defaults.partial = lookup(default_partials(), 1.0);
+  defaults.head_dim = lookup(default_head_dims(), int64_t{0});
   defaults.twice_hidden_per_head = model_type == "zamba2";
   defaults.neox_keys = model_type == "gpt_neox" || model_type == "gpt_neox_japanese";
   defaults.rotary_dim_key = model_type == "minimax_m2";
@@ -577,22 +573,6 @@ json parse(const std::string& text, const std::string& source) {
   }
 }
 
-} // namespace
-
-const char* to_string(HfConfigKey::Status status) {
-  switch (status) {
-    case Status::kUsed:
-      return "used";
-    case Status::kDefault:
-      return "default";
-    case Status::kIgnored:
-      return "ignored";
-    case Status::kUnknown:
-      return "unknown";
-  }
-  return "?";
-}
-
 // DeepSeek-V4's configuration class (transformers 5.23.0) builds two rope sets from a config.json:
 // "main" (its sliding-window layers: rope_theta, the default type) and "compress" (its compressed
 // layers: compress_rope_theta, default 160000, with the file's rope scaling, and an attention
@@ -609,12 +589,12 @@ json deepseek_v4_rope_sets(const json& config) {
   }
   const json& partial_field = field(config, "partial_rotary_factor");
   const json& legacy_width = field(config, "qk_rope_head_dim");
-  const double partial = partial_field.is_number()   ? partial_field.get<double>()
+  const double partial = partial_field.is_number()  ? partial_field.get<double>()
                          : legacy_width.is_number() ? legacy_width.get<double>() / head_dim
-                                                     : 64.0 / 512.0;
+                                                    : 64.0 / 512.0;
   const json& scaling = field(config, "rope_scaling");
-  const json& rope = scaling.is_object() && !scaling.empty() ? scaling
-                                                               : field(config, "rope_parameters");
+  const json& rope =
+      scaling.is_object() && !scaling.empty() ? scaling : field(config, "rope_parameters");
   if (rope.is_object() && field(rope, "main").is_object() && field(rope, "compress").is_object()) {
     out["rope_parameters"] = {{"main", rope["main"]}, {"compress", rope["compress"]}};
   } else if (rope.is_null() || rope.is_object()) {
@@ -623,12 +603,12 @@ json deepseek_v4_rope_sets(const json& config) {
     flat.erase("compress");
     const json& theta = field(config, "rope_theta");
     const json& compress_theta = field(config, "compress_rope_theta");
-    json main = {{"rope_type", "default"},
-                 {"rope_theta", theta.is_null() ? field(flat, "rope_theta").is_null()
-                                                      ? json(10000.0)
-                                                      : flat["rope_theta"]
-                                                : theta},
-                 {"partial_rotary_factor", partial}};
+    json main = {
+        {"rope_type", "default"},
+        {"rope_theta",
+         theta.is_null() ? field(flat, "rope_theta").is_null() ? json(10000.0) : flat["rope_theta"]
+                         : theta},
+        {"partial_rotary_factor", partial}};
     json compress = flat;
     compress["rope_theta"] = compress_theta.is_null() ? json(160000.0) : compress_theta;
     compress["partial_rotary_factor"] = partial;
@@ -653,43 +633,154 @@ json deepseek_v4_rope_sets(const json& config) {
   return out;
 }
 
-HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string& source,
-                                 const HfConfigReadOptions& read) {
+// One reading of a config.json, in named steps that read_hf_rope_config runs in order: each reads
+// what the steps before it found, adds the keys it reads to the audit and fills in its part of the
+// result. The members are grouped by the step that sets them.
+class ConfigReader {
+ public:
+  ConfigReader(const std::string& file, const HfConfigReadOptions& options)
+      : source(file), read(options) {}
+  ConfigReader(const ConfigReader&) = delete;
+  ConfigReader& operator=(const ConfigReader&) = delete;
+
+  HfRopeConfig run(const std::string& json_text);
+
+ private:
+  void read_text_config();
+  void read_layer_overrides();
+  void read_model_type();
+  void read_rope_set();
+  void audit_rope_set();
+  void read_heads();
+  void read_rope_values();
+  void audit_rope_parameters();
+  void audit_model_type();
+  void read_rotary_layers();
+  void read_attention_temperature();
+  void read_pairing();
+  void check_unapplied();
+  void read_mrope();
+  RotaryEmbeddingOptions options() const;
+
+  const std::string& source;
+  const HfConfigReadOptions& read;
   Audit audit;
-  const json document = parse(json_text, source);
+  HfRopeConfig result;
+  json document;
+  // read_text_config: where the language model's fields are.
+  bool in_text = false;
+  bool in_thinker = false;
+  bool nested = false;
+  json base_config;
+  const char* top = "";
+  std::string prefix;
+  // read_layer_overrides: the fields of the layer asked for.
+  bool has_overrides = false;
+  bool has_layer_override = false;
+  json layer_override;
+  json early_type;
+  bool global_head_dim = false;
+  json chosen;
+  // read_model_type: the fields read from here on, and the rules of the model type.
+  json config;
+  json own_type;
+  json model_type_field;
+  std::string model_type;
+  ModelDefaults defaults;
+  const MropeRule* mrope = nullptr;
+  const ModelTypeRule* code_rule = nullptr;
+  // read_rope_set: the rope parameters of the layer (type) asked for.
+  bool v5 = false;
+  json rope;
+  json all_parameters;
+  bool per_layer = false;
+  std::string layer_type;
+  std::string set_read;
+  json parameters;
+  std::string where_string;
+  std::string read_form;
+  // read_heads
+  c10::optional<int64_t> mla_width;
+  int64_t head_dim = 0;
+  // read_rope_values
+  c10::optional<int64_t> max_positions;
+  detail::RopeBlock block;
+  bool ntk_alpha_rule = false;
+  const detail::RopeTypeEntry* rope_type = nullptr;
+  std::string type_reason;
+  RopeScalingOptions scaling;
+  c10::optional<double> legacy_base;
+  double base = 0.0;
+  c10::optional<double> legacy_partial;
+  int64_t rotary_dim = 0;
+  // audit_rope_parameters: model types whose code reads llama_4_scaling_beta.
+  bool beta_types = false;
+  // audit_model_type
+  bool interleaved_pairs = false;
+  // read_pairing
+  bool deinterleave = false;
+  // read_mrope
+  std::vector<int64_t> mrope_section;
+  bool mrope_interleaved = false;
+};
+
+HfRopeConfig ConfigReader::run(const std::string& json_text) {
+  document = parse(json_text, source);
   TORCH_CHECK(document.is_object(), source,
               ": expected a JSON object (a model's config.json), but "
               "got a ",
               type_name(document));
+  read_text_config();
+  read_layer_overrides();
+  read_model_type();
+  read_rope_set();
+  audit_rope_set();
+  read_heads();
+  read_rope_values();
+  audit_rope_parameters();
+  audit_model_type();
+  read_rotary_layers();
+  read_attention_temperature();
+  read_pairing();
+  check_unapplied();
+  read_mrope();
+  result.options = options();
+  result.audit = audit.take();
+  return std::move(result);
+}
+
+// The text config: the top level, or the language model nested in it.
+void ConfigReader::read_text_config() {
   // Vision-language models (Qwen2-VL, LLaVA, ...) keep the language model's fields in text_config,
   // omni models (Qwen2.5-Omni, Qwen3-Omni) in thinker_config.text_config (their talker and
   // token2wav models have rotary embeddings of their own, which this does not read).
   const bool top_has_heads = !field(document, "num_attention_heads").is_null();
   const json& thinker = field(document, "thinker_config");
-  const bool in_text = !top_has_heads && field(document, "text_config").is_object();
-  const bool in_thinker = !top_has_heads && !in_text && thinker.is_object() &&
-                          field(thinker, "text_config").is_object();
-  const bool nested = in_text || in_thinker;
-  const json& base_config = in_text      ? field(document, "text_config")
-                            : in_thinker ? field(thinker, "text_config")
-                                         : document;
-  const char* top = in_text ? "text_config." : in_thinker ? "thinker_config.text_config." : "";
-  const std::string prefix = top;
+  in_text = !top_has_heads && field(document, "text_config").is_object();
+  in_thinker = !top_has_heads && !in_text && thinker.is_object() &&
+               field(thinker, "text_config").is_object();
+  base_config = in_text      ? field(document, "text_config")
+                : in_thinker ? field(thinker, "text_config")
+                             : document;
+  top = in_text ? "text_config." : in_thinker ? "thinker_config.text_config." : "";
+  nested = in_text || in_thinker;
+  prefix = top;
+}
+
+// The fields of the layer asked for: per_layer_config's, and Gemma 4's global head width.
+void ConfigReader::read_layer_overrides() {
   // per_layer_config (Gemma 4: {"5": {"head_dim": 512}}): a layer's own values of the config's
   // fields, which replace them for that layer (transformers' per-layer config).
   const json& per_layer_config = field(base_config, "per_layer_config");
   TORCH_CHECK(per_layer_config.is_null() || per_layer_config.is_object(), source, ": ", top,
               "per_layer_config must be an object (layer index -> fields), but is a ",
               type_name(per_layer_config));
-  const bool has_overrides = per_layer_config.is_object() && !per_layer_config.empty();
-  TORCH_CHECK(!has_overrides || read.layer || read.layer_type.empty(), source, ": ", top,
-              "per_layer_config gives some layers fields of their own, so a layer type does not "
-              "say which; choose the layer by its index (layer) (",
-              per_layer_choice(per_layer_config, field(base_config, "layer_types"),
-                               read.layer_type),
-              ")");
-  json layer_config;
-  const json* layer_override = nullptr;
+  has_overrides = per_layer_config.is_object() && !per_layer_config.empty();
+  TORCH_CHECK(
+      !has_overrides || read.layer || read.layer_type.empty(), source, ": ", top,
+      "per_layer_config gives some layers fields of their own, so a layer type does not "
+      "say which; choose the layer by its index (layer) (",
+      per_layer_choice(per_layer_config, field(base_config, "layer_types"), read.layer_type), ")");
   if (has_overrides && read.layer) {
     // (keys are layer indices as transformers writes them: "5", or zero-padded "05")
     for (const auto& item : per_layer_config.items()) {
@@ -702,15 +793,15 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       if (std::stoll(key) == *read.layer) {
         TORCH_CHECK(item.value().is_object(), source, ": ", top, "per_layer_config.", key,
                     " must be an object of fields, but is a ", type_name(item.value()));
-        layer_override = &item.value();
+        layer_override = item.value();
+        has_layer_override = true;
       }
     }
   }
   // Gemma 4's configuration class gives its full-attention layers a head_dim of their own,
   // global_head_dim (default 512), where per_layer_config does not say it.
   const json& own_model_type = field(base_config, "model_type");
-  const json& early_type =
-      own_model_type.is_string() ? own_model_type : field(document, "model_type");
+  early_type = own_model_type.is_string() ? own_model_type : field(document, "model_type");
   const bool gemma4 = early_type.is_string() && (early_type.get<std::string>() == "gemma4" ||
                                                  early_type.get<std::string>() == "gemma4_text");
   const json& early_layer_types = field(base_config, "layer_types");
@@ -718,21 +809,24 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                           (read.layer && early_layer_types.is_array() && *read.layer >= 0 &&
                            *read.layer < static_cast<int64_t>(early_layer_types.size()) &&
                            early_layer_types[static_cast<size_t>(*read.layer)] == "full_attention");
-  const bool global_head_dim = gemma4 && !has_overrides && full_layer;
-  if (layer_override != nullptr || global_head_dim) {
-    layer_config = base_config;
-    layer_config.erase("per_layer_config");
-    if (layer_override != nullptr) {
-      layer_config.update(*layer_override);
+  global_head_dim = gemma4 && !has_overrides && full_layer;
+  chosen = base_config;
+  if (has_layer_override || global_head_dim) {
+    chosen.erase("per_layer_config");
+    if (has_layer_override) {
+      chosen.update(layer_override);
     } else {
       const json& global = field(base_config, "global_head_dim");
-      layer_config["head_dim"] = global.is_null() ? json(512) : global;
+      chosen["head_dim"] = global.is_null() ? json(512) : global;
     }
   }
-  const json& chosen = layer_override != nullptr || global_head_dim ? layer_config : base_config;
+}
+
+// The fields read from here on (DeepSeek-V4's as its configuration class rebuilds them), the
+// model type and its rules.
+void ConfigReader::read_model_type() {
   const bool deepseek_v4 = early_type == "deepseek_v4";
-  const json v4_config = deepseek_v4 ? deepseek_v4_rope_sets(chosen) : json();
-  const json& config = deepseek_v4 ? v4_config : chosen;
+  config = deepseek_v4 ? deepseek_v4_rope_sets(chosen) : chosen;
   if (deepseek_v4) {
     audit.add(prefix + "layer_types", Status::kUsed, "[...]",
               "DeepSeek-V4: each kind of attention reads a rope set of its configuration class "
@@ -746,13 +840,17 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                         "and no text_config)");
   }
   // The model type (text_config's, else the top level's): its own defaults (model_defaults).
-  const json& own_type = field(config, "model_type");
-  const json& model_type_field = own_type.is_string() ? own_type : field(document, "model_type");
-  const std::string model_type =
-      model_type_field.is_string() ? model_type_field.get<std::string>() : std::string();
-  const ModelDefaults defaults = model_defaults(model_type);
-  const MropeRule* mrope = mrope_rule(model_type);
+  own_type = field(config, "model_type");
+  model_type_field = own_type.is_string() ? own_type : field(document, "model_type");
+  model_type = model_type_field.is_string() ? model_type_field.get<std::string>() : std::string();
+  defaults = model_defaults(model_type);
+  mrope = mrope_rule(model_type);
+  code_rule = model_type_rule(model_type);
+}
 
+// The rope parameters (transformers 5's or 4's form) and, per layer type, the set of the layer
+// (type) asked for.
+void ConfigReader::read_rope_set() {
   // rope_parameters (transformers 5) or rope_scaling (transformers 4); either may be null. A config
   // that holds both is read as transformers 5.23 reads it: `rope_scaling or rope_parameters`
   // (convert_rope_params_to_dict), so a non-empty rope_scaling wins.
@@ -763,24 +861,22 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
         (scaling_form.is_number() && scaling_form.get<double>() == 0.0) ||
         ((scaling_form.is_string() || scaling_form.is_array() || scaling_form.is_object()) &&
          scaling_form.empty()));
-  const bool v5 = !scaling_given && !field(config, "rope_parameters").is_null();
-  const json& rope = v5 ? field(config, "rope_parameters") : scaling_form;
+  v5 = !scaling_given && !field(config, "rope_parameters").is_null();
+  rope = v5 ? field(config, "rope_parameters") : scaling_form;
   static const json empty_object = json::object();
   TORCH_CHECK(rope.is_null() || rope.is_object(), source, ": ", top,
               v5 ? "rope_parameters" : "rope_scaling", " must be an object, but is a ",
               type_name(rope));
-  const json& all_parameters = rope.is_null() ? empty_object : rope;
+  all_parameters = rope.is_null() ? empty_object : rope;
   // Per-layer-type rope parameters (transformers 5: {"full_attention": {...},
   // "sliding_attention": {...}}; Gemma 3/3n/4, OLMo 3, ModernBERT): the set of the layer type
   // asked for, by layer (its entry of `layer_types`) or by name; never a silent pick.
   // (a layer type whose set is null has no rotary: Beam's full-attention layers)
-  const bool per_layer =
-      v5 && !all_parameters.empty() &&
-      std::all_of(all_parameters.begin(), all_parameters.end(),
-                  [](const json& value) { return value.is_object() || value.is_null(); }) &&
-      std::any_of(all_parameters.begin(), all_parameters.end(),
-                  [](const json& value) { return value.is_object(); });
-  HfRopeConfig result;
+  per_layer = v5 && !all_parameters.empty() &&
+              std::all_of(all_parameters.begin(), all_parameters.end(),
+                          [](const json& value) { return value.is_object() || value.is_null(); }) &&
+              std::any_of(all_parameters.begin(), all_parameters.end(),
+                          [](const json& value) { return value.is_object(); });
   const json& layer_types = field(config, "layer_types");
   if (layer_types.is_array()) {
     for (const json& type : layer_types) {
@@ -789,7 +885,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       result.layer_types.push_back(type.get<std::string>());
     }
   }
-  std::string layer_type = read.layer_type;
+  layer_type = read.layer_type;
   if (read.layer) {
     const int64_t layers = static_cast<int64_t>(result.layer_types.size());
     TORCH_CHECK(layers > 0 || !per_layer, source, ": ", top,
@@ -837,8 +933,8 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   result.layer_type = layer_type;
   // A layer type without rotary (its set is null): the options are those of the layers that
   // rotate (the first set), and `rotates` is false.
-  std::string set_read = layer_type;
-  if (per_layer && all_parameters[layer_type].is_null()) {
+  set_read = layer_type;
+  if (per_layer && all_parameters.at(layer_type).is_null()) {
     result.rotates = false;
     for (const auto& item : all_parameters.items()) {
       if (item.value().is_object()) {
@@ -847,12 +943,16 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       }
     }
   }
-  const json& parameters = per_layer ? all_parameters[set_read] : all_parameters;
-  const std::string where_string = std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.") +
-                                   (per_layer ? set_read + "." : std::string());
+  parameters = per_layer ? all_parameters.at(set_read) : all_parameters;
+  where_string = std::string(top) + (v5 ? "rope_parameters." : "rope_scaling.") +
+                 (per_layer ? set_read + "." : std::string());
+  read_form = prefix + (v5 ? "rope_parameters" : "rope_scaling") +
+              (per_layer ? "." + set_read : std::string());
+}
+
+// The audit of which rope parameters and layer fields were read.
+void ConfigReader::audit_rope_set() {
   const char* where = where_string.c_str();
-  const std::string read_form = prefix + (v5 ? "rope_parameters" : "rope_scaling") +
-                                (per_layer ? "." + set_read : std::string());
   if (rope.is_null()) {
     audit.add(prefix + "rope_parameters", Status::kDefault, R"({"rope_type": "default"})",
               "neither rope_parameters nor rope_scaling is given: the default rope");
@@ -889,11 +989,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                    "some layers have fields of their own (e.g. head_dim); read a layer's rotary "
                    "embedding with layer = its index");
   } else if (has_overrides) {
-    audit.add(prefix + "per_layer_config",
-              layer_override != nullptr ? Status::kUsed : Status::kIgnored,
-              layer_override != nullptr ? shown(*layer_override) : "{...}",
-              layer_override != nullptr ? "layer " + std::to_string(*read.layer) + "'s own fields"
-                                        : "no fields of layer " + std::to_string(*read.layer));
+    audit.add(prefix + "per_layer_config", has_layer_override ? Status::kUsed : Status::kIgnored,
+              has_layer_override ? shown(layer_override) : "{...}",
+              has_layer_override ? "layer " + std::to_string(*read.layer) + "'s own fields"
+                                 : "no fields of layer " + std::to_string(*read.layer));
   }
   if (!result.layer_types.empty() && (per_layer || read.layer)) { // (else it bears on no rotation)
     audit.add(prefix + "layer_types", read.layer ? Status::kUsed : Status::kIgnored,
@@ -913,7 +1012,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "(one set per layer type is rope_parameters: {\"<layer type>\": {...}}, in "
                 "transformers 5's form)");
   }
+}
 
+// The heads: their number, width and grouping.
+void ConfigReader::read_heads() {
   const c10::optional<int64_t> heads = integer(source, config, "num_attention_heads", top);
   const c10::optional<int64_t> head_dim_field = integer(source, config, "head_dim", top);
   const c10::optional<int64_t> hidden = integer(source, config, "hidden_size", top);
@@ -927,10 +1029,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   // a part of the head of their own (q_pe, k_pe): the module's heads are those parts.
   // DeepSeek-V4's heads hold their rotated channels at their end (head_dim * partial_rotary_factor
   // of them, its rotary class's width): whole heads, not MLA's parts.
-  const bool last_channels = model_type_rule(model_type) != nullptr &&
-                             model_type_rule(model_type)->rule == CodeRule::kInterleavedLastChannels;
-  const c10::optional<int64_t> mla_width =
-      last_channels ? c10::nullopt : integer(source, config, "qk_rope_head_dim", top);
+  const bool last_channels =
+      code_rule != nullptr && code_rule->rule == CodeRule::kInterleavedLastChannels;
+  mla_width = last_channels ? c10::nullopt : integer(source, config, "qk_rope_head_dim", top);
   if (last_channels && !field(config, "qk_rope_head_dim").is_null()) {
     const bool gives_partial = field(chosen, "partial_rotary_factor").is_null();
     audit.add(prefix + "qk_rope_head_dim", gives_partial ? Status::kUsed : Status::kIgnored,
@@ -941,11 +1042,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                               "head (head_dim * partial_rotary_factor)");
   }
   // (absent: the model type's own default, else hidden_size / num_attention_heads, as transformers)
-  const int64_t head_dim = mla_width        ? *mla_width
-                           : head_dim_field ? *head_dim_field
-                           : defaults.head_dim > 0
-                               ? defaults.head_dim
-                               : (defaults.twice_hidden_per_head ? 2 : 1) * *hidden / *heads;
+  head_dim = mla_width               ? *mla_width
+             : head_dim_field        ? *head_dim_field
+             : defaults.head_dim > 0 ? defaults.head_dim
+                                     : (defaults.twice_hidden_per_head ? 2 : 1) * *hidden / *heads;
   TORCH_CHECK(!mla_width || *mla_width != 0, source, ": ", top,
               "qk_rope_head_dim is 0: this model's attention has no rotary, so there is no rotary "
               "embedding to read");
@@ -963,7 +1063,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "num_key_value_heads", Status::kUsed,
               std::to_string(result.num_key_value_heads), "key/value heads");
   }
-  if (mla_width && (model_type_rule(model_type) != nullptr || mla_halves(model_type))) {
+  if (mla_width && (code_rule != nullptr || mla_halves(model_type))) {
     audit.add(prefix + "qk_rope_head_dim", Status::kUsed, std::to_string(head_dim),
               "MLA: only these channels of a head turn, held apart from the others (q_pe, k_pe): "
               "the module's heads are those parts");
@@ -996,9 +1096,12 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   TORCH_CHECK(result.num_key_value_heads >= 1 && *heads % result.num_key_value_heads == 0, source,
               ": ", top, "num_key_value_heads must divide num_attention_heads (", *heads,
               "), but is ", result.num_key_value_heads);
+}
 
-  const c10::optional<int64_t> max_positions =
-      integer(source, config, "max_position_embeddings", top);
+// The positions, the rope type and its parameters, the base and the rotated width.
+void ConfigReader::read_rope_values() {
+  const char* where = where_string.c_str();
+  max_positions = integer(source, config, "max_position_embeddings", top);
   TORCH_CHECK(max_positions && *max_positions >= 1, source, ": ", top,
               "max_position_embeddings must be a whole number >= 1 (the cos/sin caches hold that "
               "many positions), but is ",
@@ -1008,23 +1111,21 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
             "max_len, the positions the caches hold");
 
   // The rope type and its parameters (detail/rope_types.cpp: the one reader of rope parameters).
-  detail::RopeBlock block =
-      detail::read_rope_block(parameters, source, where, detail::RopeBlockKind::kConfig);
+  block = detail::read_rope_block(parameters, source, where, detail::RopeBlockKind::kConfig);
   // Hunyuan's checkpoints say "dynamic" with a fixed alpha, which their model code reads as
   // NTK-alpha (base * alpha^(R / (R - 2)) at every length) instead of transformers' dynamic.
   const json& alpha = field(parameters, "alpha");
-  const ModelTypeRule* code_rule = model_type_rule(model_type);
-  const bool ntk_alpha_rule = code_rule != nullptr && code_rule->rule == CodeRule::kNtkAlpha &&
-                              block.scaling.type() == RopeType::kDynamic && alpha.is_number() &&
-                              alpha.get<double>() != 0.0;
+  ntk_alpha_rule = code_rule != nullptr && code_rule->rule == CodeRule::kNtkAlpha &&
+                   block.scaling.type() == RopeType::kDynamic && alpha.is_number() &&
+                   alpha.get<double>() != 0.0;
   if (ntk_alpha_rule) {
     block.scaling.type(RopeType::kNtkAlpha);
   }
-  const detail::RopeTypeEntry& entry = detail::rope_type_entry(block.scaling.type());
-  const std::string type_reason = std::string("rope type '") + entry.name + "' does not read it";
-  RopeScalingOptions scaling = block.scaling;
+  rope_type = &detail::rope_type_entry(block.scaling.type());
+  type_reason = std::string("rope type '") + rope_type->name + "' does not read it";
+  scaling = block.scaling;
   scaling.max_position_embeddings(*max_positions);
-  if (entry.reads_original) {
+  if (rope_type->reads_original) {
     // A top-level original_max_position_embeddings wins (Phi-3), then the rope parameters', then
     // max_position_embeddings (transformers' standardize_rope_params).
     const c10::optional<int64_t> original =
@@ -1037,17 +1138,15 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
 
   // rope_theta and partial_rotary_factor: inside the rope parameters first, then beside them.
   // (then GPT-NeoX's rotary_emb_base, then the model type's default_theta)
-  const c10::optional<double> legacy_base =
-      defaults.neox_keys ? number(source, config, "rotary_emb_base", top) : c10::nullopt;
-  const double base = number(source, parameters, "rope_theta", where)
-                          .value_or(number(source, config, "rope_theta", top)
-                                        .value_or(legacy_base.value_or(defaults.theta)));
+  legacy_base = defaults.neox_keys ? number(source, config, "rotary_emb_base", top) : c10::nullopt;
+  base = number(source, parameters, "rope_theta", where)
+             .value_or(number(source, config, "rope_theta", top)
+                           .value_or(legacy_base.value_or(defaults.theta)));
   TORCH_CHECK(base >= 1.0 / detail::kMaxFrequency, source,
               ": rope_theta must be >= 5.2e-290 (so that every angle is a finite number), but is ",
               base, "; LLaMA 3 uses 500000");
   // (then GPT-NeoX's rotary_pct, MiniMax-M2's rotary_dim / head_dim, the model type's default)
-  c10::optional<double> legacy_partial =
-      defaults.neox_keys ? number(source, config, "rotary_pct", top) : c10::nullopt;
+  legacy_partial = defaults.neox_keys ? number(source, config, "rotary_pct", top) : c10::nullopt;
   if (defaults.rotary_dim_key) {
     if (const auto rotary = number(source, config, "rotary_dim", top)) {
       legacy_partial = *rotary / static_cast<double>(head_dim);
@@ -1059,18 +1158,20 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   TORCH_CHECK(partial > 0.0 && partial <= 1.0, source,
               ": partial_rotary_factor must lie in (0, 1], but is ", partial);
   // A type that rotates the whole head (proportional) turns only a share of its pairs instead.
-  scaling.partial_rotary_factor(entry.rotates_whole_head ? partial : 1.0);
+  scaling.partial_rotary_factor(rope_type->rotates_whole_head ? partial : 1.0);
   // (MLA: all of the rotated part, which transformers' rotary class finds as head_dim * partial)
-  const auto rotary_dim = entry.rotates_whole_head || mla_width
-                              ? head_dim
-                              : static_cast<int64_t>(static_cast<double>(head_dim) * partial);
+  rotary_dim = rope_type->rotates_whole_head || mla_width
+                   ? head_dim
+                   : static_cast<int64_t>(static_cast<double>(head_dim) * partial);
   TORCH_CHECK(rotary_dim >= 2 && rotary_dim % 2 == 0, source,
               ": the rotated width int(head_dim * partial_rotary_factor) = int(", head_dim, " * ",
               partial, ") = ", rotary_dim, " must be even and >= 2");
+}
 
+void ConfigReader::audit_rope_parameters() {
   // The audit of the rope parameters, of the keys beside them, and of the models' own rules.
   // (Ministral 3's and Mistral 4's code reads llama_4_scaling_beta from the rope parameters)
-  const bool beta_types = model_type == "ministral3" || model_type == "mistral4";
+  beta_types = model_type == "ministral3" || model_type == "mistral4";
   const json given_defaults = json::parse(detail::rope_scaling_to_json(scaling));
   for (const auto& item : parameters.items()) {
     const std::string& key = item.key();
@@ -1103,24 +1204,24 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     } else if (key == "max_position_embeddings") {
       audit.add(name, Status::kIgnored, shown(item.value()),
                 "the max_position_embeddings beside the rope parameters is read");
-    } else if (key == "original_max_position_embeddings" && beta_types && !entry.reads_original &&
-               !field(parameters, "llama_4_scaling_beta").is_null()) {
+    } else if (key == "original_max_position_embeddings" && beta_types &&
+               !rope_type->reads_original && !field(parameters, "llama_4_scaling_beta").is_null()) {
       audit.add(name, Status::kUsed, shown(item.value()),
                 "the step of positions of the query temperature (llama_4_scaling_beta)");
     } else if (key == "original_max_position_embeddings") {
       const bool top_wins = !field(config, key.c_str()).is_null();
-      audit.add(name, entry.reads_original && !top_wins ? Status::kUsed : Status::kIgnored,
+      audit.add(name, rope_type->reads_original && !top_wins ? Status::kUsed : Status::kIgnored,
                 shown(item.value()),
-                !entry.reads_original ? type_reason
-                : top_wins            ? "a top-level original_max_position_embeddings wins (Phi-3)"
-                                      : "the original context");
+                !rope_type->reads_original ? type_reason
+                : top_wins ? "a top-level original_max_position_embeddings wins (Phi-3)"
+                           : "the original context");
     } else if (key == "llama_4_scaling_beta" && beta_types) {
       audit.add(name, Status::kUsed, shown(item.value()),
                 model_type +
                     "'s query temperature, in every layer after the rotation: 1 + beta * "
                     "log(1 + floor(p / original_max_position_embeddings)) "
                     "(HfRopeConfig::attention_temperature)");
-    } else if (contains(entry.parameters, key)) {
+    } else if (contains(rope_type->parameters, key)) {
       audit.add(name, Status::kUsed, shown(item.value()), "a parameter of the rope type");
     } else if (contains(detail::rope_parameter_keys(), key)) {
       audit.add(name, Status::kIgnored, shown(item.value()), type_reason);
@@ -1129,7 +1230,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "no rope type of posenc or transformers 5.23 reads it");
     }
   }
-  for (const char* key : entry.parameters) {
+  for (const char* key : rope_type->parameters) {
     const std::string name = key;
     if (name == "original_max_position_embeddings" || parameters.contains(name)) {
       continue;
@@ -1188,7 +1289,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                                            : "MiniMax-M2's rotated width: partial_rotary_factor = "
                                              "rotary_dim / head_dim");
   }
-  if (entry.reads_original) {
+  if (rope_type->reads_original) {
     const json& original = field(config, "original_max_position_embeddings");
     if (!original.is_null()) {
       audit.add(prefix + "original_max_position_embeddings", Status::kUsed, shown(original),
@@ -1201,8 +1302,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     audit.add(prefix + "original_max_position_embeddings", Status::kIgnored,
               shown(field(config, "original_max_position_embeddings")), type_reason);
   }
+}
+
+void ConfigReader::audit_model_type() {
   // model_type (the one model_defaults read): the rules of its code.
-  const bool interleaved_pairs =
+  interleaved_pairs =
       code_rule != nullptr && (code_rule->rule == CodeRule::kInterleavedPairs ||
                                code_rule->rule == CodeRule::kInterleavedLastChannels);
   if (!model_type.empty()) {
@@ -1212,8 +1316,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "no rule of its own that posenc knows of");
     } else if (code_rule->rule == CodeRule::kNotApplied) {
       audit.add_rule(name, shown(model_type_field), code_rule->what);
-    } else if (interleaved_pairs || ntk_alpha_rule ||
-               code_rule->rule == CodeRule::kDeinterleave ||
+    } else if (interleaved_pairs || ntk_alpha_rule || code_rule->rule == CodeRule::kDeinterleave ||
                code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave ||
                code_rule->rule == CodeRule::kInverse) {
       audit.add(name, Status::kUsed, shown(model_type_field), code_rule->what);
@@ -1222,6 +1325,9 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                 "its rule (" + std::string(code_rule->what) + ") does not bear on this config");
     }
   }
+}
+
+void ConfigReader::read_rotary_layers() {
   // Layers without rotary (SmolLM3, Llama 4, Mistral Large 3): no_rope_layers[i] = 1 where layer
   // i rotates (transformers' convention), else (absent or empty) one layer in
   // no_rope_layer_interval without, as their configuration classes make it (default 4 for these
@@ -1291,6 +1397,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                                      " has no rotary: its attention takes no positions");
     }
   }
+}
+
+void ConfigReader::read_attention_temperature() {
+  const char* where = where_string.c_str();
   // Query temperatures by position (AttentionTemperature), as the models' attention code applies
   // them: Llama 4's attn_temperature_tuning in its layers without rotary (its configuration
   // class's defaults: on, floor_scale 8192, attn_scale 0.1), and Ministral 3's and Mistral 4's
@@ -1377,7 +1487,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
     // (the rope parameters' value after transformers' standardize_rope_params: for the types that
     // read it, a top-level value wins and max_position_embeddings fills it in)
     const c10::optional<int64_t> original =
-        entry.reads_original
+        rope_type->reads_original
             ? scaling.original_max_position_embeddings()
             : integer(source, parameters, "original_max_position_embeddings", where);
     TORCH_CHECK(original, source, ": ", where, "original_max_position_embeddings is missing, but ",
@@ -1394,10 +1504,13 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                                        .attn_scale(beta)
                                        .heads_first(true);
   }
+}
+
+void ConfigReader::read_pairing() {
   // DeepSeek-V3's regrouping of pairs (2i, 2i + 1) into halves.
   const bool interleave_by_key =
       code_rule != nullptr && code_rule->rule == CodeRule::kDeinterleaveIfRopeInterleave;
-  bool deinterleave = code_rule != nullptr && code_rule->rule == CodeRule::kDeinterleave;
+  deinterleave = code_rule != nullptr && code_rule->rule == CodeRule::kDeinterleave;
   if (interleave_by_key) {
     const json& value = field(config, "rope_interleave");
     TORCH_CHECK(value.is_null() || value.is_boolean(), source, ": ", top,
@@ -1428,6 +1541,10 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       audit.add_rule(prefix + rule.key, shown(value), rule.reason);
     }
   }
+}
+
+// The warning (the error when strict) that names the keys posenc does not apply.
+void ConfigReader::check_unapplied() {
   if (!audit.unapplied().empty()) {
     std::string keys;
     for (const std::string& key : audit.unapplied()) {
@@ -1441,9 +1558,11 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
                " (an unknown rope parameter, or a rule of the model's own code), so its RoPE may "
                "differ from the model's; posenc rope --audit says why for each key");
   }
+}
 
+void ConfigReader::read_mrope() {
+  const char* where = where_string.c_str();
   // Multimodal RoPE: mrope_section (Qwen2-VL, Qwen2.5-VL) and mrope_interleaved (Qwen3-VL).
-  std::vector<int64_t> mrope_section;
   if (!field(parameters, "mrope_section").is_null()) {
     for (const double size : numbers(source, parameters, "mrope_section", where)) {
       TORCH_CHECK(size >= 0 && size < 9.0e15 && std::floor(size) == size, source, ": ", where,
@@ -1454,7 +1573,7 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
   const json& interleaved = field(parameters, "mrope_interleaved");
   TORCH_CHECK(interleaved.is_null() || interleaved.is_boolean(), source, ": ", where,
               "mrope_interleaved must be true or false, but is a ", type_name(interleaved));
-  bool mrope_interleaved = !interleaved.is_null() && interleaved.get<bool>();
+  mrope_interleaved = !interleaved.is_null() && interleaved.get<bool>();
   if (mrope != nullptr) { // the model's code decides (mrope_rule)
     if (mrope_section.empty()) {
       mrope_section = mrope->section;
@@ -1473,29 +1592,50 @@ HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string
       mrope_section = {mrope_section[2], mrope_section[0], mrope_section[1]};
       TORCH_CHECK(mrope_section[1] == mrope_section[2], source, ": ", where,
                   "mrope_section must give as many height as width frequencies (", model_type,
-                  "'s code alternates them), but gives [", mrope_section[1], ", ",
-                  mrope_section[2], ", ", mrope_section[0], "] (height, width, time)");
+                  "'s code alternates them), but gives [", mrope_section[1], ", ", mrope_section[2],
+                  ", ", mrope_section[0], "] (height, width, time)");
     }
   }
   // (after the model's own sections: transformers accepts "mrope" without them there)
   TORCH_CHECK(!block.mrope_alias || !mrope_section.empty(), source, ": ", where,
               "rope type 'mrope' needs mrope_section");
+}
 
-  result.options =
-      RotaryEmbeddingOptions(head_dim, *max_positions)
-          .base(base)
-          .rotary_dim(rotary_dim)
-          .scaling(scaling)
-          .mrope_section(mrope_section)
-          .mrope_interleaved(mrope_interleaved)
-          .mrope_hw_alternating(mrope != nullptr && mrope->hw_alternating)
-          .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit)
-          .deinterleave(deinterleave)
-          .inverse(code_rule != nullptr && code_rule->rule == CodeRule::kInverse)
-          .rotate_last_channels(code_rule != nullptr &&
-                                code_rule->rule == CodeRule::kInterleavedLastChannels);
-  result.audit = audit.take();
-  return result;
+RotaryEmbeddingOptions ConfigReader::options() const {
+  return RotaryEmbeddingOptions(head_dim, *max_positions)
+      .base(base)
+      .rotary_dim(rotary_dim)
+      .scaling(scaling)
+      .mrope_section(mrope_section)
+      .mrope_interleaved(mrope_interleaved)
+      .mrope_hw_alternating(mrope != nullptr && mrope->hw_alternating)
+      .pairing(interleaved_pairs ? RotaryPairing::kInterleaved : RotaryPairing::kHalfSplit)
+      .deinterleave(deinterleave)
+      .inverse(code_rule != nullptr && code_rule->rule == CodeRule::kInverse)
+      .rotate_last_channels(code_rule != nullptr &&
+                            code_rule->rule == CodeRule::kInterleavedLastChannels);
+}
+
+} // namespace
+
+const char* to_string(HfConfigKey::Status status) {
+  switch (status) {
+    case Status::kUsed:
+      return "used";
+    case Status::kDefault:
+      return "default";
+    case Status::kIgnored:
+      return "ignored";
+    case Status::kUnknown:
+      return "unknown";
+  }
+  return "?";
+}
+
+HfRopeConfig read_hf_rope_config(const std::string& json_text, const std::string& source,
+                                 const HfConfigReadOptions& read) {
+  ConfigReader reader(source, read);
+  return reader.run(json_text);
 }
 
 HfRopeConfig read_hf_rope_config_file(const std::string& path, const HfConfigReadOptions& read) {

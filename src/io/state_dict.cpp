@@ -45,7 +45,7 @@ namespace detail {
 
 void assign_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& entries,
                        const LoadStateDictOptions& options, const std::string& source) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   // The module's tensors, by the names Python uses.
   std::vector<std::pair<std::string, at::Tensor>> targets;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {

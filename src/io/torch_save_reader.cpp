@@ -128,181 +128,203 @@ class Unpickler {
     while (true) {
       const size_t at = position_;
       const uint8_t opcode = read_u8();
-      switch (opcode) {
-        case 0x80:
-          read_u8();
-          break; // PROTO
-        case 0x95:
-          read_bytes(8);
-          break;  // FRAME
-        case '.': // STOP
-          TORCH_CHECK(!stack_.empty(), what_, ": corrupted pickle: STOP on an empty stack");
-          return stack_.back();
-        case '(':
-          marks_.push_back(stack_.size());
-          break; // MARK
-        case 'N':
-          push(make(Value::Kind::kNone));
-          break;
-        case 0x88:
-          push_bool(true);
-          break; // NEWTRUE
-        case 0x89:
-          push_bool(false);
-          break; // NEWFALSE
-        case 'K':
-          push_int(read_u8());
-          break; // BININT1
-        case 'M':
-          push_int(read_le(2, false));
-          break; // BININT2
-        case 'J':
-          push_int(read_le(4, true));
-          break;     // BININT
-        case 0x8a: { // LONG1
-          const size_t n = read_u8();
-          TORCH_CHECK(n <= 8, what_, ": integer of ", n, " bytes is out of range");
-          push_int(n == 0 ? 0 : read_le(n, true));
-          break;
-        }
-        case 'G':
-          push_float();
-          break; // BINFLOAT
-        case 'X':
-          push_string(read_le(4, false));
-          break; // BINUNICODE
-        case 0x8c:
-          push_string(read_u8());
-          break; // SHORT_BINUNICODE
-        case 0x8d:
-          push_string(read_le(8, false));
-          break; // BINUNICODE8
-        case 'T':
-          push_string(read_le(4, false));
-          break; // BINSTRING
-        case 'U':
-          push_string(read_u8());
-          break; // SHORT_BINSTRING
-        case 'B':
-          push_string(read_le(4, false));
-          break; // BINBYTES
-        case 'C':
-          push_string(read_u8());
-          break; // SHORT_BINBYTES
-        case ')':
-          push(make(Value::Kind::kTuple));
-          break; // EMPTY_TUPLE
-        case ']':
-          push(make(Value::Kind::kList));
-          break; // EMPTY_LIST
-        case '}':
-          push(make(Value::Kind::kDict));
-          break; // EMPTY_DICT
-        case 't':
-          push_sequence(Value::Kind::kTuple, pop_to_mark());
-          break; // TUPLE
-        case 'l':
-          push_sequence(Value::Kind::kList, pop_to_mark());
-          break; // LIST
-        case 0x85:
-          push_sequence(Value::Kind::kTuple, pop_n(1));
-          break; // TUPLE1
-        case 0x86:
-          push_sequence(Value::Kind::kTuple, pop_n(2));
-          break; // TUPLE2
-        case 0x87:
-          push_sequence(Value::Kind::kTuple, pop_n(3));
-          break;    // TUPLE3
-        case 'd': { // DICT
-          auto dict = make(Value::Kind::kDict);
-          add_pairs(*dict, pop_to_mark());
-          push(dict);
-          break;
-        }
-        case 's': { // SETITEM
-          auto pair = pop_n(2);
-          add_pairs(top_of_kind(Value::Kind::kDict, "SETITEM"), pair);
-          break;
-        }
-        case 'u': { // SETITEMS
-          auto items = pop_to_mark();
-          add_pairs(top_of_kind(Value::Kind::kDict, "SETITEMS"), items);
-          break;
-        }
-        case 'a': { // APPEND
-          auto item = pop_n(1);
-          append(top_of_kind(Value::Kind::kList, "APPEND"), item);
-          break;
-        }
-        case 'e': { // APPENDS
-          auto items = pop_to_mark();
-          append(top_of_kind(Value::Kind::kList, "APPENDS"), items);
-          break;
-        }
-        case 'q':
-          memo_[read_u8()] = top();
-          break; // BINPUT
-        case 'r':
-          memo_[read_le(4, false)] = top();
-          break; // LONG_BINPUT
-        case 0x94:
-          memo_[next_memo_++] = top();
-          break; // MEMOIZE
-        case 'h':
-          push(memo(read_u8()));
-          break; // BINGET
-        case 'j':
-          push(memo(read_le(4, false)));
-          break;    // LONG_BINGET
-        case 'c': { // GLOBAL
-          std::string module = read_line();
-          std::string name = read_line();
-          push_global(module + "." + name);
-          break;
-        }
-        case 0x93: { // STACK_GLOBAL
-          auto parts = pop_n(2);
-          TORCH_CHECK(
-              parts[0]->kind == Value::Kind::kString && parts[1]->kind == Value::Kind::kString,
-              what_, ": corrupted pickle: STACK_GLOBAL needs two strings");
-          push_global(parts[0]->text + "." + parts[1]->text);
-          break;
-        }
-        case 'Q':
-          push(load_storage(pop_n(1)[0]));
-          break;    // BINPERSID
-        case 'R': { // REDUCE
-          auto parts = pop_n(2);
-          push(reduce(parts[0], parts[1]));
-          break;
-        }
-        case 0x81: { // NEWOBJ
-          auto parts = pop_n(2);
-          push(opaque(parts[0]));
-          break;
-        }
-        case 'b':
-          pop_n(1);
-          top();
-          break; // BUILD: the state of an object we keep opaque (or an OrderedDict's metadata)
-        case '0':
-          pop_n(1);
-          break; // POP
-        case '1':
-          pop_to_mark();
-          break; // POP_MARK
-        case '2':
-          push(top());
-          break; // DUP
-        default:
-          TORCH_CHECK(false, what_, ": unsupported pickle opcode 0x", std::hex,
-                      static_cast<int>(opcode), std::dec, " at byte ", at,
-                      " of data.pkl; is this a file written by torch.save?");
+      if (opcode == '.') { // STOP
+        TORCH_CHECK(!stack_.empty(), what_, ": corrupted pickle: STOP on an empty stack");
+        return stack_.back();
       }
+      TORCH_CHECK(push_literal(opcode) || build_container(opcode) || follow_reference(opcode),
+                  what_, ": unsupported pickle opcode 0x", std::hex, static_cast<int>(opcode),
+                  std::dec, " at byte ", at, " of data.pkl; is this a file written by torch.save?");
     }
   }
 
  private:
+  // The framing opcodes, MARK and the literal values (None, bools, numbers, strings).
+  bool push_literal(uint8_t opcode) {
+    switch (opcode) {
+      case 0x80:
+        read_u8();
+        return true; // PROTO
+      case 0x95:
+        read_bytes(8);
+        return true; // FRAME
+      case '(':
+        marks_.push_back(stack_.size());
+        return true; // MARK
+      case 'N':
+        push(make(Value::Kind::kNone));
+        return true;
+      case 0x88:
+        push_bool(true);
+        return true; // NEWTRUE
+      case 0x89:
+        push_bool(false);
+        return true; // NEWFALSE
+      case 'K':
+        push_int(read_u8());
+        return true; // BININT1
+      case 'M':
+        push_int(read_le(2, false));
+        return true; // BININT2
+      case 'J':
+        push_int(read_le(4, true));
+        return true; // BININT
+      case 0x8a: {   // LONG1
+        const size_t n = read_u8();
+        TORCH_CHECK(n <= 8, what_, ": integer of ", n, " bytes is out of range");
+        push_int(n == 0 ? 0 : read_le(n, true));
+        return true;
+      }
+      case 'G':
+        push_float();
+        return true; // BINFLOAT
+      case 'X':
+        push_string(read_le(4, false));
+        return true; // BINUNICODE
+      case 0x8c:
+        push_string(read_u8());
+        return true; // SHORT_BINUNICODE
+      case 0x8d:
+        push_string(read_le(8, false));
+        return true; // BINUNICODE8
+      case 'T':
+        push_string(read_le(4, false));
+        return true; // BINSTRING
+      case 'U':
+        push_string(read_u8());
+        return true; // SHORT_BINSTRING
+      case 'B':
+        push_string(read_le(4, false));
+        return true; // BINBYTES
+      case 'C':
+        push_string(read_u8());
+        return true; // SHORT_BINBYTES
+      default:
+        return false;
+    }
+  }
+
+  // The opcodes that build tuples, lists and dicts.
+  bool build_container(uint8_t opcode) {
+    switch (opcode) {
+      case ')':
+        push(make(Value::Kind::kTuple));
+        return true; // EMPTY_TUPLE
+      case ']':
+        push(make(Value::Kind::kList));
+        return true; // EMPTY_LIST
+      case '}':
+        push(make(Value::Kind::kDict));
+        return true; // EMPTY_DICT
+      case 't':
+        push_sequence(Value::Kind::kTuple, pop_to_mark());
+        return true; // TUPLE
+      case 'l':
+        push_sequence(Value::Kind::kList, pop_to_mark());
+        return true; // LIST
+      case 0x85:
+        push_sequence(Value::Kind::kTuple, pop_n(1));
+        return true; // TUPLE1
+      case 0x86:
+        push_sequence(Value::Kind::kTuple, pop_n(2));
+        return true; // TUPLE2
+      case 0x87:
+        push_sequence(Value::Kind::kTuple, pop_n(3));
+        return true; // TUPLE3
+      case 'd': {    // DICT
+        auto dict = make(Value::Kind::kDict);
+        add_pairs(*dict, pop_to_mark());
+        push(dict);
+        return true;
+      }
+      case 's': { // SETITEM
+        auto pair = pop_n(2);
+        add_pairs(top_of_kind(Value::Kind::kDict, "SETITEM"), pair);
+        return true;
+      }
+      case 'u': { // SETITEMS
+        auto items = pop_to_mark();
+        add_pairs(top_of_kind(Value::Kind::kDict, "SETITEMS"), items);
+        return true;
+      }
+      case 'a': { // APPEND
+        auto item = pop_n(1);
+        append(top_of_kind(Value::Kind::kList, "APPEND"), item);
+        return true;
+      }
+      case 'e': { // APPENDS
+        auto items = pop_to_mark();
+        append(top_of_kind(Value::Kind::kList, "APPENDS"), items);
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+
+  // The opcodes of the memo, globals, persistent ids (storages), objects and the stack.
+  bool follow_reference(uint8_t opcode) {
+    switch (opcode) {
+      case 'q':
+        memo_[read_u8()] = top();
+        return true; // BINPUT
+      case 'r':
+        memo_[read_le(4, false)] = top();
+        return true; // LONG_BINPUT
+      case 0x94:
+        memo_[next_memo_++] = top();
+        return true; // MEMOIZE
+      case 'h':
+        push(memo(read_u8()));
+        return true; // BINGET
+      case 'j':
+        push(memo(read_le(4, false)));
+        return true; // LONG_BINGET
+      case 'c': {    // GLOBAL
+        std::string module = read_line();
+        std::string name = read_line();
+        push_global(module + "." + name);
+        return true;
+      }
+      case 0x93: { // STACK_GLOBAL
+        auto parts = pop_n(2);
+        TORCH_CHECK(
+            parts[0]->kind == Value::Kind::kString && parts[1]->kind == Value::Kind::kString, what_,
+            ": corrupted pickle: STACK_GLOBAL needs two strings");
+        push_global(parts[0]->text + "." + parts[1]->text);
+        return true;
+      }
+      case 'Q':
+        push(load_storage(pop_n(1)[0]));
+        return true; // BINPERSID
+      case 'R': {    // REDUCE
+        auto parts = pop_n(2);
+        push(reduce(parts[0], parts[1]));
+        return true;
+      }
+      case 0x81: { // NEWOBJ
+        auto parts = pop_n(2);
+        push(opaque(parts[0]));
+        return true;
+      }
+      case 'b':
+        pop_n(1);
+        top();
+        return true; // BUILD: the state of an object we keep opaque (or an OrderedDict's metadata)
+      case '0':
+        pop_n(1);
+        return true; // POP
+      case '1':
+        pop_to_mark();
+        return true; // POP_MARK
+      case '2':
+        push(top());
+        return true; // DUP
+      default:
+        return false;
+    }
+  }
+
   ValuePtr make(Value::Kind kind) {
     created_.push_back(make_value(kind));
     return created_.back();
@@ -555,8 +577,9 @@ class Unpickler {
       // not make more than posenc's limit of elements out of fewer.
       int64_t elements = 1;
       for (const int64_t size : sizes) {
-        TORCH_CHECK(!__builtin_mul_overflow(elements, size, &elements), what_,
-                    ": tensor of sizes ", c10::IntArrayRef(sizes), " has more elements than int64 "
+        TORCH_CHECK(!__builtin_mul_overflow(elements, size, &elements), what_, ": tensor of sizes ",
+                    c10::IntArrayRef(sizes),
+                    " has more elements than int64 "
                     "can count");
       }
       TORCH_CHECK(elements <= storage.numel() || elements <= detail::kMaxTableElements, what_,

@@ -14,7 +14,7 @@ namespace detail {
 void load_slots(const char* module, torch::serialize::InputArchive& archive,
                 const std::vector<TableSlot>& slots) {
   const CallerScope scope(CallerScope::Rename{}, module);
-  const char* const who = caller();
+  static constexpr CallerName who{};
   std::vector<torch::Tensor> loaded(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const TableSlot& slot = slots[i];

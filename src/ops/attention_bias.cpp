@@ -78,7 +78,7 @@ void check_relative_position_bucket(const at::Tensor& relative_position, bool bi
                                     int64_t num_buckets, int64_t max_distance) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
                                          "posenc::relative_position_bucket");
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(relative_position.defined() &&
                   at::isIntegralType(relative_position.scalar_type(), /*includeBool=*/false),
               who, ": relative_position must be an integer tensor (key position - query "
@@ -103,7 +103,7 @@ at::Tensor alibi_slopes_kernel(int64_t num_heads, double max_bias, int64_t first
                                c10::optional<int64_t> heads, c10::optional<at::ScalarType> dtype,
                                c10::optional<at::Device> device) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kSlopes);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const at::ScalarType type = dtype.value_or(at::kFloat);
   detail::check_float_dtype("dtype", type);
   const std::vector<double> slopes =
@@ -130,7 +130,7 @@ at::Tensor alibi_slopes_meta(int64_t num_heads, double max_bias, int64_t first_h
 
 // Checks ALiBi slopes: `[H]` or `[B, H]` (one set per batch element), floating.
 void check_slopes(const at::Tensor& slopes) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(slopes.defined(), who, ": slopes must be a defined tensor");
   TORCH_CHECK((slopes.dim() == 1 || slopes.dim() == 2) && slopes.size(-1) >= 1, who,
               ": slopes must be [num_heads] or [batch, num_heads] with num_heads >= 1, but got "
@@ -153,7 +153,7 @@ at::ScalarType compute_type(const at::Tensor& slopes) {
 }
 
 void check_length(const char* what, int64_t length) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(length >= 1, who, ": ", what, " must be >= 1, but got ", length);
 }
 
@@ -161,7 +161,7 @@ void check_length(const char* what, int64_t length) {
 // queries are the last query_length of the key positions, as in KV-cache decoding and
 // flash-attn's bottom-right alignment).
 int64_t query_start(int64_t query_length, int64_t key_length, c10::optional<int64_t> offset) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_length("query_length", query_length);
   check_length("key_length", key_length);
   if (!offset.has_value()) {
@@ -246,7 +246,7 @@ at::Tensor alibi_bias_meta(const at::Tensor& slopes, SymLength query_length, Sym
 // Checks an attention mask `[B, Lk]` (1 / true: a real token, 0 / false: padding) against the
 // slopes and returns its batch size.
 void check_attention_mask(const at::Tensor& mask, const at::Tensor& slopes, int64_t key_length) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(mask.dim() == 2 && mask.size(1) == key_length, who,
               ": attention_mask must be [batch, key_length] = [batch, ", key_length,
               "] (1 for a token, 0 for padding), but got shape ", mask.sizes());
@@ -345,7 +345,7 @@ at::Tensor relative_position_bucket_meta(const at::Tensor& relative_position, bo
 at::Tensor relative_position_bias_rows(const at::Tensor& weight, int64_t query_length,
                                        int64_t key_length, bool bidirectional, int64_t max_distance,
                                        int64_t offset) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_length("query_length", query_length);
   check_length("key_length", key_length);
   TORCH_CHECK(offset >= 0 && offset <= std::numeric_limits<int64_t>::max() - query_length, who,
@@ -378,7 +378,7 @@ at::Tensor relative_position_bias_kernel(const at::Tensor& weight, SymLength que
                                          SymLength key_length, bool bidirectional,
                                          int64_t max_distance, SymLength offset) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kBias);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(weight.defined() && weight.dim() == 2, who,
               ": weight must be the [num_buckets, num_heads] bias table (T5's "
               "relative_attention_bias.weight), but got ",
@@ -460,7 +460,7 @@ at::Tensor relative_sinusoidal_table_meta(SymLength length, int64_t d_model, dou
 // flattened scores (no padding copy, unlike the zero-pad-and-view formulation).
 at::Tensor rel_shift_kernel(const at::Tensor& x) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kRelShift);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(x.defined() && x.dim() >= 2, who,
               ": x must be scores [..., Lq, Lq + Lk - 1] against a relative table, but got ",
               x.defined() ? "shape " + c10::str(shape_of(x)) : "an undefined tensor");
@@ -504,7 +504,7 @@ at::Tensor attention_temperature_kernel(const at::Tensor& query,
                                         double floor_scale, double attn_scale, bool heads_first,
                                         c10::string_view form) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kTemperature);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const AttentionTemperatureForm kind = detail::attention_temperature_form(form);
   detail::check_attention_temperature(floor_scale, attn_scale);
   TORCH_CHECK(

@@ -49,7 +49,7 @@ void check_options(const PositionalEncodingOptions& options) {
 }
 
 void check_options(const LearnedPositionalEmbeddingOptions& options) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   detail::check_table_arguments(options.max_len(), options.d_model(), /*base=*/1.0);
   detail::check_dropout(options.dropout());
   TORCH_CHECK(std::isfinite(options.init_std()) && options.init_std() >= 0, who,
@@ -58,7 +58,7 @@ void check_options(const LearnedPositionalEmbeddingOptions& options) {
 }
 
 void check_options(const TokenAndPositionEmbeddingOptions& options, OptionSpelling spelling) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(options.vocab_size() >= 1, who, ": vocab_size must be >= 1, but got ",
               options.vocab_size());
   TORCH_CHECK(options.d_model() >= 1, who, ": d_model must be >= 1, but got ", options.d_model());
@@ -91,7 +91,7 @@ void check_options(const TimestepEmbeddingOptions& options) {
 }
 
 void check_options(const TimestepEmbedderOptions& options) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(options.hidden_size() >= 1, who, ": hidden_size must be >= 1, but got ",
               options.hidden_size());
   detail::check_table_size("a weight of hidden_size * hidden_size", options.hidden_size(),
@@ -115,7 +115,7 @@ void check_options(const AxialRotaryEmbeddingOptions& options) {
 }
 
 void check_options(const VisionRotaryEmbeddingOptions& options) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   // the tables' argument checks, on a 1 x 1 grid
   detail::check_grid_rotary_arguments({1, 1}, options.dim(), options.temperature(),
                                       options.ref_feat_shape(), options.grid_offset(),
@@ -141,7 +141,7 @@ void check_options(const AttentionTemperatureOptions& options) {
 }
 
 void check_options(const RelativePositionBiasOptions& options) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(options.num_heads() >= 1, who, ": num_heads must be >= 1, but got ",
               options.num_heads());
   detail::check_bucket_arguments(options.bidirectional(), options.num_buckets(),
@@ -162,7 +162,7 @@ void check_options(const RelPositionalEncodingOptions& options) {
 }
 
 void check_options(const RelPositionMultiheadAttentionOptions& options) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const int64_t width = options.embed_dim();
   const int64_t heads = options.num_heads();
   TORCH_CHECK(heads >= 1 && width >= 1 && width % heads == 0, who,

@@ -175,7 +175,7 @@ at::Tensor rows_on_device(const at::Tensor& table, const at::Tensor& positions,
 // to the table's dtype, as detail::sinusoidal_rows computes them on the host).
 void extend_table_on_device(TableCall& call, const at::Tensor& positions,
                             const at::Tensor& columns) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(columns.dim() == 2 && columns.size(0) == 2 && columns.size(1) == call.width &&
                   columns.scalar_type() == at::kDouble,
               who, ": columns must be a float64 [2, D] = [2, ", call.width,
@@ -283,7 +283,7 @@ TableCall prepare_table_call(const at::Tensor& x, const at::Tensor& table, int64
 }
 
 void check_padding_idx(int64_t padding_idx, int64_t vocab_size) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < vocab_size), who,
               ": padding_idx must be -1 (none) or a token id in [0, vocab_size) = [0, ",
               vocab_size, "), but got ", padding_idx);
@@ -293,7 +293,7 @@ TableCall prepare_token_call(const at::Tensor& tokens, const at::Tensor& weight,
                              const at::Tensor& table, int64_t offset, OptionalTensor positions,
                              bool batch_first, double scale, double dropout,
                              OptionalTensor columns) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const char* layout = detail::sequence_layout(batch_first);
   TORCH_CHECK(tokens.defined() && tokens.dim() == 2, who, ": expected token ids of shape ", layout,
               ", but got ", tokens.defined() ? tokens.sizes() : at::IntArrayRef{});
@@ -340,7 +340,7 @@ namespace {
 
 // cos and sin: [max_len, R/2] tables of one floating dtype on one device.
 void check_caches(const at::Tensor& cos, const at::Tensor& sin) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(cos.defined() && sin.defined() && cos.dim() == 2 && cos.sizes() == sin.sizes() &&
                   cos.size(1) >= 1 && cos.size(1) <= detail::kMaxTableElements,
               who, ": cos and sin must be [max_len, R/2] tables of the same shape (R/2 <= 2^28), "
@@ -357,7 +357,7 @@ void check_caches(const at::Tensor& cos, const at::Tensor& sin) {
 
 detail::RopeFrequencies given_frequencies(const at::Tensor& inv_freq, const at::Tensor& cos,
                                           double attention_factor) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const int64_t half = cos.size(1);
   TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) == half &&
                   inv_freq.scalar_type() == at::kDouble,
@@ -453,7 +453,7 @@ MultimodalTablesCall prepare_multimodal_tables_call(const at::Tensor& cos, const
                                                     at::IntArrayRef mrope_section, bool interleaved,
                                                     OptionalTensor inv_freq,
                                                     double attention_factor) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_caches(cos, sin);
   const int64_t half = cos.size(1);
   MultimodalTablesCall call;
@@ -502,7 +502,7 @@ MultimodalTablesCall prepare_multimodal_tables_call(const at::Tensor& cos, const
 }
 
 void check_out(const at::Tensor& out, const at::Tensor& x) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(out.defined(), who, ": out is undefined");
   TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(), who,
               ": out must have the input's dtype and device (", x.scalar_type(), ", ", x.device(),
@@ -525,7 +525,7 @@ RotaryQkCall prepare_rotary_qk_call(const at::Tensor& q, const at::Tensor& k, co
   RotaryQkCall call;
   static_cast<RotaryCall&>(call) =
       prepare_rotary_call(q, cos, sin, offset, positions, heads_first, inv_freq, attention_factor);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   detail::check_rotary_input(k, 2 * call.half, heads_first, cos.device());
   TORCH_CHECK(k.scalar_type() == q.scalar_type(), who,
               ": q and k must share a dtype, but q is ", q.scalar_type(), " and k ",

@@ -114,7 +114,7 @@ at::Tensor context_parallel_positions_kernel(SymLength length, int64_t world_siz
 at::Tensor positions_from_padding_mask_kernel(const at::Tensor& padding_mask, bool batch_first) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
                                          "posenc::positions_from_padding_mask");
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   const char* layout = detail::sequence_layout(batch_first);
   TORCH_CHECK(padding_mask.dim() == 2, who, ": expected a padding mask of shape ", layout,
               ", but got a ", padding_mask.dim(), "-D tensor of shape ", padding_mask.sizes());
@@ -135,7 +135,7 @@ void check_mrope_arguments(const at::Tensor& token_types, OptionalTensor image_g
                            OptionalTensor video_grid_thw, OptionalTensor attention_mask,
                            c10::optional<at::ArrayRef<double>> video_time_intervals) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kMRope);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(token_types.dim() == 2 && at::isIntegralType(token_types.scalar_type(),
                                                            /*includeBool=*/false),
               who, ": token_types must be [B, L] integers (0 text, 1 image, 2 video), but got ",

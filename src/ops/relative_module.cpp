@@ -39,7 +39,7 @@ std::tuple<at::Tensor, at::Tensor> rel_positional_encoding_forward(const at::Ten
                                                                    int64_t offset, bool legacy,
                                                                    double scale, double dropout,
                                                                    bool training) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   detail::check_dropout(dropout);
   const detail::TableShape shape = detail::check_table(table);
   detail::check_sequence_input(x, shape.width, /*batch_first=*/true, table.device());
@@ -79,7 +79,7 @@ at::Tensor relative_position_attention_forward(const at::Tensor& q, const at::Te
                                                const at::Tensor& pos_bias_v,
                                                const c10::optional<at::Tensor>& mask,
                                                double dropout, bool training) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   detail::check_dropout(dropout);
   TORCH_CHECK(
       q.defined() && k.defined() && v.defined() && q.dim() == 4 && k.dim() == 4 && v.dim() == 4,

@@ -328,7 +328,7 @@ at::Tensor with_passed_channels(const RotaryEmbeddingOptions& options, const at:
 RotaryModuleCall rotary_module_call(const RotaryEmbeddingOptions& options, const char* name,
                                     bool python) {
   const detail::CallerScope caller(detail::CallerScope::Rename{}, name);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(options.head_dim() >= 2, who, ": head_dim must be >= 2, but got ",
               options.head_dim());
   const int64_t rotary_dim = options.rotated_width();

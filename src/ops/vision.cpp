@@ -126,7 +126,7 @@ at::Tensor timestep_embedding_meta(const at::Tensor& timesteps, int64_t embeddin
                                    double scale, int64_t max_period,
                                    c10::optional<at::ScalarType> dtype) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, kTimestep);
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   detail::check_timestep_spec(
       timestep_spec(embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period));
   const at::ScalarType type = dtype.value_or(at::kFloat);

@@ -34,7 +34,7 @@ at::ScalarType rotation_dtype(const at::Tensor& x) {
 
 // x must be 4-D queries or keys, tokens along dimension 2 (heads first) or 1; `tokens` names them.
 void check_queries_or_keys(const at::Tensor& x, bool heads_first, const char* tokens) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(x.defined() && x.dim() == 4, who, ": expected a 4-D query or key tensor of shape ",
               heads_first ? "[B, H, " : "[B, ", tokens, heads_first ? ", Dh] (heads_first=true)"
                                                                     : ", H, Dh] (heads_first=false)",

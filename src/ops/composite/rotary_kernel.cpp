@@ -130,7 +130,7 @@ std::tuple<at::Tensor, at::Tensor> rope_frequencies(
     c10::optional<at::Device> device) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
                                          "posenc::rope_frequencies");
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(!seq_len || *seq_len >= 1, who,
               ": seq_len must be >= 1 (a call's last position + 1), but got ", *seq_len);
   const auto options = functional::RotaryTablesFuncOptions()
@@ -185,7 +185,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(int64_t max_len, const at::Tens
                                                  c10::optional<at::ScalarType> dtype,
                                                  c10::optional<at::Device> device) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, "posenc::rotary_tables");
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(inv_freq.defined() && inv_freq.dim() == 1 && inv_freq.size(0) >= 1 &&
                   inv_freq.size(0) <= detail::kMaxTableElements,
               who, ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies (R/2 <= 2^28), but got ",

@@ -18,7 +18,7 @@ namespace ops {
 namespace meta {
 
 inline void check_input(const at::Tensor& x, int64_t dims) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(x.dim() == dims, who, ": expected a ", dims, "-D input, but got a ", x.dim(),
               "-D tensor");
   TORCH_CHECK(detail::is_supported_float(x.scalar_type()), who,
@@ -33,7 +33,7 @@ inline void check_input(const at::Tensor& x, int64_t dims) {
 /// wrote.)
 inline void check_positions(OptionalTensor positions, const at::Tensor& x,
                             bool has_definition = false, const char* definition = "") {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   if (positions.has_value() && positions->defined()) {
     detail::check_positions_device(*positions, x.device());
     TORCH_CHECK(at::isIntegralType(positions->scalar_type(), /*includeBool=*/false) ||
@@ -51,7 +51,7 @@ inline bool has_value(OptionalTensor tensor) {
 
 /// A table `[max_len, D]` or `[1, max_len, D]` on the device of the input `x`.
 inline void check_table(const at::Tensor& table, const at::Tensor& x) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   detail::check_input_device(x, table.device(), "the encoding table");
   TORCH_CHECK(table.dim() == 2 || table.dim() == 3, who,
               ": expected the encoding table as [max_len, D] or [1, max_len, D], but got a ",

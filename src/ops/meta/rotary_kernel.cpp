@@ -17,7 +17,7 @@ namespace {
 
 void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                   OptionalTensor positions, OptionalTensor inv_freq) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_input(x, 4);
   TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2 && detail::shape_of(cos) == detail::shape_of(sin),
               who, ": cos and sin must be [max_len, R/2] tables of the same shape, but got ",
@@ -68,7 +68,7 @@ void apply_rotary_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, 
 void check_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
               const at::Tensor& sin, int64_t offset, OptionalTensor positions,
               OptionalTensor inv_freq, bool heads_first) {
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   check_rotary(q, cos, sin, positions, inv_freq);
   check_rotary(k, cos, sin, positions, inv_freq);
   check_rotary_offset(q, cos, offset, positions, heads_first, inv_freq);
@@ -106,7 +106,7 @@ std::tuple<at::Tensor, at::Tensor> multimodal_rotary_tables(const at::Tensor& co
                                                             OptionalTensor inv_freq, double) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
                                          "posenc::multimodal_rotary_tables");
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(cos.dim() == 2 && sin.dim() == 2 && cos.sizes() == sin.sizes(), who,
               ": cos and sin must be [max_len, R/2] tables of the same shape");
   detail::mrope_axes(mrope_section.vec(), interleaved, cos.size(1));
@@ -124,7 +124,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(SymLength length, const at::Ten
                                                  double, c10::optional<at::ScalarType> dtype,
                                                  c10::optional<at::Device>) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{}, "posenc::rotary_tables");
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) >= 1 &&
                   inv_freq.size(0) <= detail::kMaxTableElements,
               who, ": inv_freq must be a 1-D float64 [R/2] tensor of frequencies (R/2 <= 2^28), but got ",

@@ -20,7 +20,7 @@ std::tuple<at::Tensor, at::Tensor> token_and_position_embedding(
     bool train, OptionalTensor columns) {
   const detail::CallerScope caller_scope(detail::CallerScope::KeepOuter{},
                                          "posenc::token_and_position_embedding");
-  const char* const who = detail::caller();
+  static constexpr detail::CallerName who{};
   TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, who,
               ": expected int64 token ids of 2 dimensions");
   TORCH_CHECK(weight.dim() == 2 && detail::is_supported_float(weight.scalar_type()), who,
