@@ -22,7 +22,8 @@
 
 // posenc's own checks, timed one by one (decode_checks): internal headers, from src/
 #include "detail/checks.h"
-#include "ops/op_arguments.h"
+#include "ops/common/arguments.h"
+#include "ops/rotary/arguments.h"
 
 #include <torch/torch.h>
 

@@ -185,7 +185,7 @@ def _rows_with_columns(op, rows, columns, positions, fractional: bool):
     integer position lies in it (-1, padding: a zero row), elsewhere, and at every fractional
     position, rows computed from the column plan `columns` (float64 [2, D]: each column's frequency
     and kind, 0 sine, 1 cosine, 2 zero) with float64 angles and rounded once, as posenc's operators
-    compute rows past a table (op_arguments.cpp: extend_table)."""
+    compute rows past a table (ops/common/arguments.cpp: extend_table)."""
     frequency = op.Gather(columns, op.Constant(value_int=0), axis=0)
     kind = op.Cast(op.Gather(columns, op.Constant(value_int=1), axis=0), to=_INT64)
     computed = op.CastLike(_sinusoid_rows(op, positions, frequency, kind, padding=False), rows)

@@ -49,7 +49,7 @@ void check_positions_on_device(const at::Tensor& positions);
 
 /// `host`, a small CPU tensor that posenc made from a call's arguments (frequencies, a column
 /// plan, an axis map), on `device` without waiting for it: on CUDA its bytes travel in the
-/// arguments of kernels launched on the current stream (ops/kernels/upload.h), where `.to(device)`
+/// arguments of kernels launched on the current stream (ops/common/upload.h), where `.to(device)`
 /// would copy from pageable memory, synchronise and break CUDA-graph capture; on meta an empty
 /// tensor of its shape and dtype (no values to carry); on the CPU `host` itself; elsewhere, and on
 /// CUDA when posenc was built without its CUDA kernels, `.to(device)`. The values are bit for bit

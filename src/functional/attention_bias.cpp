@@ -2,8 +2,8 @@
 #include <posenc/ops.h>
 
 #include "detail/checks.h"
-#include "ops/op_arguments.h"
-#include "ops/relative_module.h"
+#include "ops/common/arguments.h"
+#include "ops/bias/relative_module.h"
 
 #include <c10/util/Exception.h>
 

@@ -4,7 +4,7 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
-#include "ops/sequence_module.h"
+#include "ops/sequence/module.h"
 
 #include <c10/util/Exception.h>
 

@@ -3,7 +3,7 @@
 
 #include "detail/checks.h"
 #include "detail/rotary.h"
-#include "ops/op_arguments.h"
+#include "ops/common/arguments.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/tensor.h>

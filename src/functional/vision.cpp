@@ -2,7 +2,7 @@
 #include <posenc/ops.h>
 
 #include "detail/checks.h"
-#include "ops/vision_module.h"
+#include "ops/vision/module.h"
 
 namespace posenc {
 namespace functional {

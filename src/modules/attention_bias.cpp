@@ -5,8 +5,8 @@
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
-#include "ops/module_options.h"
-#include "ops/relative_module.h"
+#include "ops/common/module_options.h"
+#include "ops/bias/relative_module.h"
 
 #include <torch/nn/init.h>
 #include <torch/nn/options/embedding.h>

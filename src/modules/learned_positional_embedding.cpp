@@ -1,8 +1,8 @@
 #include <posenc/modules/learned_positional_embedding.h>
 
 #include "detail/checks.h"
-#include "ops/module_options.h"
-#include "ops/sequence_module.h"
+#include "ops/common/module_options.h"
+#include "ops/sequence/module.h"
 
 #include <torch/nn/init.h>
 #include <torch/utils.h>

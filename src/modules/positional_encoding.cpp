@@ -2,8 +2,8 @@
 
 #include "detail/checks.h"
 #include "detail/sinusoidal.h"
-#include "ops/module_options.h"
-#include "ops/sequence_module.h"
+#include "ops/common/module_options.h"
+#include "ops/sequence/module.h"
 
 #include <c10/util/Exception.h>
 

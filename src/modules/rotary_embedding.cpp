@@ -5,7 +5,7 @@
 #include "detail/checks.h"
 #include "detail/rope_types.h"
 #include "detail/rotary.h"
-#include "ops/rotary_module.h"
+#include "ops/rotary/module.h"
 
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>

@@ -1,8 +1,8 @@
 #include <posenc/modules/token_and_position_embedding.h>
 
 #include "detail/checks.h"
-#include "ops/module_options.h"
-#include "ops/sequence_module.h"
+#include "ops/common/module_options.h"
+#include "ops/sequence/module.h"
 
 #include <c10/util/Exception.h>
 

@@ -5,8 +5,8 @@
 
 #include "detail/checks.h"
 #include "detail/vision.h"
-#include "ops/module_options.h"
-#include "ops/vision_module.h"
+#include "ops/common/module_options.h"
+#include "ops/vision/module.h"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>

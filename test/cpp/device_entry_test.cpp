@@ -15,9 +15,12 @@
 #include "detail/rotary.h"
 #include "detail/sinusoidal.h"
 #include "detail/vision.h"
-#include "ops/backend_entries.h"
-#include "ops/composite/kernels.h"
-#include "ops/op_arguments.h"
+#include "ops/common/backend_entries.h"
+#include "ops/common/composite_kernels.h"
+#include "ops/common/arguments.h"
+#include "ops/rotary/composite_kernel.h"
+#include "ops/sequence/composite_kernel.h"
+#include "ops/token/backend_entries.h"
 #include "test_util.h"
 
 #include <ATen/ops/empty.h>
@@ -551,7 +554,7 @@ TEST(DeviceEntry, SwitchingRopeTypesChooseOnTheGpu_CUDA) {
 }
 
 // detail::upload on a GPU: every byte where the host had it, across the chunks of one launch each
-// (ops/kernels/upload.h), on the current stream, for a capture-safe path. Runs under
+// (ops/common/upload.h), on the current stream, for a capture-safe path. Runs under
 // scripts/gpu_check.sh.
 TEST(DeviceEntry, UploadIsExactOnTheGpu_CUDA) {
   if (!torch::cuda::is_available()) {

@@ -1,4 +1,4 @@
-// The CUDA kernels' thread bodies (src/ops/kernels), executed on the CPU the way a GPU executes
+// The CUDA kernels' thread bodies (src/ops/<family>/kernels.h), executed on the CPU the way a GPU executes
 // them (grid_emulator.h: every block and thread of the launcher's geometry, grid-stride loops,
 // the vectorized and the scalar accesses), must give the CPU kernels' results bit for bit: both
 // round every product and sum on their own (-ffp-contract=off here, nvcc -fmad=false for the
@@ -10,12 +10,15 @@
 
 #include "detail/checks.h"
 #include "grid_emulator.h"
-#include "ops/kernels/attention_bias.h"
-#include "ops/kernels/positional_encoding.h"
-#include "ops/kernels/rotary.h"
-#include "ops/kernels/token_embedding.h"
-#include "ops/kernels/upload.h"
-#include "ops/op_arguments.h"
+#include "ops/bias/kernels.h"
+#include "ops/sequence/kernels.h"
+#include "ops/rotary/kernels.h"
+#include "ops/token/kernels.h"
+#include "ops/common/upload.h"
+#include "ops/common/arguments.h"
+#include "ops/rotary/arguments.h"
+#include "ops/sequence/arguments.h"
+#include "ops/token/arguments.h"
 #include "test_util.h"
 
 #include <ATen/CPUGeneratorImpl.h>

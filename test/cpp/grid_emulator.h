@@ -6,7 +6,7 @@
 // free of races (each item writes its own elements), so running the threads one after another
 // gives the result any GPU schedule gives.
 
-#include "ops/kernels/launch.h"
+#include "ops/common/launch.h"
 
 #include <gtest/gtest.h>
 

@@ -7,8 +7,10 @@
 
 #include "detail/sincos.h"
 #include "detail/vision.h"
-#include "ops/composite/kernels.h"
-#include "ops/cpu/cpu_helpers.h"
+#include "ops/common/composite_kernels.h"
+#include "ops/common/cpu_helpers.h"
+#include "ops/rotary/composite_kernel.h"
+#include "ops/sequence/composite_kernel.h"
 #include "test_util.h"
 
 #include <ATen/Parallel.h>

@@ -6,7 +6,8 @@
 #include <posenc/export.h>
 #include <posenc/posenc.h>
 
-#include "ops/composite/kernels.h"
+#include "ops/common/composite_kernels.h"
+#include "ops/rotary/composite_kernel.h"
 #include "test_util.h"
 
 #include <torch/autograd.h>

@@ -232,7 +232,7 @@ OPERATOR_CASES = [
     _case("sinusoidal_columns", "default", lambda ops, T: ops.sinusoidal_columns(8, device=T.device)),
     _case("sinusoidal_columns", "tensor2tensor_odd", lambda ops, T: ops.sinusoidal_columns(
         7, 500.0, "concatenated", "tensor2tensor", device=T.device)),
-    # posenc.nn's sequence modules' calls (src/ops/sequence_module.cpp)
+    # posenc.nn's sequence modules' calls (src/ops/sequence/module.cpp)
     _case("positional_encoding_call", "extrapolate_past_table", lambda ops, T: ops.positional_encoding_call(
         T(randn(2, 5, 8)), T(table3(16, 8)), T(columns_of(8)), 14, None, True, 1.0, 0.0, False, True)),
     _case("positional_encoding_call", "learned_positions_BL", lambda ops, T: ops.positional_encoding_call(
@@ -900,7 +900,7 @@ def test_module_refuses_an_input_on_another_device(posenc, name, module_on, inpu
 ], ids=["within", "past_switch", "fractional", "padding"])
 def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_scaling, positions):
     """What RotaryEmbedding computes for device positions (the device branch of its call,
-    src/ops/rotary_module.cpp: `rope_frequencies(..., positions=, frequencies=)` from the module's
+    src/ops/rotary/module.cpp: `rope_frequencies(..., positions=, frequencies=)` from the module's
     own frequencies, then every row computed from them), run on CPU tensors, against the module's
     CPU path (a host read of the call's end, the caches where it does not switch), and the
     operator without `frequencies` (computed on the host and copied). Tolerance: one float32
@@ -931,7 +931,7 @@ def test_device_path_of_switching_rope_types_equals_the_host_path(posenc, rope_s
 
 def test_positions_past_max_len_are_refused_or_computed(posenc):
     """Without extrapolation, integer positions past max_len are refused (CPU positions at once;
-    positions on a device where they lie, by the same call, src/ops/rotary_module.cpp); with it
+    positions on a device where they lie, by the same call, src/ops/rotary/module.cpp); with it
     they are computed."""
     module = posenc.nn.RotaryEmbedding(8, 32, rope_scaling=DYNAMIC)
     x = randn(1, 2, 1, 8)

@@ -301,7 +301,7 @@ def test_timestep_embedder_equals_posenc(posenc, ort):
 
 def test_conformer_block_equals_posenc(posenc, ort):
     """RelPositionalEncoding and RelPositionMultiheadAttention are ATen operations below their call
-    operators (CompositeImplicitAutograd, src/ops/relative_module.cpp; rel_shift a reshape and
+    operators (CompositeImplicitAutograd, src/ops/bias/relative_module.cpp; rel_shift a reshape and
     narrow of the scores): the export traces them with the batch and the frame count symbolic."""
     torch.manual_seed(0)
     module = conformer_block(posenc.nn).eval()

@@ -569,7 +569,7 @@ def test_vision_modules_compute_through_the_operators(posenc, posenc_ops):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_vision_rotary_modules_make_the_cpp_modules_call(posenc, posenc_ops, heads_first, dtype):
     """AxialRotaryEmbedding and VisionRotaryEmbedding call the C++ modules' call
-    (src/ops/vision_module.cpp) through axial_rotary_embedding_call / vision_rotary_embedding_call:
+    (src/ops/vision/module.cpp) through axial_rotary_embedding_call / vision_rotary_embedding_call:
     the same operators in the same order, float64 tables for float64 inputs and float32 ones
     otherwise, the prefix tokens left as they are; so equal, bit for bit, to those operators."""
     generator = torch.Generator().manual_seed(11)
@@ -749,7 +749,7 @@ def test_modules_compile_fullgraph_and_export(posenc):
 @requires_torch(2, 4, "torch.compile(fullgraph=True) of custom operators")
 def test_vision_rotary_modules_compile_and_export_with_dynamic_shapes(posenc):
     """The vision modules' call operators compare the input's sizes without reading them
-    (src/ops/vision_module.cpp): torch.export keeps the token count and the batch symbolic."""
+    (src/ops/vision/module.cpp): torch.export keeps the token count and the batch symbolic."""
     axial = posenc.nn.AxialRotaryEmbedding([4, 6, 6]).eval()
     length = torch.export.Dim("length", min=2, max=512)
     program = torch.export.export(axial, (torch.randn(2, 9, 2, 16), torch.randn(9, 3)),
@@ -777,7 +777,7 @@ def test_vision_rotary_modules_compile_and_export_with_dynamic_shapes(posenc):
 @requires_torch(2, 4, "torch.export of custom operators with dynamic shapes")
 def test_relative_and_timestep_modules_compile_and_export_with_dynamic_shapes(posenc):
     """The relative modules' and the timestep embedder's call operators compare the inputs' sizes
-    without reading them (src/ops/relative_module.cpp, vision_module.cpp): torch.export keeps a
+    without reading them (src/ops/bias/relative_module.cpp, vision_module.cpp): torch.export keeps a
     Conformer block's batch and frame count, and the timestep count, symbolic."""
     torch.manual_seed(0)
     model = conformer_block(posenc.nn).eval()

@@ -128,7 +128,7 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   /// longrope's long frequencies (float64, on the caches' device; undefined for the other
   /// variants), computed once with the caches.
   torch::Tensor long_inv_freq_;
-  /// What every call needs besides the tensors (ops/rotary_module.h: the call logic, shared with
+  /// What every call needs besides the tensors (ops/rotary/module.h: the call logic, shared with
   /// posenc.nn's module through the rotary_embedding_call operators), built with the caches.
   std::shared_ptr<const ops::RotaryModuleCall> call_;
 };

@@ -3,7 +3,7 @@
 /// @file
 /// posenc's operators: attention biases and relative encodings: ALiBi, T5, Transformer-XL. Each function calls its operator
 /// `posenc::<name>` through the dispatcher (`torch.ops.posenc.<name>` from Python and
-/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/attention_bias.cpp` (kernels:
+/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/bias/attention_bias.cpp` (kernels:
 /// the same file and cuda/attention_bias_kernel.cu). What positions, padding and rows past a table mean for every operator is
 /// in <posenc/ops.h>.
 

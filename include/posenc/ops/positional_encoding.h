@@ -3,7 +3,7 @@
 /// @file
 /// posenc's operators: sinusoidal tables and adding position tables to inputs. Each function calls its operator
 /// `posenc::<name>` through the dispatcher (`torch.ops.posenc.<name>` from Python and
-/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/positional_encoding.cpp` (kernels:
+/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/sequence/positional_encoding.cpp` (kernels:
 /// cpu/, cuda/, meta/, autograd/ and composite/positional_encoding_kernel.*). What positions, padding and rows past a table mean for every operator is
 /// in <posenc/ops.h>.
 

@@ -5,7 +5,7 @@
 /// multimodal batches.
 /// Each function calls its operator `posenc::<name>` through the dispatcher
 /// (`torch.ops.posenc.<name>` from Python and TorchScript); its schema is the `m.def` beside its
-/// entry point in `src/ops/positions.cpp` (kernels: the same file). What positions, padding and
+/// entry point in `src/ops/positions/positions.cpp` (kernels: the same file). What positions, padding and
 /// rows past a table mean for every operator is in <posenc/ops.h>.
 
 #include <ATen/core/Tensor.h>

@@ -3,7 +3,7 @@
 /// @file
 /// posenc's operators: rotary embeddings: rotating queries and keys, RoPE frequencies and caches, M-RoPE. Each function calls its operator
 /// `posenc::<name>` through the dispatcher (`torch.ops.posenc.<name>` from Python and
-/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/rotary.cpp` (kernels:
+/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/rotary/rotary.cpp` (kernels:
 /// cpu/, cuda/, meta/, autograd/ and composite/rotary_kernel.*). What positions, padding and rows past a table mean for every operator is
 /// in <posenc/ops.h>.
 

@@ -3,7 +3,7 @@
 /// @file
 /// posenc's operators: token embedding, scale, positions and dropout in one operator. Each function calls its operator
 /// `posenc::<name>` through the dispatcher (`torch.ops.posenc.<name>` from Python and
-/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/token_embedding.cpp` (kernels:
+/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/token/token_embedding.cpp` (kernels:
 /// cpu/, cuda/, meta/, autograd/ and composite/token_embedding_kernel.*). What positions, padding and rows past a table mean for every operator is
 /// in <posenc/ops.h>.
 

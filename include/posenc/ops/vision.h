@@ -3,7 +3,7 @@
 /// @file
 /// posenc's operators: vision and diffusion tables: timesteps, 2-D/3-D sin-cos, axial RoPE, resampling. Each function calls its operator
 /// `posenc::<name>` through the dispatcher (`torch.ops.posenc.<name>` from Python and
-/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/vision.cpp` (kernels:
+/// TorchScript); its schema is the `m.def` beside its entry point in `src/ops/vision/vision.cpp` (kernels:
 /// the same file). What positions, padding and rows past a table mean for every operator is
 /// in <posenc/ops.h>.
 

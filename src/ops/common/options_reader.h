@@ -1,0 +1,175 @@
+#pragma once
+
+// The reader of posenc.nn's keyword arguments, sent as JSON text to the operators that check them
+// (check_module_options, src/ops/common/module_options.cpp) or hold them (rotary_embedding_call,
+// src/ops/rotary/module.cpp): each read once with its type checked, under the module's name, with
+// the numbers JSON cannot hold spelled "nan", "inf" or "-inf" (detail::spelled_number).
+
+#include "detail/checks.h"
+#include "detail/rope_parameters.h"
+
+#include <posenc/enums.h>
+
+#include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace posenc {
+namespace ops {
+
+// The keyword arguments of one posenc.nn constructor: each read once, with its type checked;
+// finish() refuses the keys nothing read.
+class OptionsReader {
+ public:
+  /// Reads `options` for the entry point of the current CallerScope, whose name starts the
+  /// messages.
+  explicit OptionsReader(const nlohmann::json& options)
+      : who_(detail::caller()), options_(options) {}
+
+  // The value of `key`, or null where it is left out. Null (Python's None) stands for the default
+  // only where the option may be None (`nullable`: padding_idx, heads, ...); elsewhere posenc.nn
+  // would keep the None it was given while the check read the default.
+  const nlohmann::json* find(const char* key, bool nullable = false) {
+    read_.insert(key);
+    const auto found = options_.find(key);
+    if (found == options_.end()) {
+      return nullptr;
+    }
+    TORCH_CHECK(nullable || !found->is_null(), who_, ": ", key,
+                " must not be None; leave it out for its default");
+    return found->is_null() ? nullptr : &*found;
+  }
+
+  int64_t integer(const char* key, int64_t fallback) {
+    const nlohmann::json* value = find(key);
+    return value == nullptr ? fallback : as_integer(key, *value);
+  }
+
+  c10::optional<int64_t> optional_integer(const char* key) {
+    const nlohmann::json* value = find(key, /*nullable=*/true);
+    return value == nullptr ? c10::nullopt : c10::make_optional(as_integer(key, *value));
+  }
+
+  double number(const char* key, double fallback, bool nullable = false) {
+    const nlohmann::json* value = find(key, nullable);
+    return value == nullptr ? fallback : as_number(key, *value);
+  }
+
+  bool boolean(const char* key, bool fallback) {
+    const nlohmann::json* value = find(key);
+    if (value == nullptr) {
+      return fallback;
+    }
+    TORCH_CHECK(value->is_boolean(), who_, ": ", key, " must be True or False, but got ",
+                value->dump());
+    return value->get<bool>();
+  }
+
+  std::vector<int64_t> integers(const char* key, std::vector<int64_t> fallback,
+                                bool nullable = false) {
+    return list(key, std::move(fallback), nullable, "integers", &OptionsReader::as_integer);
+  }
+
+  std::vector<double> numbers(const char* key, std::vector<double> fallback,
+                              bool nullable = false) {
+    return list(key, std::move(fallback), nullable, "numbers", &OptionsReader::as_number);
+  }
+
+  // One of `names` (each with its value), e.g. layout: "interleaved" or "concatenated"; the
+  // message lists them as posenc.nn's keyword arguments take them.
+  template <typename Enum>
+  Enum choice(const char* key, const std::vector<std::pair<const char*, Enum>>& names,
+              Enum fallback) {
+    const nlohmann::json* value = find(key);
+    if (value == nullptr) {
+      return fallback;
+    }
+    if (value->is_string()) {
+      for (const auto& name : names) {
+        if (value->get<std::string>() == name.first) {
+          return name.second;
+        }
+      }
+    }
+    std::ostringstream allowed;
+    for (size_t i = 0; i < names.size(); ++i) {
+      allowed << (i == 0 ? "" : ", ") << "'" << names[i].first << "'";
+    }
+    TORCH_CHECK(false, who_, ": ", key, " must be one of ", allowed.str(), ", but got ",
+                value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump());
+  }
+
+  // Every key was read: a misspelt one is the cause of whatever follows, so it is refused first.
+  void finish() const {
+    for (const auto& item : options_.items()) {
+      TORCH_CHECK(read_.count(item.key()) == 1, who_, " has no option '", item.key(),
+                  "'; see its keyword arguments (help(posenc.nn.", who_, "))");
+    }
+  }
+
+ private:
+  template <typename T>
+  std::vector<T> list(const char* key, std::vector<T> fallback, bool nullable, const char* what,
+                      T (OptionsReader::*element)(const char*, const nlohmann::json&) const) {
+    const nlohmann::json* value = find(key, nullable);
+    if (value == nullptr) {
+      return fallback;
+    }
+    TORCH_CHECK(value->is_array(), who_, ": ", key, " must be a list of ", what, ", but got ",
+                value->dump());
+    std::vector<T> result;
+    for (const nlohmann::json& item : *value) {
+      result.push_back((this->*element)(key, item));
+    }
+    return result;
+  }
+
+  int64_t as_integer(const char* key, const nlohmann::json& value) const {
+    TORCH_CHECK(value.is_number_integer(), who_, ": ", key,
+                " must be an integer in int64's range, but got ", value.dump());
+    if (value.is_number_unsigned()) {
+      TORCH_CHECK(
+          value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), who_,
+          ": ", key, " must be an integer in int64's range, but got ", value.dump());
+    }
+    return value.get<int64_t>();
+  }
+
+  double as_number(const char* key, const nlohmann::json& value) const {
+    if (const c10::optional<double> spelled = detail::spelled_number(value)) {
+      return *spelled; // (a number JSON has no literal for)
+    }
+    TORCH_CHECK(value.is_number(), who_, ": ", key, " must be a number, but got ", value.dump());
+    return value.get<double>();
+  }
+
+  const char* who_;
+  const nlohmann::json& options_;
+  std::set<std::string> read_;
+};
+
+// The names posenc.nn gives the enumerations that several modules take (beyond_max_len, pairing).
+inline const std::vector<std::pair<const char*, BeyondMaxLen>>& beyond_max_len_names() {
+  static const std::vector<std::pair<const char*, BeyondMaxLen>> names = {
+      {"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}};
+  return names;
+}
+
+inline const std::vector<std::pair<const char*, RotaryPairing>>& pairing_names() {
+  static const std::vector<std::pair<const char*, RotaryPairing>> names = {
+      {"half_split", RotaryPairing::kHalfSplit}, {"interleaved", RotaryPairing::kInterleaved}};
+  return names;
+}
+
+} // namespace ops
+} // namespace posenc

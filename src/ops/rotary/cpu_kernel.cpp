@@ -1,0 +1,223 @@
+// CPU kernels of the rotary family: one pass over the data, float16/bfloat16 converted in
+// registers (no float32 intermediate tensor), parallel over rows with at::parallel_for. Compiled
+// with -ffp-contract=off so that every product and sum rounds exactly as in the composite kernels
+// (../composite), which they are tested against.
+
+#include "ops/common/backend_entries.h"
+#include "ops/rotary/bfloat16_rows.h"
+#include "ops/common/cpu_helpers.h"
+#include "ops/common/kernel_helpers.h"
+#include "ops/rotary/backend_entries.h"
+#include "ops/rotary/kernels.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+namespace posenc {
+namespace ops {
+namespace cpu {
+namespace {
+
+// The pairs of one row: (2j, 2j + 1) interleaved, (j, half + j) otherwise, each rotated by the
+// arithmetic the CUDA threads run (kernels::rotate_pair); inlined into each clone of rotate_row,
+// so that it is compiled for that clone's instruction set. out may be x: iteration j reads and
+// writes only its own pair, in place or not, so no iteration depends on another's stores.
+// POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and out[half + j] with
+// half unknown.
+template <bool kInterleaved, typename scalar_t, typename table_t>
+C10_ALWAYS_INLINE void rotate_pairs(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                    const table_t* sin, int64_t half, bool inverse) {
+  constexpr int64_t kStep = kInterleaved ? 2 : 1;
+  const int64_t second = kInterleaved ? 1 : half;
+  POSENC_IVDEP
+  for (int64_t j = 0; j < half; ++j) {
+    kernels::rotate_pair(x, out, kStep * j, kStep * j + second, cos[j], sin[j], inverse);
+  }
+}
+
+// One row of Dh channels, compiled once per instruction set (POSENC_ROW_LOOP).
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                const table_t* sin, int64_t half, bool interleaved, bool inverse) {
+  if (interleaved) {
+    rotate_pairs<true>(x, out, cos, sin, half, inverse);
+  } else {
+    rotate_pairs<false>(x, out, cos, sin, half, inverse);
+  }
+}
+
+// The `heads` rows of one token, `in_head` and `out_head` elements apart in x and out, each
+// rotated by the token's cos/sin row: one call per token and operand, so that a decoding step (one
+// token, tens of heads) pays the clone's dispatch and setup once per token rather than once per
+// head. Channels past 2 * half (partial rotary) are the caller's.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_heads(const scalar_t* x, scalar_t* out, int64_t in_head,
+                                  int64_t out_head, int64_t heads, const table_t* cos,
+                                  const table_t* sin, int64_t half, bool interleaved,
+                                  bool inverse) {
+  if (std::is_same<scalar_t, c10::BFloat16>::value && std::is_same<table_t, float>::value &&
+      !interleaved && half % 16 == 0 && bf16_rows_supported()) {
+    // (the same bits, rounded to bfloat16 in hardware: bfloat16_rows.h)
+    rotate_halves_bf16(reinterpret_cast<const c10::BFloat16*>(x),
+                       reinterpret_cast<c10::BFloat16*>(out), in_head, out_head, heads,
+                       reinterpret_cast<const float*>(cos), reinterpret_cast<const float*>(sin),
+                       half, inverse);
+    return;
+  }
+  if (interleaved) {
+    for (int64_t h = 0; h < heads; ++h) {
+      rotate_pairs<true>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
+    }
+  } else {
+    for (int64_t h = 0; h < heads; ++h) {
+      rotate_pairs<false>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
+    }
+  }
+}
+
+template <typename scalar_t, typename table_t>
+void rotary_loop(const scalar_t* x, scalar_t* out, const table_t* cos, const table_t* sin,
+                 int64_t rows, int64_t head_dim, int64_t half, RotaryRows where, bool interleaved,
+                 bool inverse) {
+  const bool in_place = x == out;
+  at::parallel_for(0, rows, grain_rows(head_dim), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const scalar_t* xi = x + i * head_dim;
+      scalar_t* oi = out + i * head_dim;
+      const int64_t p = where.position(i);
+      if (p < 0) { // padding: not rotated
+        if (!in_place) {
+          std::copy(xi, xi + head_dim, oi);
+        }
+        continue;
+      }
+      rotate_row(xi, oi, cos + p * half, sin + p * half, half, interleaved, inverse);
+      if (!in_place) {
+        std::copy(xi + 2 * half, xi + head_dim, oi + 2 * half);
+      }
+    }
+  });
+}
+
+void run_rotary(const at::Tensor& x, at::Tensor& out, const RotaryCall& call, bool interleaved,
+                bool inverse) {
+  const int64_t rows = call.batch * call.length * call.heads;
+  const RotaryRows where = RotaryRows::of(call);
+  const at::Tensor cos = call.kernel_cos();
+  const at::Tensor sin = call.kernel_sin();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "posenc_apply_rotary_cpu", [&] {
+        with_table_data(cos, [&](const auto* c) {
+          using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
+          rotary_loop(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), c, sin.data_ptr<table_t>(),
+                      rows, call.head_dim, call.half, where, interleaved, inverse);
+        });
+      });
+}
+
+// Rotates row (b, l, h) of one rotary_qk operand by the cos/sin row (null: padding, not rotated).
+template <typename scalar_t, typename table_t>
+void rotate_head(const OperandRows<scalar_t>& x, int64_t b, int64_t l, int64_t h,
+                 const table_t* cos, const table_t* sin, int64_t half, bool interleaved,
+                 bool inverse) {
+  const bool in_place = x.in == x.out;
+  const scalar_t* xi = x.in + x.in_rows.row(b, l, h);
+  scalar_t* oi = x.out + x.out_rows.row(b, l, h);
+  if (cos == nullptr) {
+    if (!in_place) {
+      std::copy(xi, xi + x.head_dim, oi);
+    }
+    return;
+  }
+  rotate_row(xi, oi, cos, sin, half, interleaved, inverse);
+  if (!in_place) {
+    std::copy(xi + 2 * half, xi + x.head_dim, oi + 2 * half);
+  }
+}
+
+// [B, L, H, Dh]: one pass over the tokens, each token's cos/sin row read once for its query and
+// key heads, which lie next to each other. [B, H, L, Dh] (heads_first): a token's heads lie a
+// whole head apart (a page or more), so each operand is walked in its own order, (b, h, l), a
+// head's rows one after the other; the cos/sin rows (L x R/2 values) are read again per head,
+// from cache. One token per sequence (a decoding step, L = 1) has its heads next to each other in
+// either layout: the pass over the tokens.
+void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQkCall& call,
+                   bool interleaved, bool inverse) {
+  const int64_t tokens = call.batch * call.length;
+  const RotaryRows where = RotaryRows::tokens_of(call);
+  const at::Tensor cos = call.kernel_cos();
+  const at::Tensor sin = call.kernel_sin();
+  const int64_t width = q.heads * q.head_dim + k.heads * k.head_dim;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, q.in.scalar_type(), "posenc_apply_rotary_qk_cpu", [&] {
+        const auto q_rows = operand_rows<scalar_t>(q, call.heads_first);
+        const auto k_rows = operand_rows<scalar_t>(k, call.heads_first);
+        with_table_data(cos, [&](const auto* c) {
+          using table_t = std::remove_const_t<std::remove_pointer_t<decltype(c)>>;
+          const table_t* s = sin.data_ptr<table_t>();
+          const auto rotate = [&](const OperandRows<scalar_t>& x, int64_t b, int64_t l,
+                                  int64_t h) {
+            const int64_t p = where.position(b * call.length + l);
+            rotate_head(x, b, l, h, p < 0 ? nullptr : c + p * call.half,
+                        p < 0 ? nullptr : s + p * call.half, call.half, interleaved, inverse);
+          };
+          if (call.heads_first && call.length > 1) {
+            for (const OperandRows<scalar_t>* x : {&q_rows, &k_rows}) {
+              const int64_t rows = call.batch * x->heads * call.length;
+              at::parallel_for(0, rows, grain_rows(x->head_dim), [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  const int64_t l = i % call.length;
+                  const int64_t h = (i / call.length) % x->heads;
+                  rotate(*x, i / (call.length * x->heads), l, h);
+                }
+              });
+            }
+            return;
+          }
+          // A token's heads of one operand in one call (rotate_heads); padding and the channels
+          // past a partial rotation head by head (rotate_head).
+          const auto rotate_token = [&](const OperandRows<scalar_t>& x, int64_t b, int64_t l,
+                                        int64_t p) {
+            if (p < 0 || (x.in != x.out && x.head_dim != 2 * call.half)) {
+              for (int64_t h = 0; h < x.heads; ++h) {
+                rotate(x, b, l, h);
+              }
+              return;
+            }
+            rotate_heads(x.in + x.in_rows.row(b, l, 0), x.out + x.out_rows.row(b, l, 0),
+                         x.in_rows.head, x.out_rows.head, x.heads, c + p * call.half,
+                         s + p * call.half, call.half, interleaved, inverse);
+          };
+          at::parallel_for(0, tokens, grain_rows(width), [&](int64_t begin, int64_t end) {
+            for (int64_t t = begin; t < end; ++t) {
+              const int64_t b = t / call.length;
+              const int64_t l = t - b * call.length;
+              const int64_t p = where.position(t);
+              rotate_token(q_rows, b, l, p);
+              rotate_token(k_rows, b, l, p);
+            }
+          });
+        });
+      });
+}
+
+} // namespace
+} // namespace cpu
+
+TORCH_LIBRARY_IMPL(posenc, CPU, m) {
+  m.impl("apply_rotary", TORCH_FN((apply_rotary_kernel<cpu::run_rotary, cpu::empty_cpu>)));
+  m.impl("apply_rotary_", TORCH_FN((apply_rotary_inplace_kernel<cpu::run_rotary, cpu::empty_cpu>)));
+  m.impl("apply_rotary_qk",
+         TORCH_FN((apply_rotary_qk_kernel<cpu::run_rotary_qk, cpu::empty_cpu>)));
+  m.impl("apply_rotary_qk_",
+         TORCH_FN((apply_rotary_qk_inplace_kernel<cpu::run_rotary_qk, cpu::empty_cpu>)));
+}
+
+} // namespace ops
+} // namespace posenc
