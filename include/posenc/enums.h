@@ -2,6 +2,7 @@
 
 /// Enumerations shared by posenc's options.
 
+#include <array>
 #include <ostream>
 
 namespace posenc {
@@ -111,21 +112,108 @@ enum class AttentionTemperatureForm {
   kMinistral3,
 };
 
+/// A value of an enumeration and its name.
+template <typename E>
+struct EnumName {
+  /// The name, as posenc.nn, the JSON options and the program spell it.
+  const char* name;
+  /// The value it names.
+  E value;
+};
+
+/// The names of an enumeration's values, once: posenc.nn's keyword values, the JSON options of
+/// the operators, the program's flags, `pretty_print` and `operator<<` all read this table
+/// (specialised below for each enumeration; RopeType's names are its rope types' table).
+template <typename E>
+struct EnumNames;
+
+/// The names of ChannelLayout's values.
+template <>
+struct EnumNames<ChannelLayout> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<ChannelLayout>, 2> values{
+      {{"interleaved", ChannelLayout::kInterleaved},
+       {"concatenated", ChannelLayout::kConcatenated}}};
+};
+/// The names of FrequencySpacing's values.
+template <>
+struct EnumNames<FrequencySpacing> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<FrequencySpacing>, 2> values{
+      {{"paper", FrequencySpacing::kPaper}, {"tensor2tensor", FrequencySpacing::kTensor2Tensor}}};
+};
+/// The names of BeyondMaxLen's values.
+template <>
+struct EnumNames<BeyondMaxLen> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<BeyondMaxLen>, 2> values{
+      {{"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}}};
+};
+/// The names of RotaryPairing's values.
+template <>
+struct EnumNames<RotaryPairing> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<RotaryPairing>, 2> values{
+      {{"half_split", RotaryPairing::kHalfSplit}, {"interleaved", RotaryPairing::kInterleaved}}};
+};
+/// The names of Interpolation's values.
+template <>
+struct EnumNames<Interpolation> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<Interpolation>, 3> values{
+      {{"bicubic", Interpolation::kBicubic},
+       {"bilinear", Interpolation::kBilinear},
+       {"nearest", Interpolation::kNearest}}};
+};
+/// The names of GridIndexing's values.
+template <>
+struct EnumNames<GridIndexing> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<GridIndexing>, 2> values{
+      {{"ij", GridIndexing::kIJ}, {"xy", GridIndexing::kXY}}};
+};
+/// The names of PositionKind's values.
+template <>
+struct EnumNames<PositionKind> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<PositionKind>, 2> values{
+      {{"sinusoidal", PositionKind::kSinusoidal}, {"learned", PositionKind::kLearned}}};
+};
+/// The names of AttentionTemperatureForm's values.
+template <>
+struct EnumNames<AttentionTemperatureForm> {
+  /// Every value with its name, in declaration order.
+  static constexpr std::array<EnumName<AttentionTemperatureForm>, 2> values{
+      {{"llama4", AttentionTemperatureForm::kLlama4},
+       {"ministral3", AttentionTemperatureForm::kMinistral3}}};
+};
+
+/// The name of `value` in its enumeration's table (EnumNames), e.g. "interleaved".
+template <typename E>
+const char* enum_name(E value) {
+  for (const EnumName<E>& entry : EnumNames<E>::values) {
+    if (entry.value == value) {
+      return entry.name;
+    }
+  }
+  return "unknown";
+}
+
 /// Writes the name of `layout`, "interleaved" or "concatenated", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, ChannelLayout layout) {
-  return stream << (layout == ChannelLayout::kInterleaved ? "interleaved" : "concatenated");
+  return stream << enum_name(layout);
 }
 /// Writes the name of `spacing`, "paper" or "tensor2tensor", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, FrequencySpacing spacing) {
-  return stream << (spacing == FrequencySpacing::kPaper ? "paper" : "tensor2tensor");
+  return stream << enum_name(spacing);
 }
 /// Writes the name of `policy`, "error" or "extrapolate", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, BeyondMaxLen policy) {
-  return stream << (policy == BeyondMaxLen::kError ? "error" : "extrapolate");
+  return stream << enum_name(policy);
 }
 /// Writes the name of `kind`, "sinusoidal" or "learned", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, PositionKind kind) {
-  return stream << (kind == PositionKind::kSinusoidal ? "sinusoidal" : "learned");
+  return stream << enum_name(kind);
 }
 /// transformers' name of `type` (`rope_parameters.rope_type`), from posenc's table of rope types.
 const char* rope_type_name(RopeType type);
@@ -135,36 +223,31 @@ inline std::ostream& operator<<(std::ostream& stream, RopeType type) {
 }
 /// The operator's name of a temperature form: "llama4" or "ministral3".
 inline const char* attention_temperature_form_name(AttentionTemperatureForm form) {
-  return form == AttentionTemperatureForm::kLlama4 ? "llama4" : "ministral3";
+  return enum_name(form);
 }
 /// Writes `attention_temperature_form_name(form)` to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, AttentionTemperatureForm form) {
-  return stream << attention_temperature_form_name(form);
+  return stream << enum_name(form);
 }
 /// Writes the name of `pairing`, "half_split" or "interleaved", to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, RotaryPairing pairing) {
-  return stream << (pairing == RotaryPairing::kHalfSplit ? "half_split" : "interleaved");
+  return stream << enum_name(pairing);
 }
 /// The operators' name of an interpolation: "bicubic", "bilinear", "nearest".
 inline const char* interpolation_name(Interpolation mode) {
-  switch (mode) {
-    case Interpolation::kBicubic: return "bicubic";
-    case Interpolation::kBilinear: return "bilinear";
-    case Interpolation::kNearest: return "nearest";
-  }
-  return "unknown";
+  return enum_name(mode);
 }
 /// Writes `interpolation_name(mode)` to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, Interpolation mode) {
-  return stream << interpolation_name(mode);
+  return stream << enum_name(mode);
 }
 /// The operators' name of a grid indexing: "ij" or "xy".
 inline const char* grid_indexing_name(GridIndexing indexing) {
-  return indexing == GridIndexing::kXY ? "xy" : "ij";
+  return enum_name(indexing);
 }
 /// Writes `grid_indexing_name(indexing)` to `stream`; returns `stream`.
 inline std::ostream& operator<<(std::ostream& stream, GridIndexing indexing) {
-  return stream << grid_indexing_name(indexing);
+  return stream << enum_name(indexing);
 }
 
 } // namespace posenc

@@ -44,8 +44,8 @@ struct ExportArgs {
   bool seq_first = false;
   bool heads_first = false;
   bool extrapolate = false;
-  std::string layout = "interleaved";
-  std::string spacing = "paper";
+  std::string layout = enum_name(ChannelLayout::kInterleaved);
+  std::string spacing = enum_name(FrequencySpacing::kPaper);
   std::string pairing; // "": half_split, or with --hf-config the pairing the config implies
   bool deinterleave = false;
   bool inverse = false;
@@ -213,8 +213,7 @@ void run_export(const ExportArgs& args) {
         .cached_len(args.cached_len);
     if (!args.pairing.empty()) { // else the model type's (read_hf_rope_config)
       options
-          .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
-                                                 : RotaryPairing::kHalfSplit)
+          .pairing(enum_named<RotaryPairing>(args.pairing))
           .deinterleave(args.deinterleave);
     } else if (args.deinterleave) {
       options.deinterleave(true);
@@ -231,8 +230,8 @@ void run_export(const ExportArgs& args) {
   if (args.module == "rotary") {
     RotaryEmbeddingOptions options(args.head_dim, args.max_len);
     options.base(args.base)
-        .pairing(args.pairing == "interleaved" ? RotaryPairing::kInterleaved
-                                               : RotaryPairing::kHalfSplit)
+        .pairing(args.pairing.empty() ? RotaryPairing::kHalfSplit
+                                      : enum_named<RotaryPairing>(args.pairing))
         .deinterleave(args.deinterleave)
         .inverse(args.inverse)
         .rotate_last_channels(args.rotate_last_channels)
@@ -248,11 +247,8 @@ void run_export(const ExportArgs& args) {
   save(PositionalEncoding(PositionalEncodingOptions(args.d_model, args.max_len)
                               .base(args.base)
                               .batch_first(!args.seq_first)
-                              .layout(args.layout == "concatenated" ? ChannelLayout::kConcatenated
-                                                                    : ChannelLayout::kInterleaved)
-                              .spacing(args.spacing == "tensor2tensor"
-                                           ? FrequencySpacing::kTensor2Tensor
-                                           : FrequencySpacing::kPaper)
+                              .layout(enum_named<ChannelLayout>(args.layout))
+                              .spacing(enum_named<FrequencySpacing>(args.spacing))
                               .beyond_max_len(beyond)
                               .scale(args.scale)),
        args.output, args.format);
@@ -298,14 +294,14 @@ void add_export_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--layout", args->layout, "Channel layout (sinusoidal)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"interleaved", "concatenated"}));
+      ->check(CLI::IsMember(enum_names<ChannelLayout>()));
   cmd->add_option("--spacing", args->spacing, "Frequency spacing (sinusoidal)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"paper", "tensor2tensor"}));
+      ->check(CLI::IsMember(enum_names<FrequencySpacing>()));
   cmd->add_option("--pairing", args->pairing,
                   "Channel pairing (rotary): half_split (the default) or interleaved; with "
                   "--hf-config, the one the model type implies unless given")
-      ->check(CLI::IsMember({"half_split", "interleaved"}));
+      ->check(CLI::IsMember(enum_names<RotaryPairing>()));
   cmd->add_flag("--deinterleave", args->deinterleave,
                 "Pairs (2i, 2i + 1) regrouped into halves before turning (rotary, with "
                 "half_split: DeepSeek-V3's rope_interleave); with --hf-config, the model type's "
@@ -362,7 +358,8 @@ void add_export_command(CLI::App& app) {
                                  "--rotary-dim below --head-dim (the whole head turns the same "
                                  "without it)");
     }
-    if (args->deinterleave && args->pairing == "interleaved") {
+    if (args->deinterleave && !args->pairing.empty() &&
+        enum_named<RotaryPairing>(args->pairing) == RotaryPairing::kInterleaved) {
       throw CLI::ValidationError("--deinterleave",
                                  "regroups pairs (2i, 2i + 1) into halves, the layout of "
                                  "--pairing half_split; drop --pairing interleaved");

@@ -3,12 +3,15 @@
 // Validators of the program's numeric options, with messages that say what must hold: CLI11's own
 // range validators print the whole double range ("not in range 0.000000 to 1797...").
 
+#include <posenc/enums.h>
+
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace posenc {
 namespace cli {
@@ -78,6 +81,27 @@ inline CLI::Validator finite_above(double bound, bool inclusive = false) {
 /// A number option that must be finite and > 0.
 inline CLI::Validator positive() {
   return finite_above(0.0);
+}
+
+/// The names of E's values (EnumNames, the one table of them), for CLI::IsMember.
+template <typename E>
+std::vector<std::string> enum_names() {
+  std::vector<std::string> names;
+  for (const EnumName<E>& entry : EnumNames<E>::values) {
+    names.emplace_back(entry.name);
+  }
+  return names;
+}
+
+/// The value of E named `name`, which CLI::IsMember(enum_names<E>()) has checked.
+template <typename E>
+E enum_named(const std::string& name) {
+  for (const EnumName<E>& entry : EnumNames<E>::values) {
+    if (name == entry.name) {
+      return entry.value;
+    }
+  }
+  throw CLI::ValidationError("'" + name + "' is not a name of this option's values");
 }
 
 } // namespace cli

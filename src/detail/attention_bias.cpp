@@ -1,6 +1,7 @@
 #include "detail/attention_bias.h"
 
 #include "detail/checks.h"
+#include "detail/enum_names.h"
 
 #include <c10/util/Exception.h>
 
@@ -82,15 +83,13 @@ void check_relative_table_arguments(int64_t length, int64_t key_length, int64_t 
 
 AttentionTemperatureForm attention_temperature_form(c10::string_view name) {
   static constexpr detail::CallerName who{};
-  if (name == "llama4") {
-    return AttentionTemperatureForm::kLlama4;
-  }
-  TORCH_CHECK(name == "ministral3", who,
+  const c10::optional<AttentionTemperatureForm> form = enum_value<AttentionTemperatureForm>(name);
+  TORCH_CHECK(form, who,
               ": form must be \"llama4\" (Llama 4's attention "
               "temperature tuning) or \"ministral3\" (Ministral 3's and Mistral 4's "
               "llama_4_scaling_beta), but got \"",
               std::string(name.data(), name.size()), "\"");
-  return AttentionTemperatureForm::kMinistral3;
+  return *form;
 }
 
 void check_attention_temperature(double floor_scale, double attn_scale) {

@@ -1,4 +1,5 @@
 #include "detail/sinusoidal.h"
+#include "detail/enum_names.h"
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
@@ -130,32 +131,19 @@ void check_table_request(int64_t max_len, int64_t d_model, double base, int64_t 
 
 ChannelLayout parse_channel_layout(c10::string_view text) {
   static constexpr detail::CallerName who{};
-  if (text == "interleaved") {
-    return ChannelLayout::kInterleaved;
-  }
-  TORCH_CHECK(text == "concatenated", who,
-              ": channels must be \"interleaved\" or \"concatenated\", but got \"",
+  const c10::optional<ChannelLayout> layout = enum_value<ChannelLayout>(text);
+  TORCH_CHECK(layout, who, ": channels must be ", enum_alternatives<ChannelLayout>("\""), ", but got \"",
               std::string(text.data(), text.size()), "\"");
-  return ChannelLayout::kConcatenated;
+  return *layout;
 }
 
 FrequencySpacing parse_frequency_spacing(c10::string_view text) {
   static constexpr detail::CallerName who{};
-  if (text == "paper") {
-    return FrequencySpacing::kPaper;
-  }
-  TORCH_CHECK(text == "tensor2tensor", who,
-              ": frequencies must be \"paper\" or \"tensor2tensor\", but got \"",
+  const c10::optional<FrequencySpacing> spacing = enum_value<FrequencySpacing>(text);
+  TORCH_CHECK(spacing, who, ": frequencies must be ", enum_alternatives<FrequencySpacing>("\""),
+              ", but got \"",
               std::string(text.data(), text.size()), "\"");
-  return FrequencySpacing::kTensor2Tensor;
-}
-
-const char* to_string(ChannelLayout layout) {
-  return layout == ChannelLayout::kInterleaved ? "interleaved" : "concatenated";
-}
-
-const char* to_string(FrequencySpacing spacing) {
-  return spacing == FrequencySpacing::kPaper ? "paper" : "tensor2tensor";
+  return *spacing;
 }
 
 namespace {

@@ -62,8 +62,6 @@ void check_table_request(int64_t max_len, int64_t d_model, double base, int64_t 
 /// Parses the `channels` / `frequencies` strings of the operator schemas.
 ChannelLayout parse_channel_layout(c10::string_view text);
 FrequencySpacing parse_frequency_spacing(c10::string_view text);
-const char* to_string(ChannelLayout layout);
-const char* to_string(FrequencySpacing spacing);
 
 /// The `[N, D]` rows for the integer `positions` (any shape, flattened; a negative position gives
 /// a row of zeros) or the floating-point ones (read as float64; checked finite by the caller) in

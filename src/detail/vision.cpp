@@ -1,6 +1,7 @@
 #include "detail/vision.h"
 
 #include "detail/checks.h"
+#include "detail/enum_names.h"
 #include "detail/device_checks.h"
 #include "detail/rotary.h"
 #include "detail/sincos.h"
@@ -381,7 +382,7 @@ void check_grid_ids_arguments(const std::vector<int64_t>& feat_shape,
               c10::IntArrayRef(ref_feat_shape));
   TORCH_CHECK(std::isfinite(grid_offset), who, ": grid_offset must be finite, but got ",
               grid_offset);
-  TORCH_CHECK(grid_indexing == "ij" || grid_indexing == "xy", who,
+  TORCH_CHECK(enum_value<GridIndexing>(grid_indexing), who,
               ": grid_indexing must be \"ij\" (row, column) or \"xy\" (column, row), but got \"",
               grid_indexing, "\"");
 }
@@ -426,7 +427,7 @@ at::Tensor grid_ids(const std::vector<int64_t>& feat_shape,
   const at::Tensor placed = upload(at::tensor(axes, at::TensorOptions().dtype(at::kDouble)), device);
   const at::Tensor rows = placed.narrow(0, 0, height).view({height, 1}).expand({height, width});
   const at::Tensor columns = placed.narrow(0, height, width).view({1, width}).expand({height, width});
-  const bool xy = grid_indexing == "xy";
+  const bool xy = enum_value<GridIndexing>(grid_indexing) == GridIndexing::kXY;
   return at::stack({xy ? columns : rows, xy ? rows : columns}, 2).view({height * width, 2});
 }
 
@@ -552,16 +553,12 @@ ResamplePlan resample_plan(const at::Tensor& posemb, const std::vector<int64_t>&
   check_table_size("a grid of H * W", plan.new_size[0], plan.new_size[1], "new_size");
   check_table_size("a resampled table of H * W * D", plan.new_size[0] * plan.new_size[1],
                    std::max<int64_t>(posemb.size(-1), 1), "new_size");
-  if (interpolation == "bicubic") {
-    plan.mode = ResampleMode::kBicubic;
-  } else if (interpolation == "bilinear") {
-    plan.mode = ResampleMode::kBilinear;
-  } else if (interpolation == "nearest") {
-    plan.mode = ResampleMode::kNearest;
-  } else {
-    TORCH_CHECK(false, who, ": interpolation must be \"bicubic\", \"bilinear\" or \"nearest\", but got \"",
-                interpolation, "\"");
-  }
+  const c10::optional<Interpolation> mode = enum_value<Interpolation>(interpolation);
+  TORCH_CHECK(mode, who, ": interpolation must be ", enum_alternatives<Interpolation>("\""),
+              ", but got \"", interpolation, "\"");
+  plan.mode = *mode == Interpolation::kBicubic    ? ResampleMode::kBicubic
+              : *mode == Interpolation::kBilinear ? ResampleMode::kBilinear
+                                                  : ResampleMode::kNearest;
   TORCH_CHECK(!antialias || plan.mode != ResampleMode::kNearest, who,
               ": antialias applies to bicubic and bilinear interpolation only; pass "
               "antialias=false with \"nearest\"");

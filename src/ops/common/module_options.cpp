@@ -194,16 +194,10 @@ void check_positional_encoding(OptionsReader& read) {
   options.base(read.number("base", options.base()))
       .dropout(read.number("dropout", options.dropout()))
       .batch_first(read.boolean("batch_first", options.batch_first()))
-      .layout(read.choice<ChannelLayout>("layout",
-                                         {{"interleaved", ChannelLayout::kInterleaved},
-                                          {"concatenated", ChannelLayout::kConcatenated}},
-                                         options.layout()))
-      .spacing(read.choice<FrequencySpacing>("spacing",
-                                             {{"paper", FrequencySpacing::kPaper},
-                                              {"tensor2tensor", FrequencySpacing::kTensor2Tensor}},
-                                             options.spacing()))
+      .layout(read.choice("layout", options.layout()))
+      .spacing(read.choice("spacing", options.spacing()))
       .beyond_max_len(
-          read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()))
+          read.choice("beyond_max_len", options.beyond_max_len()))
       .scale(read.number("scale", options.scale()))
       .inplace(read.boolean("inplace", options.inplace()));
   read.finish();
@@ -225,17 +219,14 @@ void check_token_and_position_embedding(OptionsReader& read) {
   TokenAndPositionEmbeddingOptions options(read.integer("vocab_size", 0),
                                            read.integer("d_model", 0), read.integer("max_len", 0));
   options
-      .positions(read.choice<PositionKind>(
-          "positions",
-          {{"sinusoidal", PositionKind::kSinusoidal}, {"learned", PositionKind::kLearned}},
-          options.positions()))
+      .positions(read.choice("positions", options.positions()))
       .scale(read.number("scale", options.scale(), /*nullable=*/true)) // (None: sqrt(d_model))
       .padding_idx(read.optional_integer("padding_idx"))
       .dropout(read.number("dropout", options.dropout()))
       .batch_first(read.boolean("batch_first", options.batch_first()))
       .base(read.number("base", options.base()))
       .beyond_max_len(
-          read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()));
+          read.choice("beyond_max_len", options.beyond_max_len()));
   read.finish();
   check_options(options, OptionSpelling::kPython);
 }
@@ -263,7 +254,7 @@ void check_timestep_embedder(OptionsReader& read) {
 void check_axial_rotary_embedding(OptionsReader& read) {
   AxialRotaryEmbeddingOptions options(read.integers("axes_dim", {}));
   options.theta(read.number("theta", options.theta()))
-      .pairing(read.choice("pairing", pairing_names(), options.pairing()))
+      .pairing(read.choice("pairing", options.pairing()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();
   check_options(options);
@@ -274,10 +265,8 @@ void check_vision_rotary_embedding(OptionsReader& read) {
   options.temperature(read.number("temperature", options.temperature()))
       .ref_feat_shape(read.integers("ref_feat_shape", options.ref_feat_shape(), /*nullable=*/true))
       .grid_offset(read.number("grid_offset", options.grid_offset()))
-      .grid_indexing(read.choice<GridIndexing>(
-          "grid_indexing", {{"ij", GridIndexing::kIJ}, {"xy", GridIndexing::kXY}},
-          options.grid_indexing()))
-      .pairing(read.choice("pairing", pairing_names(), options.pairing()))
+      .grid_indexing(read.choice("grid_indexing", options.grid_indexing()))
+      .pairing(read.choice("pairing", options.pairing()))
       .num_prefix_tokens(read.integer("num_prefix_tokens", options.num_prefix_tokens()))
       .heads_first(read.boolean("heads_first", options.heads_first()));
   read.finish();

@@ -6,6 +6,7 @@
 // the numbers JSON cannot hold spelled "nan", "inf" or "-inf" (detail::spelled_number).
 
 #include "detail/checks.h"
+#include "detail/enum_names.h"
 #include "detail/rope_parameters.h"
 
 #include <posenc/enums.h>
@@ -88,24 +89,19 @@ class OptionsReader {
   // One of `names` (each with its value), e.g. layout: "interleaved" or "concatenated"; the
   // message lists them as posenc.nn's keyword arguments take them.
   template <typename Enum>
-  Enum choice(const char* key, const std::vector<std::pair<const char*, Enum>>& names,
-              Enum fallback) {
+  Enum choice(const char* key, Enum fallback) {
     const nlohmann::json* value = find(key);
     if (value == nullptr) {
       return fallback;
     }
     if (value->is_string()) {
-      for (const auto& name : names) {
-        if (value->get<std::string>() == name.first) {
-          return name.second;
-        }
+      if (const c10::optional<Enum> named =
+              detail::enum_value<Enum>(value->get_ref<const std::string&>())) {
+        return *named;
       }
     }
-    std::ostringstream allowed;
-    for (size_t i = 0; i < names.size(); ++i) {
-      allowed << (i == 0 ? "" : ", ") << "'" << names[i].first << "'";
-    }
-    TORCH_CHECK(false, who_, ": ", key, " must be one of ", allowed.str(), ", but got ",
+    TORCH_CHECK(false, who_, ": ", key, " must be one of ", detail::enum_names_list<Enum>("'"),
+                ", but got ",
                 value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump());
   }
 
@@ -157,19 +153,6 @@ class OptionsReader {
   const nlohmann::json& options_;
   std::set<std::string> read_;
 };
-
-// The names posenc.nn gives the enumerations that several modules take (beyond_max_len, pairing).
-inline const std::vector<std::pair<const char*, BeyondMaxLen>>& beyond_max_len_names() {
-  static const std::vector<std::pair<const char*, BeyondMaxLen>> names = {
-      {"error", BeyondMaxLen::kError}, {"extrapolate", BeyondMaxLen::kExtrapolate}};
-  return names;
-}
-
-inline const std::vector<std::pair<const char*, RotaryPairing>>& pairing_names() {
-  static const std::vector<std::pair<const char*, RotaryPairing>> names = {
-      {"half_split", RotaryPairing::kHalfSplit}, {"interleaved", RotaryPairing::kInterleaved}};
-  return names;
-}
 
 } // namespace ops
 } // namespace posenc

@@ -487,9 +487,9 @@ RotaryEmbeddingOptions options_from_json(c10::string_view text, const char* op) 
       .mrope_section(read.integers("mrope_section", {}, /*nullable=*/true))
       .mrope_interleaved(read.boolean("mrope_interleaved", options.mrope_interleaved()))
       .mrope_hw_alternating(read.boolean("mrope_hw_alternating", options.mrope_hw_alternating()))
-      .pairing(read.choice("pairing", pairing_names(), options.pairing()))
+      .pairing(read.choice("pairing", options.pairing()))
       .beyond_max_len(
-          read.choice("beyond_max_len", beyond_max_len_names(), options.beyond_max_len()));
+          read.choice("beyond_max_len", options.beyond_max_len()));
   const json* rope = read.find("rope_parameters", /*nullable=*/true);
   read.finish();
   options.scaling(

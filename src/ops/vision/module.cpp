@@ -5,6 +5,7 @@
 #include "ops/common/sym_length.h"
 
 #include "detail/checks.h"
+#include "detail/enum_names.h"
 #include "detail/vision.h"
 
 #include <posenc/ops/rotary.h>
@@ -142,13 +143,15 @@ at::Tensor axial_rotary_embedding_call(const at::Tensor& x, const at::Tensor& id
 VisionRotaryEmbeddingOptions vision_options(int64_t dim, double temperature,
                                             c10::IntArrayRef ref_feat_shape, double grid_offset,
                                             c10::string_view grid_indexing) {
-  TORCH_CHECK(grid_indexing == "ij" || grid_indexing == "xy", kVisionName,
-              ": grid_indexing must be 'ij' or 'xy', but got '", std::string(grid_indexing), "'");
+  const c10::optional<GridIndexing> indexing = detail::enum_value<GridIndexing>(grid_indexing);
+  TORCH_CHECK(indexing, kVisionName, ": grid_indexing must be ",
+              detail::enum_alternatives<GridIndexing>("'"), ", but got '",
+              std::string(grid_indexing), "'");
   return VisionRotaryEmbeddingOptions(dim)
       .temperature(temperature)
       .ref_feat_shape(ref_feat_shape.vec())
       .grid_offset(grid_offset)
-      .grid_indexing(grid_indexing == "xy" ? GridIndexing::kXY : GridIndexing::kIJ);
+      .grid_indexing(*indexing);
 }
 
 at::Tensor vision_rotary_embedding_call(const at::Tensor& x, c10::IntArrayRef feat_shape,
