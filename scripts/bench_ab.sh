@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares this work tree's C++ benchmarks with those of an earlier commit on the same machine, in
-# the same session: the two binaries run alternately, three rounds each, so that a drift of the
+# the same session: the two binaries run alternately, four rounds each, so that a drift of the
 # machine (another host, a busy neighbour) shows in both. Prints the median of each side and
 # new/base. Not part of CI (minutes of build and measurement).
 #
@@ -27,8 +27,12 @@ if [ ! -x "$base/build/bin/posenc_benchmark" ]; then
   PATH="$PATH:/usr/local/cuda/bin" cmake --build "$base/build" --target posenc_benchmark -j "$(nproc)"
 fi
 
-for round in 1 2 3; do
-  for side in base new; do
+# (the side that runs first alternates: a machine that is faster for whichever binary runs first
+# in a round would otherwise favour one side; the copy_ rows, the same code in both, show the rest)
+for round in 1 2 3 4; do
+  sides="base new"
+  [ $((round % 2)) -eq 0 ] && sides="new base"
+  for side in $sides; do
     bin="$base/build/bin/posenc_benchmark"
     [ "$side" = new ] && bin="$root/build/pip/bin/posenc_benchmark"
     "$bin" --benchmark_filter="$filter" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
@@ -46,7 +50,7 @@ for side in ("base", "new"):
         for b in json.loads(path.read_text())["benchmarks"]:
             if b.get("aggregate_name") == "median":
                 times[b["run_name"]][side].append(b["real_time"] * scale[b["time_unit"]])
-print(f"{'benchmark (median of 3 rounds of 5)':80s} {rev:>10s} {'this tree':>10s} {'ratio':>6s}")
+print(f"{'benchmark (median of 4 rounds of 5)':80s} {rev:>10s} {'this tree':>10s} {'ratio':>6s}")
 for name in sorted(times):
     base, new = (statistics.median(times[name][s]) for s in ("base", "new"))
     unit, div = ("us", 1e3) if base < 1e6 else ("ms", 1e6)
