@@ -40,8 +40,10 @@ std::string enum_alternatives(const char* quote) {
   std::string list;
   const size_t count = EnumNames<E>::values.size();
   for (size_t i = 0; i < count; ++i) {
-    list += (i == 0 ? "" : i + 1 == count ? " or " : ", ") + std::string(quote) +
-            EnumNames<E>::values[i].name + quote;
+    list += (i == 0           ? ""
+             : i + 1 == count ? " or "
+                              : ", ") +
+            std::string(quote) + EnumNames<E>::values[i].name + quote;
   }
   return list;
 }

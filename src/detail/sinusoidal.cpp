@@ -1,8 +1,8 @@
 #include "detail/sinusoidal.h"
-#include "detail/enum_names.h"
 
 #include "detail/checks.h"
 #include "detail/device_checks.h"
+#include "detail/enum_names.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
@@ -132,8 +132,8 @@ void check_table_request(int64_t max_len, int64_t d_model, double base, int64_t 
 ChannelLayout parse_channel_layout(c10::string_view text) {
   static constexpr detail::CallerName who{};
   const c10::optional<ChannelLayout> layout = enum_value<ChannelLayout>(text);
-  TORCH_CHECK(layout, who, ": channels must be ", enum_alternatives<ChannelLayout>("\""), ", but got \"",
-              std::string(text.data(), text.size()), "\"");
+  TORCH_CHECK(layout, who, ": channels must be ", enum_alternatives<ChannelLayout>("\""),
+              ", but got \"", std::string(text.data(), text.size()), "\"");
   return *layout;
 }
 
@@ -141,8 +141,7 @@ FrequencySpacing parse_frequency_spacing(c10::string_view text) {
   static constexpr detail::CallerName who{};
   const c10::optional<FrequencySpacing> spacing = enum_value<FrequencySpacing>(text);
   TORCH_CHECK(spacing, who, ": frequencies must be ", enum_alternatives<FrequencySpacing>("\""),
-              ", but got \"",
-              std::string(text.data(), text.size()), "\"");
+              ", but got \"", std::string(text.data(), text.size()), "\"");
   return *spacing;
 }
 

@@ -1,8 +1,8 @@
 #include "detail/vision.h"
 
 #include "detail/checks.h"
-#include "detail/enum_names.h"
 #include "detail/device_checks.h"
+#include "detail/enum_names.h"
 #include "detail/rotary.h"
 #include "detail/sincos.h"
 

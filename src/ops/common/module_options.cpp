@@ -196,8 +196,7 @@ void check_positional_encoding(OptionsReader& read) {
       .batch_first(read.boolean("batch_first", options.batch_first()))
       .layout(read.choice("layout", options.layout()))
       .spacing(read.choice("spacing", options.spacing()))
-      .beyond_max_len(
-          read.choice("beyond_max_len", options.beyond_max_len()))
+      .beyond_max_len(read.choice("beyond_max_len", options.beyond_max_len()))
       .scale(read.number("scale", options.scale()))
       .inplace(read.boolean("inplace", options.inplace()));
   read.finish();
@@ -218,15 +217,13 @@ void check_learned_positional_embedding(OptionsReader& read) {
 void check_token_and_position_embedding(OptionsReader& read) {
   TokenAndPositionEmbeddingOptions options(read.integer("vocab_size", 0),
                                            read.integer("d_model", 0), read.integer("max_len", 0));
-  options
-      .positions(read.choice("positions", options.positions()))
+  options.positions(read.choice("positions", options.positions()))
       .scale(read.number("scale", options.scale(), /*nullable=*/true)) // (None: sqrt(d_model))
       .padding_idx(read.optional_integer("padding_idx"))
       .dropout(read.number("dropout", options.dropout()))
       .batch_first(read.boolean("batch_first", options.batch_first()))
       .base(read.number("base", options.base()))
-      .beyond_max_len(
-          read.choice("beyond_max_len", options.beyond_max_len()));
+      .beyond_max_len(read.choice("beyond_max_len", options.beyond_max_len()));
   read.finish();
   check_options(options, OptionSpelling::kPython);
 }

@@ -86,8 +86,8 @@ class OptionsReader {
     return list(key, std::move(fallback), nullable, "numbers", &OptionsReader::as_number);
   }
 
-  // One of `names` (each with its value), e.g. layout: "interleaved" or "concatenated"; the
-  // message lists them as posenc.nn's keyword arguments take them.
+  // A value of Enum named by its table (EnumNames), e.g. layout: "interleaved" or "concatenated";
+  // the message lists the names as posenc.nn's keyword arguments take them.
   template <typename Enum>
   Enum choice(const char* key, Enum fallback) {
     const nlohmann::json* value = find(key);
