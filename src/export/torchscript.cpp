@@ -21,6 +21,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // posenc::to_torchscript: the TorchScript methods of the exported modules are the classes of the
@@ -108,13 +109,49 @@ constexpr Source kAxial{"axial.py", &sources::axial_py};
 constexpr Source kAxialRotary{"axial_rotary.py", &sources::axial_rotary_py};
 constexpr Source kVisionRotary{"vision_rotary.py", &sources::vision_rotary_py};
 
-torch::jit::Module sequence_module(const std::string& name, int64_t d_model, int64_t max_len,
-                                   bool batch_first, double scale, bool extrapolate) {
+// An option as an attribute of the exported module (an enumeration as its name).
+void register_option(torch::jit::Module& exported, const char* name, int64_t value) {
+  exported.register_attribute(name, c10::IntType::get(), value);
+}
+void register_option(torch::jit::Module& exported, const char* name, double value) {
+  exported.register_attribute(name, c10::FloatType::get(), value);
+}
+void register_option(torch::jit::Module& exported, const char* name, bool value) {
+  exported.register_attribute(name, c10::BoolType::get(), value);
+}
+void register_option(torch::jit::Module& exported, const char* name,
+                     const std::vector<int64_t>& value) {
+  exported.register_attribute(name, c10::ListType::ofInts(), c10::List<int64_t>(value));
+}
+template <typename Enum, typename = std::enable_if_t<std::is_enum<Enum>::value>>
+void register_option(torch::jit::Module& exported, const char* name, Enum value) {
+  exported.register_attribute(name, c10::StringType::get(), std::string(enum_name(value)));
+}
+// (No attribute type for the others: an optional, a list of floats. A table line that gives one
+// kTorchScript fails every export of its module, in the tests.)
+template <typename T, typename = std::enable_if_t<!std::is_enum<T>::value>>
+void register_option(torch::jit::Module& /*exported*/, const char* name, const T& /*value*/) {
+  TORCH_INTERNAL_ASSERT(false, "posenc: the option ", name, " has no TorchScript attribute type");
+}
+
+// Registers the options whose table line (<posenc/options/fields.h>) has kTorchScript as
+// attributes of their names, in the table's order.
+template <typename Options>
+void register_options(torch::jit::Module& exported, const Options& options) {
+  for_each_option<Options>([&](const auto& field) {
+    if (field.has(kTorchScript)) {
+      register_option(exported, field.name, field.get(options));
+    }
+  });
+}
+
+// The sequence encodings' module: d_model, max_len, batch_first and scale (their tables'
+// TorchScript options) and `extrapolate`.
+template <typename Options>
+torch::jit::Module sequence_module(const std::string& name, const Options& options,
+                                   bool extrapolate) {
   torch::jit::Module exported("__torch__.posenc." + name);
-  exported.register_attribute("d_model", c10::IntType::get(), d_model);
-  exported.register_attribute("max_len", c10::IntType::get(), max_len);
-  exported.register_attribute("batch_first", c10::BoolType::get(), batch_first);
-  exported.register_attribute("scale", c10::FloatType::get(), scale);
+  register_options(exported, options);
   exported.register_attribute("extrapolate", c10::BoolType::get(), extrapolate);
   return exported;
 }
@@ -172,8 +209,7 @@ void register_axial_tables(torch::jit::Module& exported, const std::vector<int64
 torch::jit::Module to_torchscript(const PositionalEncodingImpl& module) {
   const auto& options = module.options;
   const bool extrapolate = options.beyond_max_len() == BeyondMaxLen::kExtrapolate;
-  auto exported = sequence_module("PositionalEncoding", options.d_model(), options.max_len(),
-                                  options.batch_first(), options.scale(), extrapolate);
+  auto exported = sequence_module("PositionalEncoding", options, extrapolate);
   exported.register_buffer("pe", module.pe.detach().clone());
   const detail::ColumnPlan plan = detail::column_plan(detail::sinusoid_spec(options));
   // Plain tensor attributes, not buffers: the state dict keeps only `pe`, like the Python module's.
@@ -190,8 +226,7 @@ torch::jit::Module to_torchscript(const PositionalEncodingImpl& module) {
 
 torch::jit::Module to_torchscript(const LearnedPositionalEmbeddingImpl& module) {
   const auto& options = module.options;
-  auto exported = sequence_module("LearnedPositionalEmbedding", options.d_model(),
-                                  options.max_len(), options.batch_first(), options.scale(), false);
+  auto exported = sequence_module("LearnedPositionalEmbedding", options, /*extrapolate=*/false);
   exported.register_parameter("weight", module.weight.detach().clone(), /*is_buffer=*/false);
   define(exported, "LearnedPositionalEmbedding", {kCommon, kOffset, kSequence, kLearned});
   exported.eval();
@@ -203,8 +238,8 @@ namespace {
 // (2i, 2i + 1) read, halves written: RotaryEmbeddingOptions::deinterleave), `inverse` (turned
 // by -theta: RotaryEmbeddingOptions::inverse) and `rotate_last` (the last rotated channels:
 // RotaryEmbeddingOptions::rotate_last_channels).
-void register_pairing(torch::jit::Module& exported, RotaryPairing pairing, bool deinterleave = false,
-                      bool inverse = false, bool rotate_last = false) {
+void register_pairing(torch::jit::Module& exported, RotaryPairing pairing,
+                      bool deinterleave = false, bool inverse = false, bool rotate_last = false) {
   exported.register_attribute("interleaved", c10::BoolType::get(),
                               pairing == RotaryPairing::kInterleaved);
   exported.register_attribute("deinterleave", c10::BoolType::get(), deinterleave);
@@ -277,7 +312,7 @@ torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module) {
   const int64_t padding_idx = options.padding_idx().value_or(-1);
   torch::jit::Module tokens("__torch__.posenc.TokenEmbedding");
   tokens.register_parameter("weight", module.tokens->weight.detach().clone(), /*is_buffer=*/false);
-  tokens.register_attribute("batch_first", c10::BoolType::get(), options.batch_first());
+  register_options(tokens, options); // batch_first
   tokens.register_attribute("padding_idx", c10::IntType::get(), padding_idx);
   define(tokens, "TokenAndPositionEmbedding", {kCommon, kTokenEmbedding});
 
@@ -285,7 +320,7 @@ torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module) {
   exported.register_module("tokens", tokens);
   exported.register_module("positions", module.sinusoidal ? to_torchscript(*module.sinusoidal)
                                                           : to_torchscript(*module.learned));
-  exported.register_attribute("batch_first", c10::BoolType::get(), options.batch_first());
+  register_options(exported, options); // batch_first
   exported.register_attribute("padding_idx", c10::IntType::get(), padding_idx);
   define(exported, "TokenAndPositionEmbedding", {kTokenAndPosition});
   exported.eval();
@@ -303,11 +338,7 @@ torch::jit::Module to_torchscript(const ALiBiImpl& module) {
 torch::jit::Module to_torchscript(const AttentionTemperatureImpl& module) {
   const auto& options = module.options;
   torch::jit::Module exported("__torch__.posenc.AttentionTemperature");
-  exported.register_attribute("form", c10::StringType::get(),
-                              std::string(attention_temperature_form_name(options.form())));
-  exported.register_attribute("floor_scale", c10::FloatType::get(), options.floor_scale());
-  exported.register_attribute("attn_scale", c10::FloatType::get(), options.attn_scale());
-  exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
+  register_options(exported, options); // form, floor_scale, attn_scale, heads_first
   define(exported, "AttentionTemperature", {kCommon, kAttentionTemperature});
   exported.eval();
   return exported;
@@ -320,7 +351,7 @@ torch::jit::Module to_torchscript(const RelativePositionBiasImpl& module) {
                            /*is_buffer=*/false);
   torch::jit::Module exported("__torch__.posenc.RelativePositionBias");
   exported.register_module("relative_attention_bias", table);
-  exported.register_attribute("max_distance", c10::IntType::get(), options.max_distance());
+  register_options(exported, options); // max_distance
   // The buckets of relative positions -max_distance .. max_distance; every position past them
   // shares the bucket of the nearer end, so the exported code clamps and looks up.
   std::vector<int64_t> buckets;
@@ -339,9 +370,7 @@ torch::jit::Module to_torchscript(const RelPositionalEncodingImpl& module) {
   const auto& options = module.options;
   torch::jit::Module exported("__torch__.posenc.RelPositionalEncoding");
   exported.register_buffer("pe", module.pe.detach().clone());
-  exported.register_attribute("d_model", c10::IntType::get(), options.d_model());
-  exported.register_attribute("max_len", c10::IntType::get(), options.max_len());
-  exported.register_attribute("legacy", c10::BoolType::get(), options.legacy());
+  register_options(exported, options); // d_model, max_len, legacy
   exported.register_attribute(
       "scale", c10::FloatType::get(),
       options.scale_input() ? std::sqrt(static_cast<double>(options.d_model())) : 1.0);
@@ -360,8 +389,7 @@ torch::jit::Module to_torchscript(const RelPositionMultiheadAttentionImpl& modul
   exported.register_module("linear_pos", linear_parameters(module.linear_pos));
   exported.register_parameter("pos_bias_u", module.pos_bias_u.detach().clone(), false);
   exported.register_parameter("pos_bias_v", module.pos_bias_v.detach().clone(), false);
-  exported.register_attribute("embed_dim", c10::IntType::get(), options.embed_dim());
-  exported.register_attribute("num_heads", c10::IntType::get(), options.num_heads());
+  register_options(exported, options); // embed_dim, num_heads
   const int64_t depth = options.embed_dim() / options.num_heads();
   exported.register_attribute("score_scale", c10::FloatType::get(),
                               1.0 / std::sqrt(static_cast<double>(depth)));
@@ -394,7 +422,7 @@ torch::jit::Module to_torchscript(const TimestepEmbedderImpl& module) {
       "2", linear_parameters(torch::nn::Linear(module.mlp->ptr<torch::nn::LinearImpl>(2))));
   torch::jit::Module exported("__torch__.posenc.TimestepEmbedder");
   exported.register_module("mlp", mlp);
-  exported.register_attribute("hidden_size", c10::IntType::get(), options.hidden_size());
+  register_options(exported, options); // hidden_size
   register_timestep_embedding(exported, spec);
   define(exported, TimestepEmbedderImpl::kName, {kCommon, kTimestep, kTimestepEmbedder});
   exported.eval();
@@ -406,9 +434,8 @@ torch::jit::Module to_torchscript(const AxialRotaryEmbeddingImpl& module) {
   torch::jit::Module exported("__torch__.posenc.AxialRotaryEmbedding");
   const detail::CallerScope caller(detail::CallerScope::Rename{}, AxialRotaryEmbeddingImpl::kName);
   register_axial_tables(exported, options.axes_dim(), options.theta());
-  exported.register_attribute("theta", c10::FloatType::get(), options.theta());
+  register_options(exported, options); // theta, heads_first
   register_pairing(exported, options.pairing());
-  exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   define(exported, AxialRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kAxialRotary});
   exported.eval();
   return exported;
@@ -419,20 +446,9 @@ torch::jit::Module to_torchscript(const VisionRotaryEmbeddingImpl& module) {
   torch::jit::Module exported("__torch__.posenc.VisionRotaryEmbedding");
   const detail::CallerScope caller(detail::CallerScope::Rename{}, VisionRotaryEmbeddingImpl::kName);
   register_axial_tables(exported, {options.dim() / 2, options.dim() / 2}, options.temperature());
-  exported.register_attribute("dim", c10::IntType::get(), options.dim());
-  exported.register_attribute("temperature", c10::FloatType::get(), options.temperature());
-  c10::List<int64_t> ref_feat_shape;
-  for (const int64_t size : options.ref_feat_shape()) {
-    ref_feat_shape.push_back(size);
-  }
-  exported.register_attribute("ref_feat_shape", c10::ListType::ofInts(), ref_feat_shape);
-  exported.register_attribute("grid_offset", c10::FloatType::get(), options.grid_offset());
-  exported.register_attribute("grid_indexing", c10::StringType::get(),
-                              std::string(grid_indexing_name(options.grid_indexing())));
-  exported.register_attribute("num_prefix_tokens", c10::IntType::get(),
-                              options.num_prefix_tokens());
+  // dim, temperature, ref_feat_shape, grid_offset, grid_indexing, num_prefix_tokens, heads_first
+  register_options(exported, options);
   register_pairing(exported, options.pairing());
-  exported.register_attribute("heads_first", c10::BoolType::get(), options.heads_first());
   define(exported, VisionRotaryEmbeddingImpl::kName, {kCommon, kRotation, kAxial, kVisionRotary});
   exported.eval();
   return exported;

@@ -4,9 +4,10 @@
 
 #include "detail/attention_bias.h"
 #include "detail/checks.h"
+#include "detail/print_options.h"
 #include "detail/sinusoidal.h"
-#include "ops/common/module_options.h"
 #include "ops/bias/relative_module.h"
+#include "ops/common/module_options.h"
 
 #include <torch/nn/init.h>
 #include <torch/nn/options/embedding.h>
@@ -16,7 +17,7 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
-#include <ios>
+#include <sstream>
 
 namespace posenc {
 
@@ -43,12 +44,11 @@ void ALiBiImpl::reset() {
 }
 
 void ALiBiImpl::pretty_print(std::ostream& stream) const {
-  stream << "posenc::ALiBi(num_heads=" << options.num_heads()
-         << detail::non_default("max_bias", options.max_bias(), 8.0);
+  std::ostringstream extra;
   if (options.first_head() != 0 || options.heads().has_value()) {
-    stream << ", first_head=" << options.first_head() << ", heads=" << slopes.size(0);
+    extra << ", first_head=" << options.first_head() << ", heads=" << slopes.size(0);
   }
-  stream << ")";
+  detail::print_options(stream, kName, options, extra.str().c_str());
 }
 
 torch::Tensor ALiBiImpl::forward(int64_t query_length, int64_t key_length,
@@ -76,9 +76,7 @@ void AttentionTemperatureImpl::reset() {
 }
 
 void AttentionTemperatureImpl::pretty_print(std::ostream& stream) const {
-  stream << "posenc::AttentionTemperature(form=" << options.form()
-         << ", floor_scale=" << options.floor_scale() << ", attn_scale=" << options.attn_scale()
-         << ", heads_first=" << (options.heads_first() ? "true" : "false") << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor AttentionTemperatureImpl::forward(const torch::Tensor& query, int64_t offset) {
@@ -110,9 +108,9 @@ RelativePositionBiasImpl::RelativePositionBiasImpl(const RelativePositionBiasOpt
 void RelativePositionBiasImpl::reset() {
   const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
   ops::check_options(options);
-  relative_attention_bias = register_module(
-      "relative_attention_bias",
-      torch::nn::Embedding(torch::nn::EmbeddingOptions(options.num_buckets(), options.num_heads())));
+  relative_attention_bias =
+      register_module("relative_attention_bias", torch::nn::Embedding(torch::nn::EmbeddingOptions(
+                                                     options.num_buckets(), options.num_heads())));
 }
 
 void RelativePositionBiasImpl::reset_parameters() {
@@ -120,9 +118,7 @@ void RelativePositionBiasImpl::reset_parameters() {
 }
 
 void RelativePositionBiasImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "posenc::RelativePositionBias(num_heads=" << options.num_heads()
-         << ", num_buckets=" << options.num_buckets() << ", max_distance=" << options.max_distance()
-         << ", bidirectional=" << options.bidirectional() << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor RelativePositionBiasImpl::forward(int64_t query_length, int64_t key_length,
@@ -158,12 +154,7 @@ void RelPositionalEncodingImpl::reset() {
 }
 
 void RelPositionalEncodingImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "posenc::RelPositionalEncoding(d_model=" << options.d_model()
-         << ", max_len=" << options.max_len()
-         << detail::non_default("dropout", options.dropout(), 0.0)
-         << (options.scale_input() ? "" : ", scale_input=false")
-         << (options.legacy() ? ", legacy=true" : "")
-         << detail::non_default("base", options.base(), 10000.0) << ")";
+  detail::print_options(stream, kName, options);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> RelPositionalEncodingImpl::forward(const torch::Tensor& x,
@@ -203,8 +194,7 @@ void RelPositionMultiheadAttentionImpl::reset() {
 }
 
 void RelPositionMultiheadAttentionImpl::pretty_print(std::ostream& stream) const {
-  stream << "posenc::RelPositionMultiheadAttention(embed_dim=" << options.embed_dim()
-         << ", num_heads=" << options.num_heads() << ", dropout=" << options.dropout() << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor RelPositionMultiheadAttentionImpl::forward(const torch::Tensor& query,

@@ -5,7 +5,6 @@
 #include <c10/util/Exception.h>
 #include <torch/utils.h>
 
-#include <sstream>
 #include <utility>
 
 namespace posenc {
@@ -78,15 +77,6 @@ void move_derived_tables(const char* module, const std::vector<torch::Tensor*>& 
   for (torch::Tensor* table : tables) {
     table->set_data(table->to(target_device, target_dtype, non_blocking));
   }
-}
-
-std::string non_default(const char* name, double value, double fallback) {
-  if (value == fallback) {
-    return "";
-  }
-  std::ostringstream out;
-  out << ", " << name << "=" << value;
-  return out.str();
 }
 
 void check_positions_given(const char* module, const torch::Tensor& positions,

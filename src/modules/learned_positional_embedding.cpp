@@ -1,6 +1,7 @@
 #include <posenc/modules/learned_positional_embedding.h>
 
 #include "detail/checks.h"
+#include "detail/print_options.h"
 #include "ops/common/module_options.h"
 #include "ops/sequence/module.h"
 
@@ -8,8 +9,6 @@
 #include <torch/utils.h>
 
 #include <c10/util/Exception.h>
-
-#include <ios>
 
 namespace posenc {
 
@@ -46,11 +45,7 @@ std::vector<detail::TableSlot> LearnedPositionalEmbeddingImpl::table_slots() {
 }
 
 void LearnedPositionalEmbeddingImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "posenc::LearnedPositionalEmbedding(d_model=" << options.d_model()
-         << ", max_len=" << options.max_len() << ", dropout=" << options.dropout()
-         << ", batch_first=" << options.batch_first()
-         << detail::non_default("scale", options.scale(), 1.0)
-         << (options.inplace() ? ", inplace=true" : "") << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor LearnedPositionalEmbeddingImpl::forward_at(const torch::Tensor& x, int64_t offset,

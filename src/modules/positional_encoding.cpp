@@ -1,13 +1,13 @@
 #include <posenc/modules/positional_encoding.h>
 
 #include "detail/checks.h"
+#include "detail/print_options.h"
 #include "detail/sinusoidal.h"
 #include "ops/common/module_options.h"
 #include "ops/sequence/module.h"
 
 #include <c10/util/Exception.h>
 
-#include <ios>
 #include <ostream>
 
 namespace posenc {
@@ -47,24 +47,7 @@ std::vector<detail::TableSlot> PositionalEncodingImpl::table_slots() {
 }
 
 void PositionalEncodingImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "posenc::PositionalEncoding(d_model=" << options.d_model()
-         << ", max_len=" << options.max_len()
-         << detail::non_default("base", options.base(), 10000.0)
-         << ", dropout=" << options.dropout() << ", batch_first=" << options.batch_first();
-  if (options.layout() != ChannelLayout::kInterleaved) {
-    stream << ", layout=" << options.layout();
-  }
-  if (options.spacing() != FrequencySpacing::kPaper) {
-    stream << ", spacing=" << options.spacing();
-  }
-  if (options.beyond_max_len() != BeyondMaxLen::kError) {
-    stream << ", beyond_max_len=" << options.beyond_max_len();
-  }
-  stream << detail::non_default("scale", options.scale(), 1.0);
-  if (options.inplace()) {
-    stream << ", inplace=true";
-  }
-  stream << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor PositionalEncodingImpl::forward_at(const torch::Tensor& x, int64_t offset,

@@ -1,13 +1,13 @@
 #include <posenc/modules/token_and_position_embedding.h>
 
 #include "detail/checks.h"
+#include "detail/print_options.h"
 #include "ops/common/module_options.h"
 #include "ops/sequence/module.h"
 
 #include <c10/util/Exception.h>
 
 #include <cmath>
-#include <ios>
 #include <string>
 #include <tuple>
 
@@ -77,14 +77,7 @@ void TokenAndPositionEmbeddingImpl::reset() {
 }
 
 void TokenAndPositionEmbeddingImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha
-         << "posenc::TokenAndPositionEmbedding(vocab_size=" << options.vocab_size()
-         << ", d_model=" << options.d_model() << ", max_len=" << options.max_len()
-         << ", positions=" << options.positions() << ", scale=" << options.scale();
-  if (options.padding_idx()) {
-    stream << ", padding_idx=" << *options.padding_idx();
-  }
-  stream << ", dropout=" << options.dropout() << ", batch_first=" << options.batch_first() << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor TokenAndPositionEmbeddingImpl::forward_at(const torch::Tensor& ids, int64_t offset,

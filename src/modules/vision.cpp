@@ -4,6 +4,7 @@
 #include <posenc/ops.h>
 
 #include "detail/checks.h"
+#include "detail/print_options.h"
 #include "detail/vision.h"
 #include "ops/common/module_options.h"
 #include "ops/vision/module.h"
@@ -14,7 +15,6 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
-#include <ios>
 #include <utility>
 
 namespace posenc {
@@ -30,7 +30,9 @@ ResamplePositionTableOptions::ResamplePositionTableOptions(std::vector<int64_t> 
     : new_size_(std::move(new_size)) {}
 Sincos3dTableOptions::Sincos3dTableOptions(int64_t embed_dim, std::vector<int64_t> spatial_size,
                                            int64_t temporal_size)
-    : embed_dim_(embed_dim), spatial_size_(std::move(spatial_size)), temporal_size_(temporal_size) {}
+    : embed_dim_(embed_dim),
+      spatial_size_(std::move(spatial_size)),
+      temporal_size_(temporal_size) {}
 CropPositionTableOptions::CropPositionTableOptions(std::vector<int64_t> new_size)
     : new_size_(std::move(new_size)) {}
 VisionRotaryEmbeddingOptions::VisionRotaryEmbeddingOptions(int64_t dim) : dim_(dim) {}
@@ -48,14 +50,7 @@ void TimestepsImpl::reset() {
 }
 
 void TimestepsImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "posenc::Timesteps(embedding_dim=" << options.embedding_dim()
-         << (options.flip_sin_to_cos() ? ", flip_sin_to_cos=true" : "")
-         << detail::non_default("downscale_freq_shift", options.downscale_freq_shift(), 1.0)
-         << detail::non_default("scale", options.scale(), 1.0);
-  if (options.max_period() != 10000) {
-    stream << ", max_period=" << options.max_period();
-  }
-  stream << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor TimestepsImpl::forward(const torch::Tensor& timesteps) {
@@ -75,14 +70,14 @@ void TimestepEmbedderImpl::reset() {
   const detail::CallerScope caller(detail::CallerScope::Rename{}, kName);
   ops::check_options(options);
   mlp = register_module(
-      "mlp", torch::nn::Sequential(
-                 torch::nn::Linear(options.frequency_embedding_size(), options.hidden_size()),
-                 torch::nn::SiLU(), torch::nn::Linear(options.hidden_size(), options.hidden_size())));
+      "mlp",
+      torch::nn::Sequential(
+          torch::nn::Linear(options.frequency_embedding_size(), options.hidden_size()),
+          torch::nn::SiLU(), torch::nn::Linear(options.hidden_size(), options.hidden_size())));
 }
 
 void TimestepEmbedderImpl::pretty_print(std::ostream& stream) const {
-  stream << "posenc::TimestepEmbedder(hidden_size=" << options.hidden_size()
-         << ", frequency_embedding_size=" << options.frequency_embedding_size() << ")";
+  detail::print_options(stream, kName, options);
 }
 
 torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& timesteps) {
@@ -106,12 +101,7 @@ void AxialRotaryEmbeddingImpl::reset() {
 }
 
 void AxialRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "posenc::AxialRotaryEmbedding(axes_dim=" << c10::IntArrayRef(options.axes_dim())
-         << detail::non_default("theta", options.theta(), 10000.0);
-  if (options.pairing() != RotaryPairing::kInterleaved) {
-    stream << ", pairing=" << options.pairing();
-  }
-  stream << (options.heads_first() ? ", heads_first=true" : "") << ")";
+  detail::print_options(stream, kName, options);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> AxialRotaryEmbeddingImpl::tables(
@@ -138,22 +128,7 @@ void VisionRotaryEmbeddingImpl::reset() {
 }
 
 void VisionRotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
-  stream << "posenc::VisionRotaryEmbedding(dim=" << options.dim()
-         << detail::non_default("temperature", options.temperature(), 10000.0);
-  if (!options.ref_feat_shape().empty()) {
-    stream << ", ref_feat_shape=" << c10::IntArrayRef(options.ref_feat_shape());
-  }
-  stream << detail::non_default("grid_offset", options.grid_offset(), 0.0);
-  if (options.grid_indexing() != GridIndexing::kIJ) {
-    stream << ", grid_indexing=" << options.grid_indexing();
-  }
-  if (options.pairing() != RotaryPairing::kInterleaved) {
-    stream << ", pairing=" << options.pairing();
-  }
-  if (options.num_prefix_tokens() != 1) {
-    stream << ", num_prefix_tokens=" << options.num_prefix_tokens();
-  }
-  stream << (options.heads_first() ? "" : ", heads_first=false") << ")";
+  detail::print_options(stream, kName, options);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> VisionRotaryEmbeddingImpl::tables(

@@ -75,9 +75,6 @@ void move_derived_tables(const char* module, const std::vector<torch::Tensor*>& 
                          bool non_blocking,
                          const std::function<void(torch::Dtype, torch::Device)>& rebuild);
 
-/// ", name=value" for a pretty_print when a double option differs from its default, else "".
-std::string non_default(const char* name, double value, double fallback);
-
 /// Checks that forward_positions got positions; `consecutive` names the forward for consecutive
 /// ones, e.g. "forward(x, offset)"; the message names `module`.
 void check_positions_given(const char* module, const torch::Tensor& positions,

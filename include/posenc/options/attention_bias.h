@@ -1,12 +1,15 @@
 #pragma once
 
 #include <posenc/enums.h>
+#include <posenc/options/fields.h>
 
 #include <torch/arg.h>
 
 #include <c10/util/Optional.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 namespace posenc {
 
@@ -32,6 +35,21 @@ struct ALiBiOptions {
   TORCH_ARG(c10::optional<int64_t>, heads) = c10::nullopt;
 };
 
+/// The field table of ALiBiOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<ALiBiOptions> {
+  /// The constructor's arguments: num_heads.
+  static constexpr std::size_t kConstructorArguments = 1;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = ALiBiOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, num_heads, kShowAlways),
+                           POSENC_OPTION_FIELD(O, max_bias, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, first_head, kShowNever),
+                           POSENC_OPTION_FIELD(O, heads, kShowNever | kNullable));
+  }
+};
+
 /// Options for the `AttentionTemperature` module: a query temperature that grows with the
 /// position, Llama 4's (`attn_temperature_tuning`, `floor_scale`, `attn_scale`: its layers
 /// without rotary) or Ministral 3's and Mistral 4's (`rope_parameters.llama_4_scaling_beta` and
@@ -44,8 +62,8 @@ struct ALiBiOptions {
 /// ```
 struct AttentionTemperatureOptions {
   /// Positions are counted in steps of `floor_scale` (finite, >= 2^-62 so that the float32
-  /// quotient of every int64 position stays finite; Ministral 3: `original_max_position_embeddings`).
-  /// Default: 8192 (Llama 4's).
+  /// quotient of every int64 position stays finite; Ministral 3:
+  /// `original_max_position_embeddings`). Default: 8192 (Llama 4's).
   TORCH_ARG(double, floor_scale) = 8192.0;
   /// The weight of the logarithm (|attn_scale| <= float32's largest value / 128, so that the
   /// float32 scales stay finite; Ministral 3: `llama_4_scaling_beta`). Default: 0.1 (Llama 4's).
@@ -58,6 +76,21 @@ struct AttentionTemperatureOptions {
   /// `false`: `[B, L, H, head_dim]` (Llama 4's, before the heads are moved forward). Default:
   /// `false`.
   TORCH_ARG(bool, heads_first) = false;
+};
+
+/// The field table of AttentionTemperatureOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<AttentionTemperatureOptions> {
+  /// The constructor takes no argument.
+  static constexpr std::size_t kConstructorArguments = 0;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = AttentionTemperatureOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, form, kTorchScript),
+                           POSENC_OPTION_FIELD(O, floor_scale, kTorchScript),
+                           POSENC_OPTION_FIELD(O, attn_scale, kTorchScript),
+                           POSENC_OPTION_FIELD(O, heads_first, kTorchScript));
+  }
 };
 
 /// Options for the `RelativePositionBias` module (T5, mT5, Flan-T5, UL2, LongT5).
@@ -80,6 +113,21 @@ struct RelativePositionBiasOptions {
   /// `true`: keys before and after a query have their own buckets (encoder); `false`: keys after
   /// the query share bucket 0 (decoder self-attention, T5's `is_decoder`). Default: `true`.
   TORCH_ARG(bool, bidirectional) = true;
+};
+
+/// The field table of RelativePositionBiasOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<RelativePositionBiasOptions> {
+  /// The constructor's arguments: num_heads.
+  static constexpr std::size_t kConstructorArguments = 1;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = RelativePositionBiasOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, num_heads, kShowAlways),
+                           POSENC_OPTION_FIELD(O, num_buckets, kShowAlways),
+                           POSENC_OPTION_FIELD(O, max_distance, kTorchScript),
+                           POSENC_OPTION_FIELD(O, bidirectional, kShowAlways));
+  }
 };
 
 /// Options for the `RelPositionalEncoding` module (Transformer-XL / Conformer relative
@@ -111,6 +159,23 @@ struct RelPositionalEncodingOptions {
   TORCH_ARG(double, base) = 10000.0;
 };
 
+/// The field table of RelPositionalEncodingOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<RelPositionalEncodingOptions> {
+  /// The constructor's arguments: d_model.
+  static constexpr std::size_t kConstructorArguments = 1;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = RelPositionalEncodingOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, d_model, kTorchScript),
+                           POSENC_OPTION_FIELD(O, max_len, kTorchScript),
+                           POSENC_OPTION_FIELD(O, dropout, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, scale_input, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, legacy, kShowIfChanged | kTorchScript),
+                           POSENC_OPTION_FIELD(O, base, kShowIfChanged));
+  }
+};
+
 /// Options for the `RelPositionMultiheadAttention` module (ESPnet's
 /// `RelPositionMultiHeadedAttention`, `Wav2Vec2ConformerSelfAttention` with relative positions).
 ///
@@ -129,6 +194,20 @@ struct RelPositionMultiheadAttentionOptions {
   TORCH_ARG(int64_t, num_heads);
   /// Dropout on the attention weights in training mode, in [0, 1]. Default: 0.
   TORCH_ARG(double, dropout) = 0.0;
+};
+
+/// The field table of RelPositionMultiheadAttentionOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<RelPositionMultiheadAttentionOptions> {
+  /// The constructor's arguments: embed_dim and num_heads.
+  static constexpr std::size_t kConstructorArguments = 2;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = RelPositionMultiheadAttentionOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, embed_dim, kTorchScript),
+                           POSENC_OPTION_FIELD(O, num_heads, kTorchScript),
+                           POSENC_OPTION_FIELD(O, dropout, kShowAlways));
+  }
 };
 
 } // namespace posenc

@@ -1,11 +1,14 @@
 #pragma once
 
+#include <posenc/options/fields.h>
 #include <posenc/options/positional_encoding.h>
 
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 namespace posenc {
 
@@ -34,6 +37,24 @@ struct LearnedPositionalEmbeddingOptions {
   TORCH_ARG(double, scale) = 1.0;
   /// Add to the input in place (see PositionalEncodingOptions::inplace). Default: `false`.
   TORCH_ARG(bool, inplace) = false;
+};
+
+/// The field table of LearnedPositionalEmbeddingOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<LearnedPositionalEmbeddingOptions> {
+  /// The constructor's arguments: d_model and max_len.
+  static constexpr std::size_t kConstructorArguments = 2;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = LearnedPositionalEmbeddingOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, d_model, kTorchScript),
+                           POSENC_OPTION_FIELD(O, max_len, kTorchScript),
+                           POSENC_OPTION_FIELD(O, init_std, kShowNever),
+                           POSENC_OPTION_FIELD(O, dropout, kShowAlways),
+                           POSENC_OPTION_FIELD(O, batch_first, kTorchScript),
+                           POSENC_OPTION_FIELD(O, scale, kShowIfChanged | kTorchScript),
+                           POSENC_OPTION_FIELD(O, inplace, kShowIfChanged));
+  }
 };
 
 namespace functional {

@@ -1,12 +1,15 @@
 #pragma once
 
 #include <posenc/enums.h>
+#include <posenc/options/fields.h>
 
 #include <torch/arg.h>
 #include <torch/types.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 namespace posenc {
 
@@ -56,6 +59,27 @@ struct PositionalEncodingOptions {
   PositionalEncodingOptions& scale_sqrt_d_model() {
     scale_ = std::sqrt(static_cast<double>(d_model_));
     return *this;
+  }
+};
+
+/// The field table of PositionalEncodingOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<PositionalEncodingOptions> {
+  /// The constructor's arguments: d_model and max_len.
+  static constexpr std::size_t kConstructorArguments = 2;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = PositionalEncodingOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, d_model, kTorchScript),
+                           POSENC_OPTION_FIELD(O, max_len, kTorchScript),
+                           POSENC_OPTION_FIELD(O, base, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, dropout, kShowAlways),
+                           POSENC_OPTION_FIELD(O, batch_first, kTorchScript),
+                           POSENC_OPTION_FIELD(O, layout, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, spacing, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, beyond_max_len, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, scale, kShowIfChanged | kTorchScript),
+                           POSENC_OPTION_FIELD(O, inplace, kShowIfChanged));
   }
 };
 

@@ -1,12 +1,15 @@
 #pragma once
 
 #include <posenc/enums.h>
+#include <posenc/options/fields.h>
 
 #include <torch/arg.h>
 #include <torch/types.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 namespace posenc {
 
@@ -47,6 +50,26 @@ struct TokenAndPositionEmbeddingOptions {
   TORCH_ARG(double, base) = 10000.0;
   /// Positions at or past `max_len` (sinusoidal positions only can extrapolate). Default: kError.
   TORCH_ARG(BeyondMaxLen, beyond_max_len) = BeyondMaxLen::kError;
+};
+
+/// The field table of TokenAndPositionEmbeddingOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<TokenAndPositionEmbeddingOptions> {
+  /// The constructor's arguments: vocab_size, d_model and max_len.
+  static constexpr std::size_t kConstructorArguments = 3;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = TokenAndPositionEmbeddingOptions;
+    return std::make_tuple(
+        POSENC_OPTION_FIELD(O, vocab_size, kShowAlways),
+        POSENC_OPTION_FIELD(O, d_model, kShowAlways), POSENC_OPTION_FIELD(O, max_len, kShowAlways),
+        POSENC_OPTION_FIELD(O, positions, kShowAlways),
+        POSENC_OPTION_FIELD(O, scale, kShowAlways | kNullable),
+        POSENC_OPTION_FIELD(O, padding_idx, kShowIfChanged | kNullable),
+        POSENC_OPTION_FIELD(O, dropout, kShowAlways),
+        POSENC_OPTION_FIELD(O, batch_first, kTorchScript), POSENC_OPTION_FIELD(O, base, kShowNever),
+        POSENC_OPTION_FIELD(O, beyond_max_len, kShowNever));
+  }
 };
 
 namespace functional {

@@ -1,10 +1,13 @@
 #pragma once
 
 #include <posenc/enums.h>
+#include <posenc/options/fields.h>
 
 #include <torch/arg.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 namespace posenc {
@@ -36,6 +39,22 @@ struct TimestepEmbeddingOptions {
   TORCH_ARG(int64_t, max_period) = 10000;
 };
 
+/// The field table of TimestepEmbeddingOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<TimestepEmbeddingOptions> {
+  /// The constructor's arguments: embedding_dim.
+  static constexpr std::size_t kConstructorArguments = 1;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = TimestepEmbeddingOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, embedding_dim, kShowAlways),
+                           POSENC_OPTION_FIELD(O, flip_sin_to_cos, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, downscale_freq_shift, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, scale, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, max_period, kShowIfChanged));
+  }
+};
+
 /// Options of DiT's `TimestepEmbedder`: the timestep embedding of `frequency_embedding_size`
 /// channels (cos first, no shift) through Linear, SiLU, Linear to `hidden_size`.
 ///
@@ -53,6 +72,20 @@ struct TimestepEmbedderOptions {
   TORCH_ARG(int64_t, frequency_embedding_size) = 256;
   /// Longest period of the frequencies. Default: 10000.
   TORCH_ARG(int64_t, max_period) = 10000;
+};
+
+/// The field table of TimestepEmbedderOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<TimestepEmbedderOptions> {
+  /// The constructor's arguments: hidden_size.
+  static constexpr std::size_t kConstructorArguments = 1;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = TimestepEmbedderOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, hidden_size, kTorchScript),
+                           POSENC_OPTION_FIELD(O, frequency_embedding_size, kShowAlways),
+                           POSENC_OPTION_FIELD(O, max_period, kShowNever));
+  }
 };
 
 /// Options of `functional::sincos_2d_table` (diffusers' `get_2d_sincos_pos_embed` arguments).
@@ -94,8 +127,7 @@ struct Sincos2dTableOptions {
 struct Sincos3dTableOptions {
   /// Options for a table of `embed_dim` channels over `temporal_size` frames of the grid
   /// `spatial_size`, the others at their defaults.
-  Sincos3dTableOptions(int64_t embed_dim, std::vector<int64_t> spatial_size,
-                       int64_t temporal_size);
+  Sincos3dTableOptions(int64_t embed_dim, std::vector<int64_t> spatial_size, int64_t temporal_size);
 
   /// Number of channels (a positive multiple of 16): a quarter for time, the rest for space.
   TORCH_ARG(int64_t, embed_dim);
@@ -114,7 +146,8 @@ struct Sincos3dTableOptions {
 /// Example:
 /// ```
 /// // SD3: a 192 x 192 table (pos_embed_max_size), a 1024 px image = 64 x 64 patches
-/// auto pos = posenc::functional::crop_position_table(table, posenc::CropPositionTableOptions({64}));
+/// auto pos = posenc::functional::crop_position_table(table,
+/// posenc::CropPositionTableOptions({64}));
 /// ```
 struct CropPositionTableOptions {
   /// Options that keep the grid `new_size`, the others at their defaults (implicit).
@@ -180,6 +213,21 @@ struct AxialRotaryEmbeddingOptions {
   TORCH_ARG(bool, heads_first) = false;
 };
 
+/// The field table of AxialRotaryEmbeddingOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<AxialRotaryEmbeddingOptions> {
+  /// The constructor's arguments: axes_dim.
+  static constexpr std::size_t kConstructorArguments = 1;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = AxialRotaryEmbeddingOptions;
+    return std::make_tuple(POSENC_OPTION_FIELD(O, axes_dim, kShowAlways),
+                           POSENC_OPTION_FIELD(O, theta, kShowIfChanged | kTorchScript),
+                           POSENC_OPTION_FIELD(O, pairing, kShowIfChanged),
+                           POSENC_OPTION_FIELD(O, heads_first, kShowIfChanged | kTorchScript));
+  }
+};
+
 /// Options of timm's axial RoPE of patch grids (the `VisionRotaryEmbedding` module and
 /// `functional::grid_rotary_tables`): `RotaryEmbeddingCat(dim, in_pixels=False, ...)` as EVA-02
 /// uses it, with timm's names and defaults.
@@ -212,6 +260,26 @@ struct VisionRotaryEmbeddingOptions {
   TORCH_ARG(int64_t, num_prefix_tokens) = 1;
   /// Inputs are `[B, H, N, Dh]` (timm's attention) rather than `[B, N, H, Dh]`. Default: true.
   TORCH_ARG(bool, heads_first) = true;
+};
+
+/// The field table of VisionRotaryEmbeddingOptions (<posenc/options/fields.h>).
+template <>
+struct OptionTable<VisionRotaryEmbeddingOptions> {
+  /// The constructor's arguments: dim.
+  static constexpr std::size_t kConstructorArguments = 1;
+  /// The options, in the order of posenc.nn's keyword arguments.
+  static auto fields() {
+    using O = VisionRotaryEmbeddingOptions;
+    return std::make_tuple(
+        POSENC_OPTION_FIELD(O, dim, kTorchScript),
+        POSENC_OPTION_FIELD(O, temperature, kShowIfChanged | kTorchScript),
+        POSENC_OPTION_FIELD(O, ref_feat_shape, kShowIfChanged | kTorchScript | kNullable),
+        POSENC_OPTION_FIELD(O, grid_offset, kShowIfChanged | kTorchScript),
+        POSENC_OPTION_FIELD(O, grid_indexing, kShowIfChanged | kTorchScript),
+        POSENC_OPTION_FIELD(O, pairing, kShowIfChanged),
+        POSENC_OPTION_FIELD(O, num_prefix_tokens, kShowIfChanged | kTorchScript),
+        POSENC_OPTION_FIELD(O, heads_first, kShowIfChanged | kTorchScript));
+  }
 };
 
 } // namespace posenc

@@ -178,143 +178,14 @@ namespace {
 
 using nlohmann::json;
 
-// The operators' form names (detail::attention_temperature_form, its message).
-AttentionTemperatureForm temperature_form(OptionsReader& read, AttentionTemperatureForm fallback) {
-  const json* value = read.find("form");
-  if (value == nullptr) {
-    return fallback;
-  }
-  return detail::attention_temperature_form(value->is_string() ? value->get<std::string>()
-                                                               : value->dump());
-}
-
-// One reading per module: its options from the reader, then its checks.
-void check_positional_encoding(OptionsReader& read) {
-  PositionalEncodingOptions options(read.integer("d_model", 0), read.integer("max_len", 0));
-  options.base(read.number("base", options.base()))
-      .dropout(read.number("dropout", options.dropout()))
-      .batch_first(read.boolean("batch_first", options.batch_first()))
-      .layout(read.choice("layout", options.layout()))
-      .spacing(read.choice("spacing", options.spacing()))
-      .beyond_max_len(read.choice("beyond_max_len", options.beyond_max_len()))
-      .scale(read.number("scale", options.scale()))
-      .inplace(read.boolean("inplace", options.inplace()));
-  read.finish();
-  check_options(options);
-}
-
-void check_learned_positional_embedding(OptionsReader& read) {
-  LearnedPositionalEmbeddingOptions options(read.integer("d_model", 0), read.integer("max_len", 0));
-  options.init_std(read.number("init_std", options.init_std()))
-      .dropout(read.number("dropout", options.dropout()))
-      .batch_first(read.boolean("batch_first", options.batch_first()))
-      .scale(read.number("scale", options.scale()))
-      .inplace(read.boolean("inplace", options.inplace()));
-  read.finish();
-  check_options(options);
+// One reading per module: its options by their field table, then its checks.
+template <typename Options>
+void check_module(OptionsReader& read) {
+  check_options(read_options<Options>(read));
 }
 
 void check_token_and_position_embedding(OptionsReader& read) {
-  TokenAndPositionEmbeddingOptions options(read.integer("vocab_size", 0),
-                                           read.integer("d_model", 0), read.integer("max_len", 0));
-  options.positions(read.choice("positions", options.positions()))
-      .scale(read.number("scale", options.scale(), /*nullable=*/true)) // (None: sqrt(d_model))
-      .padding_idx(read.optional_integer("padding_idx"))
-      .dropout(read.number("dropout", options.dropout()))
-      .batch_first(read.boolean("batch_first", options.batch_first()))
-      .base(read.number("base", options.base()))
-      .beyond_max_len(read.choice("beyond_max_len", options.beyond_max_len()));
-  read.finish();
-  check_options(options, OptionSpelling::kPython);
-}
-
-void check_timesteps(OptionsReader& read) {
-  TimestepEmbeddingOptions options(read.integer("embedding_dim", 0));
-  options.flip_sin_to_cos(read.boolean("flip_sin_to_cos", options.flip_sin_to_cos()))
-      .downscale_freq_shift(read.number("downscale_freq_shift", options.downscale_freq_shift()))
-      .scale(read.number("scale", options.scale()))
-      .max_period(read.integer("max_period", options.max_period()));
-  read.finish();
-  check_options(options);
-}
-
-void check_timestep_embedder(OptionsReader& read) {
-  TimestepEmbedderOptions options(read.integer("hidden_size", 0));
-  options
-      .frequency_embedding_size(
-          read.integer("frequency_embedding_size", options.frequency_embedding_size()))
-      .max_period(read.integer("max_period", options.max_period()));
-  read.finish();
-  check_options(options);
-}
-
-void check_axial_rotary_embedding(OptionsReader& read) {
-  AxialRotaryEmbeddingOptions options(read.integers("axes_dim", {}));
-  options.theta(read.number("theta", options.theta()))
-      .pairing(read.choice("pairing", options.pairing()))
-      .heads_first(read.boolean("heads_first", options.heads_first()));
-  read.finish();
-  check_options(options);
-}
-
-void check_vision_rotary_embedding(OptionsReader& read) {
-  VisionRotaryEmbeddingOptions options(read.integer("dim", 0));
-  options.temperature(read.number("temperature", options.temperature()))
-      .ref_feat_shape(read.integers("ref_feat_shape", options.ref_feat_shape(), /*nullable=*/true))
-      .grid_offset(read.number("grid_offset", options.grid_offset()))
-      .grid_indexing(read.choice("grid_indexing", options.grid_indexing()))
-      .pairing(read.choice("pairing", options.pairing()))
-      .num_prefix_tokens(read.integer("num_prefix_tokens", options.num_prefix_tokens()))
-      .heads_first(read.boolean("heads_first", options.heads_first()));
-  read.finish();
-  check_options(options);
-}
-
-void check_alibi(OptionsReader& read) {
-  ALiBiOptions options(read.integer("num_heads", 0));
-  options.max_bias(read.number("max_bias", options.max_bias()))
-      .first_head(read.integer("first_head", options.first_head()))
-      .heads(read.optional_integer("heads"));
-  read.finish();
-  check_options(options);
-}
-
-void check_attention_temperature(OptionsReader& read) {
-  AttentionTemperatureOptions options;
-  options.floor_scale(read.number("floor_scale", options.floor_scale()))
-      .attn_scale(read.number("attn_scale", options.attn_scale()))
-      .form(temperature_form(read, options.form()))
-      .heads_first(read.boolean("heads_first", options.heads_first()));
-  read.finish();
-  check_options(options);
-}
-
-void check_relative_position_bias(OptionsReader& read) {
-  RelativePositionBiasOptions options(read.integer("num_heads", 0));
-  options.num_buckets(read.integer("num_buckets", options.num_buckets()))
-      .max_distance(read.integer("max_distance", options.max_distance()))
-      .bidirectional(read.boolean("bidirectional", options.bidirectional()));
-  read.finish();
-  check_options(options);
-}
-
-void check_rel_positional_encoding(OptionsReader& read) {
-  RelPositionalEncodingOptions options(read.integer("d_model", 0));
-  options.max_len(read.integer("max_len", options.max_len()))
-      .dropout(read.number("dropout", options.dropout()))
-      .scale_input(read.boolean("scale_input", options.scale_input()))
-      .legacy(read.boolean("legacy", options.legacy()))
-      .base(read.number("base", options.base()));
-  read.finish();
-  check_options(options);
-}
-
-void check_rel_position_multihead_attention(OptionsReader& read) {
-  RelPositionMultiheadAttentionOptions options(read.integer("embed_dim", 0),
-                                               read.integer("num_heads", 0));
-  options.dropout(read.number("dropout", options.dropout()));
-  read.finish();
-  check_options(options);
+  check_options(read_options<TokenAndPositionEmbeddingOptions>(read), OptionSpelling::kPython);
 }
 
 struct ModuleEntry {
@@ -324,18 +195,18 @@ struct ModuleEntry {
 
 const std::vector<ModuleEntry>& module_entries() {
   static const std::vector<ModuleEntry> entries = {
-      {"PositionalEncoding", &check_positional_encoding},
-      {"LearnedPositionalEmbedding", &check_learned_positional_embedding},
+      {"PositionalEncoding", &check_module<PositionalEncodingOptions>},
+      {"LearnedPositionalEmbedding", &check_module<LearnedPositionalEmbeddingOptions>},
       {"TokenAndPositionEmbedding", &check_token_and_position_embedding},
-      {"Timesteps", &check_timesteps},
-      {"TimestepEmbedder", &check_timestep_embedder},
-      {"AxialRotaryEmbedding", &check_axial_rotary_embedding},
-      {"VisionRotaryEmbedding", &check_vision_rotary_embedding},
-      {"ALiBi", &check_alibi},
-      {"AttentionTemperature", &check_attention_temperature},
-      {"RelativePositionBias", &check_relative_position_bias},
-      {"RelPositionalEncoding", &check_rel_positional_encoding},
-      {"RelPositionMultiheadAttention", &check_rel_position_multihead_attention},
+      {"Timesteps", &check_module<TimestepEmbeddingOptions>},
+      {"TimestepEmbedder", &check_module<TimestepEmbedderOptions>},
+      {"AxialRotaryEmbedding", &check_module<AxialRotaryEmbeddingOptions>},
+      {"VisionRotaryEmbedding", &check_module<VisionRotaryEmbeddingOptions>},
+      {"ALiBi", &check_module<ALiBiOptions>},
+      {"AttentionTemperature", &check_module<AttentionTemperatureOptions>},
+      {"RelativePositionBias", &check_module<RelativePositionBiasOptions>},
+      {"RelPositionalEncoding", &check_module<RelPositionalEncodingOptions>},
+      {"RelPositionMultiheadAttention", &check_module<RelPositionMultiheadAttentionOptions>},
   };
   return entries;
 }

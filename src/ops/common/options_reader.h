@@ -5,11 +5,13 @@
 // src/ops/rotary/module.cpp): each read once with its type checked, under the module's name, with
 // the numbers JSON cannot hold spelled "nan", "inf" or "-inf" (detail::spelled_number).
 
+#include "detail/attention_bias.h"
 #include "detail/checks.h"
 #include "detail/enum_names.h"
 #include "detail/rope_parameters.h"
 
 #include <posenc/enums.h>
+#include <posenc/options/fields.h>
 
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
@@ -22,6 +24,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -105,6 +109,34 @@ class OptionsReader {
                 value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump());
   }
 
+  // Reads `key` into `value` by the value's type, leaving it as it is where the key is left out
+  // (or is None, for a `nullable` one); the form of AttentionTemperature is read as its operator
+  // reads it (detail::attention_temperature_form, its message).
+  template <typename T>
+  void read_into(const char* key, T& value, bool nullable) {
+    if constexpr (std::is_same<T, bool>::value) {
+      value = boolean(key, value);
+    } else if constexpr (std::is_same<T, int64_t>::value) {
+      value = integer(key, value);
+    } else if constexpr (std::is_same<T, double>::value) {
+      value = number(key, value, nullable);
+    } else if constexpr (std::is_same<T, c10::optional<int64_t>>::value) {
+      if (const nlohmann::json* given = find(key, /*nullable=*/true)) {
+        value = as_integer(key, *given);
+      }
+    } else if constexpr (std::is_same<T, std::vector<int64_t>>::value) {
+      value = integers(key, std::move(value), nullable);
+    } else if constexpr (std::is_same<T, AttentionTemperatureForm>::value) {
+      if (const nlohmann::json* given = find(key)) {
+        value = detail::attention_temperature_form(given->is_string() ? given->get<std::string>()
+                                                                      : given->dump());
+      }
+    } else {
+      static_assert(std::is_enum<T>::value, "an option of a type OptionsReader cannot read");
+      value = choice(key, value);
+    }
+  }
+
   // Every key was read: a misspelt one is the cause of whatever follows, so it is refused first.
   void finish() const {
     for (const auto& item : options_.items()) {
@@ -153,6 +185,33 @@ class OptionsReader {
   const nlohmann::json& options_;
   std::set<std::string> read_;
 };
+
+// The options of `Options` from posenc.nn's keyword arguments, by its field table
+// (<posenc/options/fields.h>): the constructor's arguments first (0 or empty where left out, for
+// the checks to refuse), then each other option over its default; then finish().
+template <typename Options>
+Options read_options(OptionsReader& read) {
+  const auto fields = OptionTable<Options>::fields();
+  constexpr std::size_t constructor_arguments = OptionTable<Options>::kConstructorArguments;
+  const auto argument = [&read](const auto& field) {
+    typename std::decay_t<decltype(field)>::type value{};
+    read.read_into(field.name, value, field.has(kNullable));
+    return value;
+  };
+  Options options = std::apply(
+      [&argument](const auto&... field) {
+        return Options{argument(field)...}; // (braces: read in order)
+      },
+      posenc::detail::first_fields<constructor_arguments>(fields));
+  std::size_t index = 0;
+  for_each_option<Options>([&](const auto& field) {
+    if (index++ >= constructor_arguments) {
+      read.read_into(field.name, field.ref(options), field.has(kNullable));
+    }
+  });
+  read.finish();
+  return options;
+}
 
 } // namespace ops
 } // namespace posenc
