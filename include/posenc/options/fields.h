@@ -49,17 +49,19 @@ struct OptionField {
   }
 };
 
-/// The field of `Options` read by the generic accessor `access` (what POSENC_OPTION_FIELD makes).
-template <typename Options, typename Access>
-constexpr auto option_field(const char* name, Access access, unsigned flags) {
-  using T = std::decay_t<decltype(access(std::declval<Options&>()))>;
-  return OptionField<Options, T>{name, access, access, flags};
+/// The field of `Options` read by `ref` and `get`, its two accessors (what POSENC_OPTION_FIELD
+/// makes).
+template <typename Options, typename Ref, typename Get>
+constexpr auto option_field(const char* name, Ref ref, Get get, unsigned flags) {
+  using T = std::decay_t<decltype(ref(std::declval<Options&>()))>;
+  return OptionField<Options, T>{name, ref, get, flags};
 }
 
 /// The table line of the option `name` of `Options` (a TORCH_ARG), with OptionFlags `flags`.
-#define POSENC_OPTION_FIELD(Options, name, flags) \
-  ::posenc::option_field<Options>(                \
-      #name, [](auto& options) -> auto& { return options.name(); }, flags)
+#define POSENC_OPTION_FIELD(Options, name, flags)                       \
+  ::posenc::option_field<Options>(                                      \
+      #name, [](Options & options) -> auto& { return options.name(); }, \
+      [](const Options& options) -> const auto& { return options.name(); }, flags)
 
 /// The field table of an Options struct, specialised next to each struct: `fields()`, a tuple of
 /// OptionField in the order posenc.nn's keyword arguments take them, whose first
