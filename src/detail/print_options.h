@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <sstream>
 #include <type_traits>
 #include <vector>
 
@@ -42,23 +43,26 @@ void print_option_value(std::ostream& stream, const T& value) {
 }
 
 /// Writes "posenc::<module>(" and `options` as their table shows them (kShowIfChanged: where they
-/// differ from option_defaults), then `extra` (", ..." or empty) and ")".
+/// differ from option_defaults), then `extra` (", ..." or empty) and ")"; formatted on its own,
+/// whatever format flags `stream` has (std::fixed, std::hex, ...).
 template <typename Options>
 void print_options(std::ostream& stream, const char* module, const Options& options,
                    const char* extra = "") {
   const Options defaults = option_defaults(options);
-  stream << "posenc::" << module << "(";
+  std::ostringstream text;
+  text << "posenc::" << module << "(";
   bool first = true;
   for_each_option<Options>([&](const auto& field) {
     if (field.has(kShowNever) ||
         (field.has(kShowIfChanged) && field.get(options) == field.get(defaults))) {
       return;
     }
-    stream << (first ? "" : ", ") << field.name << "=";
-    print_option_value(stream, field.get(options));
+    text << (first ? "" : ", ") << field.name << "=";
+    print_option_value(text, field.get(options));
     first = false;
   });
-  stream << extra << ")";
+  text << extra << ")";
+  stream << text.str();
 }
 
 } // namespace detail

@@ -882,3 +882,81 @@ def test_trained_in_python_runs_in_cpp(posenc, test_tool, tmp_path):
     with torch.no_grad():
         expected = model(inputs)
     assert torch.equal(out, expected), (out - expected).abs().max()
+
+
+# --- posenc.nn's keyword arguments are the C++ options' field tables ----------------------------
+
+def _option_tables():
+    """{module: (table names, constructor arguments, {name: (C++ type, C++ default as Python or
+    ...)}, nullable names)} from
+    the OptionTable specialisations and the Options structs of include/posenc/options/*.h, with
+    enumerations named by their EnumNames tables (include/posenc/enums.h)."""
+    import glob
+    import re
+
+    with open(os.path.join(SOURCE_ROOT, "include", "posenc", "enums.h")) as f:
+        enum_names = {f"{kind}::{value}": name for name, kind, value in re.findall(r'\{"(\w+)", (\w+)::(\w+)\}', f.read())}
+
+    def literal(text):
+        text = text.strip()
+        if text in enum_names:
+            return enum_names[text]
+        if text in ("c10::nullopt", "{}"):
+            return None
+        if text in ("true", "false"):
+            return text == "true"
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return ...  # (no literal default: the constructor sets it)
+
+    tables = {}
+    for path in sorted(glob.glob(os.path.join(SOURCE_ROOT, "include", "posenc", "options", "*.h"))):
+        with open(path) as f:
+            text = f.read()
+        for options, body in re.findall(r"struct OptionTable<(\w+)> \{(.*?)\n\};", text, re.S):
+            struct = re.search(r"struct " + options + r" \{(.*?)\n\};", text, re.S).group(1)
+            defaults = {name: (kind, literal(value)) for kind, name, value in
+                        re.findall(r"TORCH_ARG\((.+?), (\w+)\)(?: = (.+?))?;", struct)}
+            lines = re.findall(r"POSENC_OPTION_FIELD\(\s*O,\s*(\w+),\s*([^)]*)\)", body)
+            names = [name for name, _ in lines]
+            nullable = {name for name, flags in lines if "kNullable" in flags}
+            count = int(re.search(r"kConstructorArguments = (\d+);", body).group(1))
+            module = "Timesteps" if options == "TimestepEmbeddingOptions" else options[: -len("Options")]
+            tables[module] = (names, count, defaults, nullable)
+    return tables
+
+
+def test_nn_keyword_arguments_are_the_option_tables(posenc):
+    """Each posenc.nn module with a C++ option table (all but RotaryEmbedding) takes exactly the
+    table's options: the constructor's arguments as its positional arguments, in order, the others
+    as keywords, with the C++ defaults of the C++ types (a C++ default set by the constructor is
+    None in Python), None only where the table line says kNullable. A C++ option without its
+    posenc.nn keyword, or a Python default that differs, fails here."""
+    import inspect
+
+    tables = _option_tables()
+    assert len(tables) == 12, sorted(tables)
+    python_type = {"double": float, "int64_t": int, "bool": bool}
+    for module, (names, count, defaults, nullable) in tables.items():
+        parameters = list(inspect.signature(getattr(posenc.nn, module).__init__).parameters.values())[1:]
+        assert sorted(p.name for p in parameters) == sorted(names), module
+        positional = [p.name for p in parameters if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        assert positional == names[:count], module
+        for parameter in parameters:
+            if parameter.name in names[:count]:
+                assert parameter.default is inspect.Parameter.empty, (module, parameter.name)
+                continue
+            kind, expected = defaults[parameter.name]
+            if parameter.default is None:
+                assert parameter.name in nullable, (module, parameter.name, "None needs kNullable")
+            if expected is ... or expected is None:
+                assert parameter.default is None, (module, parameter.name, parameter.default)
+                continue
+            expected_type = python_type.get(kind, str)  # (an enumeration: its name)
+            assert type(parameter.default) is expected_type and parameter.default == expected, (
+                module, parameter.name, parameter.default, kind, expected)

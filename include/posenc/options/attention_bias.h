@@ -40,7 +40,7 @@ template <>
 struct OptionTable<ALiBiOptions> {
   /// The constructor's arguments: num_heads.
   static constexpr std::size_t kConstructorArguments = 1;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = ALiBiOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, num_heads, kShowAlways),
@@ -83,7 +83,7 @@ template <>
 struct OptionTable<AttentionTemperatureOptions> {
   /// The constructor takes no argument.
   static constexpr std::size_t kConstructorArguments = 0;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = AttentionTemperatureOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, form, kTorchScript),
@@ -120,7 +120,7 @@ template <>
 struct OptionTable<RelativePositionBiasOptions> {
   /// The constructor's arguments: num_heads.
   static constexpr std::size_t kConstructorArguments = 1;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = RelativePositionBiasOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, num_heads, kShowAlways),
@@ -164,7 +164,7 @@ template <>
 struct OptionTable<RelPositionalEncodingOptions> {
   /// The constructor's arguments: d_model.
   static constexpr std::size_t kConstructorArguments = 1;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = RelPositionalEncodingOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, d_model, kTorchScript),
@@ -201,7 +201,7 @@ template <>
 struct OptionTable<RelPositionMultiheadAttentionOptions> {
   /// The constructor's arguments: embed_dim and num_heads.
   static constexpr std::size_t kConstructorArguments = 2;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = RelPositionMultiheadAttentionOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, embed_dim, kTorchScript),

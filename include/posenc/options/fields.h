@@ -15,7 +15,7 @@ namespace posenc {
 
 /// What an option's table line says of it (combined with `|`).
 enum OptionFlags : unsigned {
-  /// `pretty_print` shows it always (the default: a constructor argument, say).
+  /// `pretty_print` shows it always (no flag: the default, e.g. for a constructor argument).
   kShowAlways = 0U,
   /// `pretty_print` shows it only where it differs from its default.
   kShowIfChanged = 1U << 0,
@@ -24,7 +24,7 @@ enum OptionFlags : unsigned {
   /// The TorchScript export registers it as an attribute of the same name (an enumeration as its
   /// name).
   kTorchScript = 1U << 2,
-  /// posenc.nn may pass None for it (its default).
+  /// posenc.nn may pass None for it, which stands for its default; without it, None is refused.
   kNullable = 1U << 3,
 };
 
@@ -64,7 +64,8 @@ constexpr auto option_field(const char* name, Ref ref, Get get, unsigned flags) 
       [](const Options& options) -> const auto& { return options.name(); }, flags)
 
 /// The field table of an Options struct, specialised next to each struct: `fields()`, a tuple of
-/// OptionField in the order posenc.nn's keyword arguments take them, whose first
+/// OptionField in the order `pretty_print` shows them and posenc.nn's keywords are read (the
+/// keyword order of posenc.nn's constructor, AttentionTemperature's `form` aside), whose first
 /// `kConstructorArguments` are the constructor's arguments.
 template <typename Options>
 struct OptionTable;

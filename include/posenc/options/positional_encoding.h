@@ -67,7 +67,7 @@ template <>
 struct OptionTable<PositionalEncodingOptions> {
   /// The constructor's arguments: d_model and max_len.
   static constexpr std::size_t kConstructorArguments = 2;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = PositionalEncodingOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, d_model, kTorchScript),

@@ -57,7 +57,7 @@ template <>
 struct OptionTable<TokenAndPositionEmbeddingOptions> {
   /// The constructor's arguments: vocab_size, d_model and max_len.
   static constexpr std::size_t kConstructorArguments = 3;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = TokenAndPositionEmbeddingOptions;
     return std::make_tuple(

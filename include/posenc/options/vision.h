@@ -44,7 +44,7 @@ template <>
 struct OptionTable<TimestepEmbeddingOptions> {
   /// The constructor's arguments: embedding_dim.
   static constexpr std::size_t kConstructorArguments = 1;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = TimestepEmbeddingOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, embedding_dim, kShowAlways),
@@ -79,7 +79,7 @@ template <>
 struct OptionTable<TimestepEmbedderOptions> {
   /// The constructor's arguments: hidden_size.
   static constexpr std::size_t kConstructorArguments = 1;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = TimestepEmbedderOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, hidden_size, kTorchScript),
@@ -218,7 +218,7 @@ template <>
 struct OptionTable<AxialRotaryEmbeddingOptions> {
   /// The constructor's arguments: axes_dim.
   static constexpr std::size_t kConstructorArguments = 1;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = AxialRotaryEmbeddingOptions;
     return std::make_tuple(POSENC_OPTION_FIELD(O, axes_dim, kShowAlways),
@@ -267,7 +267,7 @@ template <>
 struct OptionTable<VisionRotaryEmbeddingOptions> {
   /// The constructor's arguments: dim.
   static constexpr std::size_t kConstructorArguments = 1;
-  /// The options, in the order of posenc.nn's keyword arguments.
+  /// The options, in the order pretty_print shows them and posenc.nn's keywords are read.
   static auto fields() {
     using O = VisionRotaryEmbeddingOptions;
     return std::make_tuple(

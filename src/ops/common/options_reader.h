@@ -55,8 +55,8 @@ class OptionsReader {
     return found->is_null() ? nullptr : &*found;
   }
 
-  int64_t integer(const char* key, int64_t fallback) {
-    const nlohmann::json* value = find(key);
+  int64_t integer(const char* key, int64_t fallback, bool nullable = false) {
+    const nlohmann::json* value = find(key, nullable);
     return value == nullptr ? fallback : as_integer(key, *value);
   }
 
@@ -70,8 +70,8 @@ class OptionsReader {
     return value == nullptr ? fallback : as_number(key, *value);
   }
 
-  bool boolean(const char* key, bool fallback) {
-    const nlohmann::json* value = find(key);
+  bool boolean(const char* key, bool fallback, bool nullable = false) {
+    const nlohmann::json* value = find(key, nullable);
     if (value == nullptr) {
       return fallback;
     }
@@ -93,8 +93,8 @@ class OptionsReader {
   // A value of Enum named by its table (EnumNames), e.g. layout: "interleaved" or "concatenated";
   // the message lists the names as posenc.nn's keyword arguments take them.
   template <typename Enum>
-  Enum choice(const char* key, Enum fallback) {
-    const nlohmann::json* value = find(key);
+  Enum choice(const char* key, Enum fallback, bool nullable = false) {
+    const nlohmann::json* value = find(key, nullable);
     if (value == nullptr) {
       return fallback;
     }
@@ -110,30 +110,30 @@ class OptionsReader {
   }
 
   // Reads `key` into `value` by the value's type, leaving it as it is where the key is left out
-  // (or is None, for a `nullable` one); the form of AttentionTemperature is read as its operator
-  // reads it (detail::attention_temperature_form, its message).
+  // or, for a `nullable` one, None (refused otherwise); the form of AttentionTemperature is read
+  // as its operator reads it (detail::attention_temperature_form, its message).
   template <typename T>
   void read_into(const char* key, T& value, bool nullable) {
     if constexpr (std::is_same<T, bool>::value) {
-      value = boolean(key, value);
+      value = boolean(key, value, nullable);
     } else if constexpr (std::is_same<T, int64_t>::value) {
-      value = integer(key, value);
+      value = integer(key, value, nullable);
     } else if constexpr (std::is_same<T, double>::value) {
       value = number(key, value, nullable);
     } else if constexpr (std::is_same<T, c10::optional<int64_t>>::value) {
-      if (const nlohmann::json* given = find(key, /*nullable=*/true)) {
+      if (const nlohmann::json* given = find(key, nullable)) {
         value = as_integer(key, *given);
       }
     } else if constexpr (std::is_same<T, std::vector<int64_t>>::value) {
       value = integers(key, std::move(value), nullable);
     } else if constexpr (std::is_same<T, AttentionTemperatureForm>::value) {
-      if (const nlohmann::json* given = find(key)) {
+      if (const nlohmann::json* given = find(key, nullable)) {
         value = detail::attention_temperature_form(given->is_string() ? given->get<std::string>()
                                                                       : given->dump());
       }
     } else {
       static_assert(std::is_enum<T>::value, "an option of a type OptionsReader cannot read");
-      value = choice(key, value);
+      value = choice(key, value, nullable);
     }
   }
 
