@@ -322,7 +322,7 @@ torch::jit::Module to_torchscript(const TokenAndPositionEmbeddingImpl& module) {
                                                           : to_torchscript(*module.learned));
   register_options(exported, options); // batch_first
   exported.register_attribute("padding_idx", c10::IntType::get(), padding_idx);
-  define(exported, "TokenAndPositionEmbedding", {kTokenAndPosition});
+  define(exported, "TokenAndPositionEmbedding", {kCommon, kTokenAndPosition});
   exported.eval();
   return exported;
 }

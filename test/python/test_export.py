@@ -138,7 +138,7 @@ COMPOSITION = {
     "LearnedPositionalEmbedding": ["common", "offset", "sequence", "learned"],
     "RotaryEmbedding": ["common", "offset", "rotation", "rotary"],
     "TokenEmbedding": ["common", "token_embedding"],
-    "TokenAndPositionEmbedding": ["token_and_position"],
+    "TokenAndPositionEmbedding": ["common", "token_and_position"],
     "ALiBi": ["common", "alibi"],
     "AttentionTemperature": ["common", "attention_temperature"],
     "RelativePositionBias": ["common", "t5_bias"],
@@ -206,6 +206,26 @@ def test_source_uses_only_torch_builtins(path):
                 assert node.id in local or node.id in dir(builtins) or node.id in {"self", "torch", "Tensor", "List", "Optional", "Tuple"}
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
                 assert hasattr(torch, node.attr), f"{method.name}, line {node.lineno}: torch.{node.attr}"
+
+
+def test_refusals_go_through_one_helper():
+    """Every refusal is a call of common.py's _fail, which holds the sources' one `raise` and puts
+    the module's name in front of the message; and no message is written out twice (a check that
+    several modules share is a method of common.py, axial.py or rotation.py)."""
+    raises, messages = [], {}
+    for path in SOURCES:
+        for method in _class_of(ast.parse(path.read_text())).body:
+            for node in ast.walk(method):
+                if isinstance(node, ast.Raise):
+                    raises.append((path.name, method.name, ast.unparse(node)))
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_fail":
+                    [message] = node.args
+                    text = ast.unparse(message)
+                    assert "self.who" not in text, f"{path.name}, line {node.lineno}: _fail adds the module's name"
+                    assert text not in messages, f"{path.name}, line {node.lineno}: the message of {messages.get(text)}, written again"
+                    messages[text] = f"{path.name}, line {node.lineno}"
+    assert raises == [("common.py", "_fail", "raise RuntimeError(self.who + ': ' + message)")]
+    assert len(messages) > 60  # the refusals of the fourteen modules
 
 
 _loaded_classes = {}

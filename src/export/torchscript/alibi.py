@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 class ALiBiMethods:
     def _check_length(self, what: str, length: int):
         if length < 1:
-            raise RuntimeError(self.who + ": " + what + " must be >= 1, but got " + str(length))
+            self._fail(what + " must be >= 1, but got " + str(length))
 
     # The position of the first query: `offset`, or the last query_length of the keys.
     def _query_start(self, query_length: int, key_length: int, offset: Optional[int]) -> int:
@@ -19,11 +19,11 @@ class ALiBiMethods:
         self._check_length("key_length", key_length)
         if offset is None:
             if key_length < query_length:
-                raise RuntimeError(self.who + ": without an offset the queries are the last query_length keys, which needs key_length >= query_length, but got query_length = " + str(query_length) + " and key_length = " + str(key_length) + "; pass offset (the position of the first query)")
+                self._fail("without an offset the queries are the last query_length keys, which needs key_length >= query_length, but got query_length = " + str(query_length) + " and key_length = " + str(key_length) + "; pass offset (the position of the first query)")
             return key_length - query_length
         start = offset
         if start < 0 or start > 9223372036854775807 - query_length:
-            raise RuntimeError(self.who + ": offset (the position of the first query) must be >= 0 and offset + query_length must fit in int64, but got offset = " + str(start) + " and query_length = " + str(query_length))
+            self._fail("offset (the position of the first query) must be >= 0 and offset + query_length must fit in int64, but got offset = " + str(start) + " and query_length = " + str(query_length))
         return start
 
     def _compute_type(self) -> int:
@@ -51,11 +51,11 @@ class ALiBiMethods:
             return (self.slopes.to(compute).unsqueeze(-1) * positions).unsqueeze(-2).to(self.slopes.dtype)
         mask = attention_mask
         if mask.dim() != 2 or mask.size(1) != key_length:
-            raise RuntimeError(self.who + ": attention_mask must be [batch, key_length] = [batch, " + str(key_length) + "] (1 for a token, 0 for padding), but got shape " + str(mask.shape))
+            self._fail("attention_mask must be [batch, key_length] = [batch, " + str(key_length) + "] (1 for a token, 0 for padding), but got shape " + str(mask.shape))
         if mask.dtype > 4 and mask.dtype != 11:
-            raise RuntimeError(self.who + ": attention_mask must be bool or integer (1 for a token, 0 for padding), but got " + self._dtype_name(mask.dtype))
+            self._fail("attention_mask must be bool or integer (1 for a token, 0 for padding), but got " + self._dtype_name(mask.dtype))
         if mask.device != self.slopes.device:
-            raise RuntimeError(self.who + ": expected all tensors of the call on one device, but attention_mask is on " + str(mask.device) + " and the input on " + str(self.slopes.device) + "; move attention_mask with .to(" + str(self.slopes.device) + ")")
+            self._fail("expected all tensors of the call on one device, but attention_mask is on " + str(mask.device) + " and the input on " + str(self.slopes.device) + "; move attention_mask with .to(" + str(self.slopes.device) + ")")
         keep = mask.to(4)
         positions = (keep.cumsum(1) - 1) * keep
         bias = self.slopes.unsqueeze(0).to(compute).unsqueeze(-1) * positions.to(compute).unsqueeze(1)

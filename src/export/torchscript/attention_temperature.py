@@ -12,8 +12,8 @@ from typing import List, Optional, Tuple
 class AttentionTemperatureMethods:
     def _check_query(self, query: Tensor):
         layout = "[B, H, L, head_dim]" if self.heads_first else "[B, L, H, head_dim]"
-        if query.dim() != 4 or not (query.dtype == 5 or query.dtype == 15 or query.dtype == 6 or query.dtype == 7):
-            raise RuntimeError(self.who + ": query must be a floating-point " + layout + " tensor (float16, bfloat16, float32 or float64), but got " + self._dtype_name(query.dtype) + " of shape " + str(query.shape) + ("" if self.heads_first else "; pass heads_first=true for [B, H, L, head_dim]"))
+        if query.dim() != 4 or not self._is_floating(query.dtype):
+            self._fail("query must be a floating-point " + layout + " tensor (float16, bfloat16, float32 or float64), but got " + self._dtype_name(query.dtype) + " of shape " + str(query.shape) + ("" if self.heads_first else "; pass heads_first=true for [B, H, L, head_dim]"))
 
     def _scaled(self, query: Tensor, steps: Tensor) -> Tensor:
         length = query.size(2) if self.heads_first else query.size(1)
@@ -31,10 +31,7 @@ class AttentionTemperatureMethods:
     def forward(self, query: Tensor, offset: int = 0) -> Tensor:
         self._check_query(query)
         length = query.size(2) if self.heads_first else query.size(1)
-        if offset < 0:
-            raise RuntimeError(self.who + ": offset must be >= 0, but got " + str(offset) + "; positions start at 0")
-        if offset > 9223372036854775807 - length:
-            raise RuntimeError(self.who + ": offset + L must fit in int64, but got offset = " + str(offset) + " and L = " + str(length))
+        self._check_offset_fits(offset, length)
         steps = torch.arange(offset, offset + length, device=query.device).to(6)
         return self._scaled(query, steps)
 
@@ -43,10 +40,8 @@ class AttentionTemperatureMethods:
         self._check_query(query)
         length = query.size(2) if self.heads_first else query.size(1)
         each = [query.size(0), length]
-        if not (positions.is_floating_point() or positions.dtype <= 4):
-            raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32) or a floating-point one, but got " + self._dtype_name(positions.dtype))
+        self._check_positions_dtype(positions)
         if not ((positions.dim() == 1 and positions.size(0) == length) or (positions.dim() == 2 and (positions.size(0) == each[0] or positions.size(0) == 1) and positions.size(1) == length)):
-            raise RuntimeError(self.who + ": positions must have shape [L] = [" + str(length) + "] or [B, L] = " + str(each) + " (or [1, L]), but got " + str(positions.shape))
-        if positions.device != query.device:
-            raise RuntimeError(self.who + ": positions must be on the input's device (" + str(query.device) + "), but got " + str(positions.device))
+            self._fail("positions must have shape [L] = [" + str(length) + "] or [B, L] = " + str(each) + " (or [1, L]), but got " + str(positions.shape))
+        self._check_positions_device(positions, query)
         return self._scaled(query, positions.to(6))

@@ -13,21 +13,26 @@ from typing import List, Optional, Tuple
 
 
 class AxialMethods:
+    # x must be a 4-D query or key tensor, [B, L, H, Dh] or [B, H, L, Dh] (`layout` in words).
+    def _check_query_key(self, x: Tensor, layout: str):
+        if x.dim() != 4:
+            self._fail("expected a 4-D query or key tensor of shape " + layout + ", but got shape " + str(x.shape))
+
     # cos and sin [N, R/2] of the coordinates `ids` [N, A] in `dtype`, with the checks of
     # posenc::detail::check_axial_rotary_arguments (and of the dtype).
     def _axial_tables(self, ids: Tensor, dtype: int) -> Tuple[Tensor, Tensor]:
         axes = len(self.axes_dim)
         if ids.dim() != 2 or ids.size(1) != axes:
-            raise RuntimeError(self.who + ": ids must be [N, " + str(axes) + "] (one coordinate per token and axis of axes_dim), but got shape " + str(ids.shape))
+            self._fail("ids must be [N, " + str(axes) + "] (one coordinate per token and axis of axes_dim), but got shape " + str(ids.shape))
         if not (ids.is_floating_point() or ids.dtype <= 4):
-            raise RuntimeError(self.who + ": ids must be a real or integer tensor, but got " + self._dtype_name(ids.dtype))
+            self._fail("ids must be a real or integer tensor, but got " + self._dtype_name(ids.dtype))
         half = self.axial_inv_freq.size(0)
         if ids.size(0) > 268435456 // half:
-            raise RuntimeError(self.who + ": " + str(ids.size(0)) + " tokens * " + str(half) + " frequencies is over posenc's limit of 2^28 elements")
-        if not (dtype == 5 or dtype == 15 or dtype == 6 or dtype == 7):
-            raise RuntimeError(self.who + ": dtype must be float16, bfloat16, float32 or float64, but got " + self._dtype_name(dtype) + "; positional encodings are sines and cosines and need a floating dtype")
+            self._fail(str(ids.size(0)) + " tokens * " + str(half) + " frequencies is over posenc's limit of 2^28 elements")
+        if not self._is_floating(dtype):
+            self._fail("dtype must be float16, bfloat16, float32 or float64, but got " + self._dtype_name(dtype) + "; positional encodings are sines and cosines and need a floating dtype")
         coordinates = ids.to(7)
         if not bool(torch.isfinite(coordinates).all()):
-            raise RuntimeError(self.who + ": ids must be finite, but got NaN or infinite coordinates; replace them (e.g. torch.nan_to_num) before encoding")
+            self._fail("ids must be finite, but got NaN or infinite coordinates; replace them (e.g. torch.nan_to_num) before encoding")
         angle = coordinates.index_select(1, self.axial_axis.to(ids.device)) * self.axial_inv_freq.to(ids.device).unsqueeze(0)
         return torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)

@@ -14,13 +14,12 @@ class AxialRotaryEmbeddingMethods:
     def forward(self, x: Tensor, ids: Tensor) -> Tensor:
         length_dim = 2 if self.heads_first else 1
         layout = "[B, H, L, Dh] (heads_first=true)" if self.heads_first else "[B, L, H, Dh] (heads_first=false)"
-        if x.dim() != 4:
-            raise RuntimeError(self.who + ": expected a 4-D query or key tensor of shape " + layout + ", but got shape " + str(x.shape))
+        self._check_query_key(x, layout)
         length = x.size(length_dim)
         if ids.dim() != 2 or ids.size(0) != length:
-            raise RuntimeError(self.who + ": ids must hold one row per token, [L, " + str(len(self.axes_dim)) + "] with L = " + str(length) + ", but got shape " + str(ids.shape))
+            self._fail("ids must hold one row per token, [L, " + str(len(self.axes_dim)) + "] with L = " + str(length) + ", but got shape " + str(ids.shape))
         if ids.device != x.device:
-            raise RuntimeError(self.who + ": expected ids on the input's device (" + str(x.device) + "), but got ids on " + str(ids.device))
+            self._fail("expected ids on the input's device (" + str(x.device) + "), but got ids on " + str(ids.device))
         c, s = self._axial_tables(ids, 7 if x.dtype == 7 else 6)
         self._check_rotary_input(x, 2 * c.size(1))
         return self._rotate(x, self._broadcast(c, 1, length), self._broadcast(s, 1, length))

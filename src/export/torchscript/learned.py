@@ -15,4 +15,5 @@ class LearnedMethods:
         return rows
 
     def _fractional_rows(self, flat: Tensor) -> Tensor:
-        raise RuntimeError(self.who + ": floating-point positions are computed from the encoding's definition, which a learned table does not have; pass integer positions")
+        self._fail("floating-point positions are computed from the encoding's definition, which a learned table does not have; pass integer positions")
+        return flat  # (not reached: _fail raises; TorchScript wants a value on every path)

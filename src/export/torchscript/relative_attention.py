@@ -38,13 +38,13 @@ class RelPositionMultiheadAttentionMethods:
     def forward(self, query: Tensor, key: Tensor, value: Tensor, pos_emb: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         for t in [query, key, value, pos_emb]:
             if t.dim() != 3 or t.size(-1) != self.embed_dim:
-                raise RuntimeError(self.who + ": query, key, value and pos_emb must be [B, L, embed_dim = " + str(self.embed_dim) + "], but got " + str(t.shape))
+                self._fail("query, key, value and pos_emb must be [B, L, embed_dim = " + str(self.embed_dim) + "], but got " + str(t.shape))
         if key.shape != value.shape or key.size(0) != query.size(0):
-            raise RuntimeError(self.who + ": key and value must be [B, Lk, " + str(self.embed_dim) + "] with the batch of query " + str(query.shape) + ", but got " + str(key.shape) + " and " + str(value.shape))
+            self._fail("key and value must be [B, Lk, " + str(self.embed_dim) + "] with the batch of query " + str(query.shape) + ", but got " + str(key.shape) + " and " + str(value.shape))
         queries = query.size(1)
         keys = key.size(1)
         if (pos_emb.size(0) != 1 and pos_emb.size(0) != query.size(0)) or pos_emb.size(1) != queries + keys - 1:
-            raise RuntimeError(self.who + ": pos_emb must be [1 or B, Lq + Lk - 1, embed_dim] = [1 or " + str(query.size(0)) + ", " + str(queries + keys - 1) + ", " + str(self.embed_dim) + "] for Lq = " + str(queries) + " queries and Lk = " + str(keys) + " keys, but got " + str(pos_emb.shape) + "; pass the table of relative positions Lk - 1 .. -(Lq - 1)")
+            self._fail("pos_emb must be [1 or B, Lq + Lk - 1, embed_dim] = [1 or " + str(query.size(0)) + ", " + str(queries + keys - 1) + ", " + str(self.embed_dim) + "] for Lq = " + str(queries) + " queries and Lk = " + str(keys) + " keys, but got " + str(pos_emb.shape) + "; pass the table of relative positions Lk - 1 .. -(Lq - 1)")
         q = self._split(self._linear(query, self.linear_q.weight, self.linear_q.bias))
         k = self._split(self._linear(key, self.linear_k.weight, self.linear_k.bias))
         v = self._split(self._linear(value, self.linear_v.weight, self.linear_v.bias))

@@ -15,15 +15,15 @@ class RotaryMethods:
     def _check_input(self, x: Tensor):
         layout = "[B, H, L, Dh] (heads_first=true)" if self.heads_first else "[B, L, H, Dh] (heads_first=false)"
         if x.dim() != 4:
-            raise RuntimeError(self.who + ": expected a 4-D query or key tensor of shape " + layout + ", but got a " + str(x.dim()) + "-D tensor of shape " + str(x.shape))
+            self._fail("expected a 4-D query or key tensor of shape " + layout + ", but got a " + str(x.dim()) + "-D tensor of shape " + str(x.shape))
         self._check_float(x)
         if x.size(3) < self.rotary_dim:
-            raise RuntimeError(self.who + ": the head dimension Dh = " + str(x.size(3)) + " is smaller than the rotated width " + str(self.rotary_dim) + " (input shape " + str(x.shape) + ")")
+            self._fail("the head dimension Dh = " + str(x.size(3)) + " is smaller than the rotated width " + str(self.rotary_dim) + " (input shape " + str(x.shape) + ")")
         if self.rotate_last and x.size(3) != self.head_dim:
             # (the last channels are those of a head of head_dim channels, as the C++ module's check_heads)
-            raise RuntimeError(self.who + ": expected heads of width head_dim = " + str(self.head_dim) + ", but got " + str(x.size(3)) + " (input shape " + str(x.shape) + "); build the module with head_dim = " + str(x.size(3)) + " or split the heads to " + str(self.head_dim) + " channels")
+            self._fail("expected heads of width head_dim = " + str(self.head_dim) + ", but got " + str(x.size(3)) + " (input shape " + str(x.shape) + "); build the module with head_dim = " + str(x.size(3)) + " or split the heads to " + str(self.head_dim) + " channels")
         if x.device != self.cos.device:
-            raise RuntimeError(self.who + ": expected the input on the device of the cos/sin caches (" + str(self.cos.device) + "), but got an input on " + str(x.device))
+            self._fail("expected the input on the device of the cos/sin caches (" + str(self.cos.device) + "), but got an input on " + str(x.device))
 
     # cos and sin of `positions` (flattened): rows of the caches, no rotation (cos 1, sin 0) for -1
     # (padding), and past the caches computed in float64 and rounded once. inv_freq is a plain
@@ -86,21 +86,20 @@ class RotaryMethods:
     # axis `mrope_axes` gives it (posenc::detail::mrope_axes), as posenc::multimodal_rotary_tables.
     def _multimodal(self, x: Tensor, positions: Tensor, length: int) -> Tuple[Tensor, Tensor]:
         if len(self.mrope_axes) == 0:
-            raise RuntimeError(self.who + ": positions " + str(positions.shape) + " are multimodal [3, B, L] positions, but the module has no mrope_section; build it with mrope_section (e.g. {16, 24, 24} for Qwen2-VL) or pass [B, L] positions")
+            self._fail("positions " + str(positions.shape) + " are multimodal [3, B, L] positions, but the module has no mrope_section; build it with mrope_section (e.g. {16, 24, 24} for Qwen2-VL) or pass [B, L] positions")
         if positions.dtype > 4:
-            raise RuntimeError(self.who + ": positions must be an integer tensor (int64 or int32), but got " + self._dtype_name(positions.dtype))
+            self._fail("positions must be an integer tensor (int64 or int32), but got " + self._dtype_name(positions.dtype))
         if positions.shape != [3, x.size(0), length]:
-            raise RuntimeError(self.who + ": multimodal positions must be [3, B, L] = [3, " + str(x.size(0)) + ", " + str(length) + "], but got " + str(positions.shape))
-        if positions.device != x.device:
-            raise RuntimeError(self.who + ": positions must be on the input's device (" + str(x.device) + "), but got " + str(positions.device))
+            self._fail("multimodal positions must be [3, B, L] = [3, " + str(x.size(0)) + ", " + str(length) + "], but got " + str(positions.shape))
+        self._check_positions_device(positions, x)
         flat = positions.reshape(-1).to(4)
         end = 0
         if flat.numel() > 0:
             if int(flat.min()) < 0:
-                raise RuntimeError(self.who + ": multimodal positions must be >= 0, but got " + str(int(flat.min())) + " (M-RoPE has no padding value: mask padded tokens in the attention)")
-            end = int(flat.max()) + 1
-        if not self.extrapolate and end > self.max_len:
-            raise RuntimeError(self.who + ": positions must be < max_len (" + str(self.max_len) + "), but got " + str(end - 1) + "; build the module with max_len >= " + str(end))
+                self._fail("multimodal positions must be >= 0, but got " + str(int(flat.min())) + " (M-RoPE has no padding value: mask padded tokens in the attention)")
+            largest = int(flat.max())
+            self._check_below_max_len(largest, -1 if self.extrapolate else self.max_len)
+            end = largest + 1
         if end > 0 and self._switches(end):
             c, s = self._computed(flat, self._call_inv_freq(end))
         else:

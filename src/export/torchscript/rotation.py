@@ -15,10 +15,10 @@ class RotationMethods:
     # The checks of posenc::detail::check_rotary_input that the callers leave to apply_rotary: a
     # floating-point input whose head dimension holds the rotated width.
     def _check_rotary_input(self, x: Tensor, rotary_dim: int):
-        if not (x.dtype == 5 or x.dtype == 15 or x.dtype == 6 or x.dtype == 7):
-            raise RuntimeError(self.who + ": expected a floating-point input (float16, bfloat16, float32 or float64), but got " + self._dtype_name(x.dtype))
+        if not self._is_floating(x.dtype):
+            self._fail("expected a floating-point input (float16, bfloat16, float32 or float64), but got " + self._dtype_name(x.dtype))
         if x.size(3) < rotary_dim:
-            raise RuntimeError(self.who + ": the head dimension Dh = " + str(x.size(3)) + " is smaller than the rotated width " + str(rotary_dim) + " (input shape " + str(x.shape) + "); build the module with head_dim = " + str(x.size(3)))
+            self._fail("the head dimension Dh = " + str(x.size(3)) + " is smaller than the rotated width " + str(rotary_dim) + " (input shape " + str(x.shape) + "); build the module with head_dim = " + str(x.size(3)))
 
     # rows [batch * length, R/2] -> broadcastable over the heads of x.
     def _broadcast(self, rows: Tensor, batch: int, length: int) -> Tensor:

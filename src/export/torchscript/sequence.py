@@ -13,12 +13,9 @@ class SequenceMethods:
     def _check_input(self, x: Tensor):
         layout = "[B, L, D] (batch_first=true)" if self.batch_first else "[L, B, D] (batch_first=false)"
         if x.dim() != 3:
-            raise RuntimeError(self.who + ": expected a 3-D input of shape " + layout + ", but got a " + str(x.dim()) + "-D tensor of shape " + str(x.shape))
+            self._fail("expected a 3-D input of shape " + layout + ", but got a " + str(x.dim()) + "-D tensor of shape " + str(x.shape))
         self._check_float(x)
-        if x.size(2) != self.d_model:
-            raise RuntimeError(self.who + ": expected the last dimension of the input to be d_model = " + str(self.d_model) + ", but got " + str(x.size(2)) + " (input shape " + str(x.shape) + ")")
-        if x.device != self._table().device:
-            raise RuntimeError(self.who + ": expected the input on the device of the encoding table (" + str(self._table().device) + "), but got an input on " + str(x.device))
+        self._check_features(x, self.d_model, self._table(), False)
 
     # The rows of `positions` (flattened): table rows, zeros for -1 (padding), and past the table
     # what `_extrapolate` makes of them.
@@ -38,7 +35,7 @@ class SequenceMethods:
 
     def _add(self, x: Tensor, rows: Tensor) -> Tensor:
         if x.dtype != 7 and (self.scale > 3.4028234663852886e38 or self.scale < -3.4028234663852886e38):
-            raise RuntimeError(self.who + ": scale must lie in [-3.4028e38, 3.4028e38] for " + self._dtype_name(x.dtype) + " inputs (computed in float32), but got " + str(self.scale) + "; pass float64 inputs or a smaller scale")
+            self._fail("scale must lie in [-3.4028e38, 3.4028e38] for " + self._dtype_name(x.dtype) + " inputs (computed in float32), but got " + str(self.scale) + "; pass float64 inputs or a smaller scale")
         if self.scale == 1.0:
             return torch.add(x, rows).to(x.dtype)
         # the product rounded before the sum (add's alpha may fuse them), as posenc's kernels do
@@ -68,7 +65,7 @@ class SequenceMethods:
 
     def forward_padded(self, x: Tensor, padding_mask: Tensor) -> Tensor:
         if padding_mask.dim() != 2 or padding_mask.dtype != 11:
-            raise RuntimeError(self.who + ": expected a bool padding mask (true = padding) of 2 dimensions, but got " + self._dtype_name(padding_mask.dtype) + " of shape " + str(padding_mask.shape))
+            self._fail("expected a bool padding mask (true = padding) of 2 dimensions, but got " + self._dtype_name(padding_mask.dtype) + " of shape " + str(padding_mask.shape))
         real = torch.logical_not(padding_mask).to(4)
         positions = (real.cumsum(1 if self.batch_first else 0) - 1).masked_fill(padding_mask, -1)
         return self.forward_positions(x, positions)

@@ -14,11 +14,11 @@ class RelativePositionBiasMethods:
     # Lq + Lk - 1 distances key - query are bucketed and looked up once, then unfolded.
     def forward(self, query_length: int, key_length: int, offset: int = 0) -> Tensor:
         if query_length < 1:
-            raise RuntimeError(self.who + ": query_length must be >= 1, but got " + str(query_length))
+            self._fail("query_length must be >= 1, but got " + str(query_length))
         if key_length < 1:
-            raise RuntimeError(self.who + ": key_length must be >= 1, but got " + str(key_length))
+            self._fail("key_length must be >= 1, but got " + str(key_length))
         if offset < 0 or offset > 9223372036854775807 - query_length:
-            raise RuntimeError(self.who + ": offset (the position of the first query, e.g. the number of cached tokens) must be >= 0 and offset + query_length must fit in int64, but got offset = " + str(offset) + " and query_length = " + str(query_length))
+            self._fail("offset (the position of the first query, e.g. the number of cached tokens) must be >= 0 and offset + query_length must fit in int64, but got offset = " + str(offset) + " and query_length = " + str(query_length))
         weight = self.relative_attention_bias.weight
         first = -(offset + query_length - 1)
         distances = torch.arange(first, key_length - offset, device=weight.device)

@@ -13,16 +13,16 @@ from typing import List, Optional, Tuple
 class TimestepMethods:
     def _timestep_embedding(self, timesteps: Tensor) -> Tensor:
         if timesteps.dim() != 1:
-            raise RuntimeError(self.who + ": timesteps must be a 1-D tensor [N] (one timestep per batch element), but got shape " + str(timesteps.shape))
+            self._fail("timesteps must be a 1-D tensor [N] (one timestep per batch element), but got shape " + str(timesteps.shape))
         if not (timesteps.is_floating_point() or timesteps.dtype <= 4):
-            raise RuntimeError(self.who + ": timesteps must be a real or integer tensor, but got " + self._dtype_name(timesteps.dtype))
+            self._fail("timesteps must be a real or integer tensor, but got " + self._dtype_name(timesteps.dtype))
         if timesteps.size(0) > 268435456 // self.embedding_dim:
-            raise RuntimeError(self.who + ": " + str(timesteps.size(0)) + " timesteps * embedding_dim " + str(self.embedding_dim) + " elements is over posenc's limit of 2^28 elements")
+            self._fail(str(timesteps.size(0)) + " timesteps * embedding_dim " + str(self.embedding_dim) + " elements is over posenc's limit of 2^28 elements")
         values = timesteps.to(7)
         angles = values.unsqueeze(1) * self.frequencies.to(timesteps.device).mul(self.scale)
         if not bool(torch.isfinite(angles).all()):
             got = "timesteps whose angles overflow" if bool(torch.isfinite(values).all()) else "NaN or infinite timesteps"
-            raise RuntimeError(self.who + ": timesteps must be finite (and scale * timesteps within float64), but got " + got)
+            self._fail("timesteps must be finite (and scale * timesteps within float64), but got " + got)
         sines = torch.sin(angles)
         cosines = torch.cos(angles)
         columns = [cosines, sines] if self.flip_sin_to_cos else [sines, cosines]

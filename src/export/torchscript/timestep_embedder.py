@@ -15,7 +15,7 @@ class TimestepEmbedderMethods:
         first = getattr(self.mlp, "0")
         second = getattr(self.mlp, "2")
         if timesteps.device != first.weight.device:
-            raise RuntimeError(self.who + ": expected the timesteps on the module's device (" + str(first.weight.device) + "), but got timesteps on " + str(timesteps.device) + "; move them with .to(" + str(first.weight.device) + ")")
+            self._fail("expected the timesteps on the module's device (" + str(first.weight.device) + "), but got timesteps on " + str(timesteps.device) + "; move them with .to(" + str(first.weight.device) + ")")
         frequencies = self._timestep_embedding(timesteps).to(first.weight.dtype)
         hidden = torch.addmm(first.bias, frequencies, first.weight.t())
         hidden = hidden * torch.sigmoid(hidden)

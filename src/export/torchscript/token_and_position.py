@@ -13,11 +13,8 @@ class TokenAndPositionMethods:
         embedded = self.tokens.forward(ids)
         if self.padding_idx < 0:
             return self.positions.forward(embedded, offset)
-        if offset < 0:
-            raise RuntimeError(self.who + ": offset must be >= 0, but got " + str(offset) + "; positions start at 0")
         length = ids.size(1) if self.batch_first else ids.size(0)
-        if offset > 9223372036854775807 - length:
-            raise RuntimeError(self.who + ": offset + L must fit in int64, but got offset = " + str(offset) + " and L = " + str(length))
+        self._check_offset_fits(offset, length)
         padding = ids == self.padding_idx
         real = torch.logical_not(padding).to(4)
         positions = (real.cumsum(1 if self.batch_first else 0) - 1).masked_fill(padding, -1)

@@ -11,14 +11,14 @@ class TokenMethods:
     def forward(self, ids: Tensor) -> Tensor:
         layout = "[B, L] (batch_first=true)" if self.batch_first else "[L, B] (batch_first=false)"
         if ids.dim() != 2:
-            raise RuntimeError(self.who + ": expected token ids of shape " + layout + ", but got a " + str(ids.dim()) + "-D tensor of shape " + str(ids.shape))
+            self._fail("expected token ids of shape " + layout + ", but got a " + str(ids.dim()) + "-D tensor of shape " + str(ids.shape))
         if ids.dtype > 4:
-            raise RuntimeError(self.who + ": expected integer token ids, but got " + self._dtype_name(ids.dtype))
+            self._fail("expected integer token ids, but got " + self._dtype_name(ids.dtype))
         if ids.device != self.weight.device:
-            raise RuntimeError(self.who + ": expected the token ids on the module's device (" + str(self.weight.device) + "), but got " + str(ids.device))
+            self._fail("expected the token ids on the module's device (" + str(self.weight.device) + "), but got " + str(ids.device))
         if ids.numel() > 0:
             smallest = int(ids.min())
             largest = int(ids.max())
             if smallest < 0 or largest >= self.weight.size(0):
-                raise RuntimeError(self.who + ": token ids must lie in [0, vocab_size) = [0, " + str(self.weight.size(0)) + "), but got ids from " + str(smallest) + " to " + str(largest))
+                self._fail("token ids must lie in [0, vocab_size) = [0, " + str(self.weight.size(0)) + "), but got ids from " + str(smallest) + " to " + str(largest))
         return torch.embedding(self.weight, ids.to(4), self.padding_idx)

@@ -16,17 +16,17 @@ class VisionRotaryEmbeddingMethods:
     # checked when the module was built).
     def _check_grid(self, feat_shape: List[int]):
         if len(feat_shape) != 2:
-            raise RuntimeError(self.who + ": feat_shape must be the patch grid [H, W], but got " + str(len(feat_shape)) + " values")
+            self._fail("feat_shape must be the patch grid [H, W], but got " + str(len(feat_shape)) + " values")
         rows = 1
         for size in feat_shape:
             if size < 1 or size > 268435456:
-                raise RuntimeError(self.who + ": feat_shape must hold sizes in [1, 2^28], but got " + str(feat_shape))
+                self._fail("feat_shape must hold sizes in [1, 2^28], but got " + str(feat_shape))
             rows = rows * size
             if rows > 268435456:
-                raise RuntimeError(self.who + ": the grid " + str(feat_shape) + " has over 2^28 positions")
+                self._fail("the grid " + str(feat_shape) + " has over 2^28 positions")
         half = self.dim // 2
         if rows > 268435456 // half:
-            raise RuntimeError(self.who + ": the tables = " + str(rows) + " * " + str(half) + " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower the grid or dim")
+            self._fail("the tables = " + str(rows) + " * " + str(half) + " elements is over posenc's limit of 2^28 elements (1 GiB in float32); lower the grid or dim")
 
     # The float64 coordinates [h * w, 2] of the grid (posenc::detail::grid_ids), on `device`.
     def _grid_ids(self, feat_shape: List[int], device: torch.device) -> Tensor:
@@ -47,15 +47,14 @@ class VisionRotaryEmbeddingMethods:
     def forward(self, x: Tensor, feat_shape: List[int]) -> Tensor:
         length_dim = 2 if self.heads_first else 1
         layout = "[B, H, N, Dh] (heads_first=true)" if self.heads_first else "[B, N, H, Dh] (heads_first=false)"
-        if x.dim() != 4:
-            raise RuntimeError(self.who + ": expected a 4-D query or key tensor of shape " + layout + ", but got shape " + str(x.shape))
+        self._check_query_key(x, layout)
         self._check_grid(feat_shape)
         patches = feat_shape[0] * feat_shape[1]
         prefix = self.num_prefix_tokens
         if x.size(length_dim) != prefix + patches:
-            raise RuntimeError(self.who + ": expected " + str(prefix) + " prefix tokens + " + str(feat_shape[0]) + " x " + str(feat_shape[1]) + " = " + str(prefix + patches) + " tokens along dimension " + str(length_dim) + ", but got " + str(x.size(length_dim)) + " (shape " + str(x.shape) + "); pass the patch grid of this input")
+            self._fail("expected " + str(prefix) + " prefix tokens + " + str(feat_shape[0]) + " x " + str(feat_shape[1]) + " = " + str(prefix + patches) + " tokens along dimension " + str(length_dim) + ", but got " + str(x.size(length_dim)) + " (shape " + str(x.shape) + "); pass the patch grid of this input")
         if x.size(3) < self.dim:
-            raise RuntimeError(self.who + ": the head width " + str(x.size(3)) + " is smaller than the rotated width dim = " + str(self.dim))
+            self._fail("the head width " + str(x.size(3)) + " is smaller than the rotated width dim = " + str(self.dim))
         c, s = self._axial_tables(self._grid_ids(feat_shape, x.device), 7 if x.dtype == 7 else 6)
         self._check_rotary_input(x, self.dim)
         rotated = self._rotate(x.narrow(length_dim, prefix, patches), self._broadcast(c, 1, patches), self._broadcast(s, 1, patches))
