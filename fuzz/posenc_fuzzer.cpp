@@ -677,8 +677,9 @@ void fuzz_config_json(FuzzedDataProvider& in) {
   }
 }
 
-// packed_positions and context_parallel_positions with cu_seqlens, totals, starts, world sizes
-// and ranks anywhere in int64: positions that count from each sequence's start, or an error.
+// packed_positions, context_parallel_packed_positions and context_parallel_positions with
+// cu_seqlens, totals, starts, world sizes and ranks anywhere in int64: positions that count from
+// each sequence's start (shards of the batch), or an error.
 void fuzz_positions(FuzzedDataProvider& in) {
   const auto extreme = [&]() -> int64_t {
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
@@ -692,7 +693,7 @@ void fuzz_positions(FuzzedDataProvider& in) {
         return in.ConsumeIntegralInRange<int64_t>(-2, 12);
     }
   };
-  if (in.ConsumeBool()) {
+  const auto fuzzed_cu = [&] {
     std::vector<int64_t> cu(static_cast<size_t>(in.ConsumeIntegralInRange<int>(0, 6)));
     for (int64_t& entry : cu) {
       entry = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? extreme()
@@ -702,6 +703,11 @@ void fuzz_positions(FuzzedDataProvider& in) {
     if (!cu.empty() && in.ConsumeBool()) {
       cu[in.ConsumeIntegralInRange<size_t>(0, cu.size() - 1)] = extreme(); // maybe unsorted
     }
+    return cu;
+  };
+  const int form = in.ConsumeIntegralInRange<int>(0, 2);
+  if (form == 0) {
+    const std::vector<int64_t> cu = fuzzed_cu();
     const int64_t total = in.ConsumeBool() ? (cu.empty() ? 0 : cu.back()) : extreme();
     c10::optional<at::Tensor> start;
     if (in.ConsumeBool()) {
@@ -725,6 +731,22 @@ void fuzz_positions(FuzzedDataProvider& in) {
           abort();
         }
       }
+    }
+  } else if (form == 1) { // (small world sizes too, so that valid splits are reached)
+    const std::vector<int64_t> cu = fuzzed_cu();
+    const int64_t total = in.ConsumeBool() ? (cu.empty() ? 0 : cu.back()) : extreme();
+    const int64_t world_size =
+        in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(1, 4) : extreme();
+    const int64_t rank = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 3) : extreme();
+    const auto [positions, indices] = posenc::ops::context_parallel_packed_positions(
+        torch::tensor(cu, torch::kLong), total, world_size, rank, in.ConsumeBool());
+    // each of the rank's total / world_size tokens lies in the batch, at or past its position
+    if (positions.dim() != 1 || indices.sizes() != positions.sizes() ||
+        positions.numel() * world_size != total ||
+        (positions.numel() > 0 &&
+         (positions.min().item<int64_t>() < 0 || indices.max().item<int64_t>() >= total ||
+          (indices - positions).min().item<int64_t>() < 0))) {
+      abort();
     }
   } else {
     const int64_t seq_len = extreme();

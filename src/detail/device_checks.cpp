@@ -32,6 +32,11 @@ const char* device_check_message(DeviceCheck check) {
       return "posenc::packed_positions: cu_seqlens must start at 0, never decrease and end at "
              "total, and start_positions be >= 0 with positions within int64 (the values checked: "
              "the first entry, the last, each sequence's length, each start position)";
+    case DeviceCheck::kCuSeqlensChunks:
+      return "posenc::context_parallel_packed_positions: cu_seqlens must start at 0, never "
+             "decrease and end at total, and every sequence's length be a multiple of the chunks "
+             "(world_size, or 2 * world_size with zigzag; the values checked: the first entry, the "
+             "last, each sequence's length twice)";
   }
   return "posenc: a device check failed";
 }

@@ -29,6 +29,7 @@ enum class DeviceCheck {
   kTimesteps,                ///< timesteps finite, scale * timestep * frequency within float64
   kCoordinates,              ///< axial RoPE ids finite
   kCuSeqlens,                ///< packed_positions' cu_seqlens and start_positions
+  kCuSeqlensChunks,          ///< context_parallel_packed_positions' cu_seqlens
 };
 
 /// The message of `check`.

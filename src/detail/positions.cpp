@@ -7,6 +7,7 @@
 #include <ATen/TensorIndexing.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/ones_like.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
 #include <c10/util/Exception.h>
@@ -105,11 +106,7 @@ at::Tensor packed_positions_from(const at::Tensor& cu_seqlens, int64_t total,
 std::vector<int64_t> context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
                                                 bool zigzag) {
   static constexpr detail::CallerName who{};
-  TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, who,
-              ": expected 0 <= rank < world_size with world_size >= 1, but got rank ", rank,
-              " and world_size ", world_size);
-  TORCH_CHECK(world_size <= kMaxTableElements, who, ": world_size must be <= 2^28 (posenc's limit "
-              "of chunks), but got ", world_size);
+  check_context_parallel_ranks(world_size, rank);
   TORCH_CHECK(seq_len >= 0, who, ": seq_len must be >= 0 (the length of the whole sequence), but "
               "got ", seq_len);
   const int64_t chunks = zigzag ? 2 * world_size : world_size;
@@ -132,6 +129,100 @@ std::vector<int64_t> context_parallel_positions(int64_t seq_len, int64_t world_s
     append(chunks - 1 - rank);
   }
   return positions;
+}
+
+void check_context_parallel_ranks(int64_t world_size, int64_t rank) {
+  static constexpr detail::CallerName who{};
+  TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, who,
+              ": expected 0 <= rank < world_size with world_size >= 1, but got rank ", rank,
+              " and world_size ", world_size);
+  TORCH_CHECK(world_size <= kMaxTableElements, who, ": world_size must be <= 2^28 (posenc's limit "
+              "of chunks), but got ", world_size);
+}
+
+PackedShard context_parallel_packed_positions(const std::vector<int64_t>& cu_seqlens,
+                                              int64_t total, int64_t world_size, int64_t rank,
+                                              bool zigzag) {
+  static constexpr detail::CallerName who{};
+  check_context_parallel_ranks(world_size, rank);
+  TORCH_CHECK(cu_seqlens.size() >= 2, who,
+              ": cu_seqlens must hold the cumulative sequence lengths [0, l0, l0 + l1, ..., T] "
+              "(at least 2 entries), but holds ", cu_seqlens.size());
+  TORCH_CHECK(cu_seqlens.front() == 0 && cu_seqlens.back() == total, who,
+              ": cu_seqlens must start at 0 and end at the number of packed tokens T = ", total,
+              ", but goes from ", cu_seqlens.front(), " to ", cu_seqlens.back());
+  const int64_t chunks = zigzag ? 2 * world_size : world_size;
+  const size_t sequences = cu_seqlens.size() - 1;
+  // Every boundary is checked before anything is written.
+  for (size_t s = 0; s < sequences; ++s) {
+    TORCH_CHECK(cu_seqlens[s] <= cu_seqlens[s + 1], who, ": cu_seqlens must not decrease, but "
+                "entry ", s, " is ", cu_seqlens[s], " and entry ", s + 1, " is ",
+                cu_seqlens[s + 1]);
+    const int64_t length = cu_seqlens[s + 1] - cu_seqlens[s];
+    TORCH_CHECK(length % chunks == 0, who, ": sequence ", s, " has ", length,
+                " tokens, which must be a multiple of ",
+                zigzag ? "2 * world_size = " : "world_size = ", chunks,
+                " to split it into equal chunks; pad each sequence to a multiple of ", chunks,
+                " (TransformerEngine pads its cu_seqlens so)");
+  }
+  PackedShard shard;
+  shard.positions.reserve(static_cast<size_t>(total / world_size));
+  shard.indices.reserve(static_cast<size_t>(total / world_size));
+  for (size_t s = 0; s < sequences; ++s) {
+    const int64_t chunk = (cu_seqlens[s + 1] - cu_seqlens[s]) / chunks;
+    for (const int64_t index : {rank, chunks - 1 - rank}) {
+      for (int64_t p = index * chunk; p < (index + 1) * chunk; ++p) {
+        shard.positions.push_back(p);
+        shard.indices.push_back(cu_seqlens[s] + p);
+      }
+      if (!zigzag) {
+        break;
+      }
+    }
+  }
+  return shard;
+}
+
+std::pair<at::Tensor, at::Tensor> context_parallel_packed_positions_from(
+    const at::Tensor& cu_seqlens, int64_t total, int64_t world_size, int64_t rank, bool zigzag) {
+  static constexpr detail::CallerName who{};
+  check_context_parallel_ranks(world_size, rank);
+  const int64_t entries = cu_seqlens.numel();
+  TORCH_CHECK(entries >= 2, who,
+              ": cu_seqlens must hold the cumulative sequence lengths [0, l0, l0 + l1, ..., T] "
+              "(at least 2 entries), but holds ", entries);
+  const int64_t sequences = entries - 1;
+  const int64_t chunks = zigzag ? 2 * world_size : world_size;
+  const at::Tensor cu = cu_seqlens.reshape({-1}).to(at::kLong);
+  const at::Tensor starts = cu.narrow(0, 0, sequences);
+  const at::Tensor lengths = cu.narrow(0, 1, sequences) - starts;
+  // What the host form checks, as one tensor of conditions and the values they are about: the
+  // first entry (0), the last (total), entries that never decrease, lengths that split evenly.
+  check_on_device(
+      at::cat({cu.narrow(0, 0, 1).eq(0), cu.narrow(0, sequences, 1).eq(total),
+               cu.narrow(0, 1, sequences).ge(starts), lengths.remainder(chunks).eq(0)}),
+      at::cat({cu.narrow(0, 0, 1), cu.narrow(0, sequences, 1), lengths, lengths}),
+      DeviceCheck::kCuSeqlensChunks);
+  // The rank holds lengths[s] / world_size tokens of sequence s: slot j of the shard belongs to
+  // the sequence s whose shard range [ends[s - 1], ends[s]) holds it (a count of the ends <= j,
+  // as packed_positions_from counts), at k = j - its shard's first slot.
+  const int64_t local = total / world_size;
+  const at::Tensor shard_lengths = lengths.div(world_size, "floor");
+  const at::Tensor shard_ends = shard_lengths.cumsum(0).clamp(0, local);
+  const at::Tensor sequence = at::zeros({local + 1}, cu.options())
+                                  .scatter_add(0, shard_ends, at::ones_like(shard_ends))
+                                  .cumsum(0)
+                                  .narrow(0, 0, local)
+                                  .clamp_max(sequences - 1);
+  const at::Tensor slots = at::arange(local, cu.options());
+  const at::Tensor k = slots - (shard_ends - shard_lengths).index({sequence});
+  const at::Tensor chunk = lengths.div(chunks, "floor").index({sequence});
+  at::Tensor positions = k + chunk * rank;
+  if (zigzag) { // the second chunk, 2 * world_size - 1 - rank, after the first
+    positions = at::where(k < chunk, positions, k - chunk + chunk * (chunks - 1 - rank));
+  }
+  at::Tensor indices = positions + starts.index({sequence});
+  return {positions, indices};
 }
 
 namespace {

@@ -5,6 +5,7 @@
 // posenc::mrope_position_ids), the functional forms and RotaryEmbedding::forward_packed use.
 
 #include <array>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
@@ -33,6 +34,31 @@ at::Tensor packed_positions_from(const at::Tensor& cu_seqlens, int64_t total,
 /// `2 * world_size`).
 std::vector<int64_t> context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
                                                 bool zigzag);
+
+/// Rank `rank`'s shard of `total` packed tokens (cu_seqlens as packed_positions reads it) split
+/// for context parallelism sequence by sequence (TransformerEngine's THD layout): each sequence
+/// in `world_size` equal chunks (the rank's chunk `rank`) or, zigzag, in `2 * world_size` (its
+/// chunks `rank` and `2 * world_size - 1 - rank`); the rank holds its chunks of sequence 0, then
+/// of sequence 1, ... `positions` counts from each sequence's first token, `indices` are those
+/// tokens' places in the packed batch (`total / world_size` of each). Checks cu_seqlens as
+/// packed_positions does, and that every sequence's length is a multiple of the chunks.
+struct PackedShard {
+  std::vector<int64_t> positions;
+  std::vector<int64_t> indices;
+};
+PackedShard context_parallel_packed_positions(const std::vector<int64_t>& cu_seqlens,
+                                              int64_t total, int64_t world_size, int64_t rank,
+                                              bool zigzag);
+
+/// context_parallel_packed_positions computed with tensor operations where `cu_seqlens` lies
+/// (1-D int32/int64, at least 2 entries): int64 `[total / world_size]` positions and indices
+/// there, nothing read back (the conditions on cu_seqlens are checked on the device:
+/// DeviceCheck::kCuSeqlensChunks). `total` must be a multiple of the chunks (the caller checks).
+std::pair<at::Tensor, at::Tensor> context_parallel_packed_positions_from(
+    const at::Tensor& cu_seqlens, int64_t total, int64_t world_size, int64_t rank, bool zigzag);
+
+/// Checks world_size and rank of a context-parallel split (0 <= rank < world_size <= 2^28).
+void check_context_parallel_ranks(int64_t world_size, int64_t rank);
 
 /// The image or the video grids of a multimodal batch, as multimodal RoPE numbers them: each
 /// grid's temporal, height and width patches (before merging) and its frames' temporal spacing.

@@ -62,6 +62,14 @@ at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64
   return ops::context_parallel_positions(seq_len, world_size, rank, zigzag, device);
 }
 
+std::tuple<at::Tensor, at::Tensor> context_parallel_packed_positions(const at::Tensor& cu_seqlens,
+                                                                     int64_t total,
+                                                                     int64_t world_size,
+                                                                     int64_t rank, bool zigzag) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "context_parallel_packed_positions");
+  return ops::context_parallel_packed_positions(cu_seqlens, total, world_size, rank, zigzag);
+}
+
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
   constexpr const char* who = "positions_from_padding_mask";
   TORCH_CHECK(padding_mask.defined(), who, ": expected a padding mask of shape ",

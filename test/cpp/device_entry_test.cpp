@@ -470,6 +470,32 @@ TEST(DeviceEntry, PackedPositionsFromTensorsMatchTheHostForm) {
       "start_positions be >= 0");
 }
 
+// context_parallel_packed_positions' tensor form (used where cu_seqlens lie on a device) equals
+// the host form, and its checks hold the host form's conditions.
+TEST(DeviceEntry, PackedContextParallelFromTensorsMatchesTheHostForm) {
+  const std::vector<int64_t> cu = {0, 8, 8, 16, 40};
+  for (const bool zigzag : {false, true}) {
+    for (const int64_t world : {1, 2, 4}) {
+      for (int64_t rank = 0; rank < world; ++rank) {
+        const posenc::detail::PackedShard host =
+            posenc::detail::context_parallel_packed_positions(cu, 40, world, rank, zigzag);
+        const auto from = posenc::detail::context_parallel_packed_positions_from(
+            torch::tensor(cu, torch::kInt), 40, world, rank, zigzag);
+        EXPECT_TRUE(torch::equal(from.first, torch::tensor(host.positions, torch::kLong)))
+            << from.first;
+        EXPECT_TRUE(torch::equal(from.second, torch::tensor(host.indices, torch::kLong)))
+            << from.second;
+      }
+    }
+  }
+  for (const auto& bad : {std::vector<int64_t>{2, 4, 8}, std::vector<int64_t>{0, 6, 4, 8},
+                          std::vector<int64_t>{0, 4, 6}, std::vector<int64_t>{0, 2, 8}}) {
+    EXPECT_POSENC_ERROR(posenc::detail::context_parallel_packed_positions_from(
+                            torch::tensor(bad, torch::kLong), 8, 2, 0, true),
+                        "every sequence's length be a multiple of the chunks");
+  }
+}
+
 namespace {
 // A GPU module's output against the CPU module's (values of magnitude a few units: 1e-6 is a few
 // float32 ulp).

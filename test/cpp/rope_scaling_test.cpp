@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -695,6 +696,45 @@ TEST(ContextParallel, ShardsCoverTheSequenceAndRotateLikeIt) {
                       "multiple of 2 * world_size = 4");
   EXPECT_POSENC_ERROR(F::context_parallel_positions(8, 2, 2), "0 <= rank < world_size");
   EXPECT_POSENC_ERROR(F::context_parallel_positions(8, 0, 0), "world_size >= 1");
+}
+
+// Packed sequences split sequence by sequence: the module's forward_packed of the whole batch,
+// taken at each rank's indices, is the rank's tokens rotated at its positions.
+TEST(ContextParallel, PackedShardsRotateLikeTheWholeBatch) {
+  torch::manual_seed(0);
+  RotaryEmbedding rope(RotaryEmbeddingOptions(16, 64));
+  const auto cu = torch::tensor({0, 12, 12, 36, 48}, torch::kInt);
+  const auto packed = torch::randn({48, 3, 16});
+  const auto whole = rope->forward_packed(packed, cu);
+  for (const bool zigzag : {false, true}) {
+    for (const int64_t world : {1, 2, 3, 6}) {
+      if (zigzag && world == 6) {
+        continue; // (12 tokens do not split into 12 chunks of the 36-token sequence's size)
+      }
+      std::vector<int64_t> held;
+      for (int64_t rank = 0; rank < world; ++rank) {
+        const auto [positions, indices] =
+            F::context_parallel_packed_positions(cu, 48, world, rank, zigzag);
+        ASSERT_EQ(positions.numel(), 48 / world);
+        EXPECT_TRUE(torch::equal(
+            rope->forward_positions(packed.index_select(0, indices).unsqueeze(0),
+                                    positions)
+                .squeeze(0),
+            whole.index_select(0, indices)));
+        const auto values = indices.contiguous();
+        held.insert(held.end(), values.data_ptr<int64_t>(),
+                    values.data_ptr<int64_t>() + values.numel());
+      }
+      std::sort(held.begin(), held.end());
+      std::vector<int64_t> all(48);
+      std::iota(all.begin(), all.end(), int64_t{0});
+      EXPECT_EQ(held, all);
+    }
+  }
+  EXPECT_POSENC_ERROR(F::context_parallel_packed_positions(torch::tensor({0, 6, 12}), 12, 2, 0,
+                                                           true),
+                      "context_parallel_packed_positions: sequence 0 has 6 tokens, which must be "
+                      "a multiple of 2 * world_size = 4");
 }
 
 } // namespace

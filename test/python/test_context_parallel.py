@@ -1,7 +1,9 @@
-"""Packed sequences and context-parallel shards through the operators: posenc::packed_positions and
-posenc::context_parallel_positions, and a torch.distributed run (gloo, 2 processes on the CPU)
-proving that rotating each rank's shard at its positions equals rotating the whole sequence."""
+"""Packed sequences and context-parallel shards through the operators: posenc::packed_positions,
+posenc::context_parallel_positions and posenc::context_parallel_packed_positions, and a
+torch.distributed run (gloo, 2 processes on the CPU) proving that rotating each rank's shard at its
+positions equals rotating the whole sequence, or the whole packed batch."""
 
+import itertools
 import os
 
 import pytest
@@ -66,6 +68,63 @@ def test_opcheck_context_parallel_positions(posenc_ops):
     torch.library.opcheck(posenc_ops.context_parallel_positions.default, (12, 3, 1), {"zigzag": True})
 
 
+def test_zigzag_positions_are_torchs_head_tail_layout(posenc_ops):
+    """torch's context_parallel (which torchtitan runs) balances a causal sequence with its
+    head-tail load balancer: the sequence reordered by its indices, then cut in world_size equal
+    pieces, one per rank. Each piece is the zigzag split's positions of that rank."""
+    try:
+        from torch.distributed.tensor.experimental._context_parallel._load_balancer import _HeadTailLoadBalancer
+    except ImportError:
+        pytest.skip("this torch has no head-tail load balancer (torch.distributed.tensor.experimental._context_parallel)")
+    for seq_len, world in ((16, 2), (48, 3), (64, 4), (8, 1)):
+        indices = _HeadTailLoadBalancer(seq_len, world, "cpu")._generate_indices().reshape(-1)
+        for rank, piece in enumerate(indices.chunk(world)):
+            assert torch.equal(posenc_ops.context_parallel_positions(seq_len, world, rank, True), piece), (seq_len, world, rank)
+
+
+def test_context_parallel_packed_positions_split_each_sequence(posenc_ops):
+    """A packed batch split sequence by sequence: rank r holds, of every sequence in turn, the
+    positions context_parallel_positions gives a whole sequence of that length, at indices
+    cu_seqlens[s] + position; over the ranks every token is held exactly once."""
+    cu = torch.tensor([0, 8, 12], dtype=torch.int32)
+    positions, indices = posenc_ops.context_parallel_packed_positions(cu, 12, 2, 0, True)
+    assert positions.tolist() == [0, 1, 6, 7, 0, 3] and indices.tolist() == [0, 1, 6, 7, 8, 11]
+    positions, indices = posenc_ops.context_parallel_packed_positions(cu, 12, 2, 1)
+    assert positions.tolist() == [4, 5, 6, 7, 2, 3] and indices.tolist() == [4, 5, 6, 7, 10, 11]
+    lengths = [12, 0, 24, 6, 30]
+    cu = torch.tensor([0, *itertools.accumulate(lengths)])
+    for world, zigzag in ((1, False), (3, False), (6, False), (3, True), (1, True)):
+        held = []
+        for rank in range(world):
+            positions, indices = posenc_ops.context_parallel_packed_positions(cu, int(cu[-1]), world, rank, zigzag)
+            assert positions.dtype == indices.dtype == torch.int64
+            expected = [posenc_ops.context_parallel_positions(length, world, rank, zigzag) for length in lengths]
+            assert torch.equal(positions, torch.cat(expected))
+            assert torch.equal(indices, torch.cat([part + start for part, start in zip(expected, cu[:-1].tolist())]))
+            held += indices.tolist()
+        assert sorted(held) == list(range(int(cu[-1])))
+
+
+def test_context_parallel_packed_positions_refuse_uneven_sequences(posenc_ops):
+    cu = torch.tensor([0, 8, 14, 16])
+    with pytest.raises(RuntimeError, match=r"sequence 1 has 6 tokens, which must be a multiple of 2 \* world_size = 4"):
+        posenc_ops.context_parallel_packed_positions(cu, 16, 2, 0, True)
+    with pytest.raises(RuntimeError, match=r"total \(the number of packed tokens\) must be a multiple of world_size = 3"):
+        posenc_ops.context_parallel_packed_positions(cu, 16, 3, 0)
+    with pytest.raises(RuntimeError, match="cu_seqlens must not decrease, but entry 1 is 8 and entry 2 is 4"):
+        posenc_ops.context_parallel_packed_positions(torch.tensor([0, 8, 4, 12]), 12, 2, 0)
+    with pytest.raises(RuntimeError, match="cu_seqlens must start at 0 and end at the number of packed tokens T = 20"):
+        posenc_ops.context_parallel_packed_positions(cu, 20, 2, 0)
+    with pytest.raises(RuntimeError, match="expected 0 <= rank < world_size"):
+        posenc_ops.context_parallel_packed_positions(cu, 16, 2, 2)
+
+
+def test_opcheck_context_parallel_packed_positions(posenc_ops):
+    cu = torch.tensor([0, 8, 12, 24])
+    for zigzag in (False, True):
+        torch.library.opcheck(posenc_ops.context_parallel_packed_positions.default, (cu, 24, 2, 1), {"zigzag": zigzag})
+
+
 SEQ_LEN, WORLD = 32, 2
 
 
@@ -91,6 +150,23 @@ def _rank_main(rank, library, store, directory):
             for part, where in zip(shards, all_positions):
                 assembled[:, where] = part
             assert torch.equal(assembled, whole), f"rank {rank}, zigzag {zigzag}: the shards differ from the whole sequence"
+        # A packed batch of 3 sequences split sequence by sequence: each rank rotates its tokens at
+        # their positions; put back at their indices they equal the whole batch rotated at its
+        # packed positions.
+        cu = torch.tensor([0, 8, 20, 32])
+        packed = torch.randn(32, 4, 16)
+        whole = ops.apply_rotary(packed[None], cos, sin, positions=ops.packed_positions(cu, 32), inv_freq=inv_freq)[0]
+        for zigzag in (False, True):
+            positions, indices = ops.context_parallel_packed_positions(cu, 32, WORLD, rank, zigzag)
+            shard = ops.apply_rotary(packed.index_select(0, indices)[None], cos, sin, positions=positions, inv_freq=inv_freq)[0]
+            shards = [torch.empty_like(shard) for _ in range(WORLD)]
+            all_indices = [torch.empty_like(indices) for _ in range(WORLD)]
+            dist.all_gather(shards, shard)
+            dist.all_gather(all_indices, indices)
+            assembled = torch.full_like(whole, float("nan"))
+            for part, where in zip(shards, all_indices):
+                assembled[where] = part
+            assert torch.equal(assembled, whole), f"rank {rank}, zigzag {zigzag}: the packed shards differ from the whole batch"
         finish_rank(rank, directory)
     finally:
         dist.destroy_process_group()

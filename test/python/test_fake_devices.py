@@ -366,6 +366,8 @@ OPERATOR_CASES = [
     _case("packed_positions", "start_positions", lambda ops, T: ops.packed_positions(T(ints([0, 3, 7])), 7, T(ints([5, 0])))),
     _case("context_parallel_positions", "contiguous", lambda ops, T: ops.context_parallel_positions(8, 2, 1, device=T.device)),
     _case("context_parallel_positions", "zigzag", lambda ops, T: ops.context_parallel_positions(8, 2, 0, True, device=T.device)),
+    _case("context_parallel_packed_positions", "contiguous", lambda ops, T: ops.context_parallel_packed_positions(T(ints([0, 4, 10])), 10, 2, 1)),
+    _case("context_parallel_packed_positions", "zigzag", lambda ops, T: ops.context_parallel_packed_positions(T(torch.tensor([0, 8, 12], dtype=torch.int32)), 12, 2, 0, True)),
     _case("mrope_position_ids", "text_only", lambda ops, T: ops.mrope_position_ids(T(torch.zeros(2, 5, dtype=torch.long)))),
     _case("mrope_position_ids", "image_video_mask", lambda ops, T: ops.mrope_position_ids(
         T(ints([[0, 1, 1, 2, 2, 0], [0, 0, 0, 0, 0, 0]])), T(ints([[1, 2, 4]])), T(ints([[2, 2, 2]])),

@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <tuple>
 
 namespace posenc {
 namespace functional {
@@ -53,6 +54,27 @@ at::Tensor packed_positions(const at::Tensor& cu_seqlens, int64_t total,
 at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64_t rank,
                                       bool zigzag = false,
                                       const c10::Device& device = c10::Device(c10::kCPU));
+
+/// Rank `rank`'s shard of packed sequences under context parallelism, split sequence by sequence
+/// (TransformerEngine's THD layout; posenc::ops::context_parallel_packed_positions): each
+/// sequence's positions as context_parallel_positions splits a whole sequence, the rank's chunks
+/// of every sequence in order. Returns `(positions, indices)`, int64 `[total / world_size]` on
+/// the device of `cu_seqlens`: the tokens' positions in their sequences and their indices in the
+/// packed batch.
+///
+/// Example:
+/// ```
+/// // sequences of 8 and 4 tokens, world_size 2, rank 0, zigzag
+/// //   -> positions [0, 1, 6, 7, 0, 3], indices [0, 1, 6, 7, 8, 11]
+/// auto [positions, indices] = posenc::functional::context_parallel_packed_positions(
+///     torch::tensor({0, 8, 12}), 12, 2, 0, /*zigzag=*/true);
+/// auto local = packed.index_select(0, indices); // the rank's tokens, [6, H, Dh]
+/// ```
+std::tuple<at::Tensor, at::Tensor> context_parallel_packed_positions(const at::Tensor& cu_seqlens,
+                                                                     int64_t total,
+                                                                     int64_t world_size,
+                                                                     int64_t rank,
+                                                                     bool zigzag = false);
 
 } // namespace functional
 } // namespace posenc

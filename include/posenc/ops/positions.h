@@ -35,6 +35,21 @@ at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64
                                       bool zigzag = false,
                                       c10::optional<at::Device> device = c10::nullopt);
 
+/// One rank's shard of `total` packed sequences under context parallelism, split sequence by
+/// sequence as TransformerEngine splits its THD batches: each sequence (`cu_seqlens` as
+/// packed_positions reads it) in `world_size` equal chunks of which the rank holds chunk `rank`,
+/// or, `zigzag`, in `2 * world_size` chunks of which it holds chunks `rank` and
+/// `2 * world_size - 1 - rank`; its chunks of sequence 0 first, then of sequence 1, ... Every
+/// sequence's length must be a multiple of the chunks. Returns int64 `[total / world_size]`
+/// `(positions, indices)` on the device of `cu_seqlens`: each token's position in its sequence
+/// (for the rotary operators' `positions`) and its index in the packed batch (`index_select`
+/// the rank's tokens, labels and masks with it). Computed there: nothing is read back from a GPU.
+std::tuple<at::Tensor, at::Tensor> context_parallel_packed_positions(const at::Tensor& cu_seqlens,
+                                                                     int64_t total,
+                                                                     int64_t world_size,
+                                                                     int64_t rank,
+                                                                     bool zigzag = false);
+
 /// Positions of padded sequences (fairseq's): each real token's position is the number of real
 /// tokens before it in its sequence, padding (`true` in the bool `padding_mask`, `[B, L]`, or
 /// `[L, B]` with `batch_first = false`) gets -1. int64, on the mask's device.

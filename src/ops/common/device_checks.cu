@@ -60,6 +60,12 @@ __device__ void fail(DeviceCheck check, double value, int64_t index) {
           "at total, and start_positions be >= 0",
           __FILE__, __LINE__, __func__);
       break;
+    case DeviceCheck::kCuSeqlensChunks:
+      __assert_fail(
+          "posenc::context_parallel_packed_positions: cu_seqlens must start at 0, never "
+          "decrease and end at total, and every length be a multiple of the chunks",
+          __FILE__, __LINE__, __func__);
+      break;
   }
 }
 

@@ -30,6 +30,11 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
         " total, Tensor? start_positions=None) -> Tensor");
   m.def("context_parallel_positions(" POSENC_SYMINT
         " seq_len, int world_size, int rank, bool zigzag=False, Device? device=None) -> Tensor");
+  // Rank `rank`'s shard of packed sequences split sequence by sequence (TransformerEngine's THD
+  // layout): its tokens' positions and their indices in the packed batch.
+  m.def("context_parallel_packed_positions(Tensor cu_seqlens, " POSENC_SYMINT
+        " total, int world_size, int rank, bool zigzag=False) -> (Tensor positions, Tensor "
+        "indices)");
   // Each real token's position counted from its sequence's first real token; padding (true) -1.
   m.def("positions_from_padding_mask(Tensor padding_mask, bool batch_first=True) -> Tensor");
   // Multimodal RoPE's [3, B, L] positions of text, image and video tokens and each row's delta
@@ -85,6 +90,57 @@ at::Tensor packed_positions_kernel(const at::Tensor& cu_seqlens, int64_t total,
       detail::packed_positions(host_values(cu_seqlens), total,
                                given ? host_values(*start_positions) : std::vector<int64_t>());
   return at::tensor(positions, at::TensorOptions().dtype(at::kLong)).to(cu_seqlens.device());
+}
+
+constexpr const char* kPackedShard = "posenc::context_parallel_packed_positions";
+
+// What context_parallel_packed_positions checks without reading cu_seqlens (`total`: -1 where
+// torch.export keeps it symbolic, checked when the program runs).
+void check_packed_shard_arguments(const at::Tensor& cu_seqlens, int64_t total, int64_t world_size,
+                                  int64_t rank, bool zigzag) {
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, kPackedShard);
+  check_index_vector(cu_seqlens, "cu_seqlens", cu_seqlens);
+  detail::check_context_parallel_ranks(world_size, rank);
+  TORCH_CHECK(total <= detail::kMaxTableElements, detail::caller_or(kPackedShard),
+              ": total (the number of packed tokens) must be in [0, 2^28] (posenc's limit of "
+              "positions in one call), but got ", total);
+  const int64_t chunks = zigzag ? 2 * world_size : world_size;
+  TORCH_CHECK(total < 0 || total % chunks == 0, detail::caller_or(kPackedShard),
+              ": total (the number of packed tokens) must be a multiple of ",
+              zigzag ? "2 * world_size = " : "world_size = ", chunks,
+              ", as every sequence's length must be, but got ", total,
+              "; pad each sequence to a multiple of ", chunks);
+}
+
+std::tuple<at::Tensor, at::Tensor> context_parallel_packed_positions_kernel(
+    const at::Tensor& cu_seqlens, int64_t total, int64_t world_size, int64_t rank, bool zigzag) {
+  const detail::CallerScope caller(detail::CallerScope::KeepOuter{}, kPackedShard);
+  TORCH_CHECK(total >= 0, detail::caller_or(kPackedShard),
+              ": total (the number of packed tokens) must be in [0, 2^28] (posenc's limit of "
+              "positions in one call), but got ", total);
+  check_packed_shard_arguments(cu_seqlens, total, world_size, rank, zigzag);
+  if (detail::checks_on_device(cu_seqlens.device())) { // computed and checked there: no read back
+    auto shard =
+        detail::context_parallel_packed_positions_from(cu_seqlens, total, world_size, rank, zigzag);
+    return {std::move(shard.first), std::move(shard.second)};
+  }
+  const detail::PackedShard shard = detail::context_parallel_packed_positions(
+      host_values(cu_seqlens), total, world_size, rank, zigzag);
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  return {at::tensor(shard.positions, longs).to(cu_seqlens.device()),
+          at::tensor(shard.indices, longs).to(cu_seqlens.device())};
+}
+
+std::tuple<at::Tensor, at::Tensor> context_parallel_packed_positions_meta(
+    const at::Tensor& cu_seqlens, SymLength total, int64_t world_size, int64_t rank, bool zigzag) {
+  const c10::optional<int64_t> known = concrete(total);
+  TORCH_CHECK(!known || *known >= 0, detail::caller_or(kPackedShard),
+              ": total (the number of packed tokens) must be in [0, 2^28] (posenc's limit of "
+              "positions in one call), but got ", *known);
+  check_packed_shard_arguments(cu_seqlens, known.value_or(-1), world_size, rank, zigzag);
+  const auto longs = cu_seqlens.options().dtype(at::kLong);
+  const SymLength local = total / world_size;
+  return {empty_with_lengths({local}, longs), empty_with_lengths({local}, longs)};
 }
 
 at::Tensor packed_positions_meta(const at::Tensor& cu_seqlens, SymLength total,
@@ -239,18 +295,22 @@ TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {
   m.impl("packed_positions", TORCH_FN(packed_positions_kernel));
   m.impl("context_parallel_positions", TORCH_FN(context_parallel_positions_kernel));
+  m.impl("context_parallel_packed_positions", TORCH_FN(context_parallel_packed_positions_kernel));
   m.impl("mrope_position_ids", TORCH_FN(mrope_position_ids_kernel));
 }
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {
   m.impl("packed_positions", TORCH_FN(packed_positions_meta));
+  m.impl("context_parallel_packed_positions", TORCH_FN(context_parallel_packed_positions_meta));
   m.impl("mrope_position_ids", TORCH_FN(mrope_position_ids_meta));
 }
 
-// Integer positions have no gradient: autograd passes mrope_position_ids through to its kernels
+// Integer positions have no gradient: autograd passes mrope_position_ids and
+// context_parallel_packed_positions through to their kernels
 // (LibTorch 1.13 has no AutogradMeta kernel for CompositeExplicitAutograd operators otherwise).
 TORCH_LIBRARY_IMPL(posenc, Autograd, m) {
   m.impl("mrope_position_ids", torch::CppFunction::makeFallthrough());
+  m.impl("context_parallel_packed_positions", torch::CppFunction::makeFallthrough());
 }
 
 using PackedSignature = at::Tensor(const at::Tensor&, int64_t, OptionalTensor);
@@ -267,6 +327,16 @@ at::Tensor context_parallel_positions(int64_t seq_len, int64_t world_size, int64
                                       bool zigzag, c10::optional<at::Device> device) {
   static const auto op = typed_op<ShardSignature>("posenc::context_parallel_positions");
   return op.call(SymLength(seq_len), world_size, rank, zigzag, device);
+}
+
+std::tuple<at::Tensor, at::Tensor> context_parallel_packed_positions(const at::Tensor& cu_seqlens,
+                                                                     int64_t total,
+                                                                     int64_t world_size,
+                                                                     int64_t rank, bool zigzag) {
+  static const auto op =
+      typed_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t, int64_t, int64_t,
+                                                  bool)>("posenc::context_parallel_packed_positions");
+  return op.call(cu_seqlens, total, world_size, rank, zigzag);
 }
 
 at::Tensor positions_from_padding_mask(const at::Tensor& padding_mask, bool batch_first) {
