@@ -52,11 +52,12 @@ ROUTES = ["no-toolkit", "toolkit"]
 SCIKIT_BUILD_CORE = "scikit-build-core==0.11.6"
 # The test subset: each family through its operators and posenc.nn modules (rotary, sinusoidal and
 # learned tables, biases, vision), TorchScript export, torch.compile / torch.export with dynamic
-# shapes, fake and meta tensors, context-parallel positions, the out= and aliasing rules. Tests that
+# shapes, fake and meta tensors, context-parallel positions, DTensor's sharding rules, the out= and
+# aliasing rules. Tests that
 # need posenc's CLI or C++ test tool, or transformers/diffusers/timm, are not in it (those run on the
 # pinned torch in CI).
 SUBSET = ["test_ops.py", "test_rotary.py", "test_positions.py", "test_export.py", "test_dynamic_shapes.py",
-          "test_attention_bias.py", "test_vision.py", "test_context_parallel.py", "test_call_safety.py",
+          "test_attention_bias.py", "test_vision.py", "test_context_parallel.py", "test_distributed.py", "test_call_safety.py",
           "test_fake_devices.py", "test_package.py"]
 # ONNX export (posenc.onnx, torch.onnx.export(dynamo=True) at opset 23: torch >= 2.9), one export per
 # family and the refusals, run by ONNX Runtime, with onnx / onnxscript / onnxruntime at the versions

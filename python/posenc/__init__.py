@@ -21,7 +21,7 @@ import os
 
 import torch
 
-__all__ = ["ops", "nn", "library_path", "io_library_path", "torch_version", "__version__"]
+__all__ = ["ops", "nn", "distributed", "library_path", "io_library_path", "torch_version", "__version__"]
 
 __version__ = "0.1.0"
 
@@ -185,3 +185,7 @@ def _register_fake_kernels() -> None:
 _register_fake_kernels()
 
 from . import nn  # noqa: E402  (needs the operators loaded)
+from . import distributed  # noqa: E402
+
+# DTensor's sharding rules of the operators (posenc.distributed), where torch.distributed exists.
+distributed.register_sharding_rules()

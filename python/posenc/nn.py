@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from . import distributed as _distributed
+
 __all__ = [
     "PositionalEncoding",
     "LearnedPositionalEmbedding",
@@ -479,6 +481,9 @@ class RotaryEmbedding(_DerivedTables):
         self._host_inv_freq = inv_freq  # what the caches are computed from (CPU)
         #: longrope: the frequencies of the calls past its original context (None for the other types)
         self._long_inv_freq = long_inv_freq if long_inv_freq.numel() > 0 else None
+        # dynamic NTK and LongRoPE: a call's frequencies follow its largest position (checked
+        # against sequence-sharded DTensors: posenc.distributed.check_rotary_module_call)
+        self._call_frequencies = self.rope_type == "dynamic" or self._long_inv_freq is not None
         #: The variant's attention factor (YaRN's mscale, LongRoPE's; 1 for the others).
         self.attention_factor = float(factor)
         #: The factor in the rows (cached or computed): the attention factor, or 1 when it is left out.
@@ -519,6 +524,8 @@ class RotaryEmbedding(_DerivedTables):
     # the C++ module's own: the rotary_embedding_call operators, given this module's options.
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        if self._call_frequencies:
+            _distributed.check_rotary_module_call("RotaryEmbedding", {"x": x}, self.heads_first)
         return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
                                           offset, None)
 
@@ -526,11 +533,15 @@ class RotaryEmbedding(_DerivedTables):
         """Explicit positions: integer or fractional ``[L]`` / ``[B, L]``, or multimodal ``[3, B, L]``."""
         if positions is None:
             raise ValueError("RotaryEmbedding: forward_positions needs positions; use forward(x, offset) for consecutive ones")
+        if self._call_frequencies:
+            _distributed.check_rotary_module_call("RotaryEmbedding", {"x": x}, self.heads_first)
         return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
                                           0, positions)
 
     def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         """Queries and keys (any head counts: GQA/MQA) in one call."""
+        if self._call_frequencies:
+            _distributed.check_rotary_module_call("RotaryEmbedding", {"q": q, "k": k}, self.heads_first)
         return _ops.rotary_embedding_call_qk(q, k, self.cos, self.sin, self.inv_freq, self._long_inv_freq,
                                              self._module, offset, None)
 

@@ -1,0 +1,258 @@
+"""posenc's operators on DTensor inputs (posenc.distributed's sharding rules), in 4 processes on the
+CPU (gloo, 127.0.0.1): each operator's call on sharded inputs equals the unsharded call bit for bit
+(the same kernel on each shard: the rotation and the adds are elementwise in the batch, heads,
+sequence and, for the table adds, features), keeps the placement its rule allows (no gather), and
+refuses what no rule allows with a message saying what to pass. One spawn runs every case; it stops
+by itself (gloo's 60 s timeout, spawn ends the other ranks when one fails)."""
+
+import datetime
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import finish_rank, spawn_ranks
+
+WORLD = 4
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="this torch has no gloo backend")
+
+
+def rope_tables(max_len, rotary_dim, base=10000.0):
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq
+    return angles.cos().float(), angles.sin().float(), inv_freq
+
+
+def _same(rank, what, got, expected, placements=None):
+    from torch.distributed.tensor import DTensor
+
+    assert isinstance(got, DTensor), f"{what}: not a DTensor"
+    if placements is not None:
+        assert tuple(got.placements) == tuple(placements), f"rank {rank}, {what}: placements {got.placements}, expected {placements}"
+    full = got.full_tensor()
+    assert torch.equal(full, expected), f"rank {rank}, {what}: differs from the unsharded call by {(full - expected).abs().max()}"
+
+
+def _refused(what, call, match):
+    try:
+        call()
+    except RuntimeError as error:
+        assert match in str(error), f"{what}: {error}"
+        return
+    raise AssertionError(f"{what}: not refused")
+
+
+def _rotary_cases(rank, mesh, ops):
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    def d(t, *placements):
+        return distribute_tensor(t, mesh, list(placements))
+
+    torch.manual_seed(0)
+    cos, sin, inv_freq = rope_tables(6, 16)  # short caches: positions past them come from inv_freq
+    dcos, dsin, dinv = d(cos, Replicate()), d(sin, Replicate()), d(inv_freq, Replicate())
+    for heads_first in (False, True):
+        batch, seq, heads = (0, 2, 1) if heads_first else (0, 1, 2)
+        x = torch.randn(4, 8, 8, 16)
+        label = f"apply_rotary heads_first={heads_first}"
+        whole = ops.apply_rotary(x, cos, sin, 3, heads_first=heads_first, inv_freq=inv_freq)
+        for dim in (batch, heads):
+            _same(rank, f"{label} Shard({dim})", ops.apply_rotary(d(x, Shard(dim)), dcos, dsin, 3, heads_first=heads_first,
+                                                                 inv_freq=dinv), whole, [Shard(dim)])
+        # the sequence, with positions sharded alike ([L] and [B, L])
+        positions = torch.arange(8) * 3 + 1
+        whole = ops.apply_rotary(x, cos, sin, positions=positions, heads_first=heads_first, inv_freq=inv_freq)
+        _same(rank, f"{label} Shard(seq) positions [L]",
+              ops.apply_rotary(d(x, Shard(seq)), dcos, dsin, positions=d(positions, Shard(0)), heads_first=heads_first,
+                               inv_freq=dinv), whole, [Shard(seq)])
+        each = positions.expand(4, 8) + torch.arange(4)[:, None]
+        whole = ops.apply_rotary(x, cos, sin, positions=each, heads_first=heads_first, inv_freq=inv_freq)
+        _same(rank, f"{label} Shard(seq) positions [B, L]",
+              ops.apply_rotary(d(x, Shard(seq)), dcos, dsin, positions=d(each, Shard(1)), heads_first=heads_first,
+                               inv_freq=dinv), whole, [Shard(seq)])
+        _same(rank, f"{label} Shard(batch) positions [B, L]",
+              ops.apply_rotary(d(x, Shard(batch)), dcos, dsin, positions=d(each, Shard(0)), heads_first=heads_first,
+                               inv_freq=dinv), whole, [Shard(batch)])
+        _refused(f"{label} offset on a sequence shard",
+                 lambda: ops.apply_rotary(d(x, Shard(seq)), dcos, dsin, 3, heads_first=heads_first, inv_freq=dinv),
+                 f"posenc.apply_rotary: x is sharded along its sequence dimension ({seq})")
+        # in place: the shard rotates where it lies
+        inplace = d(x.clone(), Shard(heads))
+        ops.apply_rotary_(inplace, dcos, dsin, 3, heads_first=heads_first, inv_freq=dinv)
+        _same(rank, f"{label} in place", inplace, ops.apply_rotary(x, cos, sin, 3, heads_first=heads_first, inv_freq=inv_freq),
+              [Shard(heads)])
+
+    # queries and keys (GQA: 8 query heads, 4 key heads), out of place and in place
+    q, k = torch.randn(4, 8, 8, 16), torch.randn(4, 8, 4, 16)
+    wq, wk = ops.apply_rotary_qk(q, k, cos, sin, 2, inv_freq=inv_freq)
+    for dim in (0, 2):
+        gq, gk = ops.apply_rotary_qk(d(q, Shard(dim)), d(k, Shard(dim)), dcos, dsin, 2, inv_freq=dinv)
+        _same(rank, f"apply_rotary_qk q Shard({dim})", gq, wq, [Shard(dim)])
+        _same(rank, f"apply_rotary_qk k Shard({dim})", gk, wk, [Shard(dim)])
+    positions = torch.arange(8) + 5
+    wq, wk = ops.apply_rotary_qk(q, k, cos, sin, positions=positions, inv_freq=inv_freq)
+    gq, gk = ops.apply_rotary_qk(d(q, Shard(1)), d(k, Shard(1)), dcos, dsin, positions=d(positions, Shard(0)), inv_freq=dinv)
+    _same(rank, "apply_rotary_qk q Shard(seq)", gq, wq, [Shard(1)])
+    _same(rank, "apply_rotary_qk k Shard(seq)", gk, wk, [Shard(1)])
+    _refused("apply_rotary_qk offset on a sequence shard",
+             lambda: ops.apply_rotary_qk(d(q, Shard(1)), d(k, Shard(1)), dcos, dsin, 2, inv_freq=dinv),
+             "posenc.apply_rotary_qk: q is sharded along its sequence dimension (1)")
+    iq, ik = d(q.clone(), Shard(2)), d(k.clone(), Shard(2))
+    ops.apply_rotary_qk_(iq, ik, dcos, dsin, positions=d(positions, Replicate()), inv_freq=dinv)
+    _same(rank, "apply_rotary_qk_ q", iq, wq, [Shard(2)])
+    _same(rank, "apply_rotary_qk_ k", ik, wk, [Shard(2)])
+
+    # gradients: the backward (the inverse rotation) is sharded like the forward
+    leaf = torch.randn(4, 8, 8, 16, requires_grad=True)
+    ops.apply_rotary(leaf, cos, sin, positions=positions, inv_freq=inv_freq).square().sum().backward()
+    sharded = d(leaf.detach(), Shard(1)).requires_grad_()
+    ops.apply_rotary(sharded, dcos, dsin, positions=d(positions, Shard(0)), inv_freq=dinv).square().sum().backward()
+    assert torch.equal(sharded.grad.full_tensor(), leaf.grad), "apply_rotary gradient"
+
+
+def _module_cases(rank, mesh, posenc):
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    def d(t, *placements):
+        return distribute_tensor(t, mesh, list(placements))
+
+    torch.manual_seed(1)
+    x = torch.randn(2, 16, 4, 32)
+    positions = torch.arange(16) + 100  # past max_len 64: computed from the frequencies
+    rope = posenc.nn.RotaryEmbedding(32, 64, beyond_max_len="extrapolate")
+    with implicit_replication():  # (the module's buffers are plain tensors: replicated)
+        whole = rope.forward_positions(x, positions)
+        _same(rank, "RotaryEmbedding Shard(heads)", rope.forward_positions(d(x, Shard(2)), positions), whole, [Shard(2)])
+        _same(rank, "RotaryEmbedding Shard(seq)", rope.forward_positions(d(x, Shard(1)), d(positions, Shard(0))), whole, [Shard(1)])
+        _refused("RotaryEmbedding offset on a sequence shard", lambda: rope(d(x, Shard(1))),
+                 "x is sharded along its sequence dimension (1) and the call numbers its tokens from `offset`")
+        # dynamic NTK and LongRoPE: a call's frequencies follow its largest position, which a
+        # sequence shard does not see (rotating the shards would be wrong: by 0.9 here): refused;
+        # the heads shard
+        dynamic = posenc.nn.RotaryEmbedding(32, 64, beyond_max_len="extrapolate",
+                                            rope_scaling={"rope_type": "dynamic", "factor": 2.0,
+                                                          "max_position_embeddings": 32})
+        _refused("dynamic RotaryEmbedding Shard(seq)",
+                 lambda: dynamic.forward_positions(d(x, Shard(1)), d(positions, Shard(0))),
+                 "RotaryEmbedding: x is sharded along its sequence dimension (1), but this module's frequencies "
+                 "(dynamic NTK or LongRoPE) follow the call's largest position")
+        _refused("dynamic RotaryEmbedding forward_qk Shard(seq)",
+                 lambda: dynamic.forward_qk(d(x, Shard(2)), d(x, Shard(1))), "RotaryEmbedding: k is sharded")
+        _same(rank, "dynamic RotaryEmbedding Shard(heads)", dynamic.forward_positions(d(x, Shard(2)), positions),
+              dynamic.forward_positions(x, positions), [Shard(2)])
+
+
+def _table_cases(rank, mesh, ops):
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    def d(t, *placements):
+        return distribute_tensor(t, mesh, list(placements))
+
+    torch.manual_seed(2)
+    for batch_first in (True, False):
+        batch, seq = (0, 1) if batch_first else (1, 0)
+        x = torch.randn(4, 8, 12) if batch_first else torch.randn(8, 4, 12)
+        table = torch.randn(16, 12)
+        columns = ops.sinusoidal_columns(12)
+        label = f"add_position_table batch_first={batch_first}"
+        whole = ops.add_position_table(x, table, 2, batch_first, scale=0.5)
+        _same(rank, f"{label} Shard(batch)", ops.add_position_table(d(x, Shard(batch)), d(table, Replicate()), 2, batch_first,
+                                                                     scale=0.5), whole, [Shard(batch)])
+        _same(rank, f"{label} Shard(features)", ops.add_position_table(d(x, Shard(2)), d(table, Shard(1)), 2, batch_first,
+                                                                        scale=0.5), whole, [Shard(2)])
+        positions = torch.arange(8) * 2  # past the table: from the columns
+        whole = ops.add_position_table(x, table, 0, batch_first, positions, columns=columns)
+        _same(rank, f"{label} Shard(seq)", ops.add_position_table(d(x, Shard(seq)), d(table, Replicate()), 0, batch_first,
+                                                                   d(positions, Shard(0)), columns=d(columns, Replicate())),
+              whole, [Shard(seq)])
+        _same(rank, f"{label} Shard(features) columns",
+              ops.add_position_table(d(x, Shard(2)), d(table, Shard(1)), 0, batch_first, d(positions, Replicate()),
+                                     columns=d(columns, Shard(1))), whole, [Shard(2)])
+        _refused(f"{label} offset on a sequence shard",
+                 lambda: ops.add_position_table(d(x, Shard(seq)), d(table, Replicate()), 0, batch_first),
+                 f"posenc.add_position_table: x is sharded along its sequence dimension ({seq})")
+        inplace = d(x.clone(), Shard(batch))
+        ops.add_position_table_(inplace, d(table, Replicate()), 2, batch_first)
+        _same(rank, f"{label} in place", inplace, ops.add_position_table(x, table, 2, batch_first), [Shard(batch)])
+        whole = ops.add_positional_encoding(x, 5, batch_first=batch_first)
+        _same(rank, f"add_positional_encoding batch_first={batch_first} Shard(batch)",
+              ops.add_positional_encoding(d(x, Shard(batch)), 5, batch_first=batch_first), whole, [Shard(batch)])
+        whole = ops.add_positional_encoding(x, batch_first=batch_first, positions=positions)
+        _same(rank, f"add_positional_encoding batch_first={batch_first} Shard(seq)",
+              ops.add_positional_encoding(d(x, Shard(seq)), batch_first=batch_first, positions=d(positions, Shard(0))),
+              whole, [Shard(seq)])
+
+    # a learned table's gradient: partial sums over the shards, reduced to the unsharded one (the
+    # sums of 8 or 32 rows in another order: float32 rounding, 1e-6 relative); x's is elementwise
+    x = torch.randn(4, 8, 12, requires_grad=True)
+    table = torch.randn(16, 12, requires_grad=True)
+    ops.add_position_table(x, table, 3).square().sum().backward()
+    for x_placement, table_placement in ((Shard(0), Replicate()), (Shard(2), Shard(1))):
+        dx = d(x.detach(), x_placement).requires_grad_()
+        dtable = d(table.detach(), table_placement).requires_grad_()
+        ops.add_position_table(dx, dtable, 3).square().sum().backward()
+        assert torch.equal(dx.grad.full_tensor(), x.grad), f"x gradient under {x_placement}"
+        assert torch.allclose(dtable.grad.full_tensor(), table.grad, rtol=1e-6, atol=1e-6), f"table gradient under {x_placement}"
+    out = d(torch.empty(4, 8, 12), Shard(0))
+    _refused("add_position_table_out", lambda: ops.add_position_table_out(d(x.detach(), Shard(0)), d(table.detach(), Replicate()),
+                                                                          out=out),
+             "posenc.add_position_table_out: DTensor cannot write into a given `out`")
+
+
+def _two_dimensional_cases(rank, ops):
+    """A 2 x 2 mesh (data parallel x tensor parallel): batch and heads sharded at once."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(3)
+    cos, sin, inv_freq = rope_tables(32, 16)
+    q, k = torch.randn(4, 8, 8, 16), torch.randn(4, 8, 4, 16)
+    positions = torch.arange(8) + 20
+    wq, wk = ops.apply_rotary_qk(q, k, cos, sin, positions=positions)
+    placements = [Shard(0), Shard(2)]
+    gq, gk = ops.apply_rotary_qk(distribute_tensor(q, mesh, placements), distribute_tensor(k, mesh, placements),
+                                 distribute_tensor(cos, mesh, [Replicate(), Replicate()]),
+                                 distribute_tensor(sin, mesh, [Replicate(), Replicate()]),
+                                 positions=distribute_tensor(positions, mesh, [Replicate(), Replicate()]))
+    _same(rank, "2-D mesh q", gq, wq, placements)
+    _same(rank, "2-D mesh k", gk, wk, placements)
+    # context parallel x tensor parallel: the sequence on one axis, the heads on the other
+    placements = [Shard(1), Shard(2)]
+    gq, gk = ops.apply_rotary_qk(distribute_tensor(q, mesh, placements), distribute_tensor(k, mesh, placements),
+                                 distribute_tensor(cos, mesh, [Replicate(), Replicate()]),
+                                 distribute_tensor(sin, mesh, [Replicate(), Replicate()]),
+                                 positions=distribute_tensor(positions, mesh, [Shard(0), Replicate()]))
+    _same(rank, "2-D mesh cp x tp q", gq, wq, placements)
+    _same(rank, "2-D mesh cp x tp k", gk, wk, placements)
+
+
+def _rank_main(rank, store, directory):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        import posenc
+        from torch.distributed.device_mesh import init_device_mesh
+
+        assert posenc.distributed.register_sharding_rules(), "the rules were not registered"
+        mesh = init_device_mesh("cpu", (WORLD,))
+        _rotary_cases(rank, mesh, posenc.ops)
+        _module_cases(rank, mesh, posenc)
+        _table_cases(rank, mesh, posenc.ops)
+        _two_dimensional_cases(rank, posenc.ops)
+        finish_rank(rank, directory)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_operators_on_dtensors_equal_the_unsharded_calls(tmp_path):
+    from posenc import distributed
+
+    if not distributed.available():
+        pytest.skip("this torch has no DTensor sharding registration")
+    spawn_ranks(_rank_main, (str(tmp_path / "store"), str(tmp_path)), WORLD, str(tmp_path))
