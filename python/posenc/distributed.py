@@ -17,6 +17,8 @@ gathered first). For every operator here:
   sees only its own positions;
 * the caches, tables and frequencies (``cos``, ``sin``, ``inv_freq``, ``table``, ``columns``) stay
   replicated, except that a table add may shard its features with the table's columns;
+* the attention biases shard over the heads (ALiBi's slopes), the batch (a padding mask) or,
+  for relative_position_bucket, any dimension (it is elementwise);
 * the in-place forms keep their input's placement (DTensor cannot move an input it writes to); the
   ``out=`` form is refused, naming the functional form.
 
@@ -241,6 +243,38 @@ def register_sharding_rules() -> bool:
         return _table_strategies("add_positional_encoding", _schema, x, positions, batch_first)
 
     register_sharding(overload)(add_positional_encoding_rule)
+    # --- attention biases -------------------------------------------------------------------------
+    overload, schema = rule("alibi_bias")
+
+    def alibi_bias_rule(slopes, query_length, key_length, offset=None, causal=False, dtype=None, _schema=schema):
+        # [H, Lq, Lk]: each head's bias from its slope (tensor parallelism over the heads)
+        return [([Replicate()], _inputs(_schema, slopes=Replicate())),
+                ([Shard(0)], _inputs(_schema, slopes=Shard(0)))]
+
+    register_sharding(overload)(alibi_bias_rule)
+    overload, schema = rule("alibi_causal_bias")
+
+    def alibi_causal_bias_rule(slopes, key_length, attention_mask=None, dtype=None, _schema=schema):
+        # [H, 1, Lk], or [B, H, 1, Lk] with a mask [B, Lk] (its positions count along the keys: the
+        # mask's key dimension never shards)
+        if attention_mask is None:
+            return [([Replicate()], _inputs(_schema, slopes=Replicate())),
+                    ([Shard(0)], _inputs(_schema, slopes=Shard(0)))]
+        return [([Replicate()], _inputs(_schema, slopes=Replicate(), attention_mask=Replicate())),
+                ([Shard(1)], _inputs(_schema, slopes=Shard(0), attention_mask=Replicate())),
+                ([Shard(0)], _inputs(_schema, slopes=Replicate(), attention_mask=Shard(0)))]
+
+    register_sharding(overload)(alibi_causal_bias_rule)
+    overload, schema = rule("relative_position_bucket")
+
+    def relative_position_bucket_rule(relative_position, bidirectional=True, num_buckets=32, max_distance=128,
+                                      _schema=schema):
+        # elementwise: the buckets are sharded as the distances are (relative_position_bias, a
+        # composite, buckets its [Lq, Lk] distances with it)
+        return [([Replicate()], _inputs(_schema, relative_position=Replicate()))] + [
+            ([Shard(dim)], _inputs(_schema, relative_position=Shard(dim))) for dim in range(relative_position.ndim)]
+
+    register_sharding(overload)(relative_position_bucket_rule)
     _registered = True
     return True
 

@@ -203,6 +203,42 @@ def _table_cases(rank, mesh, ops):
              "posenc.add_position_table_out: DTensor cannot write into a given `out`")
 
 
+def _bias_cases(rank, mesh, ops):
+    """ALiBi's biases sharded over the heads (their slopes) or the batch (the mask); T5's buckets
+    elementwise; Llama 4's query temperature (a composite: its ATen operations under DTensor)."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    def d(t, *placements):
+        return distribute_tensor(t, mesh, list(placements))
+
+    slopes = ops.alibi_slopes(8)
+    _same(rank, "alibi_bias Shard(heads)", ops.alibi_bias(d(slopes, Shard(0)), 5, 7, 2, True),
+          ops.alibi_bias(slopes, 5, 7, 2, True), [Shard(0)])
+    _same(rank, "alibi_causal_bias Shard(heads)", ops.alibi_causal_bias(d(slopes, Shard(0)), 7),
+          ops.alibi_causal_bias(slopes, 7), [Shard(0)])
+    mask = torch.ones(4, 7, dtype=torch.long)
+    mask[1, :3] = 0
+    whole = ops.alibi_causal_bias(slopes, 7, mask)
+    _same(rank, "alibi_causal_bias mask, Shard(heads)", ops.alibi_causal_bias(d(slopes, Shard(0)), 7, d(mask, Replicate())),
+          whole, [Shard(1)])
+    _same(rank, "alibi_causal_bias mask, Shard(batch)", ops.alibi_causal_bias(d(slopes, Replicate()), 7, d(mask, Shard(0))),
+          whole, [Shard(0)])
+    distances = torch.arange(-40, 40).view(8, 10)
+    for dim in (0, 1):
+        _same(rank, f"relative_position_bucket Shard({dim})", ops.relative_position_bucket(d(distances, Shard(dim)), False, 32, 64),
+              ops.relative_position_bucket(distances, False, 32, 64), [Shard(dim)])
+    q = torch.randn(2, 8, 4, 16)
+    positions = torch.arange(8) * 3000
+    with implicit_replication():  # (the composite's own tensors: replicated)
+        _same(rank, "attention_temperature Shard(heads)", ops.attention_temperature(d(q, Shard(2)), d(positions, Replicate())),
+              ops.attention_temperature(q, positions), [Shard(2)])
+        _same(rank, "attention_temperature Shard(seq)", ops.attention_temperature(d(q, Shard(1)), d(positions, Shard(0))),
+              ops.attention_temperature(q, positions), [Shard(1)])
+        _same(rank, "attention_temperature Shard(seq) offset", ops.attention_temperature(d(q, Shard(1)), None, 9000),
+              ops.attention_temperature(q, None, 9000), [Shard(1)])
+
+
 def _two_dimensional_cases(rank, ops):
     """A 2 x 2 mesh (data parallel x tensor parallel): batch and heads sharded at once."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -244,6 +280,7 @@ def _rank_main(rank, store, directory):
         _rotary_cases(rank, mesh, posenc.ops)
         _module_cases(rank, mesh, posenc)
         _table_cases(rank, mesh, posenc.ops)
+        _bias_cases(rank, mesh, posenc.ops)
         _two_dimensional_cases(rank, posenc.ops)
         finish_rank(rank, directory)
     finally:
