@@ -11,8 +11,11 @@ Python:
   - python/posenc/nn.py is the modules layer: it calls posenc's public operators
     (torch.ops.posenc.<name>, no private _name), never loads a library, and imports nothing of
     posenc's own;
-  - python/posenc/__init__.py loads the library (the operators' layer) and imports nn last, as the
-    umbrella;
+  - python/posenc/distributed.py is the operators' layer, as the fake kernels of __init__.py:
+    DTensor's sharding rules of the operators; it imports nothing of posenc's own and never loads
+    a library;
+  - python/posenc/__init__.py loads the library (the operators' layer), imports distributed (its
+    rules) and imports nn last, as the umbrella;
   - python/posenc/integrations/ and python/posenc/onnx.py sit above both: they may import
     posenc, call only public operators, never load a library, and nothing in the package imports
     them (``import posenc`` never imports the libraries they integrate with);
@@ -105,8 +108,14 @@ def python_problems():
     init = ROOT / "python" / "posenc" / "__init__.py"
     imports = [m for m in re.finditer(r"^(?:from\s+\.\s+import|import)\s+(\w+)", init.read_text(), flags=re.M)]
     package = [m.group(1) for m in imports if m.group(0).startswith("from")]
-    if package != ["nn"] or imports[-1].group(0).split()[-1] != "nn":
-        problems.append(f"{init.relative_to(ROOT)}: imports {package} (only nn, last, as the umbrella)")
+    if package not in (["nn"], ["distributed", "nn"]) or imports[-1].group(0).split()[-1] != "nn":
+        problems.append(f"{init.relative_to(ROOT)}: imports {package} (distributed, then only nn, last, as the umbrella)")
+    distributed = ROOT / "python" / "posenc" / "distributed.py"
+    body = distributed.read_text()
+    if re.search(r"load_library", body):
+        problems.append(f"{distributed.relative_to(ROOT)}: loads a library (python/posenc/__init__.py does)")
+    if re.search(r"^\s*(from\s+(\.|posenc)|import\s+posenc)", body, flags=re.M):
+        problems.append(f"{distributed.relative_to(ROOT)}: imports posenc's own modules (it is the operators' layer, below nn)")
     for source in sorted((ROOT / "src" / "export" / "torchscript").glob("*.py")):
         body = source.read_text()
         if "torch.ops" in body:

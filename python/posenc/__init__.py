@@ -184,8 +184,10 @@ def _register_fake_kernels() -> None:
 
 _register_fake_kernels()
 
-from . import nn  # noqa: E402  (needs the operators loaded)
-from . import distributed  # noqa: E402
+# DTensor's sharding rules of the operators (posenc.distributed: this layer, as the fake kernels),
+# registered where torch.distributed and DTensor's public registration exist.
+from . import distributed  # noqa: E402  (needs the operators loaded)
 
-# DTensor's sharding rules of the operators (posenc.distributed), where torch.distributed exists.
 distributed.register_sharding_rules()
+
+from . import nn  # noqa: E402  (needs the operators loaded)

@@ -13,23 +13,21 @@ gathered first). For every operator here:
   with a message that says so. The module calls (``rotary_embedding_call`` and the others that
   posenc.nn makes) are CompositeImplicitAutograd: DTensor sees the operators they decompose into,
   and these rules apply. A RotaryEmbedding whose frequencies follow the call's largest position
-  (dynamic NTK, LongRoPE) refuses a sequence-sharded input (``check_rotary_module_call``): a shard
-  sees only its own positions;
+  (dynamic NTK, LongRoPE) reads it on the host, so posenc.nn replicates sharded positions first;
 * the caches, tables and frequencies (``cos``, ``sin``, ``inv_freq``, ``table``, ``columns``) stay
   replicated, except that a table add may shard its features with the table's columns;
 * the attention biases shard over the heads (ALiBi's slopes), the batch (a padding mask) or,
   for relative_position_bucket, any dimension (it is elementwise);
-* the in-place forms keep their input's placement (DTensor cannot move an input it writes to); the
+* the in-place forms keep their input's placement (DTensor cannot move an input it writes to, and
+  keeps only the first in place: apply_rotary_qk_ refuses q and k placed differently); the
   ``out=`` form is refused, naming the functional form.
 
 ``test_distributed.py`` runs every rule in 4 processes (gloo) against the unsharded call.
 """
 
-import sys
-
 import torch
 
-__all__ = ["register_sharding_rules", "available", "check_rotary_module_call"]
+__all__ = ["register_sharding_rules", "available"]
 
 
 def available() -> bool:
@@ -72,12 +70,10 @@ def _refuse_offset_on_sequence(op, x_name, x, seq_dim, positions):
 
 
 def _position_dims(positions, batch_first=True):
-    """The batch and sequence dimensions of `positions` ([L], [B, L] or [L, B] for sequence-first
-    inputs, [3, B, L] multimodal): (batch dim or None, sequence dim)."""
+    """The batch and sequence dimensions of `positions` ([L], or [B, L], [L, B] for sequence-first
+    inputs): (batch dim or None, sequence dim)."""
     if positions.ndim == 1:
         return None, 0
-    if positions.ndim == 3:
-        return 1, 2
     return (0, 1) if batch_first else (1, 0)
 
 
@@ -112,28 +108,10 @@ def _rotary_strategies(op, schema, operands, tables, positions, heads_first):
     return strategies
 
 
-def check_rotary_module_call(who, operands, heads_first):
-    """posenc.nn.RotaryEmbedding's check of a call of a module whose frequencies follow the call's
-    largest position (dynamic NTK, LongRoPE): its call (CompositeImplicitAutograd: DTensor sees
-    the apply_rotary it decomposes into) reads that position from the positions it is given,
-    which on a sequence shard are the shard's own. Refused; every other placement is apply_rotary's
-    rule."""
-    dtensor = sys.modules.get("torch.distributed.tensor")
-    if dtensor is None:
-        return
-    seq = 2 if heads_first else 1
-    for name, x in operands.items():
-        if isinstance(x, dtensor.DTensor) and seq in _sharded_dims(x):
-            raise RuntimeError(
-                f"{who}: {name} is sharded along its sequence dimension ({seq}), but this module's frequencies "
-                "(dynamic NTK or LongRoPE) follow the call's largest position, which a shard cannot see; "
-                f"replicate {name} along its sequence (redistribute) for this call, or shard the batch or the heads")
-
-
-def _table_strategies(op, schema, x, positions, batch_first, tables=(), feature_tables=()):
+def _table_strategies(op, schema, x, positions, batch_first, tables=(), feature_tables=None):
     """Strategies of a sequence add on x [B, L, D] (or [L, B, D]) with the replicated `tables`
-    (the tensor arguments given); `feature_tables`: those ([rows, D] or [2, D]) that shard their
-    columns with x's features (none: the features never shard)."""
+    (the names of the tensor arguments given); `feature_tables`: {name: spec} of those that shard
+    their last dimension with x's features (None: the features never shard)."""
     _, Replicate, Shard = _placements()
     batch, seq = (0, 1) if batch_first else (1, 0)
     _refuse_offset_on_sequence(op, "x", x, seq, positions)
@@ -155,8 +133,8 @@ def _table_strategies(op, schema, x, positions, batch_first, tables=(), feature_
         pos_batch, pos_seq = _position_dims(positions, batch_first)
         add(batch, Replicate() if pos_batch is None else Shard(pos_batch), {})
         add(seq, Shard(pos_seq), {})
-    if feature_tables:
-        add(2, Replicate(), {name: Shard(1) for name in feature_tables})
+    if feature_tables:  # (a table [max_len, D] or [1, max_len, D], columns [2, D]: their last dim)
+        add(2, Replicate(), {name: Shard(spec.ndim - 1) for name, spec in feature_tables.items()})
     return strategies
 
 
@@ -190,6 +168,13 @@ def register_sharding_rules() -> bool:
 
         def apply_rotary_qk_rule(q, k, cos, sin, offset=0, positions=None, interleaved=False, heads_first=False,
                                  inverse=False, inv_freq=None, attention_factor=1.0, _schema=schema, _name=name):
+            if _name.endswith("_") and tuple(q.placements) != tuple(k.placements):
+                # (DTensor keeps only the first argument in place: k would be moved into a copy,
+                # rotated there and the copy dropped)
+                raise RuntimeError(
+                    f"posenc.{_name}: rotating q and k in place needs them placed alike, but q is {tuple(q.placements)} "
+                    f"and k is {tuple(k.placements)}; redistribute k to q's placement, or call posenc.apply_rotary_qk "
+                    "(the functional form)")
             return _rotary_strategies(_name, _schema, {"q": q, "k": k}, ("cos", "sin", "inv_freq") if inv_freq is not None
                                       else ("cos", "sin"), positions, heads_first)
 
@@ -201,8 +186,8 @@ def register_sharding_rules() -> bool:
 
         def add_position_table_rule(x, table, offset=0, batch_first=True, positions=None, scale=1.0, columns=None,
                                     _schema=schema, _name=name):
-            tables = ("table", "columns") if columns is not None else ("table",)
-            return _table_strategies(_name, _schema, x, positions, batch_first, tables, tables)
+            tables = {"table": table} | ({"columns": columns} if columns is not None else {})
+            return _table_strategies(_name, _schema, x, positions, batch_first, tuple(tables), tables)
 
         register_sharding(overload)(add_position_table_rule)
 
@@ -229,8 +214,9 @@ def register_sharding_rules() -> bool:
             strategies.append(([Partial()], _inputs(_schema, grad=Shard(batch), table=Replicate(),
                                                     positions=Replicate() if pos_batch is None else Shard(pos_batch))))
             strategies.append(([Partial()], _inputs(_schema, grad=Shard(seq), table=Replicate(), positions=Shard(pos_seq))))
-        strategies.append(([Shard(1)], _inputs(_schema, grad=Shard(2), table=Shard(1),
-                                               positions=None if positions is None else Replicate())))
+        features = table.ndim - 1  # (the table's last dimension: [max_len, D] or [1, max_len, D])
+        strategies.append(([Shard(features)], _inputs(_schema, grad=Shard(2), table=Shard(features),
+                                                      positions=None if positions is None else Replicate())))
         return strategies
 
     register_sharding(overload)(add_position_table_backward_rule)

@@ -19,13 +19,12 @@ import contextlib
 import json
 import math
 import os
+import sys
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
-
-from . import distributed as _distributed
 
 __all__ = [
     "PositionalEncoding",
@@ -46,6 +45,21 @@ __all__ = [
 ]
 
 _ops = torch.ops.posenc
+
+
+def _whole_positions(positions: Tensor) -> Tensor:
+    """The positions of a RotaryEmbedding whose frequencies follow the call's largest position
+    (dynamic NTK, LongRoPE), for its call: that call (rotary_embedding_call, CompositeImplicitAutograd:
+    DTensor sees the apply_rotary it decomposes into, with posenc.distributed's rule) reads the
+    largest position on the host, which on a sharded DTensor is the shard's own. Such positions are
+    replicated first (they are small; the rotation then shards them again as the input). Looks for
+    DTensor only where torch.distributed.tensor is loaded already."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    if dtensor is None or not isinstance(positions, dtensor.DTensor):
+        return positions
+    if all(placement.is_replicate() for placement in positions.placements):
+        return positions
+    return positions.redistribute(placements=[dtensor.Replicate()] * positions.device_mesh.ndim)
 
 
 def _json_value(value: Any) -> Any:
@@ -481,8 +495,8 @@ class RotaryEmbedding(_DerivedTables):
         self._host_inv_freq = inv_freq  # what the caches are computed from (CPU)
         #: longrope: the frequencies of the calls past its original context (None for the other types)
         self._long_inv_freq = long_inv_freq if long_inv_freq.numel() > 0 else None
-        # dynamic NTK and LongRoPE: a call's frequencies follow its largest position (checked
-        # against sequence-sharded DTensors: posenc.distributed.check_rotary_module_call)
+        # dynamic NTK and LongRoPE: a call's frequencies follow its largest position (sharded
+        # DTensor positions are replicated first: _whole_positions)
         self._call_frequencies = self.rope_type == "dynamic" or self._long_inv_freq is not None
         #: The variant's attention factor (YaRN's mscale, LongRoPE's; 1 for the others).
         self.attention_factor = float(factor)
@@ -524,8 +538,6 @@ class RotaryEmbedding(_DerivedTables):
     # the C++ module's own: the rotary_embedding_call operators, given this module's options.
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        if self._call_frequencies:
-            _distributed.check_rotary_module_call("RotaryEmbedding", {"x": x}, self.heads_first)
         return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
                                           offset, None)
 
@@ -534,14 +546,12 @@ class RotaryEmbedding(_DerivedTables):
         if positions is None:
             raise ValueError("RotaryEmbedding: forward_positions needs positions; use forward(x, offset) for consecutive ones")
         if self._call_frequencies:
-            _distributed.check_rotary_module_call("RotaryEmbedding", {"x": x}, self.heads_first)
+            positions = _whole_positions(positions)
         return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
                                           0, positions)
 
     def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         """Queries and keys (any head counts: GQA/MQA) in one call."""
-        if self._call_frequencies:
-            _distributed.check_rotary_module_call("RotaryEmbedding", {"q": q, "k": k}, self.heads_first)
         return _ops.rotary_embedding_call_qk(q, k, self.cos, self.sin, self.inv_freq, self._long_inv_freq,
                                              self._module, offset, None)
 

@@ -116,13 +116,27 @@ def spawn_ranks(rank_main, args, world_size, directory):
     interpreter's exit) aborts now and then on torch 2.13 and 2.15 ("terminate called without an
     active exception"), after every rank has finished: such an abort, with every rank's marker
     written, is a warning; any other failure (a rank's error, an abort before the markers) is
-    raised."""
+    raised, but for gloo's failure to connect the ranks (connectFullMesh, seen under load), after
+    which the ranks start once more (the file store among `args`, a path named store*, removed)."""
     import warnings
     import torch.multiprocessing as mp
-    try:
-        mp.spawn(rank_main, args=args, nprocs=world_size, join=True)
-    except mp.ProcessExitedException as error:
-        done = all(os.path.exists(os.path.join(directory, f"rank{r}.done")) for r in range(world_size))
-        if not done or error.signal_name != "SIGABRT":
-            raise
-        warnings.warn(f"torch's gloo teardown aborted after every rank had finished its work: {error}")
+    for attempt in (1, 2):
+        try:
+            mp.spawn(rank_main, args=args, nprocs=world_size, join=True)
+            return
+        except mp.ProcessRaisedException as error:
+            # gloo's connection of the ranks to each other (connectFullMesh) fails now and then on a
+            # loaded 2-core machine, before any rank has done its work: once, the ranks start again
+            # (with a fresh file store: the failed run's is removed).
+            if attempt == 2 or "connectFullMesh" not in str(error):
+                raise
+            warnings.warn(f"gloo could not connect the ranks; starting them again: {str(error).strip().splitlines()[-1]}")
+            for arg in args:
+                if isinstance(arg, str) and os.path.basename(arg).startswith("store") and os.path.isfile(arg):
+                    os.remove(arg)
+        except mp.ProcessExitedException as error:
+            done = all(os.path.exists(os.path.join(directory, f"rank{r}.done")) for r in range(world_size))
+            if not done or error.signal_name != "SIGABRT":
+                raise
+            warnings.warn(f"torch's gloo teardown aborted after every rank had finished its work: {error}")
+            return

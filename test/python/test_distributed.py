@@ -7,12 +7,15 @@ by itself (gloo's 60 s timeout, spawn ends the other ranks when one fails)."""
 
 import datetime
 import os
+import sys
 
 import pytest
 import torch
 import torch.distributed as dist
 
 from conftest import finish_rank, spawn_ranks
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 WORLD = 4
 
@@ -104,6 +107,10 @@ def _rotary_cases(rank, mesh, ops):
     ops.apply_rotary_qk_(iq, ik, dcos, dsin, positions=d(positions, Replicate()), inv_freq=dinv)
     _same(rank, "apply_rotary_qk_ q", iq, wq, [Shard(2)])
     _same(rank, "apply_rotary_qk_ k", ik, wk, [Shard(2)])
+    # in place, q and k must be placed alike (DTensor would rotate a moved copy of k and drop it)
+    _refused("apply_rotary_qk_ q and k placed differently",
+             lambda: ops.apply_rotary_qk_(d(q.clone(), Shard(2)), d(k.clone(), Shard(0)), dcos, dsin, 2, inv_freq=dinv),
+             "posenc.apply_rotary_qk_: rotating q and k in place needs them placed alike")
 
     # gradients: the backward (the inverse rotation) is sharded like the forward
     leaf = torch.randn(4, 8, 8, 16, requires_grad=True)
@@ -114,14 +121,14 @@ def _rotary_cases(rank, mesh, ops):
 
 
 def _module_cases(rank, mesh, posenc):
-    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.experimental import implicit_replication
 
     def d(t, *placements):
         return distribute_tensor(t, mesh, list(placements))
 
     torch.manual_seed(1)
-    x = torch.randn(2, 16, 4, 32)
+    x = torch.randn(4, 16, 4, 32)
     positions = torch.arange(16) + 100  # past max_len 64: computed from the frequencies
     rope = posenc.nn.RotaryEmbedding(32, 64, beyond_max_len="extrapolate")
     with implicit_replication():  # (the module's buffers are plain tensors: replicated)
@@ -130,20 +137,26 @@ def _module_cases(rank, mesh, posenc):
         _same(rank, "RotaryEmbedding Shard(seq)", rope.forward_positions(d(x, Shard(1)), d(positions, Shard(0))), whole, [Shard(1)])
         _refused("RotaryEmbedding offset on a sequence shard", lambda: rope(d(x, Shard(1))),
                  "x is sharded along its sequence dimension (1) and the call numbers its tokens from `offset`")
-        # dynamic NTK and LongRoPE: a call's frequencies follow its largest position, which a
-        # sequence shard does not see (rotating the shards would be wrong: by 0.9 here): refused;
-        # the heads shard
-        dynamic = posenc.nn.RotaryEmbedding(32, 64, beyond_max_len="extrapolate",
-                                            rope_scaling={"rope_type": "dynamic", "factor": 2.0,
-                                                          "max_position_embeddings": 32})
-        _refused("dynamic RotaryEmbedding Shard(seq)",
-                 lambda: dynamic.forward_positions(d(x, Shard(1)), d(positions, Shard(0))),
-                 "RotaryEmbedding: x is sharded along its sequence dimension (1), but this module's frequencies "
-                 "(dynamic NTK or LongRoPE) follow the call's largest position")
-        _refused("dynamic RotaryEmbedding forward_qk Shard(seq)",
-                 lambda: dynamic.forward_qk(d(x, Shard(2)), d(x, Shard(1))), "RotaryEmbedding: k is sharded")
-        _same(rank, "dynamic RotaryEmbedding Shard(heads)", dynamic.forward_positions(d(x, Shard(2)), positions),
-              dynamic.forward_positions(x, positions), [Shard(2)])
+        # dynamic NTK and LongRoPE: a call's frequencies follow its largest position, which the
+        # module's call reads on the host: from sharded DTensor positions that would be the
+        # shard's own (off by 0.8 to 11 before posenc.nn replicated them): every placement of x
+        # and of [L] / [B, L] positions (rows with different largest positions) equals the
+        # unsharded call
+        for scaling in ({"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 32},
+                        {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 32,
+                         "short_factor": [1.0 + i / 32 for i in range(16)], "long_factor": [1.0 + i / 4 for i in range(16)]}):
+            module = posenc.nn.RotaryEmbedding(32, 256, beyond_max_len="extrapolate", rope_scaling=scaling)
+            rows = torch.arange(16).expand(4, 16) * torch.tensor([[1], [10], [3], [7]])  # largest 15 to 150
+            for where in (positions, rows):
+                whole = module.forward_positions(x, where)
+                for x_placement, p_placement in ((Shard(0), Shard(0)), (Shard(2), Shard(0)), (Shard(1), Shard(where.ndim - 1)),
+                                                 (Replicate(), Shard(0))):
+                    if where.ndim == 1 and x_placement == Shard(0):
+                        continue  # ([L] positions have no batch)
+                    _same(rank, f"{scaling['rope_type']} x {x_placement} positions {tuple(where.shape)} {p_placement}",
+                          module.forward_positions(d(x, x_placement), d(where, p_placement)), whole, [x_placement])
+            _refused(f"{scaling['rope_type']} offset on a sequence shard", lambda: module(d(x, Shard(1)), 40),
+                     "x is sharded along its sequence dimension (1) and the call numbers its tokens from `offset`")
 
 
 def _table_cases(rank, mesh, ops):
@@ -175,6 +188,12 @@ def _table_cases(rank, mesh, ops):
         _refused(f"{label} offset on a sequence shard",
                  lambda: ops.add_position_table(d(x, Shard(seq)), d(table, Replicate()), 0, batch_first),
                  f"posenc.add_position_table: x is sharded along its sequence dimension ({seq})")
+        table3 = table.unsqueeze(0)  # [1, max_len, D]: its features are its last dimension
+        whole = ops.add_position_table(x, table3, 2, batch_first)
+        _same(rank, f"{label} [1, max_len, D] Shard(features)", ops.add_position_table(d(x, Shard(2)), d(table3, Shard(2)), 2,
+                                                                                      batch_first), whole, [Shard(2)])
+        _same(rank, f"{label} [1, max_len, D] replicated, x Shard(features)",
+              ops.add_position_table(d(x, Shard(2)), d(table3, Replicate()), 2, batch_first), whole, [Shard(2)])
         inplace = d(x.clone(), Shard(batch))
         ops.add_position_table_(inplace, d(table, Replicate()), 2, batch_first)
         _same(rank, f"{label} in place", inplace, ops.add_position_table(x, table, 2, batch_first), [Shard(batch)])
@@ -190,11 +209,13 @@ def _table_cases(rank, mesh, ops):
     # sums of 8 or 32 rows in another order: float32 rounding, 1e-6 relative); x's is elementwise
     x = torch.randn(4, 8, 12, requires_grad=True)
     table = torch.randn(16, 12, requires_grad=True)
-    ops.add_position_table(x, table, 3).square().sum().backward()
-    for x_placement, table_placement in ((Shard(0), Replicate()), (Shard(2), Shard(1))):
+    positions = torch.tensor([3, 4, 5, -1, 7, 8, 3, 9])  # (a repeated row, padding)
+    ops.add_position_table(x, table, 0, True, positions).square().sum().backward()
+    for x_placement, table_placement, p_placement in ((Shard(0), Replicate(), Replicate()), (Shard(2), Shard(1), Replicate()),
+                                                      (Shard(1), Replicate(), Shard(0))):
         dx = d(x.detach(), x_placement).requires_grad_()
         dtable = d(table.detach(), table_placement).requires_grad_()
-        ops.add_position_table(dx, dtable, 3).square().sum().backward()
+        ops.add_position_table(dx, dtable, 0, True, d(positions, p_placement)).square().sum().backward()
         assert torch.equal(dx.grad.full_tensor(), x.grad), f"x gradient under {x_placement}"
         assert torch.allclose(dtable.grad.full_tensor(), table.grad, rtol=1e-6, atol=1e-6), f"table gradient under {x_placement}"
     out = d(torch.empty(4, 8, 12), Shard(0))
