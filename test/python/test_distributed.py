@@ -288,6 +288,123 @@ def _two_dimensional_cases(rank, ops):
     _same(rank, "2-D mesh cp x tp k", gk, wk, placements)
 
 
+def _llama(posenc, seed=0):
+    """A LLaMA-style block with posenc's positions: a token and learned position embedding, GQA
+    attention whose queries and keys turn by posenc.nn.RotaryEmbedding, an output head."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(seed)
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim=32, heads=4, kv_heads=2):
+            super().__init__()
+            self.head_dim = dim // heads
+            self.wq = torch.nn.Linear(dim, heads * self.head_dim, bias=False)
+            self.wk = torch.nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+            self.wv = torch.nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+            self.wo = torch.nn.Linear(heads * self.head_dim, dim, bias=False)
+            self.rope = posenc.nn.RotaryEmbedding(self.head_dim, 64)
+
+        def forward(self, x, positions):
+            batch, length, _ = x.shape
+            # (-1: the heads this rank holds under tensor parallelism)
+            q, k, v = (w(x).view(batch, length, -1, self.head_dim) for w in (self.wq, self.wk, self.wv))
+            q, k = self.rope.forward_positions(q, positions), self.rope.forward_positions(k, positions)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(out.transpose(1, 2).reshape(batch, length, -1))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = posenc.nn.TokenAndPositionEmbedding(64, 32, 64, positions="learned")
+            self.attn = Attention()
+            self.norm = torch.nn.LayerNorm(32)
+            self.bias = posenc.nn.RelativePositionBias(4, num_buckets=8, max_distance=16)
+            self.head = torch.nn.Linear(32, 64)
+
+        def forward(self, ids, positions):
+            h = self.embed(ids)
+            h = h + self.attn(self.norm(h), positions)
+            # (T5's bias as a learned per-position offset: its table trains under FSDP2 too)
+            h = h + self.bias(ids.shape[1], ids.shape[1]).mean(dim=(0, 1)).sum(-1).unsqueeze(-1) * 0.1  # [L, 1]
+            return self.head(h)
+
+    return Model()
+
+
+def _training_cases(rank, posenc, directory):
+    """One training step of _llama under FSDP2 x tensor parallelism (a 2 x 2 mesh: the batch over
+    dp, the heads over tp, posenc's rotation on each rank's heads) equals the single-process step;
+    its state dict, saved by torch.distributed.checkpoint from the sharded model, loads into an
+    unsharded posenc model and into another sharded one."""
+    import torch.distributed.checkpoint as dcp
+    import torch.nn.functional as F
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    def sharded(seed=0):
+        model = _llama(posenc, seed)
+        parallelize_module(model.attn, mesh["tp"], {"wq": ColwiseParallel(), "wk": ColwiseParallel(),
+                                                     "wv": ColwiseParallel(), "wo": RowwiseParallel()})
+        for part in (model.embed, model.bias, model):
+            fully_shard(part, mesh=mesh["dp"])
+        return model
+
+    def full(tensor):
+        return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(5)
+    ids, target = torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16))
+    positions = torch.arange(16) + 3
+    reference = _llama(posenc)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.5)
+    loss = F.cross_entropy(reference(ids, positions).flatten(0, 1), target.flatten())
+    loss.backward()
+    optimizer.step()
+
+    model = sharded()
+    assert isinstance(model.embed.positions.weight, torch.distributed.tensor.DTensor), "the learned table is not sharded"
+    assert not isinstance(model.attn.rope.cos, torch.distributed.tensor.DTensor), "the rotary caches should stay plain buffers"
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    dp = mesh["dp"].get_local_rank()
+    local = F.cross_entropy(model(ids.chunk(2)[dp], positions).flatten(0, 1), target.chunk(2)[dp].flatten())
+    local.backward()
+    optimizer.step()
+    # (float32 sums of the two halves' gradients in another order: a few ulp of the gradients)
+    whole_loss = (local.detach() + 0) / 2
+    dist.all_reduce(whole_loss, group=mesh["dp"].get_group())
+    assert torch.allclose(whole_loss, loss.detach(), rtol=1e-6, atol=0), f"rank {rank}: loss {whole_loss} vs {loss}"
+    mine = dict(model.named_parameters())
+    for name, parameter in reference.named_parameters():
+        assert torch.allclose(full(mine[name].detach()), parameter.detach(), rtol=1e-5, atol=1e-6), \
+            f"rank {rank}, {name}: differs after the step by {(full(mine[name].detach()) - parameter.detach()).abs().max()}"
+
+    # torch.distributed.checkpoint: the sharded state dict saved, then loaded into an unsharded
+    # posenc model (converted to a torch.save file) and into a fresh sharded one
+    state = get_model_state_dict(model)
+    dcp.save(state, checkpoint_id=os.path.join(directory, "checkpoint"))
+    dist.barrier()
+    if rank == 0:
+        dcp_to_torch_save(os.path.join(directory, "checkpoint"), os.path.join(directory, "model.pt"))
+    dist.barrier()
+    unsharded = _llama(posenc, seed=1)
+    unsharded.load_state_dict(torch.load(os.path.join(directory, "model.pt")), strict=True)
+    other = sharded(seed=2)
+    restored = get_model_state_dict(other)
+    dcp.load(restored, checkpoint_id=os.path.join(directory, "checkpoint"))
+    set_model_state_dict(other, restored)
+    expected = reference(ids, positions)
+    assert torch.allclose(unsharded(ids, positions), expected, rtol=1e-5, atol=1e-5), "the unsharded model loaded from the checkpoint"
+    got = other(ids.chunk(2)[dp], positions)
+    assert torch.allclose(full(got), expected.chunk(2)[dp], rtol=1e-5, atol=1e-5), "the sharded model loaded from the checkpoint"
+
+
 def _rank_main(rank, store, directory):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
@@ -303,6 +420,7 @@ def _rank_main(rank, store, directory):
         _table_cases(rank, mesh, posenc.ops)
         _bias_cases(rank, mesh, posenc.ops)
         _two_dimensional_cases(rank, posenc.ops)
+        _training_cases(rank, posenc, directory)
         finish_rank(rank, directory)
     finally:
         dist.destroy_process_group()
