@@ -119,6 +119,7 @@ def test_context_parallel_packed_positions_refuse_uneven_sequences(posenc_ops):
         posenc_ops.context_parallel_packed_positions(cu, 16, 2, 2)
 
 
+@requires_torch(2, 4, "torch.library.opcheck")
 def test_opcheck_context_parallel_packed_positions(posenc_ops):
     cu = torch.tensor([0, 8, 12, 24])
     for zigzag in (False, True):
