@@ -21,6 +21,23 @@
 namespace posenc {
 namespace detail {
 
+namespace {
+
+// The sequence each of `count` slots belongs to, where sequence s ends before slot ends[s]
+// (non-decreasing where the checks hold): the number of ends <= the slot, as a count of the ends
+// at each slot (clamped into [0, count]: those at `count` land in the extra last one) summed up
+// to it, capped at the last sequence (so that wrong ends never index out of range).
+at::Tensor sequence_of_slots(const at::Tensor& ends, int64_t count) {
+  const at::Tensor clamped = ends.clamp(0, count);
+  return at::zeros({count + 1}, ends.options())
+      .scatter_add(0, clamped, at::ones_like(clamped))
+      .cumsum(0)
+      .narrow(0, 0, count)
+      .clamp_max(ends.numel() - 1);
+}
+
+} // namespace
+
 std::vector<int64_t> packed_positions(const std::vector<int64_t>& cu_seqlens, int64_t total,
                                       const std::vector<int64_t>& start) {
   static constexpr detail::CallerName who{};
@@ -87,14 +104,8 @@ at::Tensor packed_positions_from(const at::Tensor& cu_seqlens, int64_t total,
     values.push_back(first);
   }
   check_on_device(at::cat(ok), at::cat(values), DeviceCheck::kCuSeqlens);
-  // Token t belongs to sequence s = the number of ends cu[1..] that are <= t: a count of the ends
-  // at each index (those at `total` land in the extra last slot), summed up to t.
-  const at::Tensor ends = cu.narrow(0, 1, sequences).clamp(0, total);
-  const at::Tensor sequence = at::zeros({total + 1}, cu.options())
-                                  .scatter_add(0, ends, at::ones_like(ends))
-                                  .cumsum(0)
-                                  .narrow(0, 0, total)
-                                  .clamp_max(sequences - 1);
+  // Token t belongs to sequence s = the number of ends cu[1..] that are <= t.
+  const at::Tensor sequence = sequence_of_slots(cu.narrow(0, 1, sequences), total);
   const at::Tensor tokens = at::arange(total, cu.options());
   at::Tensor positions = tokens - cu.index({sequence});
   if (first.defined()) {
@@ -204,16 +215,12 @@ std::pair<at::Tensor, at::Tensor> context_parallel_packed_positions_from(
       at::cat({cu.narrow(0, 0, 1), cu.narrow(0, sequences, 1), lengths, lengths}),
       DeviceCheck::kCuSeqlensChunks);
   // The rank holds lengths[s] / world_size tokens of sequence s: slot j of the shard belongs to
-  // the sequence s whose shard range [ends[s - 1], ends[s]) holds it (a count of the ends <= j,
-  // as packed_positions_from counts), at k = j - its shard's first slot.
+  // the sequence s whose shard range [ends[s - 1], ends[s]) holds it, at k = j - its shard's
+  // first slot.
   const int64_t local = total / world_size;
   const at::Tensor shard_lengths = lengths.div(world_size, "floor");
   const at::Tensor shard_ends = shard_lengths.cumsum(0).clamp(0, local);
-  const at::Tensor sequence = at::zeros({local + 1}, cu.options())
-                                  .scatter_add(0, shard_ends, at::ones_like(shard_ends))
-                                  .cumsum(0)
-                                  .narrow(0, 0, local)
-                                  .clamp_max(sequences - 1);
+  const at::Tensor sequence = sequence_of_slots(shard_ends, local);
   const at::Tensor slots = at::arange(local, cu.options());
   const at::Tensor k = slots - (shard_ends - shard_lengths).index({sequence});
   const at::Tensor chunk = lengths.div(chunks, "floor").index({sequence});

@@ -129,6 +129,19 @@ def test_opcheck_context_parallel_packed_positions(posenc_ops):
 SEQ_LEN, WORLD = 32, 2
 
 
+def _assembled(whole, shard, where, dim):
+    """Every rank's `shard`, gathered and put back at its places `where` along `dim` of a tensor
+    shaped like `whole` (NaN where no rank put anything)."""
+    shards = [torch.empty_like(shard) for _ in range(WORLD)]
+    places = [torch.empty_like(where) for _ in range(WORLD)]
+    dist.all_gather(shards, shard)
+    dist.all_gather(places, where)
+    assembled = torch.full_like(whole, float("nan"))
+    for part, place in zip(shards, places):
+        assembled.index_copy_(dim, place, part)
+    return assembled
+
+
 def _rank_main(rank, library, store, directory):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
@@ -143,13 +156,7 @@ def _rank_main(rank, library, store, directory):
         for zigzag in (False, True):
             positions = ops.context_parallel_positions(SEQ_LEN, WORLD, rank, zigzag)
             shard = ops.apply_rotary(q.index_select(1, positions).contiguous(), cos, sin, positions=positions, inv_freq=inv_freq)
-            shards = [torch.empty_like(shard) for _ in range(WORLD)]
-            all_positions = [torch.empty_like(positions) for _ in range(WORLD)]
-            dist.all_gather(shards, shard)
-            dist.all_gather(all_positions, positions)
-            assembled = torch.full_like(whole, float("nan"))
-            for part, where in zip(shards, all_positions):
-                assembled[:, where] = part
+            assembled = _assembled(whole, shard, positions, 1)
             assert torch.equal(assembled, whole), f"rank {rank}, zigzag {zigzag}: the shards differ from the whole sequence"
         # A packed batch of 3 sequences split sequence by sequence: each rank rotates its tokens at
         # their positions; put back at their indices they equal the whole batch rotated at its
@@ -160,13 +167,7 @@ def _rank_main(rank, library, store, directory):
         for zigzag in (False, True):
             positions, indices = ops.context_parallel_packed_positions(cu, 32, WORLD, rank, zigzag)
             shard = ops.apply_rotary(packed.index_select(0, indices)[None], cos, sin, positions=positions, inv_freq=inv_freq)[0]
-            shards = [torch.empty_like(shard) for _ in range(WORLD)]
-            all_indices = [torch.empty_like(indices) for _ in range(WORLD)]
-            dist.all_gather(shards, shard)
-            dist.all_gather(all_indices, indices)
-            assembled = torch.full_like(whole, float("nan"))
-            for part, where in zip(shards, all_indices):
-                assembled[where] = part
+            assembled = _assembled(whole, shard, indices, 0)
             assert torch.equal(assembled, whole), f"rank {rank}, zigzag {zigzag}: the packed shards differ from the whole batch"
         finish_rank(rank, directory)
     finally:
