@@ -98,3 +98,25 @@ def test_compile_attention_with_rotary(posenc_ops):
     q, k, v = (torch.randn(2, 10, 4, 16) for _ in range(3))
     compiled = torch.compile(attention, fullgraph=True, backend="aot_eager")
     assert torch.allclose(compiled(q, k, v, 3), attention(q, k, v, 3), atol=1e-6)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("head_dim", [8, 16, 64])
+def test_float64_rotation_rounds_each_product(posenc_ops, interleaved, head_dim):
+    # Every kernel computes a*c - b*s and a*s + b*c with each product and sum rounded once (no
+    # fused multiply-add), so a float64 rotation by float32 caches is exactly these float64
+    # operations. GCC 12's vectorizer once fused them into fmaddsub in the AVX2/AVX-512 clones of
+    # the CPU loops (1 ulp off, interleaved pairs); compared here without tolerance.
+    torch.manual_seed(0)
+    inv_freq, _ = torch.ops.posenc.rope_frequencies(8)
+    cos, sin = torch.ops.posenc.rotary_tables(64, inv_freq)
+    x = torch.randn(3, 5, 4, head_dim, dtype=torch.float64)
+    positions = torch.randint(0, 64, (3, 5))
+    rotated = torch.ops.posenc.apply_rotary(x, cos, sin, positions=positions, interleaved=interleaved)
+    c = cos.double()[positions][:, :, None]
+    s = sin.double()[positions][:, :, None]
+    a, b = (x[..., 0:8:2], x[..., 1:8:2]) if interleaved else (x[..., 0:4], x[..., 4:8])
+    first, second = (rotated[..., 0:8:2], rotated[..., 1:8:2]) if interleaved else (rotated[..., 0:4], rotated[..., 4:8])
+    assert torch.equal(first, a * c - b * s)
+    assert torch.equal(second, a * s + b * c)
+    assert torch.equal(rotated[..., 8:], x[..., 8:])
