@@ -51,6 +51,7 @@
 
 #include <posenc/ops/positional_encoding.h>
 #include <posenc/ops/rotary.h>
+#include <posenc/ops/kv_cache.h>
 #include <posenc/ops/token_embedding.h>
 #include <posenc/ops/positions.h>
 #include <posenc/ops/attention_bias.h>

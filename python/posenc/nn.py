@@ -555,6 +555,32 @@ class RotaryEmbedding(_DerivedTables):
         return _ops.rotary_embedding_call_qk(q, k, self.cos, self.sin, self.inv_freq, self._long_inv_freq,
                                              self._module, offset, None)
 
+    def forward_kv_cache_(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
+                          cache_seqlens: Tensor, positions: Optional[Tensor] = None) -> Tensor:
+        """The decoding step of a serving loop in one pass (``posenc::rotary_kv_cache_``): rotates
+        ``q`` in place, rotates ``k`` into ``k_cache`` and copies ``v`` into ``v_cache``, token l of
+        sequence b at slot ``cache_seqlens[b] + l`` (flash-attn's convention). q, k, v are
+        ``[B, L, H, head_dim]`` (``[B, H, L, head_dim]`` with ``heads_first``; k and v with H_kv
+        heads), the caches ``[B, S, H_kv, D]`` (``[B, H_kv, S, D]``). ``positions``: the rotation's
+        when they are not the slots (HF's position_ids of a left-padded batch). Inference only.
+        Returns ``q``."""
+        _ops.rotary_embedding_call_kv_cache_(q, k, v, k_cache, v_cache, self.cos, self.sin, self.inv_freq,
+                                             self._long_inv_freq, self._module, cache_seqlens, positions,
+                                             False, self.heads_first)
+        return q
+
+    def forward_paged_kv_cache_(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
+                                positions: Tensor, slot_mapping: Tensor, cache_heads_first: bool = False) -> Tensor:
+        """``forward_kv_cache_`` for a paged cache (``posenc::rotary_paged_kv_cache_``, vLLM's
+        convention) and a packed batch of T tokens: q ``[T, H, head_dim]``, k and v ``[T, H_kv, D]``,
+        positions ``[T]``, slot_mapping ``[T]`` (a negative slot skips the token), caches
+        ``[num_blocks, block_size, H_kv, D]`` (FlashInfer's HND ``[num_blocks, H_kv, block_size, D]``
+        with ``cache_heads_first``). Returns ``q``."""
+        _ops.rotary_embedding_call_kv_cache_(q, k, v, k_cache, v_cache, self.cos, self.sin, self.inv_freq,
+                                             self._long_inv_freq, self._module, slot_mapping, positions,
+                                             True, cache_heads_first)
+        return q
+
     def extra_repr(self) -> str:
         cached = f", cached_len={self.cached_len}" if self.cached_len != self.max_len else ""
         return (f"head_dim={self.head_dim}, max_len={self.max_len}{cached}, rotary_dim={self.rotary_dim}, "

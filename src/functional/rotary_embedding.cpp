@@ -94,6 +94,56 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_qk(
 
 } // namespace detail
 
+at::Tensor& rotary_kv_cache_(at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                             const at::Tensor& sin, const at::Tensor& cache_seqlens,
+                             const KvCacheFuncOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_kv_cache_");
+  return ops::rotary_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, cache_seqlens,
+                               ops::optional_of(options.positions()),
+                               options.pairing() == RotaryPairing::kInterleaved,
+                               options.heads_first(), options.cache_heads_first(),
+                               ops::optional_of(options.inv_freq()), options.attention_factor());
+}
+
+at::Tensor rotary_kv_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                           const at::Tensor& sin, const at::Tensor& cache_seqlens,
+                           const KvCacheFuncOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_kv_cache");
+  return ops::rotary_kv_cache(q, k, v, k_cache, v_cache, cos, sin, cache_seqlens,
+                              ops::optional_of(options.positions()),
+                              options.pairing() == RotaryPairing::kInterleaved,
+                              options.heads_first(), options.cache_heads_first(),
+                              ops::optional_of(options.inv_freq()), options.attention_factor());
+}
+
+at::Tensor& rotary_paged_kv_cache_(at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                                   const at::Tensor& sin, const at::Tensor& positions,
+                                   const at::Tensor& slot_mapping,
+                                   const KvCacheFuncOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_paged_kv_cache_");
+  return ops::rotary_paged_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, positions, slot_mapping,
+                                     options.pairing() == RotaryPairing::kInterleaved,
+                                     options.cache_heads_first(),
+                                     ops::optional_of(options.inv_freq()),
+                                     options.attention_factor());
+}
+
+at::Tensor rotary_paged_kv_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                                 const at::Tensor& sin, const at::Tensor& positions,
+                                 const at::Tensor& slot_mapping,
+                                 const KvCacheFuncOptions& options) {
+  const pd::CallerScope caller(pd::CallerScope::KeepOuter{}, "rotary_paged_kv_cache");
+  return ops::rotary_paged_kv_cache(q, k, v, k_cache, v_cache, cos, sin, positions, slot_mapping,
+                                    options.pairing() == RotaryPairing::kInterleaved,
+                                    options.cache_heads_first(),
+                                    ops::optional_of(options.inv_freq()),
+                                    options.attention_factor());
+}
+
 std::tuple<at::Tensor, at::Tensor> mrope_position_ids(const at::Tensor& token_types,
                                                       const MRopePositionIdsFuncOptions& options) {
   constexpr const char* who = "mrope_position_ids";

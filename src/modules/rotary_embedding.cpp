@@ -170,4 +170,24 @@ void RotaryEmbeddingImpl::forward_qk_(torch::Tensor& q, torch::Tensor& k, int64_
   forward_qk_at(q, k, offset, positions, /*in_place=*/true);
 }
 
+void RotaryEmbeddingImpl::forward_kv_cache_(torch::Tensor& q, const torch::Tensor& k,
+                                            const torch::Tensor& v, torch::Tensor& k_cache,
+                                            torch::Tensor& v_cache,
+                                            const torch::Tensor& cache_seqlens,
+                                            const torch::Tensor& positions) {
+  ops::rotary_module_kv_cache(*call_, {cos, sin, inv_freq_, long_inv_freq_}, q, k, v, k_cache,
+                              v_cache, cache_seqlens, positions, /*paged=*/false,
+                              options.heads_first());
+}
+
+void RotaryEmbeddingImpl::forward_paged_kv_cache_(torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v, torch::Tensor& k_cache,
+                                                  torch::Tensor& v_cache,
+                                                  const torch::Tensor& positions,
+                                                  const torch::Tensor& slot_mapping,
+                                                  bool cache_heads_first) {
+  ops::rotary_module_kv_cache(*call_, {cos, sin, inv_freq_, long_inv_freq_}, q, k, v, k_cache,
+                              v_cache, slot_mapping, positions, /*paged=*/true, cache_heads_first);
+}
+
 } // namespace posenc

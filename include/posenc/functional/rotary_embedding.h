@@ -106,6 +106,42 @@ inline void rotary_embedding_qk_(at::Tensor& q, at::Tensor& k, const at::Tensor&
                               /*in_place=*/true, options.inverse());
 }
 
+/// Rotary embedding fused with the write of a contiguous KV cache, in one pass over the data
+/// (see `ops::rotary_kv_cache_`): rotates `q` in place, rotates `k` into `k_cache` and copies `v`
+/// into `v_cache`, token l of sequence b at slot `cache_seqlens[b] + l`. Returns `q`.
+///
+/// Example:
+/// ```
+/// namespace F = posenc::functional;
+/// F::rotary_kv_cache_(q, k, v, k_cache, v_cache, rope->cos, rope->sin, cache_seqlens);
+/// ```
+at::Tensor& rotary_kv_cache_(at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                             const at::Tensor& sin, const at::Tensor& cache_seqlens,
+                             const KvCacheFuncOptions& options = {});
+
+/// `rotary_kv_cache_` returning the rotated queries in a new tensor.
+at::Tensor rotary_kv_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                           const at::Tensor& sin, const at::Tensor& cache_seqlens,
+                           const KvCacheFuncOptions& options = {});
+
+/// Rotary embedding fused with the write of a paged KV cache, for a packed batch of T tokens (see
+/// `ops::rotary_paged_kv_cache_`): token t's key and value go to slot `slot_mapping[t]` (negative:
+/// not written). Returns `q`.
+at::Tensor& rotary_paged_kv_cache_(at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                                   const at::Tensor& sin, const at::Tensor& positions,
+                                   const at::Tensor& slot_mapping,
+                                   const KvCacheFuncOptions& options = {});
+
+/// `rotary_paged_kv_cache_` returning the rotated queries in a new tensor.
+at::Tensor rotary_paged_kv_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
+                                 const at::Tensor& sin, const at::Tensor& positions,
+                                 const at::Tensor& slot_mapping,
+                                 const KvCacheFuncOptions& options = {});
+
 /// The `[3, B, L]` (temporal, height, width) positions of multimodal RoPE for a batch of text,
 /// image and video tokens (`token_types` `[B, L]`: 0 text, 1 image, 2 video), as Qwen2-VL,
 /// Qwen2.5-VL and Qwen3-VL number them (transformers' `get_rope_index`), and each row's delta

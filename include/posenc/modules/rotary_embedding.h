@@ -80,6 +80,27 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   void forward_qk_(torch::Tensor& q, torch::Tensor& k, int64_t offset = 0,
                    const torch::Tensor& positions = {});
 
+  /// The decoding step of a serving loop in one pass (ops::rotary_kv_cache_): rotates `q` in
+  /// place, rotates `k` into `k_cache` and copies `v` into `v_cache`, token l of sequence b at
+  /// slot `cache_seqlens[b] + l` (flash-attn's convention; int32 or int64 `[B]`). q, k, v are
+  /// `[B, L, H, head_dim]` (k and v: H_kv heads, v any width), the caches `[B, S, H_kv, D]`
+  /// (`[B, H, L, D]` and `[B, H_kv, S, D]` with `heads_first`). The rotation's positions are the
+  /// slots, or `positions` (`[B, L]`, `[L]`, multimodal `[3, B, L]`: HF's position_ids of a
+  /// left-padded batch). Any rope type: the rows are those forward_qk_ reads. Inference only.
+  void forward_kv_cache_(torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         torch::Tensor& k_cache, torch::Tensor& v_cache,
+                         const torch::Tensor& cache_seqlens, const torch::Tensor& positions = {});
+
+  /// `forward_kv_cache_` for a paged cache and a packed batch of T tokens
+  /// (ops::rotary_paged_kv_cache_, vLLM's convention): q `[T, H, head_dim]`, k `[T, H_kv,
+  /// head_dim]`, v `[T, H_kv, D_v]`, positions `[T]` (or multimodal `[3, T]`), slot_mapping
+  /// `[T]` (a negative slot skips the token), caches `[num_blocks, block_size, H_kv, D]` or, with
+  /// `cache_heads_first`, `[num_blocks, H_kv, block_size, D]`.
+  void forward_paged_kv_cache_(torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               torch::Tensor& k_cache, torch::Tensor& v_cache,
+                               const torch::Tensor& positions, const torch::Tensor& slot_mapping,
+                               bool cache_heads_first = false);
+
   /// Rotates packed sequences (flash-attn varlen / TransformerEngine THD): `x` is `[T, H,
   /// head_dim]` (whatever `heads_first`), sequence s holds tokens cu_seqlens[s] ..
   /// cu_seqlens[s + 1] - 1 and its positions start at start_positions[s] (default 0: they restart

@@ -213,6 +213,26 @@ struct RotaryEmbeddingFuncOptions {
   TORCH_ARG(bool, inverse) = false;
 };
 
+/// Options for the functional KV-cache writes (`posenc::functional::rotary_kv_cache_`,
+/// `rotary_paged_kv_cache_` and their out-of-place forms).
+struct KvCacheFuncOptions {
+  /// The rotation's positions when they are not the cache slots (contiguous caches: `[B, L]` or
+  /// `[L]`, HF's position_ids of a left-padded batch); the paged forms take theirs as an
+  /// argument and ignore this. Default: undefined (the slots).
+  TORCH_ARG(torch::Tensor, positions) = torch::Tensor();
+  /// Channel pairing. Default: kHalfSplit.
+  TORCH_ARG(RotaryPairing, pairing) = RotaryPairing::kHalfSplit;
+  /// Contiguous caches: `true` takes q, k, v as `[B, H, L, D]`. Default: `false`.
+  TORCH_ARG(bool, heads_first) = false;
+  /// `true`: the caches are `[B, H_kv, S, D]` (paged: FlashInfer's HND `[num_blocks, H_kv,
+  /// block_size, D]`). Default: `false`.
+  TORCH_ARG(bool, cache_heads_first) = false;
+  /// The float64 frequencies `[R/2]` that compute rows past the caches, and the factor cos/sin
+  /// carry (ops::apply_rotary). Default: undefined (positions must lie in the caches).
+  TORCH_ARG(torch::Tensor, inv_freq) = torch::Tensor();
+  TORCH_ARG(double, attention_factor) = 1.0;
+};
+
 /// Options for `posenc::functional::mrope_position_ids`: a multimodal batch's grids and how its
 /// model numbers them.
 struct MRopePositionIdsFuncOptions {

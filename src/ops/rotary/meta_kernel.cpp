@@ -1,6 +1,7 @@
 // Meta kernels of the rotary family (see meta_checks.h).
 
 #include "ops/common/meta_checks.h"
+#include "ops/rotary/meta_checks.h"
 #include "ops/common/sym_length.h"
 
 #include <ATen/ops/empty.h>
@@ -137,6 +138,13 @@ std::tuple<at::Tensor, at::Tensor> rotary_tables(SymLength length, const at::Ten
 }
 
 } // namespace
+
+void check_rotary_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                     const at::Tensor& sin, int64_t offset, OptionalTensor positions,
+                     OptionalTensor inv_freq, bool heads_first) {
+  check_qk(q, k, cos, sin, offset, positions, inv_freq, heads_first);
+}
+
 } // namespace meta
 
 TORCH_LIBRARY_IMPL(posenc, Meta, m) {

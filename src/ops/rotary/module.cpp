@@ -12,6 +12,7 @@
 #include "detail/rope_types.h"
 #include "detail/rotary.h"
 
+#include <posenc/ops/kv_cache.h>
 #include <posenc/ops/rotary.h>
 
 #include <ATen/ops/_assert_async.h>
@@ -454,6 +455,56 @@ std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCa
           with_passed_channels(options, k, std::get<1>(turned))};
 }
 
+void rotary_module_kv_cache(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
+                            at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& index,
+                            const at::Tensor& positions, bool paged, bool cache_heads_first) {
+  const detail::CallerScope caller(kName, call.hint);
+  const RotaryEmbeddingOptions& options = call.options;
+  TORCH_CHECK(!options.deinterleave() && !options.rotate_last_channels() && !options.inverse(),
+              kName, ": the fused KV-cache write rotates the first rotary_dim channels where they "
+              "lie, but this module ",
+              options.deinterleave()           ? "regroups them (deinterleave)"
+              : options.rotate_last_channels() ? "rotates the last channels"
+                                               : "rotates backwards (inverse)",
+              "; rotate with forward_qk_ and write the cache with index_copy_ instead");
+  TORCH_CHECK(q.defined() && index.defined(), kName,
+              ": the KV-cache write needs q and the cache index (cache_seqlens or slot_mapping)");
+  const bool interleaved = options.pairing() == RotaryPairing::kInterleaved;
+  if (paged) {
+    TORCH_CHECK(q.dim() == 3 && positions.defined(), kName,
+                ": the paged KV-cache write takes q [T, H, head_dim] and positions [T], but got q ",
+                q.sizes(), positions.defined() ? "" : " and no positions");
+    // (a packed batch is one sequence of T tokens; multimodal [3, T] positions are [3, 1, T])
+    const bool multimodal = positions.dim() == 2 && !options.mrope_section().empty();
+    const CallTables tables = call_tables(call, tensors, q.unsqueeze(0), 0,
+                                          multimodal ? positions.unsqueeze(1) : positions);
+    rotary_paged_kv_cache_(q, k, v, k_cache, v_cache, tables.cos, tables.sin,
+                           tables.positions.reshape({-1}), index, interleaved, cache_heads_first,
+                           optional_tensor(tables.inv_freq), call.attention_factor);
+    return;
+  }
+  // The caches' own rows at the slots (nothing computed, nothing allocated: CUDA-graph safe) when
+  // they hold every position the module allows and its frequencies never change; else the
+  // slots' positions, made on the device, for the module's rows.
+  const bool plain = !call.switch_length && tensors.cos.size(0) >= options.max_len() &&
+                     options.beyond_max_len() != BeyondMaxLen::kExtrapolate;
+  at::Tensor rotation = positions;
+  if (!rotation.defined() && !plain) {
+    TORCH_CHECK(q.dim() == 4 && index.dim() == 1, kName,
+                ": the KV-cache write takes q [B, L, H, head_dim] and cache_seqlens [B], but got "
+                "q ",
+                q.sizes(), " and cache_seqlens ", index.sizes());
+    const int64_t length = q.size(options.heads_first() ? 2 : 1);
+    rotation = index.to(at::kLong).view({-1, 1}) +
+               at::arange(length, index.options().dtype(at::kLong));
+  }
+  const CallTables tables = call_tables(call, tensors, q, 0, rotation);
+  rotary_kv_cache_(q, k, v, k_cache, v_cache, tables.cos, tables.sin, index,
+                   optional_tensor(tables.positions), interleaved, options.heads_first(),
+                   cache_heads_first, optional_tensor(tables.inv_freq), call.attention_factor);
+}
+
 namespace {
 
 // --- the operators: posenc.nn's RotaryEmbedding names its options in JSON text --------------
@@ -547,6 +598,21 @@ std::tuple<at::Tensor, at::Tensor> rotary_embedding_call_qk(
                                   k, offset, positions ? *positions : none, /*in_place=*/false);
 }
 
+void rotary_embedding_call_kv_cache_(at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     at::Tensor& k_cache, at::Tensor& v_cache,
+                                     const at::Tensor& cos, const at::Tensor& sin,
+                                     const at::Tensor& inv_freq,
+                                     const c10::optional<at::Tensor>& long_inv_freq,
+                                     c10::string_view module, const at::Tensor& index,
+                                     const c10::optional<at::Tensor>& positions, bool paged,
+                                     bool cache_heads_first) {
+  const auto call = module_call(module, "posenc::rotary_embedding_call_kv_cache_");
+  const at::Tensor none;
+  rotary_module_kv_cache(*call, {cos, sin, inv_freq, long_inv_freq ? *long_inv_freq : none}, q, k,
+                         v, k_cache, v_cache, index, positions ? *positions : none, paged,
+                         cache_heads_first);
+}
+
 // The frequencies posenc.nn's module holds beside its caches, as the C++ module's (reset()).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_embedding_frequencies(
     c10::string_view module) {
@@ -563,6 +629,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_embedding_frequencies(
 TORCH_LIBRARY_IMPL(posenc, CompositeImplicitAutograd, m) {
   m.impl("rotary_embedding_call", &rotary_embedding_call);
   m.impl("rotary_embedding_call_qk", &rotary_embedding_call_qk);
+  m.impl("rotary_embedding_call_kv_cache_", &rotary_embedding_call_kv_cache_);
 }
 
 TORCH_LIBRARY_IMPL(posenc, CompositeExplicitAutograd, m) {

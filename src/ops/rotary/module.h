@@ -82,5 +82,17 @@ std::tuple<at::Tensor, at::Tensor> rotary_module_forward_qk(const RotaryModuleCa
                                                             const at::Tensor& positions,
                                                             bool in_place);
 
+/// Rotates the queries in place, the keys into `k_cache` and the values into `v_cache` in one pass
+/// (ops/kv_cache): a contiguous cache at `index` = cache_seqlens `[B]` (rotation positions: the
+/// slots, or `positions` `[B, L]` / `[L]` / multimodal `[3, B, L]` where defined; the caches in the
+/// module's head layout), or a paged one (`paged`) at `index` = slot_mapping `[T]` with
+/// `positions` `[T]` (or multimodal `[3, T]`). The rows are the module's: its caches, rows
+/// computed past them, dynamic / longrope's frequencies of the call. A module that regroups
+/// (deinterleave), rotates its last channels or inverts is refused.
+void rotary_module_kv_cache(const RotaryModuleCall& call, const RotaryModuleTensors& tensors,
+                            at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& index,
+                            const at::Tensor& positions, bool paged, bool cache_heads_first);
+
 } // namespace ops
 } // namespace posenc

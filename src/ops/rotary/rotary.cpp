@@ -43,6 +43,14 @@ TORCH_LIBRARY_FRAGMENT(posenc, m) {
       "rotary_embedding_call_qk(Tensor q, Tensor k, Tensor cos, Tensor sin, Tensor inv_freq, "
       "Tensor? long_inv_freq, str module, int offset=0, Tensor? positions=None) "
       "-> (Tensor, Tensor)");
+  // The module's fused KV-cache write (ops/kv_cache): q rotated in place, k and v written to a
+  // contiguous cache at index = cache_seqlens, or (paged) a paged one at index = slot_mapping.
+  // Composite: the rotary_kv_cache_ / rotary_paged_kv_cache_ call the options choose.
+  m.def(
+      "rotary_embedding_call_kv_cache_(Tensor(a!) q, Tensor k, Tensor v, Tensor(b!) k_cache, "
+      "Tensor(c!) v_cache, Tensor cos, Tensor sin, Tensor inv_freq, Tensor? long_inv_freq, "
+      "str module, Tensor index, Tensor? positions=None, bool paged=False, "
+      "bool cache_heads_first=False) -> ()");
   // The float64 frequencies a RotaryEmbedding with these options (`module`, as above) holds, on
   // the host: inv_freq [R/2], longrope's long ones [R/2] (empty [0] for the other variants) and
   // the variant's attention factor (0-dim); checks the options. CompositeExplicitAutograd.
