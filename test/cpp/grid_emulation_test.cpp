@@ -11,6 +11,7 @@
 #include "detail/checks.h"
 #include "grid_emulator.h"
 #include "ops/bias/kernels.h"
+#include "ops/kv_cache/kernels.h"
 #include "ops/sequence/kernels.h"
 #include "ops/rotary/kernels.h"
 #include "ops/token/kernels.h"
@@ -747,3 +748,152 @@ TEST(GridEmulation, UploadWritesTheHostBytesChunkByChunk) {
 }
 
 } // namespace
+
+// --- the KV-cache family ---------------------------------------------------------------------
+
+namespace {
+
+// The tensors of one paged KV-cache call: a packed batch of 6 tokens, GQA (4 query heads, 2 key
+// heads), partial rotary (R = 8 of D = 12), values of width 8, a paged cache of 4 blocks of 4.
+struct PagedCase {
+  torch::Tensor q = torch::randn({6, 4, 12});
+  torch::Tensor k = torch::randn({6, 2, 12});
+  torch::Tensor v = torch::randn({6, 2, 8});
+  torch::Tensor k_cache = torch::randn({4, 4, 2, 12});
+  torch::Tensor v_cache = torch::randn({4, 4, 2, 8});
+  torch::Tensor positions = torch::tensor({0, 5, -1, 17, 3, 30});
+  torch::Tensor slots = torch::tensor({3, -1, 9, 15, 0, 6});
+  torch::Tensor cos;
+  torch::Tensor sin;
+
+  explicit PagedCase(torch::Dtype dtype) {
+    q = q.to(dtype);
+    k = k.to(dtype);
+    v = v.to(dtype);
+    k_cache = k_cache.to(dtype);
+    v_cache = v_cache.to(dtype);
+    const auto inv_freq = torch::pow(10000.0, -torch::arange(0, 8, 2, torch::kDouble) / 8.0);
+    const auto angles = torch::arange(32, torch::kDouble).unsqueeze(1) * inv_freq;
+    cos = angles.cos().to(torch::kFloat);
+    sin = angles.sin().to(torch::kFloat);
+  }
+
+  posenc::ops::KvCacheCall call(const torch::Tensor& q_out) const {
+    return posenc::ops::prepare_paged_kv_cache_call(q, q_out, k, v, k_cache, v_cache, cos, sin,
+                                                    positions, slots, false, c10::nullopt, 1.0);
+  }
+};
+
+} // namespace
+
+// The thread bodies of the fused rotation and cache write give the CPU operator's result bit for
+// bit (itself the composite of apply_rotary_qk and index_copy_, test_kv_cache.py), in place and
+// out of place, for every dtype and for the launcher's grid and a small grid-stride one.
+TEST(GridEmulation, PagedKvCacheBodiesEqualTheCpuOperator) {
+  torch::manual_seed(11);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kDouble}) {
+    for (const bool in_place : {true, false}) {
+      for (const bool interleaved : {false, true}) {
+        const PagedCase c(dtype);
+        torch::Tensor q_expected = c.q.clone();
+        torch::Tensor k_expected = c.k_cache.clone();
+        torch::Tensor v_expected = c.v_cache.clone();
+        posenc::ops::rotary_paged_kv_cache_(q_expected, c.k, c.v, k_expected, v_expected, c.cos,
+                                            c.sin, c.positions, c.slots, interleaved);
+        for (const LaunchGeometry geometry : {LaunchGeometry{}, LaunchGeometry{2, 32}}) {
+          PagedCase run = c;
+          run.q = c.q.clone();
+          run.k_cache = c.k_cache.clone();
+          run.v_cache = c.v_cache.clone();
+          torch::Tensor q_out = in_place ? run.q : torch::full_like(run.q, 7);
+          const posenc::ops::KvCacheCall call = run.call(q_out);
+          Emulate execute;
+          execute.geometry = geometry;
+          posenc::ops::kernels::run_distinct_slots_check(call, execute);
+          posenc::ops::kernels::run_kv_cache_grid(call, in_place ? call.q : q_out.unsqueeze(0),
+                                                  interleaved, false, execute);
+          EXPECT_TRUE(same_bits(q_out, q_expected)) << c10::toString(dtype) << in_place;
+          EXPECT_TRUE(same_bits(run.k_cache, k_expected)) << c10::toString(dtype) << in_place;
+          EXPECT_TRUE(same_bits(run.v_cache, v_expected)) << c10::toString(dtype) << in_place;
+        }
+      }
+    }
+  }
+}
+
+// A contiguous cache through the emulated grid: token l of sequence b at slot cache_seqlens[b] +
+// l, rotated at those positions, heads-first caches.
+TEST(GridEmulation, ContiguousKvCacheBodiesEqualTheCpuOperator) {
+  torch::manual_seed(12);
+  const PagedCase tables(torch::kFloat);
+  const auto q = torch::randn({2, 3, 4, 8});
+  const auto k = torch::randn({2, 3, 2, 8});
+  const auto v = torch::randn({2, 3, 2, 8});
+  const auto seqlens = torch::tensor({4, 0}, torch::kInt);
+  torch::Tensor q_expected = q.clone();
+  torch::Tensor k_expected = torch::zeros({2, 2, 8, 8});
+  torch::Tensor v_expected = torch::zeros({2, 2, 8, 8});
+  posenc::ops::rotary_kv_cache_(q_expected, k, v, k_expected, v_expected, tables.cos, tables.sin,
+                                seqlens, c10::nullopt, false, false, true);
+  torch::Tensor q_run = q.clone();
+  torch::Tensor k_cache = torch::zeros({2, 2, 8, 8});
+  torch::Tensor v_cache = torch::zeros({2, 2, 8, 8});
+  const posenc::ops::KvCacheCall call = posenc::ops::prepare_kv_cache_call(
+      q_run, q_run, k, v, k_cache, v_cache, tables.cos, tables.sin, seqlens, c10::nullopt, false,
+      true, c10::nullopt, 1.0);
+  posenc::ops::kernels::run_kv_cache_grid(call, call.q, false, false, Emulate());
+  EXPECT_TRUE(same_bits(q_run, q_expected));
+  EXPECT_TRUE(same_bits(k_cache, k_expected));
+  EXPECT_TRUE(same_bits(v_cache, v_expected));
+}
+
+// What the threads check of the slots a GPU call reads (the host reads none there): a slot past
+// the cache and two tokens in one slot stop the distinct-slots check, which runs before the write;
+// a slot past the cache stops the write's threads too, and the token's rows are never written
+// (the threads check before they address the cache); a sequence whose tokens pass the end of a
+// contiguous cache is stopped as well.
+TEST(GridEmulation, KvCacheThreadsCheckSlotsBeforeWriting) {
+  torch::manual_seed(13);
+  PagedCase c(torch::kFloat);
+  posenc::ops::KvCacheCall call = c.call(c.q);
+  const auto expect_stop = [](const auto& run, const char* message) {
+    try {
+      run();
+      ADD_FAILURE() << "no check stopped the call (" << message << ")";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  // (written after the host's checks: what a device-resident slot_mapping may hold)
+  call.index = torch::tensor({3, -1, 9, 15, 0, 16});
+  expect_stop([&] { posenc::ops::kernels::run_distinct_slots_check(call, Emulate()); },
+              "a slot lies outside the cache");
+  expect_stop(
+      [&] {
+        // one thread over the items in order: the bad token is the last, so every other token is
+        // written before its check stops the grid; its slot (16) is the first row past the
+        // cache's buffer, so a write there is a heap overflow that ASan (the sanitize flavour)
+        // reports
+        Emulate one;
+        one.geometry = LaunchGeometry{1, 32};
+        posenc::ops::kernels::run_kv_cache_grid(call, call.q, false, false, one);
+      },
+      "a slot lies outside the cache");
+  call.index = torch::tensor({3, 7, 9, 15, 7, 6});
+  expect_stop([&] { posenc::ops::kernels::run_distinct_slots_check(call, Emulate()); },
+              "two tokens go to one slot");
+  call.index = torch::tensor({3, 7, 9, 15, 2, 6}, torch::kInt);
+  posenc::ops::kernels::run_distinct_slots_check(call, Emulate()); // distinct, int32: passes
+
+  torch::Tensor q = torch::randn({2, 3, 4, 8});
+  torch::Tensor k_cache = torch::zeros({2, 8, 2, 8});
+  torch::Tensor v_cache = torch::zeros({2, 8, 2, 8});
+  posenc::ops::KvCacheCall contiguous = posenc::ops::prepare_kv_cache_call(
+      q, q, torch::randn({2, 3, 2, 8}), torch::randn({2, 3, 2, 8}), k_cache, v_cache,
+      c.cos.narrow(1, 0, 4), c.sin.narrow(1, 0, 4), torch::tensor({0, 5}), c10::nullopt, false,
+      false, c10::nullopt, 1.0);
+  contiguous.index = torch::tensor({0, 6}); // 6 + 3 > 8 slots
+  expect_stop([&] { posenc::ops::kernels::run_kv_cache_grid(contiguous, q, false, false, Emulate()); },
+              "a sequence's new tokens lie outside the cache");
+  EXPECT_EQ(k_cache[1].count_nonzero().item<int64_t>(), 0);
+}

@@ -750,3 +750,98 @@ TEST_F(RotaryQk, RopeFrequenciesOperatorIsTheModulesDefinition) {
   EXPECT_POSENC_ERROR(posenc::ops::rotary_tables(8, torch::ones({4}, torch::kFloat)),
                       "inv_freq must be a float64 [R/2] = [4] tensor");
 }
+
+// --- the fused KV-cache write -------------------------------------------------------------------
+
+// RotaryEmbedding::forward_kv_cache_ is forward_qk_ at the slots' positions followed by the copy of
+// the keys and values into each sequence's cache at its length, bit for bit, for the rope types
+// whose rows are the caches' (llama3) and those computed per call (dynamic past its switch).
+TEST(RotaryKvCache, ModuleWriteEqualsRotationThenCopy) {
+  torch::manual_seed(21);
+  for (const bool dynamic : {false, true}) {
+    auto options = posenc::RotaryEmbeddingOptions(16, 64).rotary_dim(8);
+    if (dynamic) {
+      options.scaling(posenc::RopeScalingOptions(posenc::RopeType::kDynamic)
+                          .factor(2.0)
+                          .max_position_embeddings(16));
+    } else {
+      options.scaling(posenc::RopeScalingOptions(posenc::RopeType::kLlama3)
+                          .factor(8.0)
+                          .original_max_position_embeddings(16));
+    }
+    posenc::RotaryEmbedding rope(options);
+    const auto q = torch::randn({2, 3, 4, 16});
+    const auto k = torch::randn({2, 3, 2, 16});
+    const auto v = torch::randn({2, 3, 2, 12});
+    const auto seqlens = torch::tensor({1, 20}, torch::kInt);
+    const auto positions = seqlens.to(torch::kLong).unsqueeze(1) + torch::arange(3);
+    const auto [q_rot, k_rot] = rope->forward_qk_positions(q, k, positions);
+    torch::Tensor q_run = q.clone();
+    torch::Tensor k_cache = torch::zeros({2, 32, 2, 16});
+    torch::Tensor v_cache = torch::zeros({2, 32, 2, 12});
+    rope->forward_kv_cache_(q_run, k, v, k_cache, v_cache, seqlens);
+    EXPECT_TRUE(torch::equal(q_run, q_rot)) << dynamic;
+    for (int64_t b = 0; b < 2; ++b) {
+      const int64_t start = seqlens[b].item<int64_t>();
+      EXPECT_TRUE(torch::equal(k_cache[b].narrow(0, start, 3), k_rot[b])) << dynamic;
+      EXPECT_TRUE(torch::equal(v_cache[b].narrow(0, start, 3), v[b])) << dynamic;
+      EXPECT_EQ(k_cache[b].narrow(0, 0, start).count_nonzero().item<int64_t>(), 0);
+    }
+    // The same tokens packed into a paged cache (blocks of 8, sequence b's slots from 32 b).
+    torch::Tensor q_paged = q.clone().reshape({6, 4, 16});
+    torch::Tensor k_pages = torch::zeros({8, 8, 2, 16});
+    torch::Tensor v_pages = torch::zeros({8, 8, 2, 12});
+    const auto slots = (positions + torch::tensor({0, 32}).unsqueeze(1)).reshape({-1});
+    rope->forward_paged_kv_cache_(q_paged, k.reshape({6, 2, 16}), v.reshape({6, 2, 12}), k_pages,
+                                  v_pages, positions.reshape({-1}), slots);
+    if (!dynamic) { // (dynamic: one packed call takes the frequencies of its largest position)
+      EXPECT_TRUE(torch::equal(q_paged.view({2, 3, 4, 16}), q_rot));
+      EXPECT_TRUE(torch::equal(k_pages.view({64, 2, 16}).index_select(0, slots),
+                               k_rot.reshape({6, 2, 16})));
+    }
+    EXPECT_TRUE(torch::equal(v_pages.view({64, 2, 12}).index_select(0, slots), v.reshape({6, 2, 12})));
+  }
+}
+
+// The functional forms pass their options through: interleaved pairs, heads-first caches,
+// explicit positions; the out-of-place form leaves q as it was.
+TEST(RotaryKvCache, FunctionalForms) {
+  torch::manual_seed(22);
+  posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(8, 32));
+  const auto q = torch::randn({1, 2, 2, 8});
+  const auto k = torch::randn({1, 2, 1, 8});
+  const auto v = torch::randn({1, 2, 1, 8});
+  const auto positions = torch::tensor({{7, 8}});
+  torch::Tensor k_cache = torch::zeros({1, 1, 4, 8});
+  torch::Tensor v_cache = torch::zeros({1, 1, 4, 8});
+  const auto options = F::KvCacheFuncOptions()
+                           .positions(positions)
+                           .pairing(posenc::RotaryPairing::kInterleaved)
+                           .cache_heads_first(true);
+  const auto q_out = F::rotary_kv_cache(q, k, v, k_cache, v_cache, rope->cos, rope->sin,
+                                        torch::tensor({2}), options);
+  const auto [q_rot, k_rot] = F::rotary_embedding_qk(
+      q, k, rope->cos, rope->sin,
+      F::RotaryEmbeddingFuncOptions().positions(positions).pairing(
+          posenc::RotaryPairing::kInterleaved));
+  EXPECT_TRUE(torch::equal(q_out, q_rot));
+  EXPECT_TRUE(torch::equal(k_cache[0][0].narrow(0, 2, 2), k_rot[0].select(1, 0)));
+  EXPECT_EQ(k_cache[0][0].narrow(0, 0, 2).count_nonzero().item<int64_t>(), 0);
+  torch::Tensor q_in = q.clone().view({2, 2, 8});
+  torch::Tensor pages = torch::zeros({2, 2, 1, 8});
+  torch::Tensor v_pages = torch::zeros({2, 2, 1, 8});
+  F::rotary_paged_kv_cache_(q_in, k.view({2, 1, 8}), v.view({2, 1, 8}), pages, v_pages, rope->cos,
+                            rope->sin, positions.view({2}), torch::tensor({3, -1}),
+                            F::KvCacheFuncOptions().pairing(posenc::RotaryPairing::kInterleaved));
+  EXPECT_TRUE(torch::equal(q_in.view({1, 2, 2, 8}), q_rot));
+  EXPECT_TRUE(torch::equal(pages[1][1], k_rot[0][0]));
+  EXPECT_EQ(pages.count_nonzero().item<int64_t>(), k_rot[0][0].count_nonzero().item<int64_t>());
+  // Inference only: a key that requires grad is refused, and nothing is written.
+  torch::Tensor k_grad = k.view({2, 1, 8}).clone().requires_grad_();
+  torch::Tensor fresh = torch::zeros({2, 2, 1, 8});
+  EXPECT_THROW(F::rotary_paged_kv_cache_(q_in, k_grad, v.view({2, 1, 8}), fresh, v_pages,
+                                         rope->cos, rope->sin, positions.view({2}),
+                                         torch::tensor({0, 1})),
+               c10::Error);
+  EXPECT_EQ(fresh.count_nonzero().item<int64_t>(), 0);
+}

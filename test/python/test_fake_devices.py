@@ -291,6 +291,27 @@ OPERATOR_CASES = [
         T(randn(2, 5, 3, 8)), *map(T, caches(16, 8)), T(inv_freq_of(8)), None, ROTARY_DYNAMIC, 0, T(ints(POS_BL_ROTARY)))),
     _case("rotary_embedding_call_qk", "gqa_dynamic_past_switch", lambda ops, T: ops.rotary_embedding_call_qk(
         T(randn(2, 5, 4, 8)), T(randn(2, 5, 2, 8)), *map(T, caches(16, 8)), T(inv_freq_of(8)), None, ROTARY_DYNAMIC, 9)),
+    # The fused KV-cache writes: q rotated (in place or returned) and the caches written.
+    _case("rotary_kv_cache_", "gqa_seqlens", lambda ops, T: _inplace(
+        (T(randn(2, 3, 4, 8)), T(torch.zeros(2, 6, 2, 8)), T(torch.zeros(2, 6, 2, 4))),
+        lambda w: ops.rotary_kv_cache_(w[0], T(randn(2, 3, 2, 8)), T(randn(2, 3, 2, 4)), w[1], w[2],
+                                       *map(T, caches(16, 8)), T(torch.tensor([1, 3], dtype=torch.int32))))),
+    _case("rotary_kv_cache", "positions_heads_first_caches", lambda ops, T: (lambda kc, vc: (ops.rotary_kv_cache(
+        T(randn(2, 3, 4, 8)), T(randn(2, 3, 2, 8)), T(randn(2, 3, 2, 8)), kc, vc, *map(T, caches(16, 8)),
+        T(ints([0, 2])), T(ints([[0, 1, 2], [-1, 0, 1]])), False, False, True), kc, vc))(
+        T(torch.zeros(2, 2, 6, 8)), T(torch.zeros(2, 2, 6, 8)))),
+    _case("rotary_paged_kv_cache_", "slots_and_padding", lambda ops, T: _inplace(
+        (T(randn(5, 4, 8)), T(torch.zeros(3, 4, 2, 8)), T(torch.zeros(3, 4, 2, 8))),
+        lambda w: ops.rotary_paged_kv_cache_(w[0], T(randn(5, 2, 8)), T(randn(5, 2, 8)), w[1], w[2],
+                                             *map(T, caches(16, 8)), T(ints(POS_L)), T(ints([4, -1, 11, 0, 7]))))),
+    _case("rotary_paged_kv_cache", "interleaved_hnd", lambda ops, T: (lambda kc, vc: (ops.rotary_paged_kv_cache(
+        T(randn(5, 4, 8)), T(randn(5, 2, 8)), T(randn(5, 2, 8)), kc, vc, *map(T, caches(16, 8)), T(ints(POS_L)),
+        T(ints([4, 5, 11, 0, 7])), True, True), kc, vc))(T(torch.zeros(3, 2, 4, 8)), T(torch.zeros(3, 2, 4, 8)))),
+    _case("rotary_embedding_call_kv_cache_", "cached_len_seqlens", lambda ops, T: _inplace(
+        (T(randn(2, 3, 4, 8)), T(torch.zeros(2, 16, 2, 8)), T(torch.zeros(2, 16, 2, 8))),
+        lambda w: ops.rotary_embedding_call_kv_cache_(w[0], T(randn(2, 3, 2, 8)), T(randn(2, 3, 2, 8)), w[1], w[2],
+                                                      *map(T, caches(8, 8)), T(inv_freq_of(8)), None, ROTARY_MODULE,
+                                                      T(ints([2, 9]))))),
     _case("multimodal_rotary_tables", "positions_3BL", lambda ops, T: ops.multimodal_rotary_tables(
         *map(T, caches(64, 16)), T(torch.randint(0, 64, (3, 2, 5), generator=torch.Generator().manual_seed(3))), [2, 3, 3])),
     _case("multimodal_rotary_tables", "positions_3L_interleaved", lambda ops, T: ops.multimodal_rotary_tables(
