@@ -230,6 +230,153 @@ def token_position_cases(ops, model, shape, dtype, device):
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class KvShape:
+    """A packed batch for the fused KV-cache write: `prefill` tokens of one sequence from position 0
+    and `decode` sequences of one token each at position `past` (vLLM's mixed batches)."""
+    name: str
+    prefill: int
+    decode: int
+    past: int
+    large: bool  # the roofline target (<= KV_ROOFLINE x copy_) applies
+
+
+KV_SHAPES = [
+    KvShape("decode_b1", prefill=0, decode=1, past=4095, large=False),
+    KvShape("decode_b64", prefill=0, decode=64, past=4095, large=False),
+    KvShape("decode_b256", prefill=0, decode=256, past=4095, large=False),
+    KvShape("mixed_4096", prefill=3840, decode=256, past=4095, large=True),
+]
+KV_BLOCK = 16  # tokens per page of the paged cache
+# The targets of the fused write (issue 64): ahead of posenc's rotation followed by the cache
+# write by KV_SPEEDUP at every shape, and within KV_ROOFLINE x copy_ of its bytes at the large ones.
+KV_SPEEDUP = 1.3
+KV_ROOFLINE = 1.2
+
+
+def kv_cache_cases(ops, model, shape, dtype, device, compile_options):
+    """One layer's decode (or mixed) step of a paged-cache server: q [T, 32, 128], k and v
+    [T, 8, 128] as the projections leave them, each token written to its slot of a paged cache
+    (pages of KV_BLOCK tokens at random blocks of a pool twice the pages used). Cases: posenc's fused rotary_paged_kv_cache_; (a) posenc's apply_rotary_qk_
+    then index_copy_ of k and v into the flattened caches; (b) transformers' apply_rotary_pos_emb
+    (cos/sin [T, D] in the dtype, gathered beforehand as LlamaRotaryEmbedding returns them) then the
+    same index_copy_, eager and compiled; (c) copy_ of the bytes the step reads and writes (q read
+    and written, k and v read, their cache rows written)."""
+    apply_rotary_pos_emb = hf_apply_rotary_pos_emb()
+    tokens = shape.prefill + shape.decode
+    generator = torch.Generator().manual_seed(tokens)
+    q = torch.randn(tokens, model.q_heads, model.head_dim, generator=generator).to(device, dtype)
+    k = torch.randn(tokens, model.kv_heads, model.head_dim, generator=generator).to(device, dtype)
+    v = torch.randn(tokens, model.kv_heads, model.head_dim, generator=generator).to(device, dtype)
+    positions = torch.cat([torch.arange(shape.prefill), torch.full((shape.decode,), shape.past)])
+    sequence = torch.cat([torch.zeros(shape.prefill, dtype=torch.long), 1 + torch.arange(shape.decode)])
+    # the pages the tokens touch, each at a random block of a pool twice their number (a server's
+    # cache holds other sequences' pages between them)
+    pages, page = torch.unique(sequence * (shape.past + KV_BLOCK) + positions // KV_BLOCK, return_inverse=True)
+    blocks = 2 * pages.numel()
+    block_of_page = torch.randperm(blocks, generator=generator)[:pages.numel()]
+    slots = (block_of_page[page] * KV_BLOCK + positions % KV_BLOCK).to(device)
+    positions = positions.to(device)
+    k_cache = torch.zeros(blocks, KV_BLOCK, model.kv_heads, model.head_dim, device=device, dtype=dtype)
+    v_cache = torch.zeros_like(k_cache)
+    inv_freq, attention_factor = ops.rope_frequencies(model.head_dim, model.rope_theta)
+    cos, sin = ops.rotary_tables(shape.past + 1, inv_freq, float(attention_factor), device=device)
+    hf_cos = torch.cat([cos, cos], -1)[positions].to(dtype)
+    hf_sin = torch.cat([sin, sin], -1)[positions].to(dtype)
+    q_rot, k_rot = apply_rotary_pos_emb(q, k, hf_cos, hf_sin, unsqueeze_dim=1)
+    flat = (-1, model.kv_heads, model.head_dim)
+    expected_k = k_cache.clone()
+    expected_k.view(flat).index_copy_(0, slots, k_rot)
+    expected_v = v_cache.clone()
+    expected_v.view(flat).index_copy_(0, slots, v)
+    cache_bound = torch.zeros_like(expected_k, dtype=torch.float64)
+    cache_bound.view(flat).index_copy_(0, slots, rope_bound(k, dtype))
+    bound = (rope_bound(q, dtype), cache_bound, torch.zeros_like(cache_bound))
+    nbytes = 2 * q.nbytes + 2 * k.nbytes + 2 * v.nbytes
+
+    state = {name: q.clone() for name in ("fused", "split", "hf", "compiled")}
+    caches = {name: (k_cache.clone(), v_cache.clone()) for name in ("fused", "split", "hf", "compiled")}
+    k_work = k.clone()
+
+    def fused():
+        kc, vc = caches["fused"]
+        ops.rotary_paged_kv_cache_(state["fused"], k, v, kc, vc, cos, sin, positions, slots)
+
+    def split():
+        kc, vc = caches["split"]
+        ops.apply_rotary_qk_(state["split"].unsqueeze(0), k_work.unsqueeze(0), cos, sin, 0, positions)
+        kc.view(flat).index_copy_(0, slots, k_work)
+        vc.view(flat).index_copy_(0, slots, v)
+
+    def hf_step(q_in, k_cache_, v_cache_):
+        q_out, k_out = apply_rotary_pos_emb(q_in, k, hf_cos, hf_sin, unsqueeze_dim=1)
+        k_cache_.view(flat).index_copy_(0, slots, k_out)
+        v_cache_.view(flat).index_copy_(0, slots, v)
+        return q_out
+
+    def hf_eager():
+        state["hf"] = hf_step(q, *caches["hf"])
+
+    hf_function = compiled(hf_step, compile_options)
+
+    def hf_compiled():
+        state["compiled"] = hf_function(q, *caches["compiled"])
+
+    q_copy, k_rows, v_rows = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def roofline_copy():
+        q_copy.copy_(q)
+        k_rows.copy_(k)
+        v_rows.copy_(v)
+
+    def outputs(name):
+        return lambda: (state[name], *caches[name])
+
+    family = "kv_cache"
+    expected = (q_rot, expected_k, expected_v)
+    # (the split case rotates its own k again on every call, so it is checked after its first
+    # call only: check() runs each case once on fresh inputs)
+    return [
+        Case(family, "posenc_fused", fused, outputs("fused"), nbytes, expected, bound),
+        Case(family, "posenc_rotate_then_write", split, outputs("split"), nbytes, expected, bound),
+        Case(family, "hf_eager", hf_eager, outputs("hf"), nbytes, expected, None),
+        Case(family, "hf_compiled", hf_compiled, outputs("compiled"), nbytes, expected, bound),
+        Case(family, "roofline_copy", roofline_copy, lambda: (q_copy, k_rows, v_rows), nbytes, (q, k, v), None),
+    ]
+
+
+def run_kv_cache(ops, device="cuda", model=LLAMA3_8B, shapes=KV_SHAPES, dtypes=DTYPES, samples=30,
+                 compile_options=None, prefix="gpu_llama3_8b"):
+    """The fused KV-cache write's cases at every shape: rows, checks and its targets (KV_SPEEDUP
+    over posenc's rotation then write everywhere, KV_ROOFLINE x copy_ at the large shapes)."""
+    compile_options = compile_options or {}
+    rows, checks = [], []
+    for shape in shapes:
+        for dtype_name, dtype in dtypes.items():
+            cases = kv_cache_cases(ops, model, shape, dtype, device, compile_options)
+            for case in cases:
+                tag = f"{case.family}/{case.name}/{shape.name}/{dtype_name}"
+                error = check(case)
+                checks.append({"name": tag, "error_over_bound": error, "passed": error <= 1.0})
+                us = time_us(case.call, device, samples)
+                rows.append({"name": f"{prefix}_{tag}", "family": case.family, "case": case.name, "shape": shape.name,
+                             "large": shape.large, "decode": shape.prefill == 0, "dtype": dtype_name,
+                             "real_time_us": us, "gbps": case.nbytes / us / 1e3})
+            del cases
+    by_key = {(r["case"], r["shape"], r["dtype"]): r["real_time_us"] for r in rows}
+    result = []
+    for row in (r for r in rows if r["case"] == "posenc_fused"):
+        name = f"kv_cache/posenc_fused/{row['shape']}/{row['dtype']}"
+        speedup = by_key[("posenc_rotate_then_write", row["shape"], row["dtype"])] / row["real_time_us"]
+        result.append({"target": f">= {KV_SPEEDUP:g}x posenc's rotation then write", "case": name, "value": speedup,
+                       "shown": f"{speedup:.2f}x", "met": speedup >= KV_SPEEDUP})
+        if row["large"]:
+            ratio = row["real_time_us"] / by_key[("roofline_copy", row["shape"], row["dtype"])]
+            result.append({"target": f"<= {KV_ROOFLINE:g}x copy_ of its bytes", "case": name, "value": ratio,
+                           "shown": f"{ratio:.2f}x", "met": ratio <= KV_ROOFLINE})
+    return {"benchmarks": rows, "checks": checks, "targets": result}
+
+
 def check(case):
     """Runs the case once and compares what it produced with its expected tensors: the largest
     |difference| / bound (<= 1 passes; exact cases pass only at 0)."""
@@ -400,11 +547,13 @@ def main():
     parser.add_argument("--output", required=True, help="the JSON report")
     parser.add_argument("--markdown", help="the report as Markdown too")
     parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--device", default="cuda", help="cuda (every family), or cpu (the KV-cache family alone)")
+    parser.add_argument("--kv-cache-only", action="store_true", help="only the fused KV-cache write's cases")
     parser.add_argument("--profile", action="store_true",
                         help="run each posenc case and copy_ once at the large shapes for a profiler "
                              "(ncu --profile-from-start off); --output lists them in the order they ran")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("cuda_benchmark: no CUDA device", file=sys.stderr)
         return 2
     torch.ops.load_library(args.library)
@@ -412,8 +561,12 @@ def main():
         with open(args.output, "w") as out:
             json.dump(profile(torch.ops.posenc, "cuda"), out, indent=1)
         return 0
-    report = environment("cuda")
-    report.update(run(torch.ops.posenc, "cuda", samples=args.samples))
+    report = environment(args.device)
+    prefix = "gpu_llama3_8b" if args.device == "cuda" else "cpu_llama3_8b"
+    parts = [run_kv_cache(torch.ops.posenc, args.device, samples=args.samples, prefix=prefix)]
+    if args.device == "cuda" and not args.kv_cache_only:
+        parts.insert(0, run(torch.ops.posenc, "cuda", samples=args.samples))
+    report.update({key: [item for part in parts for item in part[key]] for key in ("benchmarks", "checks", "targets")})
     with open(args.output, "w") as out:
         json.dump(report, out, indent=1)
     text = markdown(report)

@@ -208,6 +208,32 @@ def test_benchmark_cases_run_and_agree_on_cpu(posenc_ops, transformers):
     assert "### rope_qk" in text and f"of {len(report['checks'])} agree" in text
 
 
+TINY_KV_SHAPES = [cuda_benchmark.KvShape("decode_b3", prefill=0, decode=3, past=63, large=False),
+                  cuda_benchmark.KvShape("mixed_24", prefill=20, decode=4, past=63, large=True)]
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="the benchmark compares with torch.compile (PyTorch >= 2.0)")
+def test_kv_cache_benchmark_cases_run_and_agree_on_cpu(posenc_ops, transformers):
+    """The fused KV-cache write's cases, checked and timed on the CPU: posenc's fused write, posenc's
+    rotation then index_copy_, HF's apply_rotary_pos_emb then index_copy_ (eager, compiled) all leave
+    the same queries and caches (rope_bound for the rotated rows, values exact), copy_ exact; the
+    targets: the speedup over the rotation-then-write everywhere, the roofline at the large shape."""
+    report = cuda_benchmark.run_kv_cache(posenc_ops, device="cpu", model=TINY, shapes=TINY_KV_SHAPES, samples=2)
+    failed = [c for c in report["checks"] if not c["passed"]]
+    assert not failed, failed
+    names = ["posenc_fused", "posenc_rotate_then_write", "hf_eager", "hf_compiled", "roofline_copy"]
+    expected = {("kv_cache", case, shape.name, dtype) for case in names for shape in TINY_KV_SHAPES
+                for dtype in cuda_benchmark.DTYPES}
+    assert {(r["family"], r["case"], r["shape"], r["dtype"]) for r in report["benchmarks"]} == expected
+    kinds = {}
+    for target in report["targets"]:
+        kinds.setdefault(target["target"], set()).add(target["case"])
+    assert kinds[">= 1.3x posenc's rotation then write"] == {f"kv_cache/posenc_fused/{s.name}/{d}" for s in TINY_KV_SHAPES
+                                                             for d in cuda_benchmark.DTYPES}
+    assert kinds["<= 1.2x copy_ of its bytes"] == {f"kv_cache/posenc_fused/mixed_24/{d}" for d in cuda_benchmark.DTYPES}
+    assert "### kv_cache" in cuda_benchmark.markdown(dict(report, device="cpu"))
+
+
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="the benchmark's cases include torch.compile (PyTorch >= 2.0)")
 def test_profile_runs_each_posenc_case_and_copy_once_per_large_shape(posenc_ops, transformers):
     """The profile step's program (ncu --profile-from-start off): at each large shape and dtype, each

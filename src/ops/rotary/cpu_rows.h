@@ -1,0 +1,83 @@
+#pragma once
+
+// The CPU row loops of the rotary family, for every CPU kernel that rotates rows (rotary's,
+// kv_cache's): one row, or a token's heads, each compiled per instruction set (POSENC_ROW_LOOP),
+// float16/bfloat16 converted in registers. Every product and sum rounds on its own, as the CUDA
+// threads' (kernels::rotate_pair), so every backend gives the same bits.
+
+#include "detail/row_loop.h"
+#include "ops/common/cpu_helpers.h"
+#include "ops/rotary/bfloat16_rows.h"
+#include "ops/rotary/kernels.h"
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace posenc {
+namespace ops {
+namespace cpu {
+namespace {
+
+// The pairs of one row: (2j, 2j + 1) interleaved, (j, half + j) otherwise, each rotated by the
+// arithmetic the CUDA threads run (kernels::rotate_pair); inlined into each clone of rotate_row,
+// so that it is compiled for that clone's instruction set. out may be x: iteration j reads and
+// writes only its own pair, in place or not, so no iteration depends on another's stores.
+// POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and out[half + j] with
+// half unknown.
+template <bool kInterleaved, typename scalar_t, typename table_t>
+C10_ALWAYS_INLINE void rotate_pairs(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                    const table_t* sin, int64_t half, bool inverse) {
+  constexpr int64_t kStep = kInterleaved ? 2 : 1;
+  const int64_t second = kInterleaved ? 1 : half;
+  POSENC_IVDEP
+  for (int64_t j = 0; j < half; ++j) {
+    kernels::rotate_pair(x, out, kStep * j, kStep * j + second, cos[j], sin[j], inverse);
+  }
+}
+
+// One row of Dh channels, compiled once per instruction set (POSENC_ROW_LOOP).
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                const table_t* sin, int64_t half, bool interleaved, bool inverse) {
+  if (interleaved) {
+    rotate_pairs<true>(x, out, cos, sin, half, inverse);
+  } else {
+    rotate_pairs<false>(x, out, cos, sin, half, inverse);
+  }
+}
+
+// The `heads` rows of one token, `in_head` and `out_head` elements apart in x and out, each
+// rotated by the token's cos/sin row: one call per token and operand, so that a decoding step (one
+// token, tens of heads) pays the clone's dispatch and setup once per token rather than once per
+// head. Channels past 2 * half (partial rotary) are the caller's.
+template <typename scalar_t, typename table_t>
+POSENC_ROW_LOOP void rotate_heads(const scalar_t* x, scalar_t* out, int64_t in_head,
+                                  int64_t out_head, int64_t heads, const table_t* cos,
+                                  const table_t* sin, int64_t half, bool interleaved,
+                                  bool inverse) {
+  if (std::is_same<scalar_t, c10::BFloat16>::value && std::is_same<table_t, float>::value &&
+      !interleaved && half % 16 == 0 && bf16_rows_supported()) {
+    // (the same bits, rounded to bfloat16 in hardware: bfloat16_rows.h)
+    rotate_halves_bf16(reinterpret_cast<const c10::BFloat16*>(x),
+                       reinterpret_cast<c10::BFloat16*>(out), in_head, out_head, heads,
+                       reinterpret_cast<const float*>(cos), reinterpret_cast<const float*>(sin),
+                       half, inverse);
+    return;
+  }
+  if (interleaved) {
+    for (int64_t h = 0; h < heads; ++h) {
+      rotate_pairs<true>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
+    }
+  } else {
+    for (int64_t h = 0; h < heads; ++h) {
+      rotate_pairs<false>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
+    }
+  }
+}
+
+} // namespace
+} // namespace cpu
+} // namespace ops
+} // namespace posenc
