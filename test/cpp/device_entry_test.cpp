@@ -662,4 +662,131 @@ TEST(DeviceEntry, ModuleForwardsCaptureInACudaGraph_CUDA) {
   alibi->to(cuda);
   captures("ALiBi", [&] { return alibi(5, 7, c10::nullopt, true); });
 }
+
+// The fused KV-cache write on CUDA gives the CPU's queries and caches bit for bit (the same
+// arithmetic: the thread bodies of src/ops/kv_cache/kernels.h, nvcc -fmad=false), for a paged
+// and a contiguous cache, every dtype, both pairings, GQA, partial rotary, padding slots and
+// positions, int32 and int64 indices. Runs under scripts/gpu_check.sh (and compute-sanitizer).
+TEST(DeviceEntry, KvCacheWriteEqualsTheCpu_CUDA) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const torch::Device cuda(torch::kCUDA);
+  torch::manual_seed(31);
+  const auto angles = torch::arange(64, torch::kDouble).unsqueeze(1) *
+                      torch::pow(10000.0, -torch::arange(0, 8, 2, torch::kDouble) / 8.0);
+  const torch::Tensor cos = angles.cos().to(torch::kFloat);
+  const torch::Tensor sin = angles.sin().to(torch::kFloat);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kDouble}) {
+    for (const bool interleaved : {false, true}) {
+      for (const auto index : {torch::kInt, torch::kLong}) {
+        const auto opts = torch::TensorOptions().dtype(dtype);
+        torch::Tensor q = torch::randn({7, 4, 12}, opts);
+        const torch::Tensor k = torch::randn({7, 2, 12}, opts);
+        const torch::Tensor v = torch::randn({7, 2, 16}, opts);
+        torch::Tensor k_cache = torch::randn({4, 4, 2, 12}, opts);
+        torch::Tensor v_cache = torch::randn({4, 4, 2, 16}, opts);
+        const torch::Tensor positions = torch::tensor({0, 5, -1, 17, 3, 63, 9});
+        const torch::Tensor slots = torch::tensor({3, -1, 9, 15, 0, 6, 12}, index);
+        torch::Tensor q_gpu = q.to(cuda);
+        torch::Tensor k_cache_gpu = k_cache.to(cuda);
+        torch::Tensor v_cache_gpu = v_cache.to(cuda);
+        posenc::ops::rotary_paged_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, positions, slots,
+                                            interleaved);
+        posenc::ops::rotary_paged_kv_cache_(q_gpu, k.to(cuda), v.to(cuda), k_cache_gpu,
+                                            v_cache_gpu, cos.to(cuda), sin.to(cuda),
+                                            positions.to(cuda), slots.to(cuda), interleaved);
+        EXPECT_TRUE(torch::equal(q_gpu.cpu(), q)) << c10::toString(dtype);
+        EXPECT_TRUE(torch::equal(k_cache_gpu.cpu(), k_cache)) << c10::toString(dtype);
+        EXPECT_TRUE(torch::equal(v_cache_gpu.cpu(), v_cache)) << c10::toString(dtype);
+        // contiguous, heads-first caches, q out of place
+        const torch::Tensor q4 = torch::randn({2, 3, 4, 12}, opts);
+        const torch::Tensor k4 = torch::randn({2, 3, 2, 12}, opts);
+        const torch::Tensor v4 = torch::randn({2, 3, 2, 16}, opts);
+        torch::Tensor kc = torch::zeros({2, 2, 8, 12}, opts);
+        torch::Tensor vc = torch::zeros({2, 2, 8, 16}, opts);
+        torch::Tensor kc_gpu = kc.to(cuda);
+        torch::Tensor vc_gpu = vc.to(cuda);
+        const torch::Tensor seqlens = torch::tensor({5, 0}, index);
+        const torch::Tensor expected = posenc::ops::rotary_kv_cache(
+            q4, k4, v4, kc, vc, cos, sin, seqlens, c10::nullopt, interleaved, false, true);
+        const torch::Tensor actual = posenc::ops::rotary_kv_cache(
+            q4.to(cuda), k4.to(cuda), v4.to(cuda), kc_gpu, vc_gpu, cos.to(cuda), sin.to(cuda),
+            seqlens.to(cuda), c10::nullopt, interleaved, false, true);
+        EXPECT_TRUE(torch::equal(actual.cpu(), expected)) << c10::toString(dtype);
+        EXPECT_TRUE(torch::equal(kc_gpu.cpu(), kc)) << c10::toString(dtype);
+        EXPECT_TRUE(torch::equal(vc_gpu.cpu(), vc)) << c10::toString(dtype);
+      }
+    }
+  }
+}
+
+// A serving loop's decode step captured once in a CUDA graph and replayed with new positions and
+// slots written into the captured index tensors (what a server does each step): the fused write
+// reads nothing back and allocates nothing, so the capture succeeds, and each replay leaves the
+// queries and caches an eager call leaves, bit for bit.
+TEST(DeviceEntry, KvCacheWriteCapturesInACudaGraph_CUDA) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device";
+  }
+  const torch::Device cuda(torch::kCUDA);
+  torch::manual_seed(32);
+  posenc::RotaryEmbedding rope(posenc::RotaryEmbeddingOptions(16, 64));
+  rope->to(cuda);
+  const auto options = torch::TensorOptions(cuda);
+  torch::Tensor q = torch::empty({4, 4, 16}, options);
+  torch::Tensor k = torch::empty({4, 2, 16}, options);
+  torch::Tensor v = torch::empty({4, 2, 16}, options);
+  torch::Tensor k_cache = torch::zeros({8, 4, 2, 16}, options);
+  torch::Tensor v_cache = torch::zeros({8, 4, 2, 16}, options);
+  torch::Tensor positions = torch::zeros({4}, options.dtype(torch::kLong));
+  torch::Tensor slots = torch::tensor({0, 1, 2, 3}, options.dtype(torch::kLong));
+  torch::Tensor seqlens = torch::zeros({4}, options.dtype(torch::kInt));
+  torch::Tensor q4 = torch::empty({4, 1, 4, 16}, options); // [B = 4, L = 1, H, D]
+  torch::Tensor k_contiguous = torch::zeros({4, 16, 2, 16}, options);
+  torch::Tensor v_contiguous = torch::zeros({4, 16, 2, 16}, options);
+  const auto step = [&] {
+    rope->forward_paged_kv_cache_(q, k, v, k_cache, v_cache, positions, slots);
+    rope->forward_kv_cache_(q4, k.unsqueeze(1), v.unsqueeze(1), k_contiguous, v_contiguous,
+                            seqlens);
+  };
+  at::cuda::CUDAGraph graph;
+  {
+    const at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+    const c10::cuda::CUDAStreamGuard guard(side);
+    step(); // (warm-up, outside the capture)
+    graph.capture_begin();
+    step();
+    graph.capture_end();
+  }
+  torch::cuda::synchronize();
+  for (int64_t t = 1; t <= 3; ++t) {
+    const torch::Tensor q_new = torch::randn({4, 4, 16}, options);
+    const torch::Tensor k_new = torch::randn({4, 2, 16}, options);
+    const torch::Tensor v_new = torch::randn({4, 2, 16}, options);
+    q.copy_(q_new);
+    q4.copy_(q_new.unsqueeze(1));
+    k.copy_(k_new);
+    v.copy_(v_new);
+    positions.fill_(10 + t);
+    slots.copy_(torch::tensor({4 * t, 4 * t + 1, 4 * t + 2, 4 * t + 3}, options.dtype(torch::kLong)));
+    seqlens.fill_(static_cast<int>(t));
+    torch::Tensor k_expected = k_cache.clone();
+    torch::Tensor v_expected = v_cache.clone();
+    torch::Tensor q_expected = q_new.clone();
+    posenc::ops::rotary_paged_kv_cache_(q_expected, k_new, v_new, k_expected, v_expected,
+                                        rope->cos, rope->sin, positions, slots);
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_TRUE(torch::equal(k_cache, k_expected)) << t;
+    EXPECT_TRUE(torch::equal(v_cache, v_expected)) << t;
+    EXPECT_TRUE(torch::equal(q, q_expected)) << t;
+    // the contiguous cache: each sequence's token at slot t = cache_seqlens, rotated at position t
+    const auto [q_rot, k_rot] = posenc::ops::apply_rotary_qk(q_new.unsqueeze(1), k_new.unsqueeze(1),
+                                                             rope->cos, rope->sin, t);
+    EXPECT_TRUE(torch::equal(q4, q_rot)) << t;
+    EXPECT_TRUE(torch::equal(k_contiguous.narrow(1, t, 1), k_rot)) << t;
+    EXPECT_TRUE(torch::equal(v_contiguous.select(1, t), v_new)) << t;
+  }
+}
 #endif
