@@ -1,20 +1,27 @@
 // A LLaMA-architecture decoder in LibTorch that loads what transformers' save_pretrained writes
 // (config.json + model.safetensors) and computes what transformers' LlamaForCausalLM /
-// Qwen2ForCausalLM compute: RMSNorm, grouped-query attention whose queries and keys posenc rotates
-// in place in one pass (the rotary setup read from config.json by posenc::io::read_hf_rope_config:
-// any rope type, partial rotation, yarn's attention factor), a SwiGLU MLP, and a KV cache filled at
-// growing offsets while decoding. Weights are loaded by posenc::load_safetensors under the names
-// transformers gives them.
+// Qwen2ForCausalLM compute: RMSNorm, grouped-query attention whose queries posenc rotates in place
+// while it rotates the keys into the KV cache and copies the values there, one pass per layer and
+// step (RotaryEmbedding::forward_kv_cache_; the rotary setup read from config.json by
+// posenc::io::read_hf_rope_config: any rope type, partial rotation, yarn's attention factor), a
+// SwiGLU MLP. The cache is contiguous ([B, H_kv, capacity, D], grown by doubling) or, with
+// --paged, a pool of pages ([blocks, block_size, H_kv, D], vLLM's layout) written through a slot
+// mapping and read back through each sequence's block table. Weights are loaded by
+// posenc::load_safetensors under the names transformers gives them; the rotary embedding is then
+// registered as the submodule `model.rotary_emb` (as in transformers, its tables are not in the
+// checkpoint), so that model->to(device) moves it with the weights.
 //
-//   llama_decoder check MODEL_DIR...     compare with reference.safetensors (make_models.py)
-//   llama_decoder [--threads N] generate MODEL_DIR --prompt-length 128 --tokens 64
-//                                        greedy generation, timed (tokens per second, JSON)
+//   llama_decoder [--device cuda] [--paged] check MODEL_DIR...
+//                                        compare with reference.safetensors (make_models.py)
+//   llama_decoder [--threads N] [--device cuda] [--paged] generate MODEL_DIR --prompt-length 128
+//                 --tokens 64            greedy generation, timed (tokens per second, JSON)
 
 #include <posenc/io/hf_config.h>
 #include <posenc/io/safetensors.h>
 #include <posenc/modules/rotary_embedding.h>
 
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -106,15 +113,49 @@ struct RMSNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-// One layer's keys and values, [B, Hkv, capacity, D]; positions 0 .. length - 1 are filled.
+// How the decoder keeps its KV cache (the command line's --paged, --block-size).
+struct CacheLayout {
+  bool paged = false;
+  int64_t block_size = 16;
+};
+
+// One layer's keys and values. Contiguous: [B, Hkv, capacity, D], positions 0 .. length - 1
+// filled. Paged: pages [blocks, block_size, Hkv, D]; sequence b's position p lives in page
+// block_table[b][p / block_size], row p % block_size.
 struct KVCache {
   torch::Tensor keys, values;
   int64_t length = 0;
+  torch::Tensor block_table; // [B, pages per sequence], int64, on the host
 };
 
+// The pages of a paged cache: room for `capacity` positions of each of `batch` sequences, its
+// pages handed out in an interleaved order (sequence b's i-th page is block i * batch + b,
+// reversed), as a server's allocator leaves them scattered; what `cache` holds is moved over.
+void grow_paged(KVCache& cache, const torch::Tensor& like, int64_t batch, int64_t capacity,
+                int64_t kv_heads, int64_t head_dim, int64_t block_size) {
+  const int64_t pages = (capacity + block_size - 1) / block_size;
+  const int64_t blocks = pages * batch;
+  torch::Tensor table =
+      (blocks - 1 - (torch::arange(pages, torch::kLong).unsqueeze(0) * batch +
+                     torch::arange(batch, torch::kLong).unsqueeze(1)));
+  torch::Tensor keys = like.new_zeros({blocks, block_size, kv_heads, head_dim});
+  torch::Tensor values = like.new_zeros({blocks, block_size, kv_heads, head_dim});
+  if (cache.keys.defined()) {
+    const int64_t old_pages = cache.block_table.size(1);
+    const torch::Tensor from = cache.block_table.reshape({-1}).to(like.device());
+    const torch::Tensor to = table.narrow(1, 0, old_pages).reshape({-1}).to(like.device());
+    keys.index_copy_(0, to, cache.keys.index_select(0, from));
+    values.index_copy_(0, to, cache.values.index_select(0, from));
+  }
+  cache.keys = keys;
+  cache.values = values;
+  cache.block_table = table;
+}
+
 struct AttentionImpl : torch::nn::Module {
-  explicit AttentionImpl(const DecoderConfig& config)
-      : heads(config.attention.num_attention_heads),
+  AttentionImpl(const DecoderConfig& config, const CacheLayout& layout)
+      : layout(layout),
+        heads(config.attention.num_attention_heads),
         kv_heads(config.attention.num_key_value_heads),
         head_dim(config.attention.options.head_dim()) {
     const int64_t hidden = config.hidden_size;
@@ -136,27 +177,60 @@ struct AttentionImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, posenc::RotaryEmbedding& rope, KVCache& cache) {
     const int64_t batch = x.size(0), length = x.size(1), offset = cache.length;
     torch::Tensor q = q_proj(x).view({batch, length, heads, head_dim});
-    torch::Tensor k = k_proj(x).view({batch, length, kv_heads, head_dim});
+    const torch::Tensor k = k_proj(x).view({batch, length, kv_heads, head_dim});
     const torch::Tensor v = v_proj(x).view({batch, length, kv_heads, head_dim});
-    rope->forward_qk_(q, k, offset); // q and k rotated where they lie, one pass for both
-    if (!cache.keys.defined() || cache.keys.size(2) < offset + length) {
-      // Grow the cache (doubling), keeping what it holds.
-      const int64_t capacity = std::max<int64_t>(2 * (offset + length), 64);
-      torch::Tensor keys = x.new_empty({batch, kv_heads, capacity, head_dim});
-      torch::Tensor values = x.new_empty({batch, kv_heads, capacity, head_dim});
-      if (offset > 0) {
-        keys.narrow(2, 0, offset).copy_(cache.keys.narrow(2, 0, offset));
-        values.narrow(2, 0, offset).copy_(cache.values.narrow(2, 0, offset));
+    const int64_t total = offset + length;
+    torch::Tensor keys, values; // [B, Hkv, total, D]
+    if (layout.paged) {
+      const int64_t pages = cache.block_table.defined() ? cache.block_table.size(1) : 0;
+      if (pages * layout.block_size < total) {
+        grow_paged(cache, x, batch, std::max<int64_t>(2 * total, 64), kv_heads, head_dim,
+                   layout.block_size);
       }
-      cache.keys = keys;
-      cache.values = values;
+      // Token (b, l) at position offset + l goes to its page's row (vLLM's slot_mapping).
+      const torch::Tensor positions = torch::arange(offset, total, torch::kLong);
+      const torch::Tensor slots =
+          (cache.block_table.index_select(1, positions.div(layout.block_size, "floor")) *
+               layout.block_size +
+           positions.remainder(layout.block_size))
+              .reshape({-1});
+      torch::Tensor packed = q.view({batch * length, heads, head_dim});
+      rope->forward_paged_kv_cache_(packed, k.reshape({batch * length, kv_heads, head_dim}),
+                                    v.reshape({batch * length, kv_heads, head_dim}), cache.keys,
+                                    cache.values, positions.repeat({batch}).to(x.device()),
+                                    slots.to(x.device()));
+      // Each sequence's pages in order, its first `total` rows (the attention reads them back).
+      const torch::Tensor table = cache.block_table.to(x.device());
+      const auto gather = [&](const torch::Tensor& pool) {
+        return pool.index_select(0, table.reshape({-1}))
+            .view({batch, -1, kv_heads, head_dim})
+            .narrow(1, 0, total)
+            .transpose(1, 2);
+      };
+      keys = gather(cache.keys);
+      values = gather(cache.values);
+    } else {
+      if (!cache.keys.defined() || cache.keys.size(2) < total) {
+        // Grow the cache (doubling), keeping what it holds.
+        const int64_t capacity = std::max<int64_t>(2 * total, 64);
+        torch::Tensor grown_keys = x.new_empty({batch, kv_heads, capacity, head_dim});
+        torch::Tensor grown_values = x.new_empty({batch, kv_heads, capacity, head_dim});
+        if (offset > 0) {
+          grown_keys.narrow(2, 0, offset).copy_(cache.keys.narrow(2, 0, offset));
+          grown_values.narrow(2, 0, offset).copy_(cache.values.narrow(2, 0, offset));
+        }
+        cache.keys = grown_keys;
+        cache.values = grown_values;
+      }
+      // q rotated where it lies, k rotated into its slots and v copied there, in one pass.
+      const torch::Tensor seqlens = torch::full({batch}, offset, x.options().dtype(torch::kLong));
+      rope->forward_kv_cache_(q, k, v, cache.keys, cache.values, seqlens, /*positions=*/{},
+                              /*cache_heads_first=*/true);
+      keys = cache.keys.narrow(2, 0, total);
+      values = cache.values.narrow(2, 0, total);
     }
-    cache.keys.narrow(2, offset, length).copy_(k.transpose(1, 2));
-    cache.values.narrow(2, offset, length).copy_(v.transpose(1, 2));
-    cache.length = offset + length;
-    const int64_t total = cache.length, groups = heads / kv_heads;
-    const torch::Tensor keys = cache.keys.narrow(2, 0, total);
-    const torch::Tensor values = cache.values.narrow(2, 0, total);
+    cache.length = total;
+    const int64_t groups = heads / kv_heads;
 
     // Query head h reads key/value head h / groups (transformers' repeat_kv), without copying the
     // cache: the queries of one key head are one [groups * L, D] matrix.
@@ -182,6 +256,7 @@ struct AttentionImpl : torch::nn::Module {
     return o_proj(output);
   }
 
+  CacheLayout layout;
   int64_t heads, kv_heads, head_dim;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
@@ -204,8 +279,8 @@ struct MLPImpl : torch::nn::Module {
 TORCH_MODULE(MLP);
 
 struct DecoderLayerImpl : torch::nn::Module {
-  explicit DecoderLayerImpl(const DecoderConfig& config)
-      : self_attn(register_module("self_attn", Attention(config))),
+  DecoderLayerImpl(const DecoderConfig& config, const CacheLayout& layout)
+      : self_attn(register_module("self_attn", Attention(config, layout))),
         mlp(register_module("mlp", MLP(config))),
         input_layernorm(
             register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps))),
@@ -223,13 +298,13 @@ TORCH_MODULE(DecoderLayer);
 
 // transformers' LlamaModel: the parameters under the names save_pretrained writes.
 struct BackboneImpl : torch::nn::Module {
-  explicit BackboneImpl(const DecoderConfig& config)
+  BackboneImpl(const DecoderConfig& config, const CacheLayout& layout)
       : embed_tokens(register_module("embed_tokens",
                                      torch::nn::Embedding(config.vocab_size, config.hidden_size))),
         layers(register_module("layers", torch::nn::ModuleList())),
         norm(register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps))) {
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-      layers->push_back(DecoderLayer(config));
+      layers->push_back(DecoderLayer(config, layout));
     }
   }
   torch::nn::Embedding embed_tokens;
@@ -240,10 +315,11 @@ TORCH_MODULE(Backbone);
 
 // LlamaForCausalLM / Qwen2ForCausalLM with a KV cache: forward(ids) continues the sequence.
 struct CausalLMImpl : torch::nn::Module {
-  explicit CausalLMImpl(const DecoderConfig& config)
-      : model(register_module("model", Backbone(config))),
-        // The rotary embedding holds no weights of the checkpoint (its tables are computed), so it
-        // is not a registered submodule: load_safetensors(strict) sees exactly transformers' keys.
+  CausalLMImpl(const DecoderConfig& config, const CacheLayout& layout)
+      : model(register_module("model", Backbone(config, layout))),
+        // The rotary embedding holds no weights of the checkpoint (its tables are computed): it is
+        // registered once the weights are loaded (register_rotary), so that
+        // load_safetensors(strict) sees exactly transformers' keys.
         rope(config.attention.options) {
     if (!config.tie_word_embeddings) {
       lm_head = register_module(
@@ -251,6 +327,12 @@ struct CausalLMImpl : torch::nn::Module {
           torch::nn::Linear(
               torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
     }
+  }
+
+  // The rotary embedding as the submodule model.rotary_emb (transformers' name), so that to()
+  // moves its tables with the weights.
+  void register_rotary() {
+    model->register_module("rotary_emb", rope);
   }
 
   void reset_cache() {
@@ -262,12 +344,13 @@ struct CausalLMImpl : torch::nn::Module {
     if (caches.size() != model->layers->size()) {
       reset_cache();
     }
-    torch::Tensor h = model->embed_tokens(ids);
+    torch::Tensor h = model->embed_tokens(ids.to(model->embed_tokens->weight.device()));
     for (size_t i = 0; i < model->layers->size(); ++i) {
       h = model->layers[i]->as<DecoderLayer>()->forward(h, rope, caches[i]);
     }
     h = model->norm(h);
-    return lm_head ? lm_head(h) : torch::nn::functional::linear(h, model->embed_tokens->weight);
+    return (lm_head ? lm_head(h) : torch::nn::functional::linear(h, model->embed_tokens->weight))
+        .cpu();
   }
 
   // Greedy decoding: `tokens` new tokens after `prompt` [1, L]; returns prompt and tokens [1, L +
@@ -292,10 +375,13 @@ struct CausalLMImpl : torch::nn::Module {
 };
 TORCH_MODULE(CausalLM);
 
-CausalLM load(const std::string& directory, DecoderConfig* config_out = nullptr) {
+CausalLM load(const std::string& directory, const CacheLayout& layout, const torch::Device& device,
+              DecoderConfig* config_out = nullptr) {
   const DecoderConfig config = read_config(directory);
-  CausalLM model(config);
+  CausalLM model(config, layout);
   posenc::load_safetensors(*model, directory + "/model.safetensors"); // strict: every key, no other
+  model->register_rotary();
+  model->to(device);
   model->eval();
   if (config_out) {
     *config_out = config;
@@ -304,9 +390,9 @@ CausalLM load(const std::string& directory, DecoderConfig* config_out = nullptr)
 }
 
 // Compares logits of the reference prompts (a stated tolerance) and greedy tokens (exactly).
-bool check(const std::string& directory) {
+bool check(const std::string& directory, const CacheLayout& layout, const torch::Device& device) {
   DecoderConfig config;
-  CausalLM model = load(directory, &config);
+  CausalLM model = load(directory, layout, device, &config);
   const posenc::SafetensorsFile reference =
       posenc::read_safetensors(directory + "/reference.safetensors");
   const torch::Tensor prompts = reference.tensors["prompts"];
@@ -334,7 +420,8 @@ bool check(const std::string& directory) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const bool tokens_equal = torch::equal(generated, expected_tokens);
 
-  std::cout << directory << ": " << config.model_type << ", rope "
+  std::cout << directory << ": " << config.model_type << " on " << device << ", "
+            << (layout.paged ? "paged" : "contiguous") << " KV cache, rope "
             << model->rope->options.scaling().type() << ", rotary_dim "
             << model->rope->options.rotary_dim().value_or(model->rope->options.head_dim()) << " of "
             << model->rope->options.head_dim() << "\n  logits " << logits.sizes()
@@ -372,22 +459,32 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "intra-op threads (default: LibTorch's)")
       ->check(CLI::NonNegativeNumber);
-  check_command->fallthrough(); // --threads also after the subcommand
+  std::string device_name = "cpu";
+  app.add_option("--device", device_name, "cpu or cuda (the model, its cache and its rotary tables)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  CacheLayout layout;
+  app.add_flag("--paged", layout.paged, "keep the KV cache in pages (vLLM's layout)");
+  app.add_option("--block-size", layout.block_size, "tokens per page of the paged cache")
+      ->check(CLI::PositiveNumber);
+  check_command->fallthrough(); // the options above also after the subcommand
   generate_command->fallthrough();
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) {
       at::set_num_threads(static_cast<int>(threads));
     }
+    const torch::Device device(device_name);
+    TORCH_CHECK(!device.is_cuda() || torch::cuda::is_available(),
+                "llama_decoder: --device cuda, but LibTorch sees no CUDA device");
     if (check_command->parsed()) {
       bool all = true;
       for (const std::string& model : directories) {
-        all = check(model) && all;
+        all = check(model, layout, device) && all;
       }
       return all ? 0 : 1;
     }
     DecoderConfig config;
-    CausalLM model = load(directory, &config);
+    CausalLM model = load(directory, layout, device, &config);
     torch::NoGradGuard no_grad;
     torch::manual_seed(0);
     const torch::Tensor prompt =
@@ -400,7 +497,9 @@ int main(int argc, char** argv) {
       best = std::min(
           best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
-    std::cout << "{\"implementation\": \"posenc C++\", \"prompt_length\": " << prompt_length
+    std::cout << "{\"implementation\": \"posenc C++\", \"device\": \"" << device
+              << "\", \"paged\": " << (layout.paged ? "true" : "false")
+              << ", \"prompt_length\": " << prompt_length
               << ", \"tokens\": " << tokens << ", \"threads\": " << at::get_num_threads()
               << ", \"seconds\": " << best << ", \"tokens_per_second\": " << tokens / best << "}\n";
     return 0;

@@ -556,17 +556,19 @@ class RotaryEmbedding(_DerivedTables):
                                              self._module, offset, None)
 
     def forward_kv_cache_(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
-                          cache_seqlens: Tensor, positions: Optional[Tensor] = None) -> Tensor:
+                          cache_seqlens: Tensor, positions: Optional[Tensor] = None,
+                          cache_heads_first: Optional[bool] = None) -> Tensor:
         """The decoding step of a serving loop in one pass (``posenc::rotary_kv_cache_``): rotates
         ``q`` in place, rotates ``k`` into ``k_cache`` and copies ``v`` into ``v_cache``, token l of
         sequence b at slot ``cache_seqlens[b] + l`` (flash-attn's convention). q, k, v are
         ``[B, L, H, head_dim]`` (``[B, H, L, head_dim]`` with ``heads_first``; k and v with H_kv
-        heads), the caches ``[B, S, H_kv, D]`` (``[B, H_kv, S, D]``). ``positions``: the rotation's
-        when they are not the slots (HF's position_ids of a left-padded batch). Inference only.
-        Returns ``q``."""
+        heads), the caches ``[B, S, H_kv, D]``, or ``[B, H_kv, S, D]`` with ``cache_heads_first``
+        (default: the module's ``heads_first``). ``positions``: the rotation's when they are not the
+        slots (HF's position_ids of a left-padded batch). Inference only. Returns ``q``."""
+        heads_first = self.heads_first if cache_heads_first is None else cache_heads_first
         _ops.rotary_embedding_call_kv_cache_(q, k, v, k_cache, v_cache, self.cos, self.sin, self.inv_freq,
                                              self._long_inv_freq, self._module, cache_seqlens, positions,
-                                             False, self.heads_first)
+                                             False, heads_first)
         return q
 
     def forward_paged_kv_cache_(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,

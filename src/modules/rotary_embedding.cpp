@@ -174,10 +174,11 @@ void RotaryEmbeddingImpl::forward_kv_cache_(torch::Tensor& q, const torch::Tenso
                                             const torch::Tensor& v, torch::Tensor& k_cache,
                                             torch::Tensor& v_cache,
                                             const torch::Tensor& cache_seqlens,
-                                            const torch::Tensor& positions) {
+                                            const torch::Tensor& positions,
+                                            c10::optional<bool> cache_heads_first) {
   ops::rotary_module_kv_cache(*call_, {cos, sin, inv_freq_, long_inv_freq_}, q, k, v, k_cache,
                               v_cache, cache_seqlens, positions, /*paged=*/false,
-                              options.heads_first());
+                              cache_heads_first.value_or(options.heads_first()));
 }
 
 void RotaryEmbeddingImpl::forward_paged_kv_cache_(torch::Tensor& q, const torch::Tensor& k,

@@ -83,13 +83,15 @@ class RotaryEmbeddingImpl : public detail::EncodingModule<RotaryEmbeddingImpl> {
   /// The decoding step of a serving loop in one pass (ops::rotary_kv_cache_): rotates `q` in
   /// place, rotates `k` into `k_cache` and copies `v` into `v_cache`, token l of sequence b at
   /// slot `cache_seqlens[b] + l` (flash-attn's convention; int32 or int64 `[B]`). q, k, v are
-  /// `[B, L, H, head_dim]` (k and v: H_kv heads, v any width), the caches `[B, S, H_kv, D]`
-  /// (`[B, H, L, D]` and `[B, H_kv, S, D]` with `heads_first`). The rotation's positions are the
-  /// slots, or `positions` (`[B, L]`, `[L]`, multimodal `[3, B, L]`: HF's position_ids of a
-  /// left-padded batch). Any rope type: the rows are those forward_qk_ reads. Inference only.
+  /// `[B, L, H, head_dim]` (`[B, H, L, head_dim]` with `heads_first`; k and v: H_kv heads, v any
+  /// width), the caches `[B, S, H_kv, D]`, or `[B, H_kv, S, D]` with `cache_heads_first`
+  /// (default: the module's `heads_first`). The rotation's positions are the slots, or
+  /// `positions` (`[B, L]`, `[L]`, multimodal `[3, B, L]`: HF's position_ids of a left-padded
+  /// batch). Any rope type: the rows are those forward_qk_ reads. Inference only.
   void forward_kv_cache_(torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          torch::Tensor& k_cache, torch::Tensor& v_cache,
-                         const torch::Tensor& cache_seqlens, const torch::Tensor& positions = {});
+                         const torch::Tensor& cache_seqlens, const torch::Tensor& positions = {},
+                         c10::optional<bool> cache_heads_first = c10::nullopt);
 
   /// `forward_kv_cache_` for a paged cache and a packed batch of T tokens
   /// (ops::rotary_paged_kv_cache_, vLLM's convention): q `[T, H, head_dim]`, k `[T, H_kv,
