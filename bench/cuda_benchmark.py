@@ -354,14 +354,7 @@ def run_kv_cache(ops, device="cuda", model=LLAMA3_8B, shapes=KV_SHAPES, dtypes=D
     for shape in shapes:
         for dtype_name, dtype in dtypes.items():
             cases = kv_cache_cases(ops, model, shape, dtype, device, compile_options)
-            for case in cases:
-                tag = f"{case.family}/{case.name}/{shape.name}/{dtype_name}"
-                error = check(case)
-                checks.append({"name": tag, "error_over_bound": error, "passed": error <= 1.0})
-                us = time_us(case.call, device, samples)
-                rows.append({"name": f"{prefix}_{tag}", "family": case.family, "case": case.name, "shape": shape.name,
-                             "large": shape.large, "decode": shape.prefill == 0, "dtype": dtype_name,
-                             "real_time_us": us, "gbps": case.nbytes / us / 1e3})
+            measure(cases, shape, shape.prefill == 0, dtype_name, device, samples, prefix, rows, checks)
             del cases
     by_key = {(r["case"], r["shape"], r["dtype"]): r["real_time_us"] for r in rows}
     result = []
@@ -441,16 +434,21 @@ def run(ops, device="cuda", model=LLAMA3_8B, shapes=LLAMA3_8B_SHAPES, dtypes=DTY
     for shape in shapes:
         for dtype_name, dtype in dtypes.items():
             for cases in case_sets(ops, model, shape, dtype, device, compile_options):
-                for case in cases:
-                    tag = f"{case.family}/{case.name}/{shape.name}/{dtype_name}"
-                    error = check(case)
-                    checks.append({"name": tag, "error_over_bound": error, "passed": error <= 1.0})
-                    us = time_us(case.call, device, samples)
-                    rows.append({"name": f"{prefix}_{tag}", "family": case.family, "case": case.name, "shape": shape.name,
-                                 "large": shape.large, "decode": shape.tokens == 1, "dtype": dtype_name,
-                                 "real_time_us": us, "gbps": case.nbytes / us / 1e3})
+                measure(cases, shape, shape.tokens == 1, dtype_name, device, samples, prefix, rows, checks)
                 del cases
     return {"benchmarks": rows, "checks": checks, "targets": targets(rows)}
+
+
+def measure(cases, shape, decode, dtype_name, device, samples, prefix, rows, checks):
+    """Checks and times each case of one case set, appending its row and its check."""
+    for case in cases:
+        tag = f"{case.family}/{case.name}/{shape.name}/{dtype_name}"
+        error = check(case)
+        checks.append({"name": tag, "error_over_bound": error, "passed": error <= 1.0})
+        us = time_us(case.call, device, samples)
+        rows.append({"name": f"{prefix}_{tag}", "family": case.family, "case": case.name, "shape": shape.name,
+                     "large": shape.large, "decode": decode, "dtype": dtype_name,
+                     "real_time_us": us, "gbps": case.nbytes / us / 1e3})
 
 
 def profile(ops, device="cuda", model=LLAMA3_8B, shapes=LLAMA3_8B_SHAPES, dtypes=DTYPES):

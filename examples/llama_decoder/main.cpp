@@ -11,7 +11,7 @@
 // registered as the submodule `model.rotary_emb` (as in transformers, its tables are not in the
 // checkpoint), so that model->to(device) moves it with the weights.
 //
-//   llama_decoder [--device cuda] [--paged] check MODEL_DIR...
+//   llama_decoder [--device cuda|auto] [--paged] check MODEL_DIR...
 //                                        compare with reference.safetensors (make_models.py)
 //   llama_decoder [--threads N] [--device cuda] [--paged] generate MODEL_DIR --prompt-length 128
 //                 --tokens 64            greedy generation, timed (tokens per second, JSON)
@@ -460,8 +460,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "intra-op threads (default: LibTorch's)")
       ->check(CLI::NonNegativeNumber);
   std::string device_name = "cpu";
-  app.add_option("--device", device_name, "cpu or cuda (the model, its cache and its rotary tables)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--device", device_name,
+                 "cpu, cuda, or auto (cuda where LibTorch sees a GPU): the model, its cache and its "
+                 "rotary tables")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   CacheLayout layout;
   app.add_flag("--paged", layout.paged, "keep the KV cache in pages (vLLM's layout)");
   app.add_option("--block-size", layout.block_size, "tokens per page of the paged cache")
@@ -473,7 +475,8 @@ int main(int argc, char** argv) {
     if (threads > 0) {
       at::set_num_threads(static_cast<int>(threads));
     }
-    const torch::Device device(device_name);
+    const torch::Device device(
+        device_name == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : device_name);
     TORCH_CHECK(!device.is_cuda() || torch::cuda::is_available(),
                 "llama_decoder: --device cuda, but LibTorch sees no CUDA device");
     if (check_command->parsed()) {

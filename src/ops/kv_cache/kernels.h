@@ -142,6 +142,16 @@ struct KvCacheBody {
     return checked_position(seqlens_positions ? p + slots.start(b, length) : p, table_rows);
   }
 
+  /// Rotates pairs j * N .. j * N + N - 1 of the row at xi into the row at oi, by token (b, l)'s
+  /// cos/sin row (padding: copied).
+  C10_HOST_DEVICE void rotate_item(const scalar_t* xi, scalar_t* oi, index_t b, index_t l,
+                                   index_t j) const {
+    const int64_t p = position(b, l);
+    const index_t at = static_cast<index_t>(p) * half + j * N;
+    rotate_run<N>(xi, oi, p < 0 ? nullptr : cos + at, p < 0 ? nullptr : sin + at, half, j * N,
+                  interleaved, inverse);
+  }
+
   C10_HOST_DEVICE void operator()(int64_t item) const {
     const index_t rows = q.heads + 2 * kv_heads;
     const index_t chunks = half / N;
@@ -161,10 +171,7 @@ struct KvCacheBody {
         }
         return;
       }
-      const int64_t p = position(b, l);
-      const index_t at = static_cast<index_t>(p) * half + j * N;
-      rotate_run<N>(xi, oi, p < 0 ? nullptr : cos + at, p < 0 ? nullptr : sin + at, half, j * N,
-                    interleaved, inverse);
+      rotate_item(xi, oi, b, l, j);
       return;
     }
     const int64_t slot = slots.slot(b, l, length);
@@ -184,10 +191,7 @@ struct KvCacheBody {
         }
         return;
       }
-      const int64_t p = position(b, l);
-      const index_t at = static_cast<index_t>(p) * half + j * N;
-      rotate_run<N>(xi, oi, p < 0 ? nullptr : cos + at, p < 0 ? nullptr : sin + at, half, j * N,
-                    interleaved, inverse);
+      rotate_item(xi, oi, b, l, j);
       return;
     }
     const index_t h = r - q.heads - kv_heads; // a value row, copied into its slot
