@@ -416,3 +416,36 @@ def test_transformers_rotation_and_static_cache(posenc_ops):
     torch.testing.assert_close(q1, q_hf, rtol=0, atol=bound)
     torch.testing.assert_close(k_cache[:, :, past:past + L], keys[:, :, past:past + L], rtol=0, atol=bound)
     assert torch.equal(v_cache[:, :, past:past + L], values[:, :, past:past + L])
+
+
+@requires_torch(2, 6, "torch.export of a module whose buffers a custom operator mutates")
+def test_exported_decode_step_equals_eager(posenc_ops):
+    # A serving layer's step as a module: its paged caches are buffers the fused write mutates;
+    # torch.export keeps the mutation (auto-functionalized), with the number of tokens dynamic.
+    cos, sin, _ = tables(16)
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k_cache", torch.zeros(8, 4, 2, 16))
+            self.register_buffer("v_cache", torch.zeros(8, 4, 2, 16))
+            self.register_buffer("cos", cos)
+            self.register_buffer("sin", sin)
+
+        def forward(self, q, k, v, positions, slots):
+            torch.ops.posenc.rotary_paged_kv_cache_(q, k, v, self.k_cache, self.v_cache, self.cos, self.sin, positions, slots)
+            return q + 0
+
+    torch.manual_seed(10)
+    tokens = torch.export.Dim("tokens", min=2, max=32)
+    args = (torch.randn(3, 4, 16), torch.randn(3, 2, 16), torch.randn(3, 2, 16), torch.tensor([5, 9, 1]), torch.tensor([3, 12, 7]))
+    program = torch.export.export(Step(), tuple(a.clone() for a in args),
+                                  dynamic_shapes=({0: tokens}, {0: tokens}, {0: tokens}, {0: tokens}, {0: tokens}))
+    exported, eager = program.module(), Step()
+    for t in (3, 5):
+        q, k, v = torch.randn(t, 4, 16), torch.randn(t, 2, 16), torch.randn(t, 2, 16)
+        positions, slots = torch.randint(0, 64, (t,)), torch.randperm(32)[:t]
+        out = exported(q.clone(), k, v, positions, slots)
+        expected = eager(q.clone(), k, v, positions, slots)
+        assert torch.equal(out, expected)
+        assert torch.equal(exported.k_cache, eager.k_cache) and torch.equal(exported.v_cache, eager.v_cache)
