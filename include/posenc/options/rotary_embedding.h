@@ -227,9 +227,10 @@ struct KvCacheFuncOptions {
   /// `true`: the caches are `[B, H_kv, S, D]` (paged: FlashInfer's HND `[num_blocks, H_kv,
   /// block_size, D]`). Default: `false`.
   TORCH_ARG(bool, cache_heads_first) = false;
-  /// The float64 frequencies `[R/2]` that compute rows past the caches, and the factor cos/sin
-  /// carry (ops::apply_rotary). Default: undefined (positions must lie in the caches).
+  /// The float64 frequencies `[R/2]` that compute rows past the caches (ops::apply_rotary).
+  /// Default: undefined (positions must lie in the caches).
   TORCH_ARG(torch::Tensor, inv_freq) = torch::Tensor();
+  /// The factor cos/sin carry, for the rows computed from `inv_freq`. Default: 1.
   TORCH_ARG(double, attention_factor) = 1.0;
 };
 
