@@ -22,9 +22,11 @@
 ///   a cache requires grad is refused before anything is written.
 /// - CUDA: nothing is read back to the host and nothing is allocated for int64 positions and
 ///   float32/float64 caches, so a call can be captured in a CUDA graph. Slots, sequence lengths
-///   and positions are checked by the threads that read them (a bad one stops the kernel with a
-///   device-side assertion, raised at the next synchronisation, before any element of its token
-///   is written); on the CPU they are checked before anything is written.
+///   and positions are checked by the threads that read them: a bad one stops the kernel with a
+///   device-side assertion, raised at the next synchronisation, and no thread addresses a slot
+///   outside the cache (rows of other tokens, or of the same token's other heads, may be written
+///   before the kernel stops; a paged call's distinct-slots check runs before its write is
+///   launched). On the CPU every value is checked before anything is written.
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
