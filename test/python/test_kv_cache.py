@@ -449,3 +449,24 @@ def test_exported_decode_step_equals_eager(posenc_ops):
         expected = eager(q.clone(), k, v, positions, slots)
         assert torch.equal(out, expected)
         assert torch.equal(exported.k_cache, eager.k_cache) and torch.equal(exported.v_cache, eager.v_cache)
+
+
+def test_explicit_slots_in_a_contiguous_cache_and_fused_qkv_packed(posenc_ops):
+    # A contiguous cache [B, S, H, D] is a paged one of B blocks of S slots: the paged form writes
+    # packed tokens at explicit positions of their sequences (slot b * S + position), here from
+    # views of one fused projection output [T, (Hq + 2 Hkv) * D], rotated where they lie.
+    torch.manual_seed(11)
+    B, S, Hq, Hkv, D = 2, 10, 4, 2, 8
+    cos, sin, _ = tables(8)
+    sequence = torch.tensor([0, 0, 1, 1, 1])
+    positions = torch.tensor([7, 2, 0, 9, 4])
+    qkv = torch.randn(5, (Hq + 2 * Hkv) * D)
+    q, k, v = (t.view(5, -1, D) for t in qkv.split([Hq * D, Hkv * D, Hkv * D], dim=-1))
+    k_cache, v_cache = torch.zeros(B, S, Hkv, D), torch.zeros(B, S, Hkv, D)
+    q_rot, k_rot = posenc_ops.apply_rotary_qk(q[None], k[None], cos, sin, positions=positions)
+    posenc_ops.rotary_paged_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, positions, sequence * S + positions)
+    assert torch.equal(qkv[:, :Hq * D].view(5, Hq, D), q_rot[0])
+    for t in range(5):
+        assert torch.equal(k_cache[sequence[t], positions[t]], k_rot[0, t])
+        assert torch.equal(v_cache[sequence[t], positions[t]], v[t])
+    assert int(torch.count_nonzero(v_cache.abs().sum(dim=(2, 3)))) == 5
