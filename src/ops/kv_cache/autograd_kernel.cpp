@@ -80,21 +80,30 @@ at::Tensor rotary_paged_kv_cache_autograd(const at::Tensor& q, const at::Tensor&
                                interleaved, cache_heads_first, inv_freq, attention_factor);
 }
 
-// The caches are checked (and bumped) around q's mutation, so nothing is written when any of
-// them is refused.
+// Runs `run` below ADInplaceOrView with the caches checked before and bumped after (and q, when
+// the call writes it in place), so that nothing is written when any of them is refused.
+template <typename F>
+void bump_written(at::Tensor* q, at::Tensor& k_cache, at::Tensor& v_cache, F&& run) {
+  mutate_and_bump(v_cache, [&] {
+    mutate_and_bump(k_cache, [&] {
+      if (q != nullptr) {
+        mutate_and_bump(*q, run);
+      } else {
+        run(); // (already below ADInplaceOrView)
+      }
+    });
+  });
+}
+
 void rotary_kv_cache_inplace_view(at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cos,
                                   const at::Tensor& sin, const at::Tensor& cache_seqlens,
                                   OptionalTensor positions, bool interleaved, bool heads_first,
                                   bool cache_heads_first, OptionalTensor inv_freq,
                                   double attention_factor) {
-  mutate_and_bump(v_cache, [&] {
-    mutate_and_bump(k_cache, [&] {
-      mutate_and_bump(q, [&] {
-        rotary_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, cache_seqlens, positions,
-                         interleaved, heads_first, cache_heads_first, inv_freq, attention_factor);
-      });
-    });
+  bump_written(&q, k_cache, v_cache, [&] {
+    rotary_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, cache_seqlens, positions, interleaved,
+                     heads_first, cache_heads_first, inv_freq, attention_factor);
   });
 }
 
@@ -105,12 +114,9 @@ at::Tensor rotary_kv_cache_view(const at::Tensor& q, const at::Tensor& k, const 
                                 bool cache_heads_first, OptionalTensor inv_freq,
                                 double attention_factor) {
   at::Tensor out;
-  mutate_and_bump(v_cache, [&] {
-    mutate_and_bump(k_cache, [&] {
-      out = rotary_kv_cache(q, k, v, k_cache, v_cache, cos, sin, cache_seqlens, positions,
-                            interleaved, heads_first, cache_heads_first, inv_freq,
-                            attention_factor);
-    });
+  bump_written(nullptr, k_cache, v_cache, [&] {
+    out = rotary_kv_cache(q, k, v, k_cache, v_cache, cos, sin, cache_seqlens, positions,
+                          interleaved, heads_first, cache_heads_first, inv_freq, attention_factor);
   });
   return out;
 }
@@ -122,13 +128,9 @@ void rotary_paged_kv_cache_inplace_view(at::Tensor& q, const at::Tensor& k, cons
                                         const at::Tensor& slot_mapping, bool interleaved,
                                         bool cache_heads_first, OptionalTensor inv_freq,
                                         double attention_factor) {
-  mutate_and_bump(v_cache, [&] {
-    mutate_and_bump(k_cache, [&] {
-      mutate_and_bump(q, [&] {
-        rotary_paged_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, positions, slot_mapping,
-                               interleaved, cache_heads_first, inv_freq, attention_factor);
-      });
-    });
+  bump_written(&q, k_cache, v_cache, [&] {
+    rotary_paged_kv_cache_(q, k, v, k_cache, v_cache, cos, sin, positions, slot_mapping,
+                           interleaved, cache_heads_first, inv_freq, attention_factor);
   });
 }
 
@@ -140,11 +142,9 @@ at::Tensor rotary_paged_kv_cache_view(const at::Tensor& q, const at::Tensor& k,
                                       bool cache_heads_first, OptionalTensor inv_freq,
                                       double attention_factor) {
   at::Tensor out;
-  mutate_and_bump(v_cache, [&] {
-    mutate_and_bump(k_cache, [&] {
-      out = rotary_paged_kv_cache(q, k, v, k_cache, v_cache, cos, sin, positions, slot_mapping,
-                                  interleaved, cache_heads_first, inv_freq, attention_factor);
-    });
+  bump_written(nullptr, k_cache, v_cache, [&] {
+    out = rotary_paged_kv_cache(q, k, v, k_cache, v_cache, cos, sin, positions, slot_mapping,
+                                interleaved, cache_heads_first, inv_freq, attention_factor);
   });
   return out;
 }
