@@ -141,6 +141,53 @@ TEST_F(RotaryQk, BFloat16RoundingOfSpecialValuesEqualsTheComposite) {
   }
 }
 
+TEST_F(RotaryQk, HeadsFirstRunsSplitAcrossThreadsEqualTheComposite) {
+  // [B, H, L, Dh] is walked in runs of a head's consecutive rows, one row-loop call per run
+  // (consecutive cos/sin rows); a thread's share of the rows starts and ends inside a head's run
+  // (3 x 5 x 37 rows of 128 channels: shares of 2 and 3 threads split runs), and explicit positions,
+  // out-of-place partial rotary and the AVX512-BF16 rows take their own ways: the composite's bits.
+  const auto tables = F::rotary_tables(256, 128);
+  const auto partial = F::rotary_tables(256, 96);
+  const int threads = at::get_num_threads();
+  for (const int share : {2, 3}) {
+    at::set_num_threads(share);
+    for (const auto dtype : kDtypes) {
+      for (const bool inverse : {false, true}) {
+        for (const bool interleaved : {false, true}) {
+          for (const bool rotate_part : {false, true}) {
+            for (const bool explicit_positions : {false, true}) {
+              const auto& cs = rotate_part ? partial : tables;
+              const auto q = heads(3, 37, 5, 128, /*heads_first=*/true, dtype);
+              const auto k = heads(3, 37, 2, 128, /*heads_first=*/true, dtype);
+              const auto positions =
+                  explicit_positions ? given(torch::randint(0, 256, {3, 37}, torch::kLong))
+                                     : c10::nullopt;
+              const int64_t offset = explicit_positions ? 0 : 200;
+              const auto reference = composite::apply_rotary_qk(
+                  q, k, cs.first, cs.second, offset, positions, interleaved, true, inverse);
+              const auto both = posenc::ops::apply_rotary_qk(
+                  q, k, cs.first, cs.second, offset, positions, interleaved, true, inverse);
+              auto q_in = q.clone();
+              auto k_in = k.clone();
+              posenc::ops::apply_rotary_qk_(q_in, k_in, cs.first, cs.second, offset, positions,
+                                            interleaved, true, inverse);
+              const auto where = ::testing::Message()
+                                 << dtype << " threads " << share << " inverse " << inverse
+                                 << " interleaved " << interleaved << " partial " << rotate_part
+                                 << " positions " << explicit_positions;
+              EXPECT_TRUE(torch::equal(std::get<0>(both), std::get<0>(reference))) << where;
+              EXPECT_TRUE(torch::equal(std::get<1>(both), std::get<1>(reference))) << where;
+              EXPECT_TRUE(torch::equal(q_in, std::get<0>(reference))) << where;
+              EXPECT_TRUE(torch::equal(k_in, std::get<1>(reference))) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+  at::set_num_threads(threads);
+}
+
 TEST_F(RotaryQk, KeysMayBeWiderOrNarrowerThanQueries) {
   // DeepSeek-style: the rotated part is shared, the heads' widths differ.
   const auto tables = F::rotary_tables(16, 8);

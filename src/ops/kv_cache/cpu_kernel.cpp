@@ -22,7 +22,7 @@ namespace ops {
 namespace cpu {
 namespace {
 
-// The heads of one token of one operand: rotated from `x` into `out` (rotate_heads: one call per
+// The heads of one token of one operand: rotated from `x` into `out` (rotate_rows: one call per
 // token, the clone's setup paid once) by the cos/sin row (null: padding, copied), and the
 // channels past 2 * half copied where out is not x (partial rotary).
 template <typename scalar_t, typename table_t>
@@ -31,7 +31,7 @@ void rotate_token(const scalar_t* x, scalar_t* out, int64_t in_head, int64_t out
                   int64_t half, bool interleaved) {
   const bool in_place = x == out;
   if (cos != nullptr) {
-    rotate_heads(x, out, in_head, out_head, heads, cos, sin, half, interleaved, false);
+    rotate_rows(x, out, in_head, out_head, heads, cos, sin, 0, half, interleaved, false);
   }
   if (in_place) {
     return;

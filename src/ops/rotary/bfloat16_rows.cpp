@@ -61,19 +61,21 @@ bool bf16_rows_supported() {
 }
 
 POSENC_TARGET_BF16 void rotate_halves_bf16(const c10::BFloat16* x, c10::BFloat16* out,
-                                           int64_t in_head, int64_t out_head, int64_t heads,
-                                           const float* cos, const float* sin, int64_t half,
-                                           bool inverse) {
+                                           int64_t in_step, int64_t out_step, int64_t rows,
+                                           const float* cos, const float* sin,
+                                           int64_t table_step, int64_t half, bool inverse) {
   TORCH_INTERNAL_ASSERT(half % 16 == 0 && bf16_rows_supported());
   const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(inverse ? INT32_MIN : 0));
-  for (int64_t h = 0; h < heads; ++h) {
-    const c10::BFloat16* xi = x + h * in_head;
-    c10::BFloat16* oi = out + h * out_head;
+  for (int64_t r = 0; r < rows; ++r) {
+    const c10::BFloat16* xi = x + r * in_step;
+    c10::BFloat16* oi = out + r * out_step;
+    const float* ci = cos + r * table_step;
+    const float* si = sin + r * table_step;
     for (int64_t j = 0; j < half; j += 16) {
       const __m512 a = load16(xi + j);
       const __m512 b = load16(xi + half + j);
-      const __m512 c = _mm512_loadu_ps(cos + j);
-      const __m512 s = _mm512_xor_ps(_mm512_loadu_ps(sin + j), sign); // -s: exact
+      const __m512 c = _mm512_loadu_ps(ci + j);
+      const __m512 s = _mm512_xor_ps(_mm512_loadu_ps(si + j), sign); // -s: exact
       // (as rotate_values: a * c - b * s and a * s + b * c, each operation rounded on its own)
       store32(oi + j, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)), oi + half + j,
               _mm512_add_ps(_mm512_mul_ps(a, s), _mm512_mul_ps(b, c)));
@@ -88,7 +90,7 @@ bool bf16_rows_supported() {
 }
 
 void rotate_halves_bf16(const c10::BFloat16*, c10::BFloat16*, int64_t, int64_t, int64_t,
-                        const float*, const float*, int64_t, bool) {
+                        const float*, const float*, int64_t, int64_t, bool) {
   TORCH_INTERNAL_ASSERT(false, "rotate_halves_bf16 needs AVX512-BF16 (bf16_rows_supported)");
 }
 

@@ -86,10 +86,11 @@ void rotate_head(const OperandRows<scalar_t>& x, int64_t b, int64_t l, int64_t h
 
 // [B, L, H, Dh]: one pass over the tokens, each token's cos/sin row read once for its query and
 // key heads, which lie next to each other. [B, H, L, Dh] (heads_first): a token's heads lie a
-// whole head apart (a page or more), so each operand is walked in its own order, (b, h, l), a
-// head's rows one after the other; the cos/sin rows (L x R/2 values) are read again per head,
-// from cache. One token per sequence (a decoding step, L = 1) has its heads next to each other in
-// either layout: the pass over the tokens.
+// whole head apart (a page or more), so each operand is walked in its own order, (b, h, l), in
+// runs of a head's consecutive rows (one rotate_rows call per run where the positions are
+// consecutive: the cos/sin rows one after the other); the cos/sin rows (L x R/2 values) are read
+// again per head, from cache. One token per sequence (a decoding step, L = 1) has its heads next
+// to each other in either layout: the pass over the tokens.
 void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQkCall& call,
                    bool interleaved, bool inverse) {
   const int64_t tokens = call.batch * call.length;
@@ -106,24 +107,42 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
           const table_t* s = sin.data_ptr<table_t>();
           const auto rotate = [&](const OperandRows<scalar_t>& x, int64_t b, int64_t l,
                                   int64_t h) {
-            const int64_t p = where.position(b * call.length + l);
+            const int64_t p = where.position_at(b, l);
             rotate_head(x, b, l, h, p < 0 ? nullptr : c + p * call.half,
                         p < 0 ? nullptr : s + p * call.half, call.half, interleaved, inverse);
           };
           if (call.heads_first && call.length > 1) {
+            // Rows l0 .. l0 + n - 1 of head h of sequence b: consecutive cos/sin rows where the
+            // positions are the offset's and every channel is the rotation's (or in place).
+            const auto rotate_run = [&](const OperandRows<scalar_t>& x, int64_t b, int64_t h,
+                                        int64_t l0, int64_t n) {
+              if (where.positions != nullptr ||
+                  (x.in != x.out && x.head_dim != 2 * call.half)) {
+                for (int64_t l = l0; l < l0 + n; ++l) {
+                  rotate(x, b, l, h);
+                }
+                return;
+              }
+              const int64_t p = where.position_at(b, l0);
+              rotate_rows(x.in + x.in_rows.row(b, l0, h), x.out + x.out_rows.row(b, l0, h),
+                          x.in_rows.length, x.out_rows.length, n, c + p * call.half,
+                          s + p * call.half, call.half, call.half, interleaved, inverse);
+            };
             for (const OperandRows<scalar_t>* x : {&q_rows, &k_rows}) {
               const int64_t rows = call.batch * x->heads * call.length;
               at::parallel_for(0, rows, grain_rows(x->head_dim), [&](int64_t begin, int64_t end) {
-                for (int64_t i = begin; i < end; ++i) {
-                  const int64_t l = i % call.length;
-                  const int64_t h = (i / call.length) % x->heads;
-                  rotate(*x, i / (call.length * x->heads), l, h);
+                for (int64_t i = begin; i < end;) {
+                  const int64_t run = i / call.length; // (b, h)
+                  const int64_t l0 = i - run * call.length;
+                  const int64_t n = std::min(end - i, call.length - l0);
+                  rotate_run(*x, run / x->heads, run % x->heads, l0, n);
+                  i += n;
                 }
               });
             }
             return;
           }
-          // A token's heads of one operand in one call (rotate_heads); padding and the channels
+          // A token's heads of one operand in one call (rotate_rows); padding and the channels
           // past a partial rotation head by head (rotate_head).
           const auto rotate_token = [&](const OperandRows<scalar_t>& x, int64_t b, int64_t l,
                                         int64_t p) {
@@ -133,15 +152,15 @@ void run_rotary_qk(const RotaryOperand& q, const RotaryOperand& k, const RotaryQ
               }
               return;
             }
-            rotate_heads(x.in + x.in_rows.row(b, l, 0), x.out + x.out_rows.row(b, l, 0),
-                         x.in_rows.head, x.out_rows.head, x.heads, c + p * call.half,
-                         s + p * call.half, call.half, interleaved, inverse);
+            rotate_rows(x.in + x.in_rows.row(b, l, 0), x.out + x.out_rows.row(b, l, 0),
+                        x.in_rows.head, x.out_rows.head, x.heads, c + p * call.half,
+                        s + p * call.half, 0, call.half, interleaved, inverse);
           };
           at::parallel_for(0, tokens, grain_rows(width), [&](int64_t begin, int64_t end) {
             for (int64_t t = begin; t < end; ++t) {
               const int64_t b = t / call.length;
               const int64_t l = t - b * call.length;
-              const int64_t p = where.position(t);
+              const int64_t p = where.position_at(b, l);
               rotate_token(q_rows, b, l, p);
               rotate_token(k_rows, b, l, p);
             }

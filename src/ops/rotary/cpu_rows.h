@@ -37,10 +37,25 @@ C10_ALWAYS_INLINE void rotate_pairs(const scalar_t* x, scalar_t* out, const tabl
   }
 }
 
+// Whether rows of scalar_t by table_t rows take rotate_halves_bf16 (the same bits, rounded to
+// bfloat16 in hardware: bfloat16_rows.h).
+template <typename scalar_t, typename table_t>
+C10_ALWAYS_INLINE bool rotates_in_bf16_rows(int64_t half, bool interleaved) {
+  return std::is_same<scalar_t, c10::BFloat16>::value && std::is_same<table_t, float>::value &&
+         !interleaved && half % 16 == 0 && bf16_rows_supported();
+}
+
 // One row of Dh channels, compiled once per instruction set (POSENC_ROW_LOOP).
 template <typename scalar_t, typename table_t>
 POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
                                 const table_t* sin, int64_t half, bool interleaved, bool inverse) {
+  if (rotates_in_bf16_rows<scalar_t, table_t>(half, interleaved)) {
+    rotate_halves_bf16(reinterpret_cast<const c10::BFloat16*>(x),
+                       reinterpret_cast<c10::BFloat16*>(out), 0, 0, 1,
+                       reinterpret_cast<const float*>(cos), reinterpret_cast<const float*>(sin), 0,
+                       half, inverse);
+    return;
+  }
   if (interleaved) {
     rotate_pairs<true>(x, out, cos, sin, half, inverse);
   } else {
@@ -48,31 +63,31 @@ POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t*
   }
 }
 
-// The `heads` rows of one token, `in_head` and `out_head` elements apart in x and out, each
-// rotated by the token's cos/sin row: one call per token and operand, so that a decoding step (one
-// token, tens of heads) pays the clone's dispatch and setup once per token rather than once per
-// head. Channels past 2 * half (partial rotary) are the caller's.
+// `rows` rows, `in_step` and `out_step` elements apart in x and out, row r rotated by the cos/sin
+// row `table_step` elements after row r - 1's: a token's heads (table_step 0, one cos/sin row) or
+// a head's consecutive positions in the heads-first layout (table_step half). One call per run of
+// rows, so that the clone's dispatch and setup are paid once per token (a decoding step: one
+// token, tens of heads) or per head's run rather than once per row. Channels past 2 * half
+// (partial rotary) are the caller's.
 template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void rotate_heads(const scalar_t* x, scalar_t* out, int64_t in_head,
-                                  int64_t out_head, int64_t heads, const table_t* cos,
-                                  const table_t* sin, int64_t half, bool interleaved,
-                                  bool inverse) {
-  if (std::is_same<scalar_t, c10::BFloat16>::value && std::is_same<table_t, float>::value &&
-      !interleaved && half % 16 == 0 && bf16_rows_supported()) {
-    // (the same bits, rounded to bfloat16 in hardware: bfloat16_rows.h)
+POSENC_ROW_LOOP void rotate_rows(const scalar_t* x, scalar_t* out, int64_t in_step,
+                                 int64_t out_step, int64_t rows, const table_t* cos,
+                                 const table_t* sin, int64_t table_step, int64_t half,
+                                 bool interleaved, bool inverse) {
+  if (rotates_in_bf16_rows<scalar_t, table_t>(half, interleaved)) {
     rotate_halves_bf16(reinterpret_cast<const c10::BFloat16*>(x),
-                       reinterpret_cast<c10::BFloat16*>(out), in_head, out_head, heads,
+                       reinterpret_cast<c10::BFloat16*>(out), in_step, out_step, rows,
                        reinterpret_cast<const float*>(cos), reinterpret_cast<const float*>(sin),
-                       half, inverse);
+                       table_step, half, inverse);
     return;
   }
-  if (interleaved) {
-    for (int64_t h = 0; h < heads; ++h) {
-      rotate_pairs<true>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
-    }
-  } else {
-    for (int64_t h = 0; h < heads; ++h) {
-      rotate_pairs<false>(x + h * in_head, out + h * out_head, cos, sin, half, inverse);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (interleaved) {
+      rotate_pairs<true>(x + r * in_step, out + r * out_step, cos + r * table_step,
+                         sin + r * table_step, half, inverse);
+    } else {
+      rotate_pairs<false>(x + r * in_step, out + r * out_step, cos + r * table_step,
+                          sin + r * table_step, half, inverse);
     }
   }
 }
