@@ -22,6 +22,7 @@
 
 // posenc's own checks, timed one by one (decode_checks): internal headers, from src/
 #include "detail/checks.h"
+#include "ops/rotary/cpu_rows.h"
 #include "ops/common/arguments.h"
 #include "ops/rotary/arguments.h"
 
@@ -493,8 +494,8 @@ void register_rope_decode() {
 // module's own), and each check of the path timed alone, as the operator runs it: its arguments
 // (shapes, dtypes, devices, the offset against the cache), the overlap of q and k with each other
 // and with what they are computed from, the position range, the frequencies of computed rows
-// (finite angles, copied to the host) and, for the add path, the scale. The kernel's own work is
-// the operator's time less its checks'.
+// (finite angles, copied to the host) and, for the add path, the scale; and the kernel's row loop
+// alone, called directly.
 void register_decode_checks() {
   using Call = std::function<void()>;
   constexpr int64_t kHeadDim = 128;
@@ -516,6 +517,24 @@ void register_decode_checks() {
            [](const std::shared_ptr<Step>& s) -> Call {
              return [s]() {
                posenc::ops::apply_rotary_qk_(s->q, s->k, s->rope->cos, s->rope->sin, kOffset);
+             };
+           }},
+          {"kernel",
+           [](const std::shared_ptr<Step>& s) -> Call {
+             // the operator's kernel alone: the CPU row loop over the token's 32 query heads and
+             // 8 key heads by the cos/sin row of position 4000 (what run_rotary_qk runs for one
+             // token, without the dispatch, the checks and at::parallel_for)
+             return [s]() {
+               const int64_t half = kHeadDim / 2;
+               const float* cos = s->rope->cos.data_ptr<float>() + kOffset * half;
+               const float* sin = s->rope->sin.data_ptr<float>() + kOffset * half;
+               float* q = s->q.data_ptr<float>();
+               float* k = s->k.data_ptr<float>();
+               posenc::ops::cpu::rotate_rows(q, q, kHeadDim, kHeadDim, 32, cos, sin, 0, half,
+                                             false, false);
+               posenc::ops::cpu::rotate_rows(k, k, kHeadDim, kHeadDim, 8, cos, sin, 0, half,
+                                             false, false);
+               benchmark::ClobberMemory();
              };
            }},
           {"check_arguments",

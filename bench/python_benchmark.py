@@ -94,6 +94,48 @@ def cpu_rope_qk(library):
     return results
 
 
+def cpu_rope_heads_first(library):
+    """q+k in place in transformers' layout, heads first [B, H, L, D], against copy_ of q and k, at
+    prefill (2 x 2048 tokens) and decode (batch 1 and 64), both through torch.ops in this process;
+    and the host side of one decoding step: a PyTorch operator's call as the floor, posenc's
+    operator by its packet and its overload, and posenc.nn's module."""
+    torch.ops.load_library(library)
+    ops = torch.ops.posenc
+    inv = 500000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+    angle = torch.arange(8192, dtype=torch.float64)[:, None] * inv
+    cos, sin = angle.cos().float(), angle.sin().float()
+    results = []
+    with torch.no_grad():
+        for dtype_name, dtype in DTYPES.items():
+            for batch, length, offset in ((2, 2048, 0), (1, 1, 4000), (64, 1, 4000)):
+                q = torch.randn(batch, 32, length, 128).to(dtype)
+                k = torch.randn(batch, 8, length, 128).to(dtype)
+                q_out, k_out = torch.zeros_like(q), torch.zeros_like(k)
+                cases = {"posenc_op_inplace": lambda: ops.apply_rotary_qk_(q, k, cos, sin, offset, None, False, True),
+                         "roofline_copy": lambda: (q_out.copy_(q), k_out.copy_(k))}
+                for threads in (1, 2):
+                    torch.set_num_threads(threads)
+                    for case, call in cases.items():
+                        time = median_time_us(call, repeats=5, budget=0.3)
+                        results.append({"name": f"py_rope_heads_first/{case}/{batch}x32q8kx{length}x128/{dtype_name}/threads:{threads}",
+                                        "real_time_us": time})
+        torch.set_num_threads(1)
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+        import posenc.nn  # noqa: E402  (the library is loaded above)
+        module = posenc.nn.RotaryEmbedding(128, 8192, base=500000.0)
+        q, k = torch.randn(1, 1, 32, 128), torch.randn(1, 1, 8, 128)
+        overload = ops.apply_rotary_qk.default
+        cos, sin = module.cos, module.sin
+        cases = {"aten_add_inplace": lambda: torch.ops.aten.add_.Tensor(q, q),
+                 "op_overload": lambda: overload(q, k, cos, sin, 4000, None, False, False),
+                 "op_packet": lambda: ops.apply_rotary_qk(q, k, cos, sin, 4000, None, False, False),
+                 "posenc_nn_forward_qk": lambda: module.forward_qk(q, k, 4000)}
+        for case, call in cases.items():
+            time = median_time_us(call, repeats=7, budget=0.3)
+            results.append({"name": f"py_decode_host/{case}/1x32q8kx1x128/float32/threads:1", "real_time_us": time})
+    return results
+
+
 def gpu_time_us(call, repeats=50):
     """Median of CUDA-event timings of `call`, after warm-up."""
     for _ in range(5):
@@ -515,15 +557,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--library", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--only", choices=["vision", "rope_qk", "compiled"], help="run one family's rows only (e.g. to refresh the figures of docs/vision.md and docs/rope.md)")
+    parser.add_argument("--only", choices=["vision", "rope_qk", "rope_heads_first", "compiled"], help="run one family's rows only (e.g. to refresh the figures of docs/vision.md and docs/rope.md)")
     args = parser.parse_args()
     if args.only is not None:
-        rows = {"vision": cpu_vision, "rope_qk": cpu_rope_qk, "compiled": cpu_compiled}[args.only](args.library)
+        rows = {"vision": cpu_vision, "rope_qk": cpu_rope_qk, "rope_heads_first": cpu_rope_heads_first,
+                "compiled": cpu_compiled}[args.only](args.library)
         report = {"torch": torch.__version__, "benchmarks": rows}
         with open(args.output, "w") as out:
             json.dump(report, out, indent=1)
         return
-    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_attention_bias(args.library) + cpu_vision(args.library) + cpu_compiled(args.library)}
+    report = {"torch": torch.__version__, "benchmarks": cpu_reference() + cpu_rope_qk(args.library) + cpu_rope_heads_first(args.library) + cpu_attention_bias(args.library) + cpu_vision(args.library) + cpu_compiled(args.library)}
     if torch.cuda.is_available():
         report["device"] = torch.cuda.get_device_name()
         report["benchmarks"] += gpu_benchmarks(args.library)

@@ -187,13 +187,17 @@ def decode_table(times, lines, targets):
               "| batch | dtype | threads | cached | computed | 10M-th position | `copy_` | cached / copy | torch.compile of `apply_rotary_pos_emb` (from Python, out of place) |",
               "|---|---|---|---|---|---|---|---|---|"] + rows
     checks = {c: times.get(f"decode_checks/{c}/1x1x32q8kx128/float32/threads:1") for c in
-              ["module_call", "operator_call", "check_arguments", "check_overlap", "check_range", "check_frequencies", "check_scale"]}
+              ["module_call", "operator_call", "kernel", "check_arguments", "check_overlap", "check_range", "check_frequencies",
+               "check_scale"]}
+    if checks["kernel"] is None:  # (a report of a run before the kernel's row)
+        checks.pop("kernel")
     if not all(checks.values()):
         return
     operator = checks["operator_call"]
     described = {
         "module_call": "the module's call (`forward_qk_`: its own checks, then the operator)",
         "operator_call": "the operator's call (`posenc::ops::apply_rotary_qk_`: dispatch, checks, kernel)",
+        "kernel": "its kernel alone: the row loop over the token's 40 heads, called directly",
         "check_arguments": "its argument checks: shapes, dtypes, devices, the offset against the cache",
         "check_overlap": "its overlap checks: q with k, q and k with cos and sin, neither overlapping itself",
         "check_range": "the position range alone (offset + length within the cache)",
@@ -207,6 +211,52 @@ def decode_table(times, lines, targets):
         lines.append(f"| {described[case]} | {us * 1000:.0f} ns | {share} |")
     rest = operator - checks["check_arguments"] - checks["check_overlap"]
     lines.append(f"| the rest of the operator's call: dispatch, the kernel (40 rows of 128) | {rest * 1000:.0f} ns | {100 * rest / operator:.0f}% |")
+    kernel = checks.get("kernel")
+    if kernel:
+        bound = 1.1 * kernel + 0.5
+        targets.append(("decode q+k 1x1x32q8kx128/float32/threads:1: C++ module call <= 1.1x the kernel + 0.5 us",
+                        checks["module_call"] <= bound, f"{fmt(checks['module_call'])} (bound {fmt(bound)})"))
+
+
+def python_decode_table(python, lines, targets):
+    """Heads-first q+k from Python (transformers' layout): in place against copy_ at prefill and
+    decode, and the host side of one decoding step (py_rope_heads_first, py_decode_host)."""
+    rows = {b["name"]: b["real_time_us"] for b in python["benchmarks"]
+            if b["name"].startswith(("py_rope_heads_first/", "py_decode_host/"))}
+    table = []
+    for name, us in rows.items():
+        if not name.startswith("py_rope_heads_first/") or "/posenc_op_inplace/" not in name:
+            continue
+        copy = rows.get(name.replace("/posenc_op_inplace/", "/roofline_copy/"))
+        if copy is None:
+            continue
+        _, _, shape, dtype, threads = name.split("/")
+        table.append(f"| {shape} | {dtype} | {threads.split(':')[1]} | {fmt(us)} | {fmt(copy)} | {ratio(us, copy)} |")
+        batch, length = shape.split("x")[0], shape.split("x")[2]
+        if threads == "threads:2" and dtype == "bfloat16" and (length != "1" or batch == "64"):
+            limit = 1.2 if length != "1" else 1.5
+            targets.append((f"q+k in place heads first {shape}/{dtype}/threads:2 (Python): within {limit}x of copy_",
+                            us / copy <= limit, ratio(us, copy)))
+    if table:
+        lines += ["", "Heads first from Python (`[B, H, L, D]`, as transformers passes q and k), in place against `copy_` of q "
+                  "and k, both timed through `torch.ops` in one process (a decoding step's Python call, ~2 us, is on both):", "",
+                  "| shape (B x H_q/H_k x L x D) | dtype | threads | posenc q+k in place | `copy_` | in place / copy |",
+                  "|---|---|---|---|---|---|"] + table
+    host = {name.split("/")[1]: us for name, us in rows.items() if name.startswith("py_decode_host/")}
+    if {"posenc_nn_forward_qk", "op_packet", "op_overload"} <= host.keys():
+        described = {
+            "aten_add_inplace": "floor: `torch.ops.aten.add_.Tensor(q, q)` (a PyTorch operator's call from Python)",
+            "op_overload": "`torch.ops.posenc.apply_rotary_qk.default` (the overload, tensors held in locals)",
+            "op_packet": "`torch.ops.posenc.apply_rotary_qk` (overload resolution at each call)",
+            "posenc_nn_forward_qk": "`posenc.nn.RotaryEmbedding.forward_qk` (buffers read from the module, its options "
+                                    "resolved once per module: the `rotary_embedding_call_qk` operator)",
+        }
+        lines += ["", "The host side of one decoding step from Python (q [1, 1, 32, 128], k [1, 1, 8, 128], float32, out of "
+                  "place, 1 thread):", "", "| call | time |", "|---|---|"]
+        lines += [f"| {described[case]} | {fmt(us)} |" for case, us in host.items() if case in described]
+        targets.append(("posenc.nn decode call (forward_qk) <= 1.2x a bare torch.ops.posenc call",
+                        host["posenc_nn_forward_qk"] <= 1.2 * host["op_packet"],
+                        ratio(host["posenc_nn_forward_qk"], host["op_packet"])))
 
 
 def main():
@@ -337,6 +387,7 @@ def main():
                   "call computed from the float64 frequencies (`cached_len` 1) against the cached rows, same shapes:", "",
                   "| dtype | threads | cached | computed | computed / cached |", "|---|---|---|---|---|"] + uncached_rows
     decode_table(times, lines, targets)
+    python_decode_table(python, lines, targets)
     hf_rows = [b for b in python["benchmarks"] if b["name"].startswith("py_rope_qk/")]
     if hf_rows:
         lines += ["", "Against transformers' own `apply_rotary_pos_emb` (Python, heads first, same process), with torch.compile "

@@ -533,13 +533,17 @@ class RotaryEmbedding(_DerivedTables):
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
 
+    # The methods read the caches from self._buffers and call the operators' overloads: a decoding
+    # step's Python side is then about the bare operator's (nn.Module.__getattr__ and the packet's
+    # overload resolution cost ~0.7 us a call, docs/benchmarks.md).
     # A call's logic (which rows it reads, rows computed past the caches, dynamic / longrope's
     # switch by the call's end, the checks against max_len, multimodal positions, deinterleave) is
     # the C++ module's own: the rotary_embedding_call operators, given this module's options.
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
-                                          offset, None)
+        buffers = self._buffers
+        return _ops.rotary_embedding_call.default(x, buffers["cos"], buffers["sin"], self.inv_freq, self._long_inv_freq,
+                                                  self._module, offset, None)
 
     def forward_positions(self, x: Tensor, positions: Tensor) -> Tensor:
         """Explicit positions: integer or fractional ``[L]`` / ``[B, L]``, or multimodal ``[3, B, L]``."""
@@ -547,13 +551,15 @@ class RotaryEmbedding(_DerivedTables):
             raise ValueError("RotaryEmbedding: forward_positions needs positions; use forward(x, offset) for consecutive ones")
         if self._call_frequencies:
             positions = _whole_positions(positions)
-        return _ops.rotary_embedding_call(x, self.cos, self.sin, self.inv_freq, self._long_inv_freq, self._module,
-                                          0, positions)
+        buffers = self._buffers
+        return _ops.rotary_embedding_call.default(x, buffers["cos"], buffers["sin"], self.inv_freq, self._long_inv_freq,
+                                                  self._module, 0, positions)
 
     def forward_qk(self, q: Tensor, k: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         """Queries and keys (any head counts: GQA/MQA) in one call."""
-        return _ops.rotary_embedding_call_qk(q, k, self.cos, self.sin, self.inv_freq, self._long_inv_freq,
-                                             self._module, offset, None)
+        buffers = self._buffers
+        return _ops.rotary_embedding_call_qk.default(q, k, buffers["cos"], buffers["sin"], self.inv_freq,
+                                                     self._long_inv_freq, self._module, offset, None)
 
     def forward_kv_cache_(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
                           cache_seqlens: Tensor, positions: Optional[Tensor] = None,
@@ -566,9 +572,10 @@ class RotaryEmbedding(_DerivedTables):
         (default: the module's ``heads_first``). ``positions``: the rotation's when they are not the
         slots (HF's position_ids of a left-padded batch). Inference only. Returns ``q``."""
         heads_first = self.heads_first if cache_heads_first is None else cache_heads_first
-        _ops.rotary_embedding_call_kv_cache_(q, k, v, k_cache, v_cache, self.cos, self.sin, self.inv_freq,
-                                             self._long_inv_freq, self._module, cache_seqlens, positions,
-                                             False, heads_first)
+        buffers = self._buffers
+        _ops.rotary_embedding_call_kv_cache_.default(q, k, v, k_cache, v_cache, buffers["cos"], buffers["sin"],
+                                                     self.inv_freq, self._long_inv_freq, self._module, cache_seqlens,
+                                                     positions, False, heads_first)
         return q
 
     def forward_paged_kv_cache_(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
@@ -578,9 +585,10 @@ class RotaryEmbedding(_DerivedTables):
         positions ``[T]``, slot_mapping ``[T]`` (a negative slot skips the token), caches
         ``[num_blocks, block_size, H_kv, D]`` (FlashInfer's HND ``[num_blocks, H_kv, block_size, D]``
         with ``cache_heads_first``). Returns ``q``."""
-        _ops.rotary_embedding_call_kv_cache_(q, k, v, k_cache, v_cache, self.cos, self.sin, self.inv_freq,
-                                             self._long_inv_freq, self._module, slot_mapping, positions,
-                                             True, cache_heads_first)
+        buffers = self._buffers
+        _ops.rotary_embedding_call_kv_cache_.default(q, k, v, k_cache, v_cache, buffers["cos"], buffers["sin"],
+                                                     self.inv_freq, self._long_inv_freq, self._module, slot_mapping,
+                                                     positions, True, cache_heads_first)
         return q
 
     def extra_repr(self) -> str:
