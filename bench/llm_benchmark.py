@@ -12,7 +12,10 @@ timing the prefill forward of one long prompt and greedy generation (tokens per 
 inherits another's compiled graphs.
 
     .venv/bin/python bench/llm_benchmark.py --library build/pip/src/libposenc.so \\
-        [--decoder build/llama/llama_decoder] [--threads 2]
+        [--decoder build/llama/llama_decoder] [--threads 2] [--dtype bfloat16]
+
+--dtype bfloat16 casts transformers' model (model.to(torch.bfloat16)) and runs the decoder with
+--dtype bfloat16 (its rotary tables stay float32, as posenc's modules keep them).
 
 Not part of CI (minutes on a 2-core machine); the figures are quoted in docs/models.md with the
 machine and torch they came from.
@@ -60,11 +63,12 @@ def rotation_alone(arguments, modeling, posenc_hf):
     replacement = posenc_hf.replacement_for(modeling.apply_rotary_pos_emb)
     rows = []
     for length in (1, arguments.prefill_length):
-        q = torch.randn(1, length, heads, head_dim).transpose(1, 2)
-        k = torch.randn(1, length, kv_heads, head_dim).transpose(1, 2)
+        dtype = getattr(torch, arguments.dtype)
+        q = torch.randn(1, length, heads, head_dim).to(dtype).transpose(1, 2)
+        k = torch.randn(1, length, kv_heads, head_dim).to(dtype).transpose(1, 2)
         angles = torch.arange(length, dtype=torch.float32)[:, None] * torch.rand(head_dim // 2)
-        cos = torch.cat([angles.cos(), angles.cos()], -1)[None]
-        sin = torch.cat([angles.sin(), angles.sin()], -1)[None]
+        cos = torch.cat([angles.cos(), angles.cos()], -1)[None].to(dtype)  # (transformers' cos/sin: the model's dtype)
+        sin = torch.cat([angles.sin(), angles.sin()], -1)[None].to(dtype)
         number = 2000 if length == 1 else 10
         for name, call in (("transformers", lambda: modeling.apply_rotary_pos_emb(q, k, cos, sin)),
                            ("posenc", lambda: replacement(q, k, cos, sin))):
@@ -86,8 +90,9 @@ def run_transformers(arguments, compiled):
     import posenc.integrations.transformers as posenc_hf
     from transformers.models.llama import modeling_llama
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(arguments.model).eval()
-    common = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads()}
+    model = transformers.AutoModelForCausalLM.from_pretrained(arguments.model).to(getattr(torch, arguments.dtype)).eval()
+    common = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
+              "dtype": arguments.dtype}
     prompt = torch.randint(3, CONFIG["vocab_size"], (1, arguments.prompt_length), generator=torch.Generator().manual_seed(0))
     long_prompt = torch.randint(3, CONFIG["vocab_size"], (1, arguments.prefill_length), generator=torch.Generator().manual_seed(1))
     kwargs = dict(max_new_tokens=arguments.tokens, min_new_tokens=arguments.tokens, do_sample=False, pad_token_id=0)
@@ -128,7 +133,8 @@ def run_transformers(arguments, compiled):
 
 
 def run_decoder(arguments):
-    output = subprocess.run([arguments.decoder, "--threads", str(arguments.threads), "generate", arguments.model,
+    output = subprocess.run([arguments.decoder, "--threads", str(arguments.threads), "--dtype", arguments.dtype,
+                             "generate", arguments.model,
                              "--prompt-length", str(arguments.prompt_length), "--tokens", str(arguments.tokens),
                              "--repeats", str(arguments.repeats)], check=True, capture_output=True, text=True).stdout
     result = json.loads(output.strip().splitlines()[-1])
@@ -145,6 +151,7 @@ def main():
     parser.add_argument("--prefill-length", type=int, default=2048)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -164,7 +171,7 @@ def main():
             results.append(run_decoder(arguments))
             print(json.dumps(results[-1]), flush=True)
     print(f"\nLLaMA {CONFIG['num_hidden_layers']} layers, hidden {CONFIG['hidden_size']}, "
-          f"{CONFIG['num_attention_heads']}/{CONFIG['num_key_value_heads']} heads, vocab {CONFIG['vocab_size']}, float32; "
+          f"{CONFIG['num_attention_heads']}/{CONFIG['num_key_value_heads']} heads, vocab {CONFIG['vocab_size']}, {arguments.dtype}; "
           f"greedy {arguments.tokens} tokens after {arguments.prompt_length}; prefill {arguments.prefill_length} tokens; "
           f"{arguments.threads} threads\n")
     print("| implementation | tokens/s | prefill (s) | compile (s) |")

@@ -9,12 +9,15 @@
 // mapping and read back through each sequence's block table. Weights are loaded by
 // posenc::load_safetensors under the names transformers gives them; the rotary embedding is then
 // registered as the submodule `model.rotary_emb` (as in transformers, its tables are not in the
-// checkpoint), so that model->to(device) moves it with the weights.
+// checkpoint), so that model->to(device) moves it with the weights. With --dtype bfloat16 the
+// weights, activations and cache are bfloat16 (the rotary tables stay float32: each rotated value
+// is rounded once), as transformers' model.to(torch.bfloat16).
 //
-//   llama_decoder [--device cuda|auto] [--paged] check MODEL_DIR...
+//   llama_decoder [--device cuda|auto] [--dtype bfloat16] [--paged] check MODEL_DIR...
 //                                        compare with reference.safetensors (make_models.py)
-//   llama_decoder [--threads N] [--device cuda] [--paged] generate MODEL_DIR --prompt-length 128
-//                 --tokens 64            greedy generation, timed (tokens per second, JSON)
+//   llama_decoder [--threads N] [--device cuda] [--dtype bfloat16] [--paged] generate MODEL_DIR
+//                 --prompt-length 128 --tokens 64
+//                                        greedy generation, timed (tokens per second, JSON)
 
 #include <posenc/io/hf_config.h>
 #include <posenc/io/safetensors.h>
@@ -376,12 +379,12 @@ struct CausalLMImpl : torch::nn::Module {
 TORCH_MODULE(CausalLM);
 
 CausalLM load(const std::string& directory, const CacheLayout& layout, const torch::Device& device,
-              DecoderConfig* config_out = nullptr) {
+              torch::Dtype dtype, DecoderConfig* config_out = nullptr) {
   const DecoderConfig config = read_config(directory);
   CausalLM model(config, layout);
   posenc::load_safetensors(*model, directory + "/model.safetensors"); // strict: every key, no other
   model->register_rotary();
-  model->to(device);
+  model->to(device, dtype);
   model->eval();
   if (config_out) {
     *config_out = config;
@@ -389,10 +392,17 @@ CausalLM load(const std::string& directory, const CacheLayout& layout, const tor
   return model;
 }
 
-// Compares logits of the reference prompts (a stated tolerance) and greedy tokens (exactly).
-bool check(const std::string& directory, const CacheLayout& layout, const torch::Device& device) {
+// The root mean square of a - b (float64).
+double rms(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).pow(2).mean().sqrt().item<double>();
+}
+
+// Compares logits of the reference prompts (a stated tolerance) and, in float32, greedy tokens
+// (exactly).
+bool check(const std::string& directory, const CacheLayout& layout, const torch::Device& device,
+           torch::Dtype dtype) {
   DecoderConfig config;
-  CausalLM model = load(directory, layout, device, &config);
+  CausalLM model = load(directory, layout, device, dtype, &config);
   const posenc::SafetensorsFile reference =
       posenc::read_safetensors(directory + "/reference.safetensors");
   const torch::Tensor prompts = reference.tensors["prompts"];
@@ -401,15 +411,36 @@ bool check(const std::string& directory, const CacheLayout& layout, const torch:
   torch::NoGradGuard no_grad;
 
   model->reset_cache();
-  const torch::Tensor logits = model->forward(prompts);
-  // float32 throughout on both sides; the matrix products sum in different orders (posenc's
-  // example multiplies the queries of one key head as one matrix, transformers repeats the keys),
-  // so logits agree to a few float32 ulps of their accumulations: 1e-5 of the largest logit.
+  const torch::Tensor logits = model->forward(prompts).to(torch::kFloat);
   TORCH_CHECK(logits.sizes() == expected_logits.sizes(), "llama_decoder: logits ", logits.sizes(),
               ", but transformers' are ", expected_logits.sizes());
   const double scale = expected_logits.abs().max().item<double>();
   const double difference = (logits - expected_logits).abs().max().item<double>();
-  const bool logits_equal = difference <= 1e-5 * scale;
+  bool logits_equal = false;
+  std::ostringstream logits_report;
+  if (dtype == torch::kFloat) {
+    // float32 throughout on both sides; the matrix products sum in different orders (posenc's
+    // example multiplies the queries of one key head as one matrix, transformers repeats the
+    // keys), so logits agree to a few float32 ulps of their accumulations: 1e-5 of the largest.
+    logits_equal = difference <= 1e-5 * scale;
+    logits_report << "max |posenc - transformers| = " << difference << " (largest logit " << scale
+                  << ")";
+  } else {
+    // bfloat16: both round every activation to bfloat16 at the same places (the projections'
+    // outputs, the normalized states, the attention weights after a float32 softmax), but in
+    // different orders, so neither equals the other; each is measured by its distance from the
+    // float32 logits. posenc's may not be farther than transformers' own bfloat16 model's, within
+    // 25% (how much the RMS distance of two equally rounded computations moves with their
+    // summation orders on these models; posenc rounds each rotated value once, from float32 tables,
+    // where transformers rotates with bfloat16 cos/sin in bfloat16 operations).
+    TORCH_CHECK(reference.tensors.contains("logits_bfloat16"), "llama_decoder: ", directory,
+                "/reference.safetensors has no logits_bfloat16; write it again with make_models.py");
+    const double ours = rms(logits, expected_logits);
+    const double theirs = rms(reference.tensors["logits_bfloat16"], expected_logits);
+    logits_equal = ours <= 1.25 * theirs;
+    logits_report << "RMS distance from transformers' float32 logits: posenc bfloat16 " << ours
+                  << ", transformers bfloat16 " << theirs << " (largest logit " << scale << ")";
+  }
 
   const int64_t prompt_length = reference.tensors["prompt_length"].item<int64_t>();
   const int64_t new_tokens = expected_tokens.size(1) - prompt_length;
@@ -419,21 +450,27 @@ bool check(const std::string& directory, const CacheLayout& layout, const torch:
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const bool tokens_equal = torch::equal(generated, expected_tokens);
+  // (bfloat16's greedy tokens may part from the float32 model's where two logits lie within its
+  // rounding: reported, not required)
+  const int64_t same_tokens = generated.eq(expected_tokens).sum().item<int64_t>() - prompt_length;
 
   std::cout << directory << ": " << config.model_type << " on " << device << ", "
-            << (layout.paged ? "paged" : "contiguous") << " KV cache, rope "
-            << model->rope->options.scaling().type() << ", rotary_dim "
+            << c10::toString(dtype) << ", " << (layout.paged ? "paged" : "contiguous")
+            << " KV cache, rope " << model->rope->options.scaling().type() << ", rotary_dim "
             << model->rope->options.rotary_dim().value_or(model->rope->options.head_dim()) << " of "
-            << model->rope->options.head_dim() << "\n  logits " << logits.sizes()
-            << ": max |posenc - transformers| = " << difference << " (largest logit " << scale
-            << ")" << (logits_equal ? "" : "  MISMATCH") << "\n  greedy generation of "
-            << new_tokens << " tokens: "
-            << (tokens_equal ? "equal to transformers'" : "DIFFERENT from transformers'") << " ("
-            << new_tokens / seconds << " tokens/s)\n";
-  if (!tokens_equal) {
+            << model->rope->options.head_dim() << "\n  logits " << logits.sizes() << ": "
+            << logits_report.str() << (logits_equal ? "" : "  MISMATCH")
+            << "\n  greedy generation of " << new_tokens << " tokens: ";
+  if (dtype == torch::kFloat) {
+    std::cout << (tokens_equal ? "equal to transformers'" : "DIFFERENT from transformers'");
+  } else {
+    std::cout << same_tokens << " of " << new_tokens << " equal to transformers' float32 model's";
+  }
+  std::cout << " (" << new_tokens / seconds << " tokens/s)\n";
+  if (dtype == torch::kFloat && !tokens_equal) {
     std::cout << "  posenc:       " << generated << "\n  transformers: " << expected_tokens << "\n";
   }
-  return logits_equal && tokens_equal;
+  return logits_equal && (tokens_equal || dtype != torch::kFloat);
 }
 
 } // namespace
@@ -464,6 +501,10 @@ int main(int argc, char** argv) {
                  "cpu, cuda, or auto (cuda where LibTorch sees a GPU): the model, its cache and its "
                  "rotary tables")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  std::string dtype_name = "float32";
+  app.add_option("--dtype", dtype_name,
+                 "the model's weights, activations and KV cache: float32 or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   CacheLayout layout;
   app.add_flag("--paged", layout.paged, "keep the KV cache in pages (vLLM's layout)");
   app.add_option("--block-size", layout.block_size, "tokens per page of the paged cache")
@@ -479,15 +520,16 @@ int main(int argc, char** argv) {
         device_name == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : device_name);
     TORCH_CHECK(!device.is_cuda() || torch::cuda::is_available(),
                 "llama_decoder: --device cuda, but LibTorch sees no CUDA device");
+    const torch::Dtype dtype = dtype_name == "bfloat16" ? torch::kBFloat16 : torch::kFloat;
     if (check_command->parsed()) {
       bool all = true;
       for (const std::string& model : directories) {
-        all = check(model, layout, device) && all;
+        all = check(model, layout, device, dtype) && all;
       }
       return all ? 0 : 1;
     }
     DecoderConfig config;
-    CausalLM model = load(directory, layout, device, &config);
+    CausalLM model = load(directory, layout, device, dtype, &config);
     torch::NoGradGuard no_grad;
     torch::manual_seed(0);
     const torch::Tensor prompt =
@@ -501,7 +543,7 @@ int main(int argc, char** argv) {
           best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::cout << "{\"implementation\": \"posenc C++\", \"device\": \"" << device
-              << "\", \"paged\": " << (layout.paged ? "true" : "false")
+              << "\", \"dtype\": \"" << dtype_name << "\", \"paged\": " << (layout.paged ? "true" : "false")
               << ", \"prompt_length\": " << prompt_length
               << ", \"tokens\": " << tokens << ", \"threads\": " << at::get_num_threads()
               << ", \"seconds\": " << best << ", \"tokens_per_second\": " << tokens / best << "}\n";

@@ -4,6 +4,9 @@
 
   prompts        int64 [2, 24]       two random prompts
   logits         float32 [2, 24, V]  the model's logits for them (eager attention, float32)
+  logits_bfloat16 float32 [2, 24, V] the same model's logits in bfloat16 (its weights cast, as
+                                     model.to(torch.bfloat16) does), the yardstick of
+                                     `llama_decoder --dtype bfloat16 check`
   generated      int64 [1, 16 + 32]  the first prompt's first 16 tokens and the 32 tokens that
                                      model.generate(do_sample=False) appends
   prompt_length  int64 [1]           16
@@ -20,6 +23,7 @@ refused here, never passed on as a flaky reference.
 """
 
 import argparse
+import copy
 import os
 
 import torch
@@ -61,6 +65,7 @@ def write(name, config, directory, seed):
         output = model.generate(prompts[:1, :PROMPT_LENGTH], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                 do_sample=False, eos_token_id=None, pad_token_id=0, output_scores=True,
                                 return_dict_in_generate=True)
+        logits_bfloat16 = copy.deepcopy(model).to(torch.bfloat16)(prompts).logits
     generated = output.sequences
     assert generated.shape == (1, PROMPT_LENGTH + NEW_TOKENS), generated.shape
     margins = []
@@ -71,6 +76,7 @@ def write(name, config, directory, seed):
         raise SystemExit(f"{name}: a greedy token wins by {min(margins):.2e} of the largest logit, too close to "
                          "float32 rounding for an exact comparison; change the seed")
     save_file({"prompts": prompts, "logits": logits.float().contiguous(), "generated": generated,
+               "logits_bfloat16": logits_bfloat16.float().contiguous(),
                "prompt_length": torch.tensor([PROMPT_LENGTH])}, os.path.join(directory, "reference.safetensors"))
     print(f"{name}: {type(model).__name__}, rope {config.rope_parameters.get('rope_type')}, "
           f"smallest greedy margin {min(margins):.2e} of the largest logit -> {directory}")

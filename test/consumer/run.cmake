@@ -4,7 +4,8 @@
 # Inputs: POSENC_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, TORCH_PREFIX, GENERATOR, PROGRAM (the
 # executable the project builds; default: consumer), and optionally PREPARE (a command run first,
 # in WORK_DIR, e.g. one that writes the program's input files), PROGRAM_ARGS (its arguments,
-# relative paths resolved in WORK_DIR) and PROGRAM_ARGS_AGAIN (the arguments of a second run).
+# relative paths resolved in WORK_DIR), PROGRAM_ARGS_AGAIN and PROGRAM_ARGS_THIRD (the arguments of
+# a second and a third run).
 if(NOT PROGRAM)
   set(PROGRAM consumer)
 endif()
@@ -37,11 +38,13 @@ if(NOT status EQUAL 0)
   message(FATAL_ERROR "package test: run ${PROGRAM} failed (${status})\n${out}\n${err}")
 endif()
 message(STATUS "run ${PROGRAM}: ok\n${out}")
-if(PROGRAM_ARGS_AGAIN)
-  execute_process(COMMAND "${WORK_DIR}/build/${PROGRAM}" ${PROGRAM_ARGS_AGAIN}
-    WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT status EQUAL 0)
-    message(FATAL_ERROR "package test: second run of ${PROGRAM} failed (${status})\n${out}\n${err}")
+foreach(run AGAIN THIRD)
+  if(PROGRAM_ARGS_${run})
+    execute_process(COMMAND "${WORK_DIR}/build/${PROGRAM}" ${PROGRAM_ARGS_${run}}
+      WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT status EQUAL 0)
+      message(FATAL_ERROR "package test: run of ${PROGRAM} ${PROGRAM_ARGS_${run}} failed (${status})\n${out}\n${err}")
+    endif()
+    message(STATUS "run ${PROGRAM} ${PROGRAM_ARGS_${run}}: ok\n${out}")
   endif()
-  message(STATUS "run ${PROGRAM} ${PROGRAM_ARGS_AGAIN}: ok\n${out}")
-endif()
+endforeach()
