@@ -719,7 +719,9 @@ TEST(GridEmulation, RelativePositionBucketEqualsTheCpuKernel) {
       torch::Tensor out = torch::full_like(relative, -7);
       const posenc::ops::kernels::BucketBody body{
           relative.data_ptr<int64_t>(), out.data_ptr<int64_t>(), bidirectional,
-          buckets_and_distance.first, buckets_and_distance.second};
+          buckets_and_distance.first, buckets_and_distance.second,
+          posenc::detail::relative_position_bucket_log_range(
+              bidirectional, buckets_and_distance.first, buckets_and_distance.second)};
       Emulate execute;
       execute(body, relative.numel());
       EXPECT_TRUE(torch::equal(out, expected)) << bidirectional;

@@ -213,6 +213,11 @@ def test_rel_shift_against_the_zero_pad_formulation(posenc_ops):
 def test_gradients(posenc_ops):
     weight = torch.randn(32, 3, dtype=torch.float64, requires_grad=True)
     torch.autograd.gradcheck(lambda w: posenc_ops.relative_position_bias(w, 5, 9, True, 128, 2), (weight,))
+    # one query (a decoding step: the table's columns gathered straight into [1, H, 1, Lk]), with
+    # distances past max_distance (the last bucket, taken without a logarithm)
+    torch.autograd.gradcheck(lambda w: posenc_ops.relative_position_bias(w, 1, 80, True, 32, 70), (weight,))
+    step = posenc_ops.relative_position_bias(weight, 1, 80, False, 32, 79)
+    assert step.shape == (1, 3, 1, 80) and step.is_contiguous()
     x = torch.randn(2, 4, 4 + 6 - 1, dtype=torch.float64, requires_grad=True)
     torch.autograd.gradcheck(posenc_ops.rel_shift, (x,))
 

@@ -319,8 +319,10 @@ at::Tensor relative_position_bucket_kernel(const at::Tensor& relative_position, 
   const at::Tensor input = relative_position.to(at::kCPU, at::kLong).contiguous();
   at::Tensor buckets = at::empty(input.sizes(), input.options());
   // The CUDA kernel's thread body, one item an iteration (kernels.h).
-  const kernels::BucketBody body{input.data_ptr<int64_t>(), buckets.data_ptr<int64_t>(),
-                                 bidirectional, num_buckets, max_distance};
+  const kernels::BucketBody body{
+      input.data_ptr<int64_t>(), buckets.data_ptr<int64_t>(), bidirectional, num_buckets,
+      max_distance,
+      detail::relative_position_bucket_log_range(bidirectional, num_buckets, max_distance)};
   at::parallel_for(0, input.numel(), 4096, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       body(i);
@@ -369,6 +371,11 @@ at::Tensor relative_position_bias_rows(const at::Tensor& weight, int64_t query_l
   const at::Tensor buckets =
       ops::relative_position_bucket(distances, bidirectional, weight.size(0), max_distance)
           .to(weight.device());
+  if (query_length == 1) {
+    // (one query, a decoding step: its Lk buckets are the rows, gathered from the table's
+    // columns straight into a contiguous [H, Lk])
+    return weight.t().index_select(1, buckets).view({1, weight.size(1), 1, key_length});
+  }
   const at::Tensor rows = at::embedding(weight, buckets).t(); // [H, Lq + Lk - 1]
   // rows[:, i' + j] holds distance j - (Lq - 1 - i'): unfold gives [H, Lq, Lk] indexed by i'
   return rows.unfold(1, key_length, 1).flip({1}).unsqueeze(0);

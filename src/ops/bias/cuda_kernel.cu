@@ -21,7 +21,9 @@ at::Tensor relative_position_bucket(const at::Tensor& relative_position, bool bi
   const at::Tensor input = relative_position.to(at::kLong).contiguous();
   at::Tensor buckets = empty_cuda(input.sizes(), input.options());
   Launch()(kernels::BucketBody{input.data_ptr<int64_t>(), buckets.data_ptr<int64_t>(),
-                               bidirectional, num_buckets, max_distance},
+                               bidirectional, num_buckets, max_distance,
+                               detail::relative_position_bucket_log_range(
+                                   bidirectional, num_buckets, max_distance)},
            input.numel());
   return buckets;
 }

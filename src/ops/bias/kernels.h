@@ -20,10 +20,12 @@ struct BucketBody {
   bool bidirectional;
   int64_t num_buckets;
   int64_t max_distance;
+  /// detail::relative_position_bucket_log_range of the arguments above (once per call).
+  double log_range;
 
   C10_HOST_DEVICE void operator()(int64_t item) const {
-    out[item] =
-        detail::relative_position_bucket(in[item], bidirectional, num_buckets, max_distance);
+    out[item] = detail::relative_position_bucket(in[item], bidirectional, num_buckets,
+                                                 max_distance, log_range);
   }
 };
 
