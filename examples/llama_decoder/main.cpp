@@ -397,8 +397,8 @@ double rms(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).pow(2).mean().sqrt().item<double>();
 }
 
-// Compares logits of the reference prompts (a stated tolerance) and, in float32, greedy tokens
-// (exactly).
+// Compares logits of the reference prompts, in one forward and through the cache a token a step
+// (a stated tolerance), and, in float32, greedy tokens (exactly).
 bool check(const std::string& directory, const CacheLayout& layout, const torch::Device& device,
            torch::Dtype dtype) {
   DecoderConfig config;
@@ -410,39 +410,56 @@ bool check(const std::string& directory, const CacheLayout& layout, const torch:
   const torch::Tensor expected_tokens = reference.tensors["generated"];
   torch::NoGradGuard no_grad;
 
+  const int64_t prompt_length = reference.tensors["prompt_length"].item<int64_t>();
+
+  // The prompts in one forward, then again through the cache: their first prompt_length tokens at
+  // once, the others one a step (teacher-forced decoding steps: each step's rotation and KV-cache
+  // write, which greedy generation in bfloat16 does not pin down).
   model->reset_cache();
-  const torch::Tensor logits = model->forward(prompts).to(torch::kFloat);
-  TORCH_CHECK(logits.sizes() == expected_logits.sizes(), "llama_decoder: logits ", logits.sizes(),
-              ", but transformers' are ", expected_logits.sizes());
+  const torch::Tensor whole = model->forward(prompts);
+  TORCH_CHECK(whole.scalar_type() == dtype, "llama_decoder: the logits are ", whole.scalar_type(),
+              ", but the model was asked for ", dtype);
+  model->reset_cache();
+  std::vector<torch::Tensor> steps{model->forward(prompts.narrow(1, 0, prompt_length))};
+  for (int64_t t = prompt_length; t < prompts.size(1); ++t) {
+    steps.push_back(model->forward(prompts.narrow(1, t, 1)));
+  }
+  const torch::Tensor stepped = torch::cat(steps, 1);
   const double scale = expected_logits.abs().max().item<double>();
-  const double difference = (logits - expected_logits).abs().max().item<double>();
-  bool logits_equal = false;
-  std::ostringstream logits_report;
-  if (dtype == torch::kFloat) {
-    // float32 throughout on both sides; the matrix products sum in different orders (posenc's
-    // example multiplies the queries of one key head as one matrix, transformers repeats the
-    // keys), so logits agree to a few float32 ulps of their accumulations: 1e-5 of the largest.
-    logits_equal = difference <= 1e-5 * scale;
-    logits_report << "max |posenc - transformers| = " << difference << " (largest logit " << scale
-                  << ")";
-  } else {
+  const auto judge = [&](const torch::Tensor& computed, std::ostream& report) {
+    const torch::Tensor logits = computed.to(torch::kFloat);
+    TORCH_CHECK(logits.sizes() == expected_logits.sizes(), "llama_decoder: logits ",
+                logits.sizes(), ", but transformers' are ", expected_logits.sizes());
+    if (dtype == torch::kFloat) {
+      // float32 throughout on both sides; the matrix products sum in different orders (posenc's
+      // example multiplies the queries of one key head as one matrix, transformers repeats the
+      // keys), so logits agree to a few float32 ulps of their accumulations: 1e-5 of the largest.
+      const double difference = (logits - expected_logits).abs().max().item<double>();
+      report << "max |posenc - transformers| = " << difference;
+      return difference <= 1e-5 * scale;
+    }
     // bfloat16: both round every activation to bfloat16 at the same places (the projections'
     // outputs, the normalized states, the attention weights after a float32 softmax), but in
     // different orders, so neither equals the other; each is measured by its distance from the
-    // float32 logits. posenc's may not be farther than transformers' own bfloat16 model's, within
-    // 25% (how much the RMS distance of two equally rounded computations moves with their
-    // summation orders on these models; posenc rounds each rotated value once, from float32 tables,
-    // where transformers rotates with bfloat16 cos/sin in bfloat16 operations).
+    // float32 logits. posenc's may not be farther than transformers' own bfloat16 model's (its
+    // rotary frequencies kept float32, make_models.py), within 25%: how much the RMS distance of
+    // two equally rounded computations moves with their summation orders on these models (posenc
+    // rounds each rotated value once, from float32 tables, where transformers rotates with
+    // bfloat16 cos/sin in bfloat16 operations).
     TORCH_CHECK(reference.tensors.contains("logits_bfloat16"), "llama_decoder: ", directory,
                 "/reference.safetensors has no logits_bfloat16; write it again with make_models.py");
     const double ours = rms(logits, expected_logits);
     const double theirs = rms(reference.tensors["logits_bfloat16"], expected_logits);
-    logits_equal = ours <= 1.25 * theirs;
-    logits_report << "RMS distance from transformers' float32 logits: posenc bfloat16 " << ours
-                  << ", transformers bfloat16 " << theirs << " (largest logit " << scale << ")";
-  }
+    report << "RMS distance from transformers' float32 logits " << ours
+           << " (transformers' bfloat16 model: " << theirs << ")";
+    return ours <= 1.25 * theirs;
+  };
+  std::ostringstream whole_report;
+  std::ostringstream stepped_report;
+  const bool whole_equal = judge(whole, whole_report);
+  const bool stepped_equal = judge(stepped, stepped_report);
+  const bool logits_equal = whole_equal && stepped_equal;
 
-  const int64_t prompt_length = reference.tensors["prompt_length"].item<int64_t>();
   const int64_t new_tokens = expected_tokens.size(1) - prompt_length;
   const auto start = std::chrono::steady_clock::now();
   const torch::Tensor generated =
@@ -458,8 +475,11 @@ bool check(const std::string& directory, const CacheLayout& layout, const torch:
             << c10::toString(dtype) << ", " << (layout.paged ? "paged" : "contiguous")
             << " KV cache, rope " << model->rope->options.scaling().type() << ", rotary_dim "
             << model->rope->options.rotary_dim().value_or(model->rope->options.head_dim()) << " of "
-            << model->rope->options.head_dim() << "\n  logits " << logits.sizes() << ": "
-            << logits_report.str() << (logits_equal ? "" : "  MISMATCH")
+            << model->rope->options.head_dim() << "\n  logits " << whole.sizes()
+            << ", largest " << scale << ": in one forward " << whole_report.str()
+            << (whole_equal ? "" : "  MISMATCH") << "; through the cache, " << prompt_length
+            << " tokens then one a step, " << stepped_report.str()
+            << (stepped_equal ? "" : "  MISMATCH")
             << "\n  greedy generation of " << new_tokens << " tokens: ";
   if (dtype == torch::kFloat) {
     std::cout << (tokens_equal ? "equal to transformers'" : "DIFFERENT from transformers'");

@@ -4,9 +4,9 @@
 
   prompts        int64 [2, 24]       two random prompts
   logits         float32 [2, 24, V]  the model's logits for them (eager attention, float32)
-  logits_bfloat16 float32 [2, 24, V] the same model's logits in bfloat16 (its weights cast, as
-                                     model.to(torch.bfloat16) does), the yardstick of
-                                     `llama_decoder --dtype bfloat16 check`
+  logits_bfloat16 float32 [2, 24, V] the same model's logits in bfloat16 (its weights cast by
+                                     model.to(torch.bfloat16), its rotary frequencies kept
+                                     float32), the yardstick of `llama_decoder --dtype bfloat16 check`
   generated      int64 [1, 16 + 32]  the first prompt's first 16 tokens and the 32 tokens that
                                      model.generate(do_sample=False) appends
   prompt_length  int64 [1]           16
@@ -65,7 +65,15 @@ def write(name, config, directory, seed):
         output = model.generate(prompts[:1, :PROMPT_LENGTH], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                 do_sample=False, eos_token_id=None, pad_token_id=0, output_scores=True,
                                 return_dict_in_generate=True)
-        logits_bfloat16 = copy.deepcopy(model).to(torch.bfloat16)(prompts).logits
+        # (Module.to casts every floating buffer, the rotary frequencies inv_freq among them: they
+        # are set back to float32, so that the yardstick is bfloat16 arithmetic with the model's
+        # own rotation, not a rotation by bfloat16-rounded frequencies)
+        model_bfloat16 = copy.deepcopy(model).to(torch.bfloat16)
+        for name, buffer in model.named_buffers():
+            if name.endswith("inv_freq"):
+                owner, _, attribute = name.rpartition(".")
+                setattr(model_bfloat16.get_submodule(owner), attribute, buffer.detach().clone())
+        logits_bfloat16 = model_bfloat16(prompts).logits
     generated = output.sequences
     assert generated.shape == (1, PROMPT_LENGTH + NEW_TOKENS), generated.shape
     margins = []

@@ -4,8 +4,8 @@
 # Inputs: POSENC_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, TORCH_PREFIX, GENERATOR, PROGRAM (the
 # executable the project builds; default: consumer), and optionally PREPARE (a command run first,
 # in WORK_DIR, e.g. one that writes the program's input files), PROGRAM_ARGS (its arguments,
-# relative paths resolved in WORK_DIR), PROGRAM_ARGS_AGAIN and PROGRAM_ARGS_THIRD (the arguments of
-# a second and a third run).
+# relative paths resolved in WORK_DIR), PROGRAM_ARGS_AGAIN, PROGRAM_ARGS_THIRD and
+# PROGRAM_ARGS_FOURTH (the arguments of further runs).
 if(NOT PROGRAM)
   set(PROGRAM consumer)
 endif()
@@ -38,7 +38,7 @@ if(NOT status EQUAL 0)
   message(FATAL_ERROR "package test: run ${PROGRAM} failed (${status})\n${out}\n${err}")
 endif()
 message(STATUS "run ${PROGRAM}: ok\n${out}")
-foreach(run AGAIN THIRD)
+foreach(run AGAIN THIRD FOURTH)
   if(PROGRAM_ARGS_${run})
     execute_process(COMMAND "${WORK_DIR}/build/${PROGRAM}" ${PROGRAM_ARGS_${run}}
       WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -143,42 +143,55 @@ TEST_F(RotaryQk, BFloat16RoundingOfSpecialValuesEqualsTheComposite) {
 
 TEST_F(RotaryQk, HeadsFirstRunsSplitAcrossThreadsEqualTheComposite) {
   // [B, H, L, Dh] is walked in runs of a head's consecutive rows, one row-loop call per run
-  // (consecutive cos/sin rows); a thread's share of the rows starts and ends inside a head's run
-  // (3 x 5 x 37 rows of 128 channels: shares of 2 and 3 threads split runs), and explicit positions,
-  // out-of-place partial rotary and the AVX512-BF16 rows take their own ways: the composite's bits.
+  // (consecutive cos/sin rows), and a thread's share of the rows starts and ends inside a head's
+  // run: q 3 x 5 x 61 rows of 128 channels is cut mid-run by shares of 2 and 4 threads (at
+  // grain_rows(128) = 256 rows), k 3 x 3 x 61 by 2. The queries and keys are also views of
+  // [B, L, H, Dh] projections transposed, as transformers passes them (a row step of H * Dh).
+  // Explicit positions, out-of-place partial rotary and the AVX512-BF16 rows take their own ways:
+  // the composite's bits in every case.
   const auto tables = F::rotary_tables(256, 128);
   const auto partial = F::rotary_tables(256, 96);
   const int threads = at::get_num_threads();
-  for (const int share : {2, 3}) {
+  for (const int share : {2, 4}) {
     at::set_num_threads(share);
+    if (at::get_num_threads() != share) {
+      at::set_num_threads(threads);
+      GTEST_SKIP() << "this build's thread pool keeps " << at::get_num_threads() << " threads";
+    }
     for (const auto dtype : kDtypes) {
       for (const bool inverse : {false, true}) {
         for (const bool interleaved : {false, true}) {
           for (const bool rotate_part : {false, true}) {
             for (const bool explicit_positions : {false, true}) {
-              const auto& cs = rotate_part ? partial : tables;
-              const auto q = heads(3, 37, 5, 128, /*heads_first=*/true, dtype);
-              const auto k = heads(3, 37, 2, 128, /*heads_first=*/true, dtype);
-              const auto positions =
-                  explicit_positions ? given(torch::randint(0, 256, {3, 37}, torch::kLong))
-                                     : c10::nullopt;
-              const int64_t offset = explicit_positions ? 0 : 200;
-              const auto reference = composite::apply_rotary_qk(
-                  q, k, cs.first, cs.second, offset, positions, interleaved, true, inverse);
-              const auto both = posenc::ops::apply_rotary_qk(
-                  q, k, cs.first, cs.second, offset, positions, interleaved, true, inverse);
-              auto q_in = q.clone();
-              auto k_in = k.clone();
-              posenc::ops::apply_rotary_qk_(q_in, k_in, cs.first, cs.second, offset, positions,
-                                            interleaved, true, inverse);
-              const auto where = ::testing::Message()
-                                 << dtype << " threads " << share << " inverse " << inverse
-                                 << " interleaved " << interleaved << " partial " << rotate_part
-                                 << " positions " << explicit_positions;
-              EXPECT_TRUE(torch::equal(std::get<0>(both), std::get<0>(reference))) << where;
-              EXPECT_TRUE(torch::equal(std::get<1>(both), std::get<1>(reference))) << where;
-              EXPECT_TRUE(torch::equal(q_in, std::get<0>(reference))) << where;
-              EXPECT_TRUE(torch::equal(k_in, std::get<1>(reference))) << where;
+              for (const bool transposed : {false, true}) {
+                const auto& cs = rotate_part ? partial : tables;
+                const auto q = transposed ? heads(3, 61, 5, 128, false, dtype).transpose(1, 2)
+                                          : heads(3, 61, 5, 128, true, dtype);
+                const auto k = transposed ? heads(3, 61, 3, 128, false, dtype).transpose(1, 2)
+                                          : heads(3, 61, 3, 128, true, dtype);
+                const auto positions =
+                    explicit_positions ? given(torch::randint(-1, 256, {3, 61}, torch::kLong))
+                                       : c10::nullopt;
+                const int64_t offset = explicit_positions ? 0 : 190;
+                const auto reference = composite::apply_rotary_qk(
+                    q, k, cs.first, cs.second, offset, positions, interleaved, true, inverse);
+                const auto both = posenc::ops::apply_rotary_qk(
+                    q, k, cs.first, cs.second, offset, positions, interleaved, true, inverse);
+                auto q_in = q.clone(at::MemoryFormat::Preserve);
+                auto k_in = k.clone(at::MemoryFormat::Preserve);
+                posenc::ops::apply_rotary_qk_(q_in, k_in, cs.first, cs.second, offset, positions,
+                                              interleaved, true, inverse);
+                const auto where = ::testing::Message()
+                                   << dtype << " threads " << share << " inverse " << inverse
+                                   << " interleaved " << interleaved << " partial " << rotate_part
+                                   << " positions " << explicit_positions << " transposed "
+                                   << transposed;
+                EXPECT_EQ(q_in.strides(), q.strides()) << where; // (rotated where it lies)
+                EXPECT_TRUE(torch::equal(std::get<0>(both), std::get<0>(reference))) << where;
+                EXPECT_TRUE(torch::equal(std::get<1>(both), std::get<1>(reference))) << where;
+                EXPECT_TRUE(torch::equal(q_in, std::get<0>(reference))) << where;
+                EXPECT_TRUE(torch::equal(k_in, std::get<1>(reference))) << where;
+              }
             }
           }
         }

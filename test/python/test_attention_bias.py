@@ -213,11 +213,15 @@ def test_rel_shift_against_the_zero_pad_formulation(posenc_ops):
 def test_gradients(posenc_ops):
     weight = torch.randn(32, 3, dtype=torch.float64, requires_grad=True)
     torch.autograd.gradcheck(lambda w: posenc_ops.relative_position_bias(w, 5, 9, True, 128, 2), (weight,))
-    # one query (a decoding step: the table's columns gathered straight into [1, H, 1, Lk]), with
-    # distances past max_distance (the last bucket, taken without a logarithm)
+    # one query, with distances past max_distance (the last bucket, taken without a logarithm):
+    # through the embedding where a gradient is wanted, the table's columns gathered straight into
+    # [1, H, 1, Lk] where not (a decoding step); the same values
     torch.autograd.gradcheck(lambda w: posenc_ops.relative_position_bias(w, 1, 80, True, 32, 70), (weight,))
-    step = posenc_ops.relative_position_bias(weight, 1, 80, False, 32, 79)
-    assert step.shape == (1, 3, 1, 80) and step.is_contiguous()
+    with_grad = posenc_ops.relative_position_bias(weight, 1, 80, False, 32, 79)
+    with torch.no_grad():
+        step = posenc_ops.relative_position_bias(weight, 1, 80, False, 32, 79)
+    assert with_grad.requires_grad and not step.requires_grad
+    assert step.shape == (1, 3, 1, 80) and step.is_contiguous() and torch.equal(step, with_grad.detach())
     x = torch.randn(2, 4, 4 + 6 - 1, dtype=torch.float64, requires_grad=True)
     torch.autograd.gradcheck(posenc_ops.rel_shift, (x,))
 

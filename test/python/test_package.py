@@ -746,6 +746,40 @@ def test_modules_compile_fullgraph_and_export(posenc):
     assert torch.equal(program.module()(other), model(other))
 
 
+class _RotaryStep(torch.nn.Module):
+    """A decoding step through posenc.nn.RotaryEmbedding's methods, which read the caches from the
+    module's _buffers and call the operators' overloads."""
+
+    def __init__(self, nn):
+        super().__init__()
+        self.rope = nn.RotaryEmbedding(8, 64, rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                                                            "original_max_position_embeddings": 32})
+
+    def forward(self, q, k, v, k_cache, v_cache, seqlens):
+        q_rotated, k_rotated = self.rope.forward_qk(q, k, 5)
+        self.rope.forward_kv_cache_(q, k, v, k_cache, v_cache, seqlens)
+        return q_rotated + k_rotated.sum(2, keepdim=True) + self.rope(q, 2)
+
+
+@requires_torch(2, 4, "torch.compile(fullgraph=True) of mutating custom operators")
+def test_rotary_methods_compile_fullgraph(posenc):
+    torch.manual_seed(0)
+    step = _RotaryStep(posenc.nn).eval()
+    args = [torch.randn(2, 3, 4, 8), torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8), torch.zeros(2, 16, 2, 8),
+            torch.zeros(2, 16, 2, 8), torch.tensor([0, 4])]
+    eager_args = [a.clone() for a in args]
+    expected = step(*eager_args)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(*args), expected)
+    for written, eager in zip(args, eager_args):  # q and the caches, written in place alike
+        assert torch.equal(written, eager)
+    # the module's buffers are what the compiled step reads: a cast module's (float64) caches
+    step.double()
+    assert step.rope.cos.dtype == torch.float64
+    assert torch.equal(compiled(*[a.double() if a.is_floating_point() else a for a in eager_args]),
+                       step(*[a.double() if a.is_floating_point() else a for a in eager_args]))
+
+
 @requires_torch(2, 4, "torch.compile(fullgraph=True) of custom operators")
 def test_vision_rotary_modules_compile_and_export_with_dynamic_shapes(posenc):
     """The vision modules' call operators compare the input's sizes without reading them

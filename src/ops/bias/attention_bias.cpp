@@ -17,6 +17,7 @@
 #include <posenc/ops/attention_bias.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cumsum.h>
@@ -371,9 +372,10 @@ at::Tensor relative_position_bias_rows(const at::Tensor& weight, int64_t query_l
   const at::Tensor buckets =
       ops::relative_position_bucket(distances, bidirectional, weight.size(0), max_distance)
           .to(weight.device());
-  if (query_length == 1) {
-    // (one query, a decoding step: its Lk buckets are the rows, gathered from the table's
-    // columns straight into a contiguous [H, Lk])
+  if (query_length == 1 && !(weight.requires_grad() && at::GradMode::is_enabled())) {
+    // (one query without a gradient, a decoding step: its Lk buckets are the rows, gathered
+    // from the table's columns straight into a contiguous [H, Lk]; with a gradient, the
+    // embedding below, whose backward is the one transformers' compute_bias has)
     return weight.t().index_select(1, buckets).view({1, weight.size(1), 1, key_length});
   }
   const at::Tensor rows = at::embedding(weight, buckets).t(); // [H, Lq + Lk - 1]
