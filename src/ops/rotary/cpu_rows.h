@@ -21,7 +21,7 @@ namespace cpu {
 namespace {
 
 // The pairs of one row: (2j, 2j + 1) interleaved, (j, half + j) otherwise, each rotated by the
-// arithmetic the CUDA threads run (kernels::rotate_pair); inlined into each clone of rotate_row,
+// arithmetic the CUDA threads run (kernels::rotate_pair); inlined into each clone of rotate_rows,
 // so that it is compiled for that clone's instruction set. out may be x: iteration j reads and
 // writes only its own pair, in place or not, so no iteration depends on another's stores.
 // POSENC_IVDEP says so to the vectorizer, which cannot prove it for x[j] and out[half + j] with
@@ -43,24 +43,6 @@ template <typename scalar_t, typename table_t>
 C10_ALWAYS_INLINE bool rotates_in_bf16_rows(int64_t half, bool interleaved) {
   return std::is_same<scalar_t, c10::BFloat16>::value && std::is_same<table_t, float>::value &&
          !interleaved && half % 16 == 0 && bf16_rows_supported();
-}
-
-// One row of Dh channels, compiled once per instruction set (POSENC_ROW_LOOP).
-template <typename scalar_t, typename table_t>
-POSENC_ROW_LOOP void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
-                                const table_t* sin, int64_t half, bool interleaved, bool inverse) {
-  if (rotates_in_bf16_rows<scalar_t, table_t>(half, interleaved)) {
-    rotate_halves_bf16(reinterpret_cast<const c10::BFloat16*>(x),
-                       reinterpret_cast<c10::BFloat16*>(out), 0, 0, 1,
-                       reinterpret_cast<const float*>(cos), reinterpret_cast<const float*>(sin), 0,
-                       half, inverse);
-    return;
-  }
-  if (interleaved) {
-    rotate_pairs<true>(x, out, cos, sin, half, inverse);
-  } else {
-    rotate_pairs<false>(x, out, cos, sin, half, inverse);
-  }
 }
 
 // `rows` rows, `in_step` and `out_step` elements apart in x and out, row r rotated by the cos/sin
@@ -90,6 +72,14 @@ POSENC_ROW_LOOP void rotate_rows(const scalar_t* x, scalar_t* out, int64_t in_st
                           sin + r * table_step, half, inverse);
     }
   }
+}
+
+// One row of Dh channels: rotate_rows of one row (its clone, its bfloat16 rows).
+template <typename scalar_t, typename table_t>
+C10_ALWAYS_INLINE void rotate_row(const scalar_t* x, scalar_t* out, const table_t* cos,
+                                  const table_t* sin, int64_t half, bool interleaved,
+                                  bool inverse) {
+  rotate_rows(x, out, 0, 0, 1, cos, sin, 0, half, interleaved, inverse);
 }
 
 } // namespace
